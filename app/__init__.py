@@ -1,0 +1,1 @@
+"""threadbound's process: settings, CLI, HTTP server, routing, task runner, agent runtime."""

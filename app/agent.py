@@ -1,0 +1,147 @@
+"""The agent runtime: the pydantic-ai agent, its model, its instructions and its one toolset.
+
+The channel tools reach pydantic-ai through :class:`ChannelToolset`, which lists
+whatever the run's :class:`channel.session.ChannelSession` offers at each step
+(so ``tool_search`` takes effect on the next request) and hands every call to
+the session. Arguments are validated by the session with the tool's own model,
+so a bad call becomes an error *result* the model reads, never a retry that
+could exhaust a budget and end the task.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.models import Model
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from channel.contract import OriginInfo
+from channel.session import ChannelSession
+from channel.tools import ToolSpec
+
+from .settings import Settings
+
+# Accept any JSON object: the session validates with the tool's model and answers with an error result.
+_ANY_OBJECT = TypeAdapter(dict[str, Any]).validator
+# Only malformed JSON reaches pydantic-ai's retry path; be generous so it never ends a task.
+_MAX_RETRIES = 10
+
+
+@dataclass(slots=True)
+class RunDeps:
+    session: ChannelSession
+
+
+class ChannelToolset(AbstractToolset[RunDeps]):
+    """The session's active tools, re-listed at every step of a run."""
+
+    @property
+    def id(self) -> str | None:
+        return "channel"
+
+    async def get_tools(self, ctx: RunContext[RunDeps]) -> dict[str, ToolsetTool[RunDeps]]:
+        return {spec.name: self._tool(spec) for spec in ctx.deps.session.active_specs()}
+
+    def _tool(self, spec: ToolSpec) -> ToolsetTool[RunDeps]:
+        return ToolsetTool(
+            toolset=self,
+            tool_def=ToolDefinition(
+                name=spec.name, description=spec.description, parameters_json_schema=spec.schema()
+            ),
+            max_retries=_MAX_RETRIES,
+            args_validator=_ANY_OBJECT,
+        )
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
+    ) -> Any:
+        return await ctx.deps.session.call(name, tool_args)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFile:
+    """``agent.toml``: ``instructions`` (text or a path to a file), ``tools`` and ``model``."""
+
+    instructions: str = ""
+    tools: tuple[str, ...] | None = None
+    model: str = ""
+
+    @classmethod
+    def load(cls, path: Path | None) -> AgentFile:
+        if path is None:
+            return cls()
+        if not path.is_file():
+            raise ValueError(f"AGENT_FILE {path} does not exist")
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+        unknown = set(data) - {"instructions", "tools", "model"}
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: instructions, tools, model")
+        instructions = str(data.get("instructions", ""))
+        candidate = (path.parent / instructions) if instructions and "\n" not in instructions else None
+        if candidate is not None and candidate.suffix in (".md", ".txt") and candidate.is_file():
+            instructions = candidate.read_text(encoding="utf-8")
+        tools = data.get("tools")
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+            raise ValueError(f"{path}: tools must be a list of tool names")
+        return cls(instructions=instructions, tools=tuple(tools) if tools is not None else None, model=str(data.get("model", "")))
+
+
+def build_model(name: str, settings: Settings) -> Model:
+    """A pydantic-ai model from ``openai-chat:NAME``, ``openai:NAME`` or ``anthropic:NAME``."""
+    provider, _, model_name = name.partition(":")
+    if not model_name:
+        raise ValueError(f"MODEL must look like 'openai-chat:NAME', 'openai:NAME' or 'anthropic:NAME', not {name!r}")
+    if provider in ("openai-chat", "openai"):
+        from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        oai = OpenAIProvider(
+            base_url=settings.openai_base_url or None,
+            # Local OpenAI-compatible servers (vLLM, Ollama) often need no key, but the SDK wants one.
+            api_key=settings.openai_api_key.get_secret_value() or "not-needed",
+        )
+        if provider == "openai-chat":
+            return OpenAIChatModel(model_name, provider=oai)
+        return OpenAIResponsesModel(model_name, provider=oai)
+    if provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel(
+            model_name, provider=AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value() or None)
+        )
+    raise ValueError(f"unsupported model provider {provider!r} in MODEL={name!r}")
+
+
+def build_agent(model: Model | str | None) -> Agent[RunDeps, str | None]:
+    # `None` output is allowed: ending with no text is how the model chooses to stay silent.
+    return Agent(model, deps_type=RunDeps, output_type=str | None, toolsets=[ChannelToolset()])  # type: ignore[arg-type]
+
+
+def instructions_for(info: OriginInfo, tools: list[ToolSpec], extra: str = "") -> str:
+    where = info.name + (" (in a thread)" if info.is_thread else "")
+    lines = [
+        f"You are a helpful assistant working in {info.provider.title()}, in {where}.",
+    ]
+    if info.permalink:
+        lines.append(f"Link to this conversation: {info.permalink}")
+    lines += [
+        "Everything you do acts on this one conversation only; your tools cannot reach any other.",
+        "Your answer reaches people only through channel_reply. Write replies in Markdown.",
+        "If you end your turn without calling channel_reply, your final text is posted as your reply.",
+        "People in this conversation also talk to each other: when a message is not for you, "
+        "end your turn with no channel_reply and an empty final text, and nothing is posted.",
+        "Messages and files are named by handles (msg_..., file_...). Use only handles you were given.",
+        "Tools available now: " + ", ".join(s.name for s in tools) + ".",
+    ]
+    if extra.strip():
+        lines += ["", extra.strip()]
+    return "\n".join(lines)

@@ -1,0 +1,89 @@
+"""Ingress: a verified Events API envelope becomes a durable inbox item, then a driver wake-up.
+
+The 200 goes out only after the claim and the inbox append committed (an
+acknowledged message is never lost) and before any model work starts. A store
+failure answers 503 so Slack retries the delivery instead of losing it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage.base import Store, StoreError
+
+from .router import BotIdentity, classify
+from .runner import TaskRunner
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Inbound fields the runner needs to render the message later; everything else is dropped.
+_KEPT = ("channel", "ts", "thread_ts", "user", "text", "files", "bot_id", "channel_type", "subtype", "username")
+
+
+@dataclass(frozen=True, slots=True)
+class IngressResult:
+    status: int
+    outcome: str  # "claimed" | "duplicate" | "ignored" | "invalid" | "unavailable"
+    reason: str = ""
+    task_id: str | None = None
+
+
+class Ingress:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        runner: TaskRunner,
+        bot: BotIdentity,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.bot = bot
+        self.settings = settings
+        self.clock = clock
+        self.on_result = on_result
+
+    async def handle(self, body: dict[str, Any]) -> IngressResult:
+        result = await self._handle(body)
+        if self.on_result is not None:
+            self.on_result(result, body)
+        return result
+
+    async def _handle(self, body: dict[str, Any]) -> IngressResult:
+        event = body.get("event")
+        event_id = body.get("event_id")
+        if not isinstance(event, dict) or not isinstance(event_id, str) or not event_id:
+            return IngressResult(400, "invalid", "event_callback without event or event_id")
+        decision = classify(event, self.bot, self.settings)
+        if decision.action == "ignore":
+            return IngressResult(200, "ignored", decision.reason)
+        payload = json.dumps({k: event[k] for k in _KEPT if k in event})
+        try:
+            outcome = await self.store.claim_message(
+                event_id=event_id,
+                channel=decision.channel,
+                ts=decision.ts,
+                thread_ts=decision.thread_ts,
+                create=decision.create,
+                payload=payload,
+                now=self.clock(),
+            )
+        except StoreError as exc:
+            log.error("could not claim event %s: %s", event_id, exc)
+            return IngressResult(503, "unavailable", "store unavailable")
+        if outcome.status == "no_task":
+            return IngressResult(200, "ignored", "thread does not belong to a task")
+        if outcome.status == "duplicate":
+            return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
+        assert outcome.task_id is not None
+        self.runner.notify(outcome.task_id)
+        return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -1,0 +1,255 @@
+"""The process: store, Slack adapter, agent, runner and the aiohttp web app, wired together.
+
+Bolt's ``AsyncApp`` stays at the edge: it verifies signatures (401), answers
+``url_verification`` and ``ssl_check``, then our middleware turns every
+``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
+listener machinery (which acks before work and would 404 unmatched events) is
+not used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from pydantic_ai.models import Model
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+from channel.contract import missing_implementations
+from channel.session import select_tools
+from channel.skills import SkillLibrary
+from channel.slack import SlackAdapter
+from storage import Store, StoreError, open_store
+
+from .agent import AgentFile, build_agent, build_model
+from .ingress import Ingress
+from .router import BotIdentity
+from .runner import RunHooks, TaskRunner
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """Configuration that cannot work; the message says what to fix."""
+
+
+class _Ingest(AsyncMiddleware):
+    """Every event_callback becomes an inbox item; nothing reaches Bolt's listeners."""
+
+    def __init__(self, handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]) -> None:
+        self._handle = handle
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
+    ) -> BoltResponse:
+        body = req.body
+        if not isinstance(body, dict) or not body:
+            return BoltResponse(status=400, body="malformed request body")
+        if body.get("type") == "event_callback":
+            status, text = await self._handle(body)
+            return BoltResponse(status=status, body=text)
+        if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
+            return await next()
+        # Interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
+        return BoltResponse(status=200, body="")
+
+
+def build_bolt(settings: Settings, adapter: SlackAdapter, ingress: Ingress) -> AsyncApp:
+    identity = adapter.identity
+    token = settings.slack_bot_token.get_secret_value()
+
+    async def authorize(**_: Any) -> AuthorizeResult:
+        # The install is single-workspace and auth.test already ran at start-up: no call per request.
+        return AuthorizeResult(
+            enterprise_id=None,
+            team_id=identity.team_id,
+            bot_user_id=identity.user_id,
+            bot_id=identity.bot_id,
+            bot_token=token,
+            bot_scopes=list(identity.scopes),
+        )
+
+    async def handle(body: dict[str, Any]) -> tuple[int, str]:
+        result = await ingress.handle(body)
+        return result.status, "" if result.status == 200 else result.reason
+
+    return AsyncApp(
+        signing_secret=settings.slack_signing_secret.get_secret_value(),
+        authorize=authorize,
+        before_authorize=_Ingest(handle),
+        process_before_response=True,
+        ignoring_self_events_enabled=False,
+        raise_error_for_unhandled_request=False,
+    )
+
+
+@dataclass
+class Service:
+    settings: Settings
+    store: Store
+    adapter: SlackAdapter
+    runner: TaskRunner
+    ingress: Ingress
+    bolt: AsyncApp
+    web_app: web.Application = field(init=False)
+    _background: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.web_app = self._web_app()
+
+    @classmethod
+    async def create(
+        cls,
+        settings: Settings,
+        *,
+        model: Model | None = None,
+        hooks: RunHooks | None = None,
+        owner: str | None = None,
+    ) -> Service:
+        """Build everything and fail early, with a message naming the fix, on bad configuration."""
+        if not settings.slack_bot_token.get_secret_value():
+            raise StartupError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…)")
+        if not settings.slack_signing_secret.get_secret_value():
+            raise StartupError("SLACK_SIGNING_SECRET is not set (Basic Information → App Credentials)")
+        try:
+            agent_file = AgentFile.load(settings.resolved_agent_file)
+        except (ValueError, OSError) as exc:
+            raise StartupError(str(exc)) from exc
+        if model is None:
+            name = settings.model or agent_file.model
+            if not name:
+                raise StartupError("MODEL is not set (e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5)")
+            try:
+                model = build_model(name, settings)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from exc
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        store = open_store(settings.resolved_database_url)
+        try:
+            await store.migrate()
+        except StoreError as exc:
+            await store.close()
+            raise StartupError(f"database unavailable: {exc}") from exc
+        try:
+            adapter = await SlackAdapter.connect(
+                token=settings.slack_bot_token.get_secret_value(),
+                api_url=settings.slack_api_url,
+                file_origins=settings.slack_file_origins,
+            )
+        except Exception as exc:
+            await store.close()
+            raise StartupError(f"Slack auth.test failed: {exc}") from exc
+        try:
+            missing = missing_implementations(adapter)
+            if missing:
+                raise StartupError(f"adapter claims features it does not implement: {missing}")
+            skills = SkillLibrary.load(settings.resolved_skills_dir)
+            try:
+                tools = select_tools(adapter.features.enabled(), agent_file.tools, skills)
+            except ValueError as exc:
+                raise StartupError(str(exc)) from exc
+        except StartupError:
+            await adapter.close()
+            await store.close()
+            raise
+        runner = TaskRunner(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(model),
+            tools=tools,
+            agent_file=agent_file,
+            data_dir=settings.data_dir,
+            run_timeout=settings.run_timeout,
+            lease_ttl=settings.lease_ttl,
+            owner=owner,
+            hooks=hooks,
+        )
+        ingress = Ingress(
+            store=store,
+            runner=runner,
+            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
+            settings=settings,
+        )
+        return cls(settings, store, adapter, runner, ingress, build_bolt(settings, adapter, ingress))
+
+    def _web_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        app.router.add_post("/slack/events", self._events)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        bolt_request = await to_bolt_request(request)
+        return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        try:
+            await self.store.ping()
+        except StoreError as exc:
+            return web.json_response({"ok": False, "store": str(exc)}, status=503)
+        return web.json_response({"ok": True})
+
+    async def _on_startup(self, _: web.Application) -> None:
+        # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
+        sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
+        self._background.append(sweeper)
+
+    async def _on_shutdown(self, _: web.Application) -> None:
+        await self.drain(self.settings.shutdown_grace)
+
+    async def drain(self, grace: float) -> None:
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
+        await self.runner.shutdown(grace)
+
+    async def close(self) -> None:
+        await self.drain(0)
+        await self.adapter.close()
+        await self.store.close()
+
+
+async def serve(settings: Settings, *, model: Model | None = None, ready: asyncio.Event | None = None) -> None:
+    """Run the HTTP server until SIGTERM/SIGINT, then drain within ``SHUTDOWN_GRACE`` and exit."""
+    service = await Service.create(settings, model=model)
+    runner = web.AppRunner(service.web_app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host=os.environ.get("HOST", "0.0.0.0"), port=settings.port)
+    await site.start()
+    log.info("listening on port %s", settings.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    started = time.monotonic()
+    log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
+    await site.stop()  # stop accepting first
+    await runner.cleanup()  # runs on_shutdown → drain
+    await service.adapter.close()
+    await service.store.close()
+    log.info("stopped after %.1fs", time.monotonic() - started)

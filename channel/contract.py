@@ -1,0 +1,241 @@
+"""The channel adapter contract: what a provider (Slack, a fake) must do for the tools.
+
+An adapter knows its provider and nothing about the agent; ``channel.session``
+turns these calls into the model-facing tools, minting handles and enforcing
+authorship. Provider objects cross this boundary as opaque ``ref`` strings
+that only the adapter interprets and the model never sees.
+
+Every method raises :class:`channel.errors.ChannelError` (with a contract error
+code) on failure; nothing else escapes an adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelFeatures:
+    """What an adapter can do, one flag per optional capability (named so as not to
+    collide with pydantic-ai's ``capabilities``). Registration branches on these
+    flags, never on the adapter's class."""
+
+    #: Read the conversation: ``channel_read``.
+    read: bool = False
+    #: Add and remove reactions: ``channel_react``.
+    react: bool = False
+    #: Edit the bot's own posts: ``channel_edit``.
+    edit: bool = False
+    #: Delete the bot's own posts: ``channel_retract``.
+    retract: bool = False
+    #: Download files attached to messages: ``channel_fetch_file``.
+    fetch_file: bool = False
+    #: Upload files into the conversation: ``channel_attach``.
+    attach: bool = False
+    #: Create rich documents (Slack canvases): ``channel_post_document``.
+    documents: bool = False
+    #: Show "is thinking…" status in the conversation (a runtime effect, not a tool).
+    status: bool = False
+
+    def enabled(self) -> frozenset[str]:
+        return frozenset(f.name for f in fields(self) if getattr(self, f.name))
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """The one conversation a task is bound to. ``thread_ts`` is ``""`` at a DM's top level
+    or before a ``run`` without thread has posted its root."""
+
+    channel: str
+    thread_ts: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OriginInfo:
+    """What the model is told about its origin: names, never provider IDs."""
+
+    provider: str
+    #: ``#general`` or ``a direct message with Alice``.
+    name: str
+    permalink: str | None
+    is_thread: bool
+    is_direct: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Author:
+    display_name: str
+    is_bot: bool
+    is_you: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FileMeta:
+    ref: str
+    name: str
+    media_type: str
+    size: int
+    #: Provider data needed to fetch it later (JSON-able), kept with the handle.
+    data: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageView:
+    """One message as the adapter renders it for the model (text already free of provider IDs)."""
+
+    ref: str
+    author: Author
+    text: str
+    #: ISO-8601 UTC time.
+    time: str
+    files: tuple[FileMeta, ...] = ()
+    #: ``{emoji: count}``.
+    reactions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    ref: str
+    #: The ts of the root when the post started a new thread (it was not in one), else ``""``.
+    new_root: str
+    permalink: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    path: Path
+    media_type: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    file: FileMeta
+    message_ref: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    ref: str
+    permalink: str | None
+
+
+@runtime_checkable
+class ChannelAdapter(Protocol):
+    """A provider's side of the channel tools. Optional methods are only called when
+    the matching :class:`ChannelFeatures` flag is set."""
+
+    features: ChannelFeatures
+    provider: str
+    max_post_chars: int
+
+    async def describe(self, origin: Origin) -> OriginInfo:
+        """Names and permalink of the origin, resolved (and cached) in trusted code."""
+
+    async def view(self, raw: Mapping[str, Any]) -> MessageView:
+        """Render an inbound message (as the ingress stored it) the way :meth:`read` renders rows."""
+
+    async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+        """Post one message of at most ``max_post_chars`` Markdown into the origin (a thread reply,
+        or a new root when ``thread_ts`` is empty). ``effect_id`` travels with the post so a crashed
+        run can find what it posted (see :meth:`find_posted`). Never retried automatically once
+        the request may have reached the provider."""
+
+    async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
+        """The posts carrying ``effect_id`` in the origin, oldest first (empty if none)."""
+
+    async def read(self, origin: Origin) -> list[MessageView]:
+        """The whole conversation, oldest first, fetched with as few calls as the provider allows."""
+
+    async def react(self, ref: str, emoji: str, *, add: bool) -> None: ...
+
+    async def edit(self, ref: str, markdown: str) -> None: ...
+
+    async def retract(self, ref: str) -> None: ...
+
+    async def file_info(self, ref: str) -> FileMeta:
+        """Fresh metadata of a file (for events that carried only an id)."""
+
+    async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
+        """Download the file into ``dest_dir``, checking origin, size and type; leaves nothing on failure."""
+
+    async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded: ...
+
+    async def post_document(self, origin: Origin, title: str, markdown: str) -> Document: ...
+
+    async def set_status(self, origin: Origin, status: str) -> None:
+        """Show progress text ("is thinking…"); an empty string clears it."""
+
+
+#: The method behind each feature flag; registration checks the adapter overrides it.
+FEATURE_METHODS: dict[str, str] = {
+    "read": "read",
+    "react": "react",
+    "edit": "edit",
+    "retract": "retract",
+    "fetch_file": "fetch_file",
+    "attach": "attach",
+    "documents": "post_document",
+    "status": "set_status",
+}
+
+
+class AdapterBase:
+    """Optional methods default to ``unsupported``; an adapter overrides what its features claim."""
+
+    features: ChannelFeatures = ChannelFeatures()
+    provider: str = "unknown"
+    #: Longest Markdown one post may carry; longer replies are split by the session.
+    max_post_chars: int = 8000
+
+    async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
+        return []
+
+    async def read(self, origin: Origin) -> list[MessageView]:
+        raise _unsupported("reading the conversation")
+
+    async def react(self, ref: str, emoji: str, *, add: bool) -> None:
+        raise _unsupported("reactions")
+
+    async def edit(self, ref: str, markdown: str) -> None:
+        raise _unsupported("editing")
+
+    async def retract(self, ref: str) -> None:
+        raise _unsupported("retracting")
+
+    async def file_info(self, ref: str) -> FileMeta:
+        raise _unsupported("files")
+
+    async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
+        raise _unsupported("fetching files")
+
+    async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
+        raise _unsupported("attaching files")
+
+    async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
+        raise _unsupported("documents")
+
+    async def set_status(self, origin: Origin, status: str) -> None:
+        raise _unsupported("status")
+
+
+def _unsupported(what: str) -> Exception:
+    from .errors import ChannelError
+
+    return ChannelError("unsupported", f"This workspace's install does not support {what}.")
+
+
+def missing_implementations(adapter: object) -> list[str]:
+    """Features the adapter claims but does not implement (still the ``AdapterBase`` default)."""
+    features: ChannelFeatures = adapter.features  # type: ignore[attr-defined]
+    missing = []
+    for flag in sorted(features.enabled()):
+        method = FEATURE_METHODS[flag]
+        impl = getattr(type(adapter), method, None)
+        if impl is None or impl is getattr(AdapterBase, method):
+            missing.append(flag)
+    return missing

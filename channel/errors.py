@@ -1,0 +1,58 @@
+"""Errors a channel tool can report to the model.
+
+Tree::
+
+    ChannelError            every refusal or failure a tool turns into a result
+    ├── code "invalid_arguments"   the call's arguments break the tool's schema
+    ├── code "invalid_handle"      a handle that is unknown, another task's, forged, or a raw provider id
+    ├── code "not_authored"        edit/retract of a message the bot did not post
+    ├── code "unsupported"         the adapter or this conversation cannot do it
+    ├── code "file_refused"        a download or upload refused for safety (origin, size, type, path)
+    ├── code "not_found"           the provider says the object is gone
+    ├── code "rate_limited"        the provider kept refusing for rate limits
+    └── code "slack_error"         any other provider failure (the code is in the message)
+
+Adapters map provider exceptions into ``ChannelError`` at one place each
+(``channel.slack.errors``); the session turns it into
+``{"error": {"code": ..., "message": ...}}``. A tool call never raises to the agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+ErrorCode = Literal[
+    "invalid_arguments",
+    "invalid_handle",
+    "not_authored",
+    "unsupported",
+    "file_refused",
+    "not_found",
+    "rate_limited",
+    "slack_error",
+]
+
+#: Bound on any message shown to the model, in bytes of UTF-8.
+MAX_MESSAGE_BYTES = 512
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """Cut ``text`` to at most ``limit`` UTF-8 bytes without splitting a character."""
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text
+    return raw[: limit - 3].decode("utf-8", errors="ignore") + "..."
+
+
+class ChannelError(Exception):
+    """A refusal or failure with a contract error code and a message the model can read."""
+
+    def __init__(self, code: ErrorCode, message: str, *, provider_code: str | None = None) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = bounded(message)
+        #: The provider's own error string (e.g. ``already_reacted``), for callers that branch on it.
+        self.provider_code = provider_code
+
+    def as_result(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message}}

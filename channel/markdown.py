@@ -1,0 +1,435 @@
+"""Provider-neutral Markdown helpers for outgoing text: splitting, mass-mention
+neutralising and a plain-text fallback.
+
+Nothing here knows about Slack's API; the limits are parameters. The splitter
+works on markdown-it-py's block token stream (``token.map`` line ranges), so it
+cuts between headings, blocks, list items and table rows, and inside a code
+fence only at line boundaries, closing and reopening the fence.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from functools import cache
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+__all__ = ["plain_fallback", "split_markdown", "strip_mass_mentions"]
+
+# Smallest accepted part size: below this a fence's reopen/close lines could
+# crowd out the content and the splitter could stop making progress.
+MIN_LIMIT = 64
+
+# A structural break is taken only when the part before it is at least this
+# full; otherwise a tiny part ("# Heading" alone) would be posted. When no
+# break reaches it, the farthest break that fits is used.
+_MIN_FILL = 0.4
+
+# Break ranks, lower is better; the second element of a rank is the token's
+# nesting level, so shallower breaks win within a kind.
+_HEADING = 0  # before a top-level heading
+_BLOCK = 1  # before any other top-level block
+_ITEM = 2  # before a list item
+_NESTED = 3  # before a block nested in a list item or quote
+_ROW = 4  # between table rows (header repeated)
+_CODE_LINE = 5  # between lines of a code fence, indented code or HTML block
+_TEXT_LINE = 6  # between lines of one paragraph
+
+_BLOCK_TYPES = frozenset(
+    {
+        "paragraph_open",
+        "heading_open",
+        "blockquote_open",
+        "bullet_list_open",
+        "ordered_list_open",
+        "list_item_open",
+        "table_open",
+        "fence",
+        "code_block",
+        "html_block",
+        "hr",
+    }
+)
+
+# Sentence end: terminal punctuation, optional closing quotes/brackets, then whitespace.
+_SENTENCE_END = re.compile(r"[.!?…][\"'’”)\]]*(?=\s)")
+_LEADING_BLANK = re.compile(r"\A(?:[ \t]*\n)+")
+_TRAILING_BLANK = re.compile(r"(?:\n[ \t]*)+\Z")
+
+
+@cache
+def _parser() -> MarkdownIt:
+    # CommonMark plus GFM tables and strikethrough: what chat Markdown renderers accept.
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"])
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What a part must add when a cut falls inside a block: ``reopen`` starts the
+    next part (a fence opener, a table header), ``close`` ends the previous one."""
+
+    reopen: str
+    close: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Fence:
+    open_start: int  # offset of the opening fence line
+    content_start: int  # offset of the first content line
+    content_end: int  # offset of the closing fence line (or the block end if unclosed)
+    context: _Context
+
+
+@dataclass(frozen=True, slots=True)
+class _Break:
+    rank: tuple[int, int]
+    context: _Context | None = None
+
+
+def split_markdown(text: str, limit: int = 8000) -> list[str]:
+    """Split ``text`` into parts of at most ``limit`` characters at Markdown structure
+    boundaries.
+
+    Breaks are preferred before top-level headings, then between top-level
+    blocks, then between list items, then inside blocks (table rows, code lines,
+    paragraph lines); only a single block longer than the limit is cut inside a
+    line, at a sentence end or whitespace, or hard as a last resort. A code fence
+    cut in two is closed at the end of one part and reopened, with its info
+    string, at the start of the next; a table cut in two repeats its header.
+    Parts keep the original text (line endings normalised to ``\\n``), without
+    leading or trailing blank lines, and are never empty: blank ``text`` gives
+    ``[]``, and text within the limit is returned unchanged as ``[text]``.
+    """
+    if limit < MIN_LIMIT:
+        raise ValueError(f"limit must be at least {MIN_LIMIT}, got {limit}")
+    if not text.strip():
+        return []
+    if len(text) <= limit:
+        return [text]
+    return _Splitter(text.replace("\r\n", "\n").replace("\r", "\n"), limit).run()
+
+
+class _Splitter:
+    """One split of one text: the candidate breaks from the token stream, then a
+    greedy walk that takes the best break fitting in each part."""
+
+    def __init__(self, src: str, limit: int) -> None:
+        self.src = src
+        self.limit = limit
+        self.line_starts = [0, *(m.end() for m in re.finditer("\n", src))]
+        # content_ends[i]: where the last non-blank line before line i ends, so a part's
+        # size (trailing blank lines trimmed) is plain arithmetic for each candidate break.
+        self.content_ends: list[int] = []
+        end = 0
+        for start, line in zip(self.line_starts, src.split("\n"), strict=True):
+            self.content_ends.append(end)
+            if line.strip(" \t"):  # blank means what _LEADING_BLANK/_TRAILING_BLANK match
+                end = start + len(line)
+        self.content_ends.append(end)
+        self.breaks: dict[int, _Break] = {}
+        self.fences: list[_Fence] = []
+        self._collect(_parser().parse(src))
+        self.offsets = sorted(self.breaks)
+
+    # -- candidate breaks -------------------------------------------------
+
+    def _offset(self, line: int) -> int:
+        return self.line_starts[line] if line < len(self.line_starts) else len(self.src)
+
+    def _line(self, line: int) -> str:
+        start = self._offset(line)
+        end = self.src.find("\n", start)
+        return self.src[start : end if end >= 0 else len(self.src)]
+
+    def _add(self, line: int, rank: tuple[int, int], context: _Context | None = None) -> None:
+        offset = self._offset(line)
+        if not 0 < offset < len(self.src):
+            return
+        known = self.breaks.get(offset)
+        if known is None or rank < known.rank:
+            self.breaks[offset] = _Break(rank, context)
+
+    def _collect(self, tokens: list[Token]) -> None:
+        table_start, table_header, first_row = 0, None, True
+        for token in tokens:
+            if token.map is None:
+                continue
+            start, end = token.map
+            level = token.level
+            if token.type in _BLOCK_TYPES:
+                if level == 0:
+                    self._add(start, (_HEADING if token.type == "heading_open" else _BLOCK, 0))
+                elif token.type == "list_item_open":
+                    self._add(start, (_ITEM, level))
+                else:
+                    self._add(start, (_NESTED, level))
+            if token.type == "fence":
+                self._collect_fence(token, start, end)
+            elif token.type in ("code_block", "html_block"):
+                for line in range(start + 1, end):
+                    self._add(line, (_CODE_LINE, level))
+            elif token.type == "paragraph_open":
+                for line in range(start + 1, end):
+                    self._add(line, (_TEXT_LINE, level))
+            elif token.type == "table_open":
+                table_start, table_header, first_row = start, None, True
+            elif token.type == "tbody_open":
+                # Header row plus delimiter row: everything from the table start to the body.
+                header = "\n".join(self._line(n) for n in range(table_start, start))
+                table_header = self._bounded(_Context(header))
+            elif token.type == "tr_open" and table_header is not None:
+                if not first_row:
+                    self._add(start, (_ROW, level), table_header)
+                first_row = False
+
+    def _collect_fence(self, token: Token, start: int, end: int) -> None:
+        opener = self._line(start)
+        at = opener.find(token.markup)
+        # Keep quote markers so a fence in a block quote stays in it; list markers become
+        # indentation so the reopened fence does not start a new list item.
+        indent = "".join(ch if ch in ">\t" else " " for ch in opener[:at])
+        context = self._bounded(_Context(indent + opener[at:].rstrip(), indent + token.markup))
+        closing = self._line(end - 1).lstrip(" \t>")
+        closed = end - start >= 2 and re.fullmatch(
+            rf"{re.escape(token.markup[0])}{{{len(token.markup)},}}[ \t]*", closing
+        )
+        content_end_line = end - 1 if closed else end
+        if context is not None:
+            self.fences.append(
+                _Fence(self._offset(start), self._offset(start + 1), self._offset(content_end_line), context)
+            )
+        # No break right after the opener: that part would be an empty code block.
+        for line in range(start + 2, content_end_line):
+            self._add(line, (_CODE_LINE, token.level), context)
+
+    def _bounded(self, context: _Context) -> _Context | None:
+        # A context too long for the limit is dropped (the block is then cut bare),
+        # so every part keeps room for content and the walk always advances.
+        if len(context.reopen) + len(context.close) + 2 > self.limit // 2:
+            return None
+        return context
+
+    # -- the greedy walk --------------------------------------------------
+
+    def _body(self, start: int, end: int) -> str:
+        body = _LEADING_BLANK.sub("", self.src[start:end])
+        return _TRAILING_BLANK.sub("", body)
+
+    def _render(self, start: int, end: int, reopen: _Context | None, close: _Context | None) -> str:
+        body = self._body(start, end)
+        if not body.strip(" \t\n"):
+            return ""
+        pieces = [reopen.reopen] if reopen else []
+        pieces.append(body)
+        if close and close.close:
+            pieces.append(close.close)
+        return "\n".join(pieces)
+
+    def _skip_blank(self, offset: int) -> int:
+        match = _LEADING_BLANK.match(self.src, offset)
+        return match.end() if match else offset
+
+    def _fence_at(self, offset: int) -> _Fence | None:
+        """The fence whose content a cut at ``offset`` falls in."""
+        for fence in self.fences:
+            if fence.content_start <= offset <= fence.content_end:
+                return fence
+        return None
+
+    def _fence_around(self, offset: int) -> _Fence | None:
+        """The fence a part starting at ``offset`` could end inside (opener line included)."""
+        for fence in self.fences:
+            if fence.open_start <= offset <= fence.content_end:
+                return fence
+        return None
+
+    def run(self) -> list[str]:
+        parts: list[str] = []
+        start, reopen = self._skip_blank(0), None
+        while start < len(self.src):
+            tail = self._render(start, len(self.src), reopen, None)
+            if len(tail) <= self.limit:
+                if tail:
+                    parts.append(tail)
+                break
+            cut = self._best_break(start, reopen)
+            if cut is not None:
+                context = self.breaks[cut].context
+                part, resume = self._render(start, cut, reopen, context), cut
+            else:
+                cut, resume, context = self._inline_cut(start, reopen)
+                part = self._render(start, cut, reopen, context)
+            if part:
+                parts.append(part)
+            start, reopen = self._skip_blank(resume), context
+        return parts
+
+    def _best_break(self, start: int, reopen: _Context | None) -> int | None:
+        """The best structural break that keeps the part within the limit, if any.
+
+        ``start`` is never on a blank line, so the part is ``src[start:content end]``
+        plus the reopen/close lines; its size equals ``len(self._render(...))``."""
+        fitting: list[tuple[int, int]] = []  # (offset, size)
+        extra = len(reopen.reopen) + 1 if reopen else 0
+        for offset in self.offsets[bisect_right(self.offsets, start) :]:
+            body = self.content_ends[bisect_left(self.line_starts, offset)] - start
+            if body > self.limit:
+                break  # every later break includes this content too
+            if body <= 0:
+                continue
+            context = self.breaks[offset].context
+            size = extra + body + (len(context.close) + 1 if context and context.close else 0)
+            if size <= self.limit:
+                fitting.append((offset, size))
+        if not fitting:
+            return None
+        full = [offset for offset, size in fitting if size >= _MIN_FILL * self.limit]
+        if not full:
+            return fitting[-1][0]
+        return min(full, key=lambda offset: (self.breaks[offset].rank, -offset))
+
+    def _inline_cut(self, start: int, reopen: _Context | None) -> tuple[int, int, _Context | None]:
+        """Cut inside one over-long block: returns (cut, resume offset, context at the cut)."""
+        around = self._fence_around(start)
+        room = self.limit - (len(reopen.reopen) + 1 if reopen else 0)
+        room -= len(around.context.close) + 1 if around else 0
+        cut = start + self._inline_offset(self.src[start : start + room])
+        # Drop the whitespace at the cut, but not the next line's indentation.
+        resume = cut
+        while resume < len(self.src) and self.src[resume] in " \t":
+            resume += 1
+        if resume < len(self.src) and self.src[resume] == "\n":
+            resume += 1
+        inside = self._fence_at(cut)
+        return cut, resume, inside.context if inside else None
+
+    @staticmethod
+    def _inline_offset(window: str) -> int:
+        """Where to cut ``window`` (a prefix of the rest of the text): the last line
+        break, sentence end or whitespace well into it, else its end."""
+        least = int(len(window) * _MIN_FILL)
+        newline = window.rfind("\n")
+        if newline >= least and window[:newline].strip():
+            return newline
+        sentences = [m.end() for m in _SENTENCE_END.finditer(window) if m.end() >= least]
+        if sentences:
+            return sentences[-1]
+        space = max(window.rfind(" "), window.rfind("\t"), newline)
+        if space > 0 and window[:space].strip():
+            return space
+        return len(window)
+
+
+_ZWSP = "\u200b"
+_SPECIAL_MENTION = re.compile(r"<!(channel|here|everyone|subteam\^[^>|]*)(?:\|([^>]*))?>", re.IGNORECASE)
+# A bare word after "@", not part of an e-mail address or a longer word.
+_BARE_MENTION = re.compile(r"(?<![\w.+-])@(channel|here|everyone)\b", re.IGNORECASE)
+
+
+def strip_mass_mentions(text: str) -> str:
+    """Neutralise every construct that could notify a whole channel or group.
+
+    ``<!here>``, ``<!channel>``, ``<!everyone>`` (with or without a ``|label``) and
+    bare ``@here``/``@channel``/``@everyone`` become ``@`` + ZERO WIDTH SPACE +
+    the word, which reads the same but pings nobody; ``<!subteam^ID|@team>``
+    becomes ``@``+ZWSP+``team`` (``group`` without a label), dropping the ID.
+    Applied everywhere, code included, because a ping is never wanted. Idempotent.
+    """
+    text = _SPECIAL_MENTION.sub(_neutral_special, text)
+    return _BARE_MENTION.sub(lambda m: "@" + _ZWSP + m.group(1), text)
+
+
+def _neutral_special(match: re.Match[str]) -> str:
+    keyword, label = match.group(1), match.group(2)
+    if keyword.lower().startswith("subteam"):
+        name = (label or "").strip().lstrip("@").strip() or "group"
+        return "@" + _ZWSP + name
+    return "@" + _ZWSP + keyword.lower()
+
+
+def plain_fallback(markdown: str, limit: int = 3000) -> str:
+    """A plain-text rendition of ``markdown`` for notifications and clients without
+    Markdown: emphasis, heading and quote markers dropped, links as ``label (url)``,
+    list items as ``•``/``1.`` lines, code kept as its content; cut to ``limit``
+    characters with a trailing ``…``."""
+    if limit < 2:
+        raise ValueError(f"limit must be at least 2, got {limit}")
+    blocks: list[str] = []
+    lists: list[Token] = []  # open list tokens, for indentation
+    item_marker: str | None = None  # marker waiting for the item's first block
+    row: list[str] | None = None  # cells of the table row being read
+    fresh = True  # the next block starts a group (list, table, paragraph): blank line before it
+
+    def emit(text: str, tight: bool) -> None:
+        nonlocal fresh
+        blocks.append(("\n" if tight and not fresh else "\n\n") + text)
+        fresh = False
+
+    for token in _parser().parse(markdown):
+        kind = token.type
+        if kind in ("bullet_list_open", "ordered_list_open"):
+            fresh = fresh or not lists
+            lists.append(token)
+        elif kind in ("bullet_list_close", "ordered_list_close"):
+            lists.pop()
+            fresh = not lists
+        elif kind in ("table_open", "table_close"):
+            fresh = True
+        elif kind == "list_item_open":
+            item_marker = "•" if token.markup in "-*+" else f"{token.info}{token.markup}"
+        elif kind == "tr_open":
+            row = []
+        elif kind == "tr_close" and row is not None:
+            emit(" | ".join(row), tight=True)
+            row = None
+        elif kind == "inline" and row is not None:
+            row.append(_plain_inline(token.children or []).strip())
+        elif kind == "inline":
+            text = _plain_inline(token.children or [])
+            indent = "  " * max(len(lists) - 1, 0)
+            if item_marker is not None:
+                text, item_marker = f"{indent}{item_marker} {text}", None
+            elif lists:
+                text = f"{indent}  {text}"
+            emit(text, tight=bool(lists))
+        elif kind in ("fence", "code_block", "html_block"):
+            emit(token.content.rstrip("\n"), tight=bool(lists))
+    text = "".join(blocks).strip()
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return _truncate(text, limit)
+
+
+def _plain_inline(children: list[Token]) -> str:
+    out: list[str] = []
+    links: list[tuple[str, int]] = []  # (href, index in out where the label starts)
+    for child in children:
+        kind = child.type
+        if kind in ("text", "code_inline", "html_inline"):
+            out.append(child.content)
+        elif kind == "softbreak":
+            out.append(" ")
+        elif kind == "hardbreak":
+            out.append("\n")
+        elif kind == "image":
+            out.append(child.content)
+        elif kind == "link_open":
+            links.append((str(child.attrs.get("href", "")), len(out)))
+        elif kind == "link_close" and links:
+            href, at = links.pop()
+            label = "".join(out[at:]).strip()
+            if href and href not in (label, f"mailto:{label}"):
+                out.append(f" ({href})" if label else href)
+    return "".join(out)
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    if space >= int(limit * 0.8):  # cut at a word boundary when it costs little
+        head = head[:space]
+    return head.rstrip() + "…"

@@ -1,0 +1,469 @@
+"""A channel session: the channel tools bound to one task's conversation.
+
+This is where the contract's guarantees live, independent of the provider:
+arguments are validated by the tool's own model, handles are resolved for this
+task only, edit/retract check authorship, writes go through the effect journal,
+and every failure becomes an ``{"error": ...}`` result instead of an exception.
+
+A host builds one session per run::
+
+    session = ChannelSession(adapter=..., store=..., task=task, origin=origin, tools=selection, task_dir=...)
+    specs = session.active_specs()          # what to offer the model now
+    result = await session.call(name, args)  # never raises
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from storage.base import EffectRecord, Store, StoreError, TaskRecord
+
+from . import tool_search
+from .contract import ChannelAdapter, FileMeta, MessageView, Origin, Posted
+from .errors import ChannelError, bounded
+from .handles import HandleRegistry
+from .markdown import split_markdown, strip_mass_mentions
+from .skills import SkillLibrary
+from .tools import (
+    CATALOG,
+    SKILLS,
+    TOOL_SEARCH,
+    AttachArgs,
+    EditArgs,
+    FetchFileArgs,
+    PostDocumentArgs,
+    ReactArgs,
+    ReadArgs,
+    ReplyArgs,
+    RetractArgs,
+    SkillsArgs,
+    ToolSearchArgs,
+    ToolSpec,
+)
+
+log = logging.getLogger(__name__)
+
+Result = dict[str, Any]
+_CURSOR = re.compile(r"^before_(\d{1,7})$")
+
+
+@dataclass(slots=True)
+class ToolSelection:
+    """The tools a deployment offers, after the agent file narrowed the catalog and the
+    adapter's features filtered it (see :func:`select_tools`)."""
+
+    channel_tools: tuple[ToolSpec, ...]
+    skills: SkillLibrary = field(default_factory=lambda: SkillLibrary([]))
+
+    @property
+    def deferred(self) -> tuple[ToolSpec, ...]:
+        return tuple(s for s in self.channel_tools if s.starts == "deferred")
+
+    def names(self) -> list[str]:
+        names = [s.name for s in self.channel_tools]
+        if self.deferred:
+            names.append(TOOL_SEARCH.name)
+        if self.skills:
+            names.append(SKILLS.name)
+        return names
+
+
+def select_tools(features: frozenset[str], requested: Sequence[str] | None, skills: SkillLibrary) -> ToolSelection:
+    """The catalog narrowed to ``requested`` (None: every tool the adapter supports).
+
+    Raises ``ValueError`` naming the tool when ``requested`` holds an unknown tool or one
+    the adapter does not support, so a misconfigured deployment fails at start-up.
+    """
+    channel = [s for s in CATALOG.values() if s.name not in (TOOL_SEARCH.name, SKILLS.name)]
+    if requested is None:
+        chosen = [s for s in channel if s.feature is None or s.feature in features]
+        return ToolSelection(tuple(chosen), skills)
+    chosen = []
+    for name in requested:
+        spec = CATALOG.get(name)
+        if spec is None:
+            raise ValueError(f"agent file selects unknown tool {name!r}; known tools: {', '.join(CATALOG)}")
+        if spec in (TOOL_SEARCH, SKILLS):
+            continue  # offered automatically when there is something to search or read
+        if spec.feature is not None and spec.feature not in features:
+            raise ValueError(
+                f"agent file selects tool {name!r}, but this install does not support it "
+                f"(feature {spec.feature!r} is missing; see `python -m app check`)"
+            )
+        chosen.append(spec)
+    if not any(s.name == "channel_reply" for s in chosen):
+        chosen.insert(0, CATALOG["channel_reply"])  # the only way an answer reaches a person
+    return ToolSelection(tuple(chosen), skills)
+
+
+class ChannelSession:
+    def __init__(
+        self,
+        *,
+        adapter: ChannelAdapter,
+        store: Store,
+        task: TaskRecord,
+        origin: Origin,
+        tools: ToolSelection,
+        task_dir: Path,
+        adopt_first_root: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.adapter = adapter
+        self.store = store
+        self.task = task
+        self.origin = origin
+        self.tools = tools
+        self.task_dir = task_dir
+        self.handles = HandleRegistry(store, task.task_id)
+        selectable = {s.name for s in tools.deferred}
+        self.enabled: set[str] = {t for t in task.enabled_tools if t in selectable}
+        #: Handles of every message the bot posted in this run.
+        self.posted: list[str] = []
+        #: Set once a channel_reply succeeded (or the host posted the final text).
+        self.replied = False
+        # A `run` without --thread posts a new root; its later posts go into that root's thread.
+        self._adopt_first_root = adopt_first_root
+        self._conversation: list[MessageView] | None = None
+        self._clock = clock
+        self._handlers: dict[str, Callable[[Any], Awaitable[Result]]] = {
+            "channel_reply": self._reply,
+            "channel_read": self._read,
+            "channel_react": self._react,
+            "channel_edit": self._edit,
+            "channel_retract": self._retract,
+            "channel_fetch_file": self._fetch_file,
+            "channel_attach": self._attach,
+            "channel_post_document": self._post_document,
+            "tool_search": self._tool_search,
+            "skills": self._skills,
+        }
+
+    # -- what the model is offered ------------------------------------------------
+    def active_specs(self) -> list[ToolSpec]:
+        specs = [s for s in self.tools.channel_tools if s.starts == "active" or s.name in self.enabled]
+        if any(s.name not in self.enabled for s in self.tools.deferred):
+            specs.append(TOOL_SEARCH)
+        if self.tools.skills:
+            specs.append(SKILLS)
+        return specs
+
+    def offered(self, name: str) -> bool:
+        return any(s.name == name for s in self.active_specs())
+
+    # -- calling ----------------------------------------------------------------------
+    async def call(self, name: str, args: Any) -> Result:
+        """Run one tool call; always returns a result (an error result on any refusal or failure)."""
+        spec = CATALOG.get(name)
+        if spec is None or not self.offered(name):
+            hint = " Use tool_search to enable it." if any(s.name == name for s in self.tools.deferred) else ""
+            return ChannelError("unsupported", f"There is no tool {name!r} available now.{hint}").as_result()
+        try:
+            parsed = spec.args.model_validate(args if args is not None else {})
+        except ValidationError as exc:
+            return ChannelError("invalid_arguments", _describe(exc)).as_result()
+        try:
+            return await self._handlers[name](parsed)
+        except ChannelError as exc:
+            return exc.as_result()
+        except StoreError:
+            log.exception("store failure in tool %s", name)
+            return ChannelError("slack_error", "Internal storage error; the action may not have happened.").as_result()
+
+    # -- replies and the effect journal ------------------------------------------------
+    async def _reply(self, args: ReplyArgs) -> Result:
+        return await self.post_markdown(args.text)
+
+    async def post_markdown(self, markdown: str) -> Result:
+        """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too."""
+        text = strip_mass_mentions(markdown)
+        parts = split_markdown(text, self.adapter.max_post_chars)
+        handles: list[str] = []
+        first_permalink: str | None = None
+        bridge_error: str | None = None
+        for index, part in enumerate(parts):
+            effect_id = uuid.uuid4().hex
+            await self.store.open_effect(
+                effect_id=effect_id,
+                task_id=self.task.task_id,
+                tool="channel_reply",
+                args=json.dumps({"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index}),
+                now=self._clock(),
+            )
+            try:
+                posted = await self.adapter.post(self.origin, part, effect_id=effect_id)
+            except ChannelError as exc:
+                await self.store.close_effect(effect_id, result=json.dumps(exc.as_result()))
+                if handles:
+                    exc.message = bounded(f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})")
+                raise
+            try:
+                handle = await self._record_post(posted)
+                await self.store.close_effect(effect_id, result=json.dumps({"message": handle}))
+            except StoreError as exc:
+                # Slack has the post; never post again. Tell the model what we know.
+                log.exception("recording a post failed after Slack accepted it")
+                handle = f"unrecorded:{posted.ref.rsplit(':', 1)[-1]}"
+                bridge_error = bounded(f"posted, but recording it failed: {exc}")
+            handles.append(handle)
+            if first_permalink is None:
+                first_permalink = posted.permalink
+        self.replied = True
+        result: Result = {"message": handles[0], "permalink": first_permalink}
+        if len(handles) > 1:
+            result["parts"] = handles
+        if bridge_error:
+            result["bridge_error"] = bridge_error
+        return result
+
+    async def _record_post(self, posted: Posted) -> str:
+        handle = await self.handles.mint("msg", posted.ref, authored=True)
+        self.posted.append(handle)
+        if posted.new_root:
+            await self.store.record_root(channel=self.origin.channel, ts=posted.new_root, task_id=self.task.task_id)
+            if self._adopt_first_root and not self.origin.thread_ts:
+                await self.store.set_task_thread(self.task.task_id, posted.new_root)
+                self.origin = Origin(self.origin.channel, posted.new_root)
+                self._adopt_first_root = False
+        return handle
+
+    async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
+        """Settle effects a crashed run left open, without repeating a post.
+
+        Returns one line per effect for the model: what was recovered, or that it is unavailable.
+        """
+        notes: list[str] = []
+        for effect in effects:
+            args = json.loads(effect.args)
+            note: str
+            if effect.tool == "channel_reply":
+                origin = Origin(args.get("channel", self.origin.channel), args.get("thread_ts", self.origin.thread_ts))
+                try:
+                    found = await self.adapter.find_posted(origin, effect.effect_id)
+                except ChannelError as exc:
+                    found = []
+                    note = f"unavailable ({exc.message})"
+                if found:
+                    handle = await self._record_post(found[0])
+                    result: Result = {"message": handle, "permalink": found[0].permalink}
+                    note = f"was posted as {handle}"
+                else:
+                    result = ChannelError("not_found", "the interrupted reply was not posted").as_result()
+                    note = "was not posted (it is unavailable; post again if it is still needed)"
+                await self.store.close_effect(effect.effect_id, result=json.dumps(result))
+                notes.append(f"- an interrupted channel_reply {note}")
+            else:
+                # Reactions, edits and retractions are safe to leave to the model to re-attempt.
+                await self.store.close_effect(
+                    effect.effect_id,
+                    result=json.dumps(ChannelError("not_found", "interrupted; result unavailable").as_result()),
+                )
+                notes.append(f"- an interrupted {effect.tool} has an unavailable result; check and redo it if needed")
+        return notes
+
+    async def _journalled(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
+        effect_id = uuid.uuid4().hex
+        await self.store.open_effect(
+            effect_id=effect_id, task_id=self.task.task_id, tool=tool, args=json.dumps(args), now=self._clock()
+        )
+        try:
+            result = await action()
+        except ChannelError as exc:
+            await self.store.close_effect(effect_id, result=json.dumps(exc.as_result()))
+            raise
+        await self.store.close_effect(effect_id, result=json.dumps(result))
+        return result
+
+    # -- reading ----------------------------------------------------------------------
+    async def conversation(self) -> list[MessageView]:
+        """The conversation, fetched once per session and served from memory afterwards."""
+        if self._conversation is None:
+            self._conversation = await self.adapter.read(self.origin)
+        return self._conversation
+
+    async def _read(self, args: ReadArgs) -> Result:
+        messages = await self.conversation()
+        end = len(messages)
+        if args.cursor is not None:
+            match = _CURSOR.match(args.cursor)
+            if match is None or not 0 < int(match.group(1)) <= len(messages):
+                raise ChannelError("invalid_arguments", "cursor must be a next_cursor value from channel_read.")
+            end = int(match.group(1))
+        start = max(0, end - args.limit)
+        rows = [await self.row(m) for m in messages[start:end]]
+        return {"messages": rows, "next_cursor": f"before_{start}" if start > 0 else None}
+
+    async def row(self, view: MessageView) -> Result:
+        """A message as the model sees it, with handles minted for it and its files."""
+        row: Result = {
+            "message": await self.handles.mint("msg", view.ref, authored=view.author.is_you),
+            "author": {
+                "display_name": view.author.display_name,
+                "is_bot": view.author.is_bot,
+                "is_you": view.author.is_you,
+            },
+            "text": view.text,
+            "time": view.time,
+            "files": [await self._file_row(f) for f in view.files],
+        }
+        if view.reactions:
+            row["reactions"] = dict(view.reactions)
+        return row
+
+    async def _file_row(self, meta: FileMeta, *, authored: bool = False) -> Result:
+        data = json.dumps({"name": meta.name, "media_type": meta.media_type, "size": meta.size, **meta.data})
+        handle = await self.handles.mint("file", meta.ref, authored=authored, data=data)
+        return {"file": handle, "name": meta.name, "media_type": meta.media_type, "size": meta.size}
+
+    # -- reactions, edits, retractions ----------------------------------------------------
+    async def _react(self, args: ReactArgs) -> Result:
+        record = await self.handles.resolve(args.message, "msg")
+        emoji = args.emoji.strip(":")
+        add = args.action == "add"
+
+        async def act() -> Result:
+            try:
+                await self.adapter.react(record.ref, emoji, add=add)
+            except ChannelError as exc:
+                if exc.provider_code == "already_reacted":
+                    return {"ok": True, "note": f"you had already reacted with :{emoji}:"}
+                if exc.provider_code == "no_reaction":
+                    return {"ok": True, "note": f"there was no :{emoji}: reaction of yours to remove"}
+                raise
+            return {"ok": True}
+
+        return await self._journalled("channel_react", {"ref": record.ref, "emoji": emoji, "add": add}, act)
+
+    async def _own(self, handle: str) -> str:
+        record = await self.handles.resolve(handle, "msg")
+        if not record.authored:
+            raise ChannelError("not_authored", f"{handle} was not posted by you; you can only change your own messages.")
+        return record.ref
+
+    async def _edit(self, args: EditArgs) -> Result:
+        ref = await self._own(args.message)
+        text = strip_mass_mentions(args.text)
+        if len(text) > self.adapter.max_post_chars:
+            raise ChannelError(
+                "invalid_arguments",
+                f"text is {len(text)} characters; one message holds {self.adapter.max_post_chars}. "
+                "Edit with a shorter text, or reply with the rest.",
+            )
+
+        async def act() -> Result:
+            await self.adapter.edit(ref, text)
+            return {"message": args.message}
+
+        return await self._journalled("channel_edit", {"ref": ref}, act)
+
+    async def _retract(self, args: RetractArgs) -> Result:
+        ref = await self._own(args.message)
+
+        async def act() -> Result:
+            await self.adapter.retract(ref)
+            return {"ok": True}
+
+        return await self._journalled("channel_retract", {"ref": ref}, act)
+
+    # -- files ----------------------------------------------------------------------------
+    async def _fetch_file(self, args: FetchFileArgs) -> Result:
+        record = await self.handles.resolve(args.file, "file")
+        data = json.loads(record.data or "{}")
+        meta = FileMeta(
+            ref=record.ref,
+            name=str(data.get("name") or record.ref),
+            media_type=str(data.get("media_type") or "application/octet-stream"),
+            size=int(data.get("size") or 0),
+            data={k: v for k, v in data.items() if k not in ("name", "media_type", "size")},
+        )
+        if not meta.data.get("url"):
+            meta = await self.adapter.file_info(record.ref)
+        fetched = await self.adapter.fetch_file(meta, self.task_dir, variant=args.variant)
+        return {
+            "path": str(fetched.path.relative_to(self.task_dir)),
+            "media_type": fetched.media_type,
+            "size": fetched.size,
+            "sha256": fetched.sha256,
+        }
+
+    def _task_path(self, raw: str) -> Path:
+        root = self.task_dir.resolve()
+        candidate = Path(raw)
+        path = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        if not path.is_relative_to(root):
+            raise ChannelError("file_refused", "path must name a file inside your task directory.")
+        if not path.is_file():
+            raise ChannelError("not_found", f"no file at {raw!r} in your task directory.")
+        return path
+
+    async def _attach(self, args: AttachArgs) -> Result:
+        path = self._task_path(args.path)
+        comment = strip_mass_mentions(args.comment) if args.comment else None
+
+        async def act() -> Result:
+            uploaded = await self.adapter.attach(self.origin, path, title=args.title, comment=comment)
+            row = await self._file_row(uploaded.file, authored=True)
+            result: Result = {"file": row["file"]}
+            if uploaded.message_ref:
+                result["message"] = await self.handles.mint("msg", uploaded.message_ref, authored=True)
+            return result
+
+        return await self._journalled("channel_attach", {"path": str(path.relative_to(self.task_dir.resolve()))}, act)
+
+    async def _post_document(self, args: PostDocumentArgs) -> Result:
+        markdown = strip_mass_mentions(args.markdown)
+
+        async def act() -> Result:
+            doc = await self.adapter.post_document(self.origin, args.title, markdown)
+            handle = await self.handles.mint("file", doc.ref, authored=True)
+            return {"document": handle, "permalink": doc.permalink}
+
+        return await self._journalled("channel_post_document", {"title": args.title}, act)
+
+    # -- discovery -----------------------------------------------------------------------
+    async def _tool_search(self, args: ToolSearchArgs) -> Result:
+        candidates = [s for s in self.tools.deferred if s.name not in self.enabled]
+        hits = tool_search.rank(candidates, args.query, args.limit)
+        if not hits:
+            return {
+                "enabled": [],
+                "message": "No tool matched. Tools you can still enable: "
+                + (", ".join(f"{s.name} ({s.label})" for s in candidates) or "none"),
+            }
+        self.enabled.update(s.name for s in hits)
+        await self.store.set_enabled_tools(self.task.task_id, sorted(self.enabled))
+        return {
+            "enabled": [{"name": s.name, "description": s.description} for s in hits],
+            "message": "Enabled from your next step on: " + ", ".join(s.name for s in hits),
+        }
+
+    async def _skills(self, args: SkillsArgs) -> Result:
+        library = self.tools.skills
+        if args.name:
+            skill = library.get(args.name)
+            if skill is not None:
+                return {"name": skill.name, "markdown": skill.body}
+            return {"message": f"No skill named {args.name!r}.", **library.index()}
+        return library.index()
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "arguments"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown argument {loc!r}")
+        else:
+            parts.append(f"{loc}: {err['msg']}")
+    return "invalid arguments: " + "; ".join(parts)
+

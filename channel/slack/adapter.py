@@ -1,0 +1,381 @@
+"""The Slack adapter: the channel contract over Slack's Web API.
+
+It knows Slack and nothing about the agent. Author names and permalinks are
+resolved here, in trusted code, and cached; message refs are ``CHANNEL:TS`` and
+file refs are file ids — the session turns both into opaque handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from channel.contract import (
+    AdapterBase,
+    Author,
+    ChannelFeatures,
+    Document,
+    Fetched,
+    FileMeta,
+    MessageView,
+    Origin,
+    OriginInfo,
+    Posted,
+    Uploaded,
+)
+from channel.errors import ChannelError
+from channel.markdown import plain_fallback
+
+from . import files as slack_files
+from .errors import slack_call
+from .render import display_name, render_text, user_ids_in
+from .transport import read_client, write_client
+
+#: Metadata event type that carries the effect id of a post (see the effect journal).
+EFFECT_EVENT = "threadbound_effect"
+# conversations.replies allows 1,000 per call, history 999: the fewest calls for a whole thread.
+REPLIES_PAGE = 1000
+HISTORY_PAGE = 999
+# A DM's top level can be long; the model sees the most recent messages only.
+HISTORY_CAP = 1000
+# Comfortably under Slack's ~12,000-character limit for markdown blocks in one message.
+MAX_POST_CHARS = 8000
+
+_SCOPES_FOR: dict[str, tuple[str, ...]] = {
+    # A flag is on when any one of its scopes was granted.
+    "read": ("channels:history", "groups:history", "im:history", "mpim:history"),
+    "react": ("reactions:write",),
+    "edit": ("chat:write",),
+    "retract": ("chat:write",),
+    "fetch_file": ("files:read",),
+    "attach": ("files:write",),
+    "documents": ("canvases:write",),
+    "status": ("assistant:write",),
+}
+
+
+def features_from_scopes(scopes: Sequence[str]) -> ChannelFeatures:
+    granted = set(scopes)
+    return ChannelFeatures(**{flag: any(s in granted for s in needs) for flag, needs in _SCOPES_FOR.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class SlackIdentity:
+    """What ``auth.test`` says about the installed bot."""
+
+    user_id: str
+    bot_id: str
+    team_id: str
+    team_url: str
+    scopes: tuple[str, ...]
+    bot_name: str = ""
+
+
+class SlackAdapter(AdapterBase):
+    provider = "slack"
+    max_post_chars = MAX_POST_CHARS
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        api_url: str,
+        identity: SlackIdentity,
+        file_origins: Sequence[str],
+        features: ChannelFeatures | None = None,
+    ) -> None:
+        self._token = token
+        self.reads: AsyncWebClient = read_client(token, api_url)
+        self.writes: AsyncWebClient = write_client(token, api_url)
+        self.identity = identity
+        self.features = features if features is not None else features_from_scopes(identity.scopes)
+        self.file_origins = tuple(o.rstrip("/") for o in file_origins)
+        self._users: dict[str, asyncio.Future[tuple[str, bool]]] = {}
+        self._channels: dict[str, asyncio.Future[dict[str, Any]]] = {}
+
+    @classmethod
+    async def connect(
+        cls, *, token: str, api_url: str, file_origins: Sequence[str]
+    ) -> SlackAdapter:
+        """Call ``auth.test`` once, learn the bot's identity and granted scopes, derive features."""
+        identity = await fetch_identity(token, api_url)
+        return cls(token=token, api_url=api_url, identity=identity, file_origins=file_origins)
+
+    async def close(self) -> None:
+        for client in (self.reads, self.writes):
+            session = getattr(client, "session", None)
+            if session is not None and not session.closed:
+                await session.close()
+
+    # -- names, cached ---------------------------------------------------------------------
+    async def user(self, user_id: str) -> tuple[str, bool]:
+        """``(display name, is_bot)`` of a user; one ``users.info`` per user per process."""
+        future = self._users.get(user_id)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._users[user_id] = future
+            try:
+                async with slack_call("users.info"):
+                    response = await self.reads.users_info(user=user_id)
+                info = response.get("user") or {}
+                future.set_result((display_name(info), bool(info.get("is_bot"))))
+            except ChannelError as exc:
+                # Do not cache failures; the next lookup may succeed.
+                del self._users[user_id]
+                future.set_result(("someone", False))
+                if exc.code == "rate_limited":
+                    raise
+        return await asyncio.shield(future)
+
+    async def _names(self, user_ids: set[str]) -> dict[str, str]:
+        ids = sorted(user_ids)
+        found = await asyncio.gather(*(self.user(u) for u in ids))
+        return {u: name for u, (name, _) in zip(ids, found, strict=True)}
+
+    async def channel_info(self, channel: str) -> dict[str, Any]:
+        future = self._channels.get(channel)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            self._channels[channel] = future
+            try:
+                async with slack_call("conversations.info"):
+                    response = await self.reads.conversations_info(channel=channel)
+                future.set_result(dict(response.get("channel") or {}))
+            except ChannelError:
+                del self._channels[channel]
+                future.set_result({"id": channel})
+        return await asyncio.shield(future)
+
+    def permalink(self, channel: str, ts: str, thread_ts: str = "") -> str | None:
+        # Slack's permalink format, built locally: chat.getPermalink per post would cost a call each.
+        if not self.identity.team_url:
+            return None
+        link = f"{self.identity.team_url.rstrip('/')}/archives/{channel}/p{ts.replace('.', '')}"
+        if thread_ts and thread_ts != ts:
+            link += f"?thread_ts={thread_ts}&cid={channel}"
+        return link
+
+    # -- describing the origin -------------------------------------------------------------
+    async def describe(self, origin: Origin) -> OriginInfo:
+        info = await self.channel_info(origin.channel)
+        is_direct = bool(info.get("is_im")) or origin.channel.startswith("D")
+        if is_direct:
+            other = str(info.get("user") or "")
+            name = f"a direct message with {(await self.user(other))[0]}" if other else "a direct message"
+        elif info.get("is_mpim"):
+            name = "a group direct message"
+        else:
+            name = f"#{info.get('name') or 'a-channel'}"
+        if origin.thread_ts:
+            link = self.permalink(origin.channel, origin.thread_ts)
+        elif self.identity.team_url:
+            link = f"{self.identity.team_url.rstrip('/')}/archives/{origin.channel}"
+        else:
+            link = None
+        return OriginInfo("slack", name, link, bool(origin.thread_ts), is_direct)
+
+    # -- reading ------------------------------------------------------------------------------
+    async def read(self, origin: Origin) -> list[MessageView]:
+        raw = await (self._replies(origin) if origin.thread_ts else self._history(origin))
+        return await self._views(origin.channel, raw)
+
+    async def _replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            async with slack_call("conversations.replies"):
+                response = await self.reads.conversations_replies(
+                    channel=origin.channel,
+                    ts=origin.thread_ts,
+                    limit=REPLIES_PAGE,
+                    cursor=cursor,
+                    include_all_metadata=metadata,
+                )
+            messages.extend(response.get("messages") or [])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                return messages
+
+    async def _history(self, origin: Origin, *, cap: int = HISTORY_CAP, metadata: bool = False) -> list[dict[str, Any]]:
+        newest_first: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while len(newest_first) < cap:
+            async with slack_call("conversations.history"):
+                response = await self.reads.conversations_history(
+                    channel=origin.channel,
+                    limit=min(HISTORY_PAGE, cap - len(newest_first)),
+                    cursor=cursor,
+                    include_all_metadata=metadata,
+                )
+            newest_first.extend(response.get("messages") or [])
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+            if not cursor:
+                break
+        return list(reversed(newest_first[:cap]))
+
+    async def _views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
+        ids: set[str] = set()
+        for message in raw:
+            if message.get("user"):
+                ids.add(str(message["user"]))
+            ids |= user_ids_in(str(message.get("text") or ""))
+        names = await self._names(ids)
+        return [self._view(channel, m, names) for m in raw]
+
+    def _view(self, channel: str, message: Mapping[str, Any], names: Mapping[str, str]) -> MessageView:
+        user = str(message.get("user") or "")
+        bot_id = message.get("bot_id")
+        is_you = user == self.identity.user_id or (bool(bot_id) and bot_id == self.identity.bot_id)
+        if user:
+            name = names.get(user, "someone")
+        else:
+            profile = message.get("bot_profile") or {}
+            name = str(message.get("username") or profile.get("name") or "a bot")
+        author = Author(display_name=name, is_bot=bool(bot_id) or is_you, is_you=is_you)
+        reactions = {str(r.get("name")): int(r.get("count") or 0) for r in message.get("reactions") or []}
+        ts = str(message.get("ts") or "")
+        return MessageView(
+            ref=f"{channel}:{ts}",
+            author=author,
+            text=render_text(str(message.get("text") or ""), names),
+            time=_iso(ts),
+            files=tuple(slack_files.meta(f) for f in message.get("files") or [] if f.get("id")),
+            reactions=reactions,
+        )
+
+    async def view(self, raw: Mapping[str, Any]) -> MessageView:
+        channel = str(raw.get("channel") or "")
+        return (await self._views(channel, [raw]))[0]
+
+    # -- writing --------------------------------------------------------------------------------
+    async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+        kwargs: dict[str, Any] = {
+            "channel": origin.channel,
+            "text": plain_fallback(markdown),
+            "blocks": [{"type": "markdown", "text": markdown}],
+            "metadata": {"event_type": EFFECT_EVENT, "event_payload": {"effect_id": effect_id}},
+            "unfurl_links": False,
+        }
+        if origin.thread_ts:
+            kwargs["thread_ts"] = origin.thread_ts
+        async with slack_call("chat.postMessage"):
+            response = await self.writes.chat_postMessage(**kwargs)
+        ts = str(response["ts"])
+        return Posted(
+            ref=f"{origin.channel}:{ts}",
+            new_root="" if origin.thread_ts else ts,
+            permalink=self.permalink(origin.channel, ts, origin.thread_ts),
+        )
+
+    async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
+        if origin.thread_ts:
+            raw = await self._replies(origin, metadata=True)
+        else:
+            raw = await self._history(origin, cap=200, metadata=True)
+        found = []
+        for message in raw:
+            meta = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == EFFECT_EVENT and payload.get("effect_id") == effect_id:
+                ts = str(message.get("ts"))
+                found.append(
+                    Posted(
+                        ref=f"{origin.channel}:{ts}",
+                        new_root="" if origin.thread_ts else ts,
+                        permalink=self.permalink(origin.channel, ts, origin.thread_ts),
+                    )
+                )
+        return found
+
+    async def react(self, ref: str, emoji: str, *, add: bool) -> None:
+        channel, ts = _split_ref(ref)
+        method = "reactions.add" if add else "reactions.remove"
+        async with slack_call(method):
+            if add:
+                await self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
+            else:
+                await self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji)
+
+    async def edit(self, ref: str, markdown: str) -> None:
+        channel, ts = _split_ref(ref)
+        async with slack_call("chat.update"):
+            await self.writes.chat_update(
+                channel=channel, ts=ts, text=plain_fallback(markdown), blocks=[{"type": "markdown", "text": markdown}]
+            )
+
+    async def retract(self, ref: str) -> None:
+        channel, ts = _split_ref(ref)
+        async with slack_call("chat.delete"):
+            await self.writes.chat_delete(channel=channel, ts=ts)
+
+    async def set_status(self, origin: Origin, status: str) -> None:
+        async with slack_call("assistant.threads.setStatus"):
+            await self.writes.assistant_threads_setStatus(
+                channel_id=origin.channel, thread_ts=origin.thread_ts, status=status
+            )
+
+    # -- files and documents --------------------------------------------------------------------
+    async def file_info(self, ref: str) -> FileMeta:
+        async with slack_call("files.info"):
+            response = await self.reads.files_info(file=ref)
+        return slack_files.meta(response.get("file") or {"id": ref})
+
+    async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
+        return await slack_files.download(
+            meta, dest_dir, variant=variant, token=self._token, origins=self.file_origins
+        )
+
+    async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
+        return await slack_files.upload(self.writes, origin, path, title=title, comment=comment)
+
+    async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
+        return await slack_files.create_canvas(self, origin, title, markdown)
+
+
+async def fetch_identity(token: str, api_url: str) -> SlackIdentity:
+    client = read_client(token, api_url)
+    try:
+        async with slack_call("auth.test"):
+            response = await client.auth_test()
+    finally:
+        session = getattr(client, "session", None)
+        if session is not None and not session.closed:
+            await session.close()
+    headers = {k.lower(): v for k, v in (response.headers or {}).items()}
+    raw_scopes = headers.get("x-oauth-scopes", "")
+    if isinstance(raw_scopes, list):
+        raw_scopes = ",".join(raw_scopes)
+    scopes = tuple(s.strip() for s in str(raw_scopes).split(",") if s.strip())
+    return SlackIdentity(
+        user_id=str(response.get("user_id") or ""),
+        bot_id=str(response.get("bot_id") or ""),
+        team_id=str(response.get("team_id") or ""),
+        team_url=str(response.get("url") or ""),
+        scopes=scopes,
+        bot_name=str(response.get("user") or ""),
+    )
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    channel, sep, ts = ref.partition(":")
+    if not sep or not channel or not ts:
+        raise ChannelError("invalid_handle", "that handle does not name a Slack message")
+    return channel, ts
+
+
+def _iso(ts: str) -> str:
+    try:
+        return datetime.fromtimestamp(float(ts), tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except ValueError:
+        return ""
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,65 @@
+"""The one place Slack failures become ``ChannelError``s.
+
+``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429 after retries) maps by
+its error string; transport failures (aiohttp, timeouts) become ``slack_error``.
+Messages name the method and Slack's error code, never the token or a payload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+
+from channel.errors import ChannelError, ErrorCode
+
+_CODES: dict[str, tuple[ErrorCode, str]] = {
+    "ratelimited": ("rate_limited", "Slack is rate limiting this; wait a little before trying again."),
+    "message_not_found": ("not_found", "That message no longer exists."),
+    "thread_not_found": ("not_found", "That thread no longer exists."),
+    "channel_not_found": ("not_found", "This conversation is not visible to the bot."),
+    "file_not_found": ("not_found", "That file no longer exists or is not visible to the bot."),
+    "file_deleted": ("not_found", "That file was deleted."),
+    "cant_update_message": ("not_authored", "Slack refused: only messages the bot posted can be edited."),
+    "cant_delete_message": ("not_authored", "Slack refused: only messages the bot posted can be deleted."),
+    "edit_window_closed": ("slack_error", "The edit window for that message has closed; reply instead."),
+    "msg_too_long": ("invalid_arguments", "The text is too long for one Slack message."),
+    "msg_blocks_too_long": ("invalid_arguments", "The text is too long for one Slack message."),
+    "already_reacted": ("slack_error", "You had already added that reaction."),
+    "no_reaction": ("slack_error", "You have no such reaction on that message."),
+    "invalid_name": ("invalid_arguments", "That is not an emoji name this workspace knows."),
+    "too_many_reactions": ("slack_error", "That message has too many reactions already."),
+    "missing_scope": ("unsupported", "The Slack app is missing a permission (scope) for this."),
+    "not_in_channel": ("unsupported", "The bot is not a member of this conversation."),
+    "is_archived": ("unsupported", "This conversation is archived."),
+    "restricted_action": ("unsupported", "A workspace setting forbids this action."),
+}
+
+
+def map_slack_error(exc: Exception, method: str) -> ChannelError:
+    if isinstance(exc, SlackApiError):
+        response = exc.response
+        code = str(response.get("error") or "unknown_error") if response is not None else "unknown_error"
+        if response is not None and response.status_code == 429:
+            code = "ratelimited"
+        mapped, message = _CODES.get(code, ("slack_error", f"Slack answered {code}."))
+        return ChannelError(mapped, f"{method}: {message}", provider_code=code)
+    if isinstance(exc, asyncio.TimeoutError | aiohttp.ClientError | SlackClientError | OSError):
+        return ChannelError(
+            "slack_error", f"{method}: could not reach Slack ({type(exc).__name__})", provider_code="transport"
+        )
+    return ChannelError("slack_error", f"{method}: unexpected failure ({type(exc).__name__})")
+
+
+@asynccontextmanager
+async def slack_call(method: str) -> AsyncIterator[None]:
+    """Map any Slack or transport failure inside the block to a ``ChannelError``."""
+    try:
+        yield
+    except ChannelError:
+        raise
+    except Exception as exc:
+        raise map_slack_error(exc, method) from exc

@@ -1,0 +1,104 @@
+"""Slack mrkdwn from the Web API → text for the model, with no raw Slack IDs.
+
+Slack sends mentions, channel links, special mentions, dates and links as
+``<…>`` constructs and escapes literal ``&``, ``<`` and ``>`` as entities.
+:func:`render_text` replaces every construct with readable text (names come
+from a ``users`` map resolved in trusted code) and unescapes entities in the
+same single pass, so an escaped ``&lt;@U1&gt;`` in a message stays literal text
+and is never mistaken for a mention.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["display_name", "render_text", "user_ids_in"]
+
+# Slack IDs are upper-case letters and digits; W… IDs are Enterprise Grid users.
+_USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
+# A construct (never contains a raw < or >: Slack escapes those) or an entity.
+_TOKEN = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")
+_ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
+_SPECIAL = frozenset({"here", "channel", "everyone"})
+_URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def user_ids_in(text: str) -> set[str]:
+    """The user IDs mentioned in ``text`` as ``<@U…>``/``<@W…>`` (with or without ``|label``)."""
+    return set(_USER_MENTION.findall(text))
+
+
+def render_text(text: str, users: Mapping[str, str]) -> str:
+    """Render Slack message text for the model.
+
+    ``users`` maps user ID → display name. Mentions become ``@Name`` (``@label``
+    or ``@someone`` when the ID is unknown), channels ``#name`` (``#a-channel``
+    without a name), user groups ``@handle`` (``@a-group``), ``<!here>`` and
+    friends ``@here``, dates their fallback text, links ``[label](url)`` or the
+    bare URL, mail links the address; then ``&lt;``/``&gt;``/``&amp;`` are unescaped.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        entity = match.group(2)
+        if entity is not None:
+            return _ENTITIES[entity]
+        return _render_construct(match.group(1), users)
+
+    return _TOKEN.sub(replace, text)
+
+
+def display_name(user: Mapping[str, Any]) -> str:
+    """The name to show for a ``users.info`` ``user`` object: the profile's display
+    name, else its real name (profile, then top level), else the username, else
+    ``"someone"``."""
+    profile: Mapping[str, Any] = user.get("profile") or {}
+    if not isinstance(profile, Mapping):
+        profile = {}
+    for value in (
+        profile.get("display_name"),
+        profile.get("real_name"),
+        user.get("real_name"),
+        user.get("name"),
+    ):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return "someone"
+
+
+def _unescape(text: str) -> str:
+    # One pass, so "&amp;lt;" becomes "&lt;" and not "<".
+    return re.sub(r"&(lt|gt|amp);", lambda m: _ENTITIES[m.group(1)], text)
+
+
+def _render_construct(inner: str, users: Mapping[str, str]) -> str:
+    target, bar, raw_label = inner.partition("|")
+    label = _unescape(raw_label).strip() if bar else ""
+    if target.startswith("@"):
+        name = users.get(target[1:], "").strip()
+        return "@" + (name or label.lstrip("@").strip() or "someone")
+    if target.startswith("#"):
+        return "#" + (label.lstrip("#").strip() or "a-channel")
+    if target.startswith("!"):
+        return _render_special(target[1:], label)
+    url = _unescape(target)
+    if url.lower().startswith("mailto:"):
+        address = url[len("mailto:") :]
+        return address if not label or label == address else f"{label} ({address})"
+    if _URL_SCHEME.match(url):
+        return url if not label or label == url else f"[{label}]({url})"
+    # Not a construct Slack documents: show its label, else its text, never an ID-shaped target.
+    return label or url
+
+
+def _render_special(command: str, label: str) -> str:
+    keyword = command.split("^", 1)[0].lower()
+    if keyword in _SPECIAL:
+        return "@" + keyword
+    if keyword == "subteam":
+        return "@" + (label.lstrip("@").strip() or "a-group")
+    if keyword == "date":
+        return label or "a date"
+    # Unknown special command (its arguments may hold IDs): the label only.
+    return label

@@ -1,0 +1,215 @@
+"""The channel tool catalog: argument models, schemas and what each tool needs.
+
+One pydantic model per tool both produces the JSON schema the model sees and
+validates the call, so the two can never disagree. Every model forbids extra
+fields (``additionalProperties: false``) and bounds every input. No model has a
+field that addresses a channel, thread, user or workspace: the session binds
+all of that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Handles are minted by the host: a prefix and 22 URL-safe characters.
+MSG_HANDLE = r"^msg_[A-Za-z0-9_-]{8,40}$"
+FILE_HANDLE = r"^file_[A-Za-z0-9_-]{8,40}$"
+# Slack emoji names: lower-case letters, digits, _ + - ' and an optional skin tone; colons allowed around.
+EMOJI = r"^:?[a-z0-9_+'\-]{1,64}(::skin-tone-[2-6])?:?$"
+MAX_TEXT = 40_000
+
+
+class ToolArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, frozen=True)
+
+
+class ReplyArgs(ToolArgs):
+    text: str = Field(
+        min_length=1, max_length=MAX_TEXT, description="The reply, in Markdown. Long replies are split."
+    )
+
+
+class ReadArgs(ToolArgs):
+    limit: int = Field(default=15, ge=1, le=15, description="How many messages per page (1-15).")
+    cursor: str | None = Field(
+        default=None,
+        max_length=64,
+        description="next_cursor from the previous channel_read call, to page to older messages.",
+    )
+
+
+class ReactArgs(ToolArgs):
+    message: str = Field(pattern=MSG_HANDLE, description="Handle of the message (msg_...).")
+    emoji: str = Field(pattern=EMOJI, max_length=80, description="Emoji name, e.g. thumbsup or white_check_mark.")
+    action: Literal["add", "remove"] = Field(default="add", description="Add or remove the reaction.")
+
+
+class EditArgs(ToolArgs):
+    message: str = Field(pattern=MSG_HANDLE, description="Handle of a message you posted (msg_...).")
+    text: str = Field(min_length=1, max_length=MAX_TEXT, description="The new text, in Markdown.")
+
+
+class RetractArgs(ToolArgs):
+    message: str = Field(pattern=MSG_HANDLE, description="Handle of a message you posted (msg_...).")
+
+
+class FetchFileArgs(ToolArgs):
+    file: str = Field(pattern=FILE_HANDLE, description="Handle of a file (file_...) from channel_read or the prompt.")
+    variant: Literal["original", "video_low"] | None = Field(
+        default=None, description="video_low downloads a smaller MP4 rendition when one exists."
+    )
+
+
+class AttachArgs(ToolArgs):
+    path: str = Field(
+        min_length=1, max_length=512, description="Path of a file in your task directory (as channel_fetch_file returned)."
+    )
+    title: str | None = Field(default=None, max_length=250, description="Title shown for the file.")
+    comment: str | None = Field(default=None, max_length=4000, description="Markdown comment posted with it.")
+
+
+class PostDocumentArgs(ToolArgs):
+    title: str = Field(min_length=1, max_length=250, description="Document title.")
+    markdown: str = Field(min_length=1, max_length=100_000, description="Document body, in Markdown.")
+
+
+class ToolSearchArgs(ToolArgs):
+    query: str = Field(min_length=1, max_length=200, description="What you want to do, in a few words.")
+    limit: int = Field(default=3, ge=1, le=10, description="How many tools to enable at most (1-10).")
+
+
+class SkillsArgs(ToolArgs):
+    name: str | None = Field(
+        default=None, max_length=100, description="A skill's name; omit it to list the skills."
+    )
+
+
+Starts = Literal["active", "deferred"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    label: str
+    description: str
+    args: type[ToolArgs]
+    #: The ``ChannelFeatures`` flag it needs; None for tools every adapter has.
+    feature: str | None
+    starts: Starts
+
+    def schema(self) -> dict[str, Any]:
+        return closed_schema(self.args)
+
+
+def closed_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema, with ``additionalProperties: false`` on every object in it."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+
+    def close(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object":
+                node["additionalProperties"] = False
+            for value in node.values():
+                close(value)
+        elif isinstance(node, list):
+            for value in node:
+                close(value)
+
+    close(schema)
+    return schema
+
+
+CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "channel_reply",
+        "Reply",
+        "Post a reply in this conversation. This is the only way your answer reaches people. "
+        "Returns the message handle and permalink.",
+        ReplyArgs,
+        None,
+        "active",
+    ),
+    ToolSpec(
+        "channel_read",
+        "Read the conversation",
+        "Read messages of this conversation: the newest page first; pass next_cursor to page to older ones. "
+        "Rows carry message and file handles.",
+        ReadArgs,
+        "read",
+        "active",
+    ),
+    ToolSpec(
+        "channel_react",
+        "React",
+        "Add or remove an emoji reaction on a message of this conversation.",
+        ReactArgs,
+        "react",
+        "active",
+    ),
+    ToolSpec(
+        "channel_edit",
+        "Edit your message",
+        "Edit a message you posted in this conversation (replace its text).",
+        EditArgs,
+        "edit",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_retract",
+        "Retract your message",
+        "Delete a message you posted in this conversation.",
+        RetractArgs,
+        "retract",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_fetch_file",
+        "Fetch a file",
+        "Download a file attached to a message of this conversation into your task directory; "
+        "returns its local path, media type, size and sha256.",
+        FetchFileArgs,
+        "fetch_file",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_attach",
+        "Attach a file",
+        "Upload a file from your task directory into this conversation, with an optional title and comment.",
+        AttachArgs,
+        "attach",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_post_document",
+        "Post a document",
+        "Create a rich document (a Slack canvas) from Markdown and share it in this conversation.",
+        PostDocumentArgs,
+        "documents",
+        "deferred",
+    ),
+)
+
+TOOL_SEARCH = ToolSpec(
+    "tool_search",
+    "Find tools",
+    "Find and enable more tools by describing what you want to do (e.g. 'edit my message', 'download a file'). "
+    "Enabled tools are available from your next step on.",
+    ToolSearchArgs,
+    None,
+    "active",
+)
+
+SKILLS = ToolSpec(
+    "skills",
+    "Skills",
+    "List the skills (how-to guides) available to you, or read one by name.",
+    SkillsArgs,
+    None,
+    "active",
+)
+
+CATALOG: dict[str, ToolSpec] = {spec.name: spec for spec in (*CHANNEL_TOOLS, TOOL_SEARCH, SKILLS)}

@@ -1,0 +1,235 @@
+"""The Store contract: everything threadbound keeps durably, behind one interface.
+
+Both backends (``storage.sqlite.SQLiteStore``, ``storage.postgres.PostgresStore``)
+implement :class:`Store` and pass the same contract suite (``tests/test_store_contract.py``).
+Nothing outside ``storage/`` touches SQL.
+
+Vocabulary
+----------
+- A **conversation key** is ``(channel, thread_ts)``. ``thread_ts`` is the thread
+  root's ts, or ``""`` for the top level of a direct message (the whole DM is one
+  conversation there). Several keys may point to one task: the key it started in
+  plus every root the bot posted for it.
+- A **task** is one agent's memory: its transcript, the tools it has enabled,
+  its origin (the key replies go to by default).
+- The **inbox** holds claimed messages that no finished run has consumed yet.
+- A **lease** gives one owner the right to run a task until ``expires_at``.
+- A **handle** is an opaque, task-scoped name (``msg_…``/``file_…``) for a
+  provider object (``ref``), with authorship recorded.
+- An **effect** is a journalled Slack write: opened before the call, closed
+  with its result after it, so a crashed run can reconcile instead of repeat.
+
+All times are seconds since the epoch as floats, passed in by the caller
+(``now``) so tests can move the clock and instances agree on one notion of time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+HandleKind = Literal["msg", "file"]
+ClaimStatus = Literal["claimed", "duplicate", "no_task"]
+EffectState = Literal["open", "done"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    task_id: str
+    channel: str
+    #: Root ts replies go to; ``""`` for a DM's top level or a root not posted yet.
+    thread_ts: str
+    #: pydantic-ai message history as JSON bytes (``ModelMessagesTypeAdapter``); ``b""`` when new.
+    transcript: bytes
+    #: Deferred tools the model enabled with ``tool_search``; kept across resumes.
+    enabled_tools: tuple[str, ...]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    item_id: int
+    task_id: str
+    channel: str
+    ts: str
+    #: The conversation key's thread_ts this message arrived in (``""`` for a DM's top level).
+    thread_ts: str
+    #: JSON text the router wrote (an ``app.inbound.Inbound`` dump); opaque to the store.
+    payload: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    status: ClaimStatus
+    task_id: str | None = None
+    item_id: int | None = None
+    #: True when this claim created the task.
+    created: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HandleRecord:
+    handle: str
+    task_id: str
+    kind: HandleKind
+    #: Provider reference (e.g. ``C123:1700000000.000100`` or a file id); never shown to the model.
+    ref: str
+    #: True when the bot posted/uploaded this object for this task.
+    authored: bool
+    #: Provider data kept with the handle (JSON text, e.g. file metadata); ``"{}"`` when none.
+    data: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    effect_id: str
+    task_id: str
+    tool: str
+    #: JSON text of the arguments the effect was attempted with.
+    args: str
+    state: EffectState
+    #: JSON text of the recorded result once closed, else ``None``.
+    result: str | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    task_id: str
+    owner: str
+    expires_at: float
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Counts for readiness probes and benchmarks."""
+
+    tasks: int = 0
+    pending_inbox: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class StoreError(Exception):
+    """The store could not do what was asked (connection lost, constraint broken)."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state of threadbound. Every method is atomic on its own."""
+
+    # -- lifecycle ---------------------------------------------------------
+    async def migrate(self) -> None:
+        """Create or upgrade the schema to the current version. Idempotent; safe on every start."""
+
+    async def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreError` unless the database answers a trivial query."""
+
+    # -- ingress -------------------------------------------------------------
+    async def find_task(self, channel: str, thread_ts: str) -> str | None:
+        """The task a conversation key belongs to, or None."""
+
+    async def claim_message(
+        self,
+        *,
+        event_id: str,
+        channel: str,
+        ts: str,
+        thread_ts: str,
+        create: bool,
+        payload: str,
+        now: float,
+    ) -> ClaimOutcome:
+        """Claim one Slack message and append it to its task's inbox, in one transaction.
+
+        - If ``event_id`` or ``(channel, ts)`` was claimed before: record the
+          ``event_id`` too (so its retries stay cheap) and return ``duplicate``.
+        - Else find the task of ``(channel, thread_ts)``; if there is none and
+          ``create`` is true, create a task whose origin is ``(channel, thread_ts)``
+          and map the key to it; if there is none and ``create`` is false, return
+          ``no_task`` and record nothing.
+        - Else record both claim keys, append an inbox item and return ``claimed``.
+
+        Two concurrent calls for the same message (even with different event ids)
+        yield exactly one ``claimed``, on every backend and across processes.
+        """
+
+    # -- tasks -----------------------------------------------------------------
+    async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:
+        """Create a task outside ingress (``python -m app run``). A non-empty
+        ``thread_ts`` maps that key to the task (an existing mapping is kept and its task returned)."""
+
+    async def get_task(self, task_id: str) -> TaskRecord | None: ...
+
+    async def set_task_thread(self, task_id: str, thread_ts: str) -> None:
+        """Set the origin thread of a task whose origin had none yet (its first posted root)."""
+
+    async def record_root(self, *, channel: str, ts: str, task_id: str) -> None:
+        """Map the conversation key ``(channel, ts)`` of a root the bot posted to ``task_id``.
+        An existing mapping is left as it is."""
+
+    async def save_run(
+        self,
+        task_id: str,
+        *,
+        transcript: bytes,
+        consumed: Sequence[int],
+        enabled_tools: Sequence[str] | None = None,
+    ) -> None:
+        """After a run: store the transcript, mark the consumed inbox items done and, when
+        given, replace the enabled tools. One transaction: a crash leaves either all or nothing."""
+
+    async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None: ...
+
+    # -- inbox ------------------------------------------------------------------
+    async def pending_inbox(self, task_id: str) -> list[InboxItem]:
+        """Items not yet consumed by a saved run, oldest first."""
+
+    async def tasks_with_pending_inbox(self, *, now: float) -> list[str]:
+        """Tasks that have pending inbox items or open effects and no live lease (expired or none)."""
+
+    # -- leases -----------------------------------------------------------------
+    async def acquire_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
+        """Take the lease if it is free, expired, or already ``owner``'s. Atomic across instances."""
+
+    async def renew_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
+        """Extend ``owner``'s lease; False when the lease is no longer ``owner``'s (it was lost)."""
+
+    async def release_lease(self, task_id: str, *, owner: str) -> None:
+        """Drop the lease if ``owner`` holds it; otherwise do nothing."""
+
+    async def get_lease(self, task_id: str) -> LeaseRecord | None: ...
+
+    # -- handles ----------------------------------------------------------------
+    async def mint_handle(
+        self,
+        *,
+        task_id: str,
+        kind: HandleKind,
+        ref: str,
+        handle: str,
+        authored: bool = False,
+        data: str = "{}",
+    ) -> HandleRecord:
+        """Store ``handle`` for ``(task_id, kind, ref)`` and return it; if that triple already has
+        a handle, return the existing one instead (its ``authored`` is raised to True when
+        ``authored`` is True, and ``data`` replaced when not ``"{}"``)."""
+
+    async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
+        """The record of ``handle`` if it belongs to ``task_id``; None otherwise (another task's or unknown)."""
+
+    # -- effect journal -----------------------------------------------------------
+    async def open_effect(self, *, effect_id: str, task_id: str, tool: str, args: str, now: float) -> None: ...
+
+    async def close_effect(self, effect_id: str, *, result: str) -> None: ...
+
+    async def open_effects(self, task_id: str) -> list[EffectRecord]:
+        """Effects of ``task_id`` still open (attempted, result not recorded), oldest first."""
+
+    async def get_effect(self, effect_id: str) -> EffectRecord | None: ...
+
+    async def stats(self) -> StoreStats: ...
