@@ -13,7 +13,9 @@ from .settings import Settings
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m app", description="threadbound: an agent in your Slack threads")
+    parser = argparse.ArgumentParser(
+        prog="python -m app", description="threadbound: an agent in your Slack threads"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="run the HTTP server on $PORT (POST /slack/events, GET /healthz)")
     run = sub.add_parser("run", help="run one task against a real conversation, without the webhook")
@@ -23,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="check configuration against the real services")
     check.add_argument("--no-model", action="store_true", help="skip the model request")
     manifest = sub.add_parser("manifest", help="print the Slack app manifest for an Events API install")
-    manifest.add_argument("--url", required=True, help="public URL of /slack/events, e.g. https://HOST/slack/events")
+    manifest.add_argument(
+        "--url", required=True, help="public URL of /slack/events, e.g. https://HOST/slack/events"
+    )
     manifest.add_argument("--name", default="threadbound", help="the app's display name")
     return parser
 

@@ -91,14 +91,20 @@ class AgentFile:
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise ValueError(f"{path}: tools must be a list of tool names")
-        return cls(instructions=instructions, tools=tuple(tools) if tools is not None else None, model=str(data.get("model", "")))
+        return cls(
+            instructions=instructions,
+            tools=tuple(tools) if tools is not None else None,
+            model=str(data.get("model", "")),
+        )
 
 
 def build_model(name: str, settings: Settings) -> Model:
     """A pydantic-ai model from ``openai-chat:NAME``, ``openai:NAME`` or ``anthropic:NAME``."""
     provider, _, model_name = name.partition(":")
     if not model_name:
-        raise ValueError(f"MODEL must look like 'openai-chat:NAME', 'openai:NAME' or 'anthropic:NAME', not {name!r}")
+        raise ValueError(
+            f"MODEL must look like 'openai-chat:NAME', 'openai:NAME' or 'anthropic:NAME', not {name!r}"
+        )
     if provider in ("openai-chat", "openai"):
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.openai import OpenAIProvider
@@ -116,7 +122,8 @@ def build_model(name: str, settings: Settings) -> Model:
         from pydantic_ai.providers.anthropic import AnthropicProvider
 
         return AnthropicModel(
-            model_name, provider=AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value() or None)
+            model_name,
+            provider=AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value() or None),
         )
     raise ValueError(f"unsupported model provider {provider!r} in MODEL={name!r}")
 

@@ -23,7 +23,18 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 # Inbound fields the runner needs to render the message later; everything else is dropped.
-_KEPT = ("channel", "ts", "thread_ts", "user", "text", "files", "bot_id", "channel_type", "subtype", "username")
+_KEPT = (
+    "channel",
+    "ts",
+    "thread_ts",
+    "user",
+    "text",
+    "files",
+    "bot_id",
+    "channel_type",
+    "subtype",
+    "username",
+)
 
 
 @dataclass(frozen=True, slots=True)

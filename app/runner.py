@@ -26,10 +26,16 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
 
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
@@ -146,7 +152,9 @@ class TaskRunner:
     # -- driving one task ------------------------------------------------------------------
     async def _drive(self, task_id: str) -> None:
         while self._accepting:
-            if not await self.store.acquire_lease(task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()):
+            if not await self.store.acquire_lease(
+                task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+            ):
                 return  # another instance runs it; it will see our inbox item
             heartbeat = asyncio.create_task(self._heartbeat(task_id), name=f"lease:{task_id}")
             try:
@@ -169,12 +177,16 @@ class TaskRunner:
         while True:
             await asyncio.sleep(self.lease_ttl / 3)
             try:
-                if not await self.store.renew_lease(task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()):
+                if not await self.store.renew_lease(
+                    task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+                ):
                     log.warning("lost the lease of task %s", task_id)
             except StoreError:
                 log.exception("lease heartbeat failed for task %s", task_id)
 
-    async def run_inbox(self, task_id: str, items: Sequence[InboxItem], effects: Sequence[EffectRecord]) -> RunOutcome:
+    async def run_inbox(
+        self, task_id: str, items: Sequence[InboxItem], effects: Sequence[EffectRecord]
+    ) -> RunOutcome:
         task = await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
@@ -196,7 +208,9 @@ class TaskRunner:
             clock=self.clock,
         )
 
-    async def prompt(self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()) -> str:
+    async def prompt(
+        self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
+    ) -> str:
         """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
         lines: list[str] = []
         for item in items:
@@ -283,10 +297,14 @@ class TaskRunner:
 
     # -- direct use (the `run` command) ----------------------------------------------------
     async def run_prompt(self, task: TaskRecord, prompt: str, *, adopt_first_root: bool) -> RunOutcome:
-        if not await self.store.acquire_lease(task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()):
+        if not await self.store.acquire_lease(
+            task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+        ):
             raise RuntimeError("that conversation is busy with another run; try again when it finishes")
         try:
-            session = self.session(task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root)
+            session = self.session(
+                task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root
+            )
             return await self.execute(session, prompt, [])
         finally:
             await self.store.release_lease(task.task_id, owner=self.owner)
@@ -301,4 +319,3 @@ def _load_history(transcript: bytes) -> list[ModelMessage]:
         # A transcript from an incompatible pydantic-ai version must not brick the task.
         log.warning("discarding an unreadable transcript")
         return []
-

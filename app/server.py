@@ -132,7 +132,9 @@ class Service:
         if model is None:
             name = settings.model or agent_file.model
             if not name:
-                raise StartupError("MODEL is not set (e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5)")
+                raise StartupError(
+                    "MODEL is not set (e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5)"
+                )
             try:
                 model = build_model(name, settings)
             except ValueError as exc:
@@ -196,7 +198,10 @@ class Service:
         return app
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        bolt_request = await to_bolt_request(request)
+        try:
+            bolt_request = await to_bolt_request(request)
+        except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
+            return web.Response(status=400, text="malformed request body")
         return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
 
     async def _healthz(self, _: web.Request) -> web.Response:
@@ -230,7 +235,9 @@ class Service:
         await self.store.close()
 
 
-async def serve(settings: Settings, *, model: Model | None = None, ready: asyncio.Event | None = None) -> None:
+async def serve(
+    settings: Settings, *, model: Model | None = None, ready: asyncio.Event | None = None
+) -> None:
     """Run the HTTP server until SIGTERM/SIGINT, then drain within ``SHUTDOWN_GRACE`` and exit."""
     service = await Service.create(settings, model=model)
     runner = web.AppRunner(service.web_app, handle_signals=False, access_log=None)

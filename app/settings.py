@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 CSV = Annotated[tuple[str, ...], NoDecode]
 
@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     allow_bots: bool = False
     allow_dms: bool = True
 
-    #: Show progress while a run works (assistant status, else a reaction): "auto", "status", "reaction", "off".
+    #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"
     progress_emoji: str = "eyes"
     #: Include a short preview of message text in logs.

@@ -11,8 +11,8 @@ code) on failure; nothing else escapes an adapter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -163,7 +163,9 @@ class ChannelAdapter(Protocol):
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
         """Download the file into ``dest_dir``, checking origin, size and type; leaves nothing on failure."""
 
-    async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded: ...
+    async def attach(
+        self, origin: Origin, path: Path, *, title: str | None, comment: str | None
+    ) -> Uploaded: ...
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document: ...
 

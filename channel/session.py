@@ -78,7 +78,9 @@ class ToolSelection:
         return names
 
 
-def select_tools(features: frozenset[str], requested: Sequence[str] | None, skills: SkillLibrary) -> ToolSelection:
+def select_tools(
+    features: frozenset[str], requested: Sequence[str] | None, skills: SkillLibrary
+) -> ToolSelection:
     """The catalog narrowed to ``requested`` (None: every tool the adapter supports).
 
     Raises ``ValueError`` naming the tool when ``requested`` holds an unknown tool or one
@@ -166,7 +168,9 @@ class ChannelSession:
         """Run one tool call; always returns a result (an error result on any refusal or failure)."""
         spec = CATALOG.get(name)
         if spec is None or not self.offered(name):
-            hint = " Use tool_search to enable it." if any(s.name == name for s in self.tools.deferred) else ""
+            hint = (
+                " Use tool_search to enable it." if any(s.name == name for s in self.tools.deferred) else ""
+            )
             return ChannelError("unsupported", f"There is no tool {name!r} available now.{hint}").as_result()
         try:
             parsed = spec.args.model_validate(args if args is not None else {})
@@ -178,7 +182,9 @@ class ChannelSession:
             return exc.as_result()
         except StoreError:
             log.exception("store failure in tool %s", name)
-            return ChannelError("slack_error", "Internal storage error; the action may not have happened.").as_result()
+            return ChannelError(
+                "slack_error", "Internal storage error; the action may not have happened."
+            ).as_result()
 
     # -- replies and the effect journal ------------------------------------------------
     async def _reply(self, args: ReplyArgs) -> Result:
@@ -197,7 +203,9 @@ class ChannelSession:
                 effect_id=effect_id,
                 task_id=self.task.task_id,
                 tool="channel_reply",
-                args=json.dumps({"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index}),
+                args=json.dumps(
+                    {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index}
+                ),
                 now=self._clock(),
             )
             try:
@@ -205,7 +213,9 @@ class ChannelSession:
             except ChannelError as exc:
                 await self.store.close_effect(effect_id, result=json.dumps(exc.as_result()))
                 if handles:
-                    exc.message = bounded(f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})")
+                    exc.message = bounded(
+                        f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})"
+                    )
                 raise
             try:
                 handle = await self._record_post(posted)
@@ -230,7 +240,9 @@ class ChannelSession:
         handle = await self.handles.mint("msg", posted.ref, authored=True)
         self.posted.append(handle)
         if posted.new_root:
-            await self.store.record_root(channel=self.origin.channel, ts=posted.new_root, task_id=self.task.task_id)
+            await self.store.record_root(
+                channel=self.origin.channel, ts=posted.new_root, task_id=self.task.task_id
+            )
             if self._adopt_first_root and not self.origin.thread_ts:
                 await self.store.set_task_thread(self.task.task_id, posted.new_root)
                 self.origin = Origin(self.origin.channel, posted.new_root)
@@ -247,7 +259,9 @@ class ChannelSession:
             args = json.loads(effect.args)
             note: str
             if effect.tool == "channel_reply":
-                origin = Origin(args.get("channel", self.origin.channel), args.get("thread_ts", self.origin.thread_ts))
+                origin = Origin(
+                    args.get("channel", self.origin.channel), args.get("thread_ts", self.origin.thread_ts)
+                )
                 try:
                     found = await self.adapter.find_posted(origin, effect.effect_id)
                 except ChannelError as exc:
@@ -266,15 +280,23 @@ class ChannelSession:
                 # Reactions, edits and retractions are safe to leave to the model to re-attempt.
                 await self.store.close_effect(
                     effect.effect_id,
-                    result=json.dumps(ChannelError("not_found", "interrupted; result unavailable").as_result()),
+                    result=json.dumps(
+                        ChannelError("not_found", "interrupted; result unavailable").as_result()
+                    ),
                 )
-                notes.append(f"- an interrupted {effect.tool} has an unavailable result; check and redo it if needed")
+                notes.append(
+                    f"- an interrupted {effect.tool} has an unavailable result; check and redo it if needed"
+                )
         return notes
 
     async def _journalled(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         effect_id = uuid.uuid4().hex
         await self.store.open_effect(
-            effect_id=effect_id, task_id=self.task.task_id, tool=tool, args=json.dumps(args), now=self._clock()
+            effect_id=effect_id,
+            task_id=self.task.task_id,
+            tool=tool,
+            args=json.dumps(args),
+            now=self._clock(),
         )
         try:
             result = await action()
@@ -297,7 +319,9 @@ class ChannelSession:
         if args.cursor is not None:
             match = _CURSOR.match(args.cursor)
             if match is None or not 0 < int(match.group(1)) <= len(messages):
-                raise ChannelError("invalid_arguments", "cursor must be a next_cursor value from channel_read.")
+                raise ChannelError(
+                    "invalid_arguments", "cursor must be a next_cursor value from channel_read."
+                )
             end = int(match.group(1))
         start = max(0, end - args.limit)
         rows = [await self.row(m) for m in messages[start:end]]
@@ -347,7 +371,9 @@ class ChannelSession:
     async def _own(self, handle: str) -> str:
         record = await self.handles.resolve(handle, "msg")
         if not record.authored:
-            raise ChannelError("not_authored", f"{handle} was not posted by you; you can only change your own messages.")
+            raise ChannelError(
+                "not_authored", f"{handle} was not posted by you; you can only change your own messages."
+            )
         return record.ref
 
     async def _edit(self, args: EditArgs) -> Result:
@@ -418,7 +444,9 @@ class ChannelSession:
                 result["message"] = await self.handles.mint("msg", uploaded.message_ref, authored=True)
             return result
 
-        return await self._journalled("channel_attach", {"path": str(path.relative_to(self.task_dir.resolve()))}, act)
+        return await self._journalled(
+            "channel_attach", {"path": str(path.relative_to(self.task_dir.resolve()))}, act
+        )
 
     async def _post_document(self, args: PostDocumentArgs) -> Result:
         markdown = strip_mass_mentions(args.markdown)
@@ -466,4 +494,3 @@ def _describe(exc: ValidationError) -> str:
         else:
             parts.append(f"{loc}: {err['msg']}")
     return "invalid arguments: " + "; ".join(parts)
-

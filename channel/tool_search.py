@@ -14,7 +14,9 @@ from .tools import ToolSpec
 
 _WORD = re.compile(r"[a-z0-9]+")
 # Words that match everything and so say nothing about which tool is wanted.
-_STOP = frozenset({"a", "an", "the", "to", "of", "in", "on", "my", "i", "and", "or", "for", "it", "this", "channel"})
+_STOP = frozenset(
+    {"a", "an", "the", "to", "of", "in", "on", "my", "i", "and", "or", "for", "it", "this", "channel"}
+)
 
 
 def _terms(text: str) -> set[str]:

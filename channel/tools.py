@@ -43,7 +43,9 @@ class ReadArgs(ToolArgs):
 
 class ReactArgs(ToolArgs):
     message: str = Field(pattern=MSG_HANDLE, description="Handle of the message (msg_...).")
-    emoji: str = Field(pattern=EMOJI, max_length=80, description="Emoji name, e.g. thumbsup or white_check_mark.")
+    emoji: str = Field(
+        pattern=EMOJI, max_length=80, description="Emoji name, e.g. thumbsup or white_check_mark."
+    )
     action: Literal["add", "remove"] = Field(default="add", description="Add or remove the reaction.")
 
 
@@ -57,7 +59,9 @@ class RetractArgs(ToolArgs):
 
 
 class FetchFileArgs(ToolArgs):
-    file: str = Field(pattern=FILE_HANDLE, description="Handle of a file (file_...) from channel_read or the prompt.")
+    file: str = Field(
+        pattern=FILE_HANDLE, description="Handle of a file (file_...) from channel_read or the prompt."
+    )
     variant: Literal["original", "video_low"] | None = Field(
         default=None, description="video_low downloads a smaller MP4 rendition when one exists."
     )
@@ -65,7 +69,9 @@ class FetchFileArgs(ToolArgs):
 
 class AttachArgs(ToolArgs):
     path: str = Field(
-        min_length=1, max_length=512, description="Path of a file in your task directory (as channel_fetch_file returned)."
+        min_length=1,
+        max_length=512,
+        description="Path of a file in your task directory (as channel_fetch_file returned).",
     )
     title: str | None = Field(default=None, max_length=250, description="Title shown for the file.")
     comment: str | None = Field(default=None, max_length=4000, description="Markdown comment posted with it.")
@@ -196,7 +202,8 @@ CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
 TOOL_SEARCH = ToolSpec(
     "tool_search",
     "Find tools",
-    "Find and enable more tools by describing what you want to do (e.g. 'edit my message', 'download a file'). "
+    "Find and enable more tools by describing what you want to do "
+    "(e.g. 'edit my message', 'download a file'). "
     "Enabled tools are available from your next step on.",
     ToolSearchArgs,
     None,

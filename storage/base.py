@@ -220,10 +220,12 @@ class Store(Protocol):
         ``authored`` is True, and ``data`` replaced when not ``"{}"``)."""
 
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
-        """The record of ``handle`` if it belongs to ``task_id``; None otherwise (another task's or unknown)."""
+        """The record of ``handle`` if it belongs to ``task_id``; None when another task's or unknown."""
 
     # -- effect journal -----------------------------------------------------------
-    async def open_effect(self, *, effect_id: str, task_id: str, tool: str, args: str, now: float) -> None: ...
+    async def open_effect(
+        self, *, effect_id: str, task_id: str, tool: str, args: str, now: float
+    ) -> None: ...
 
     async def close_effect(self, effect_id: str, *, result: str) -> None: ...
 

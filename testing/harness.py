@@ -1,10 +1,10 @@
 """An in-process threadbound served over real HTTP next to a fake Slack, for tests and benchmarks.
 
-    async with FakeSlack() as slack, AppHarness(slack, model=echo_model(), data_dir=tmp) as app:
-        slack.add_channel("C1", "general")
-        ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
-        await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
-        await app.idle()
+async with FakeSlack() as slack, AppHarness(slack, model=echo_model(), data_dir=tmp) as app:
+    slack.add_channel("C1", "general")
+    ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
+    await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
+    await app.idle()
 """
 
 from __future__ import annotations
@@ -55,14 +55,19 @@ class AppHarness:
         self,
         slack: FakeSlack,
         *,
-        model: Model,
+        model: Model | None,
         data_dir: Path,
         hooks: RunHooks | None = None,
         owner: str | None = None,
+        model_name: str | None = None,
         **overrides: Any,
     ) -> None:
+        """``model`` drives the agent in-process; with ``model=None`` the service builds the model
+        from ``model_name`` (a MODEL value such as ``openai-chat:NAME``) as production does."""
         self.slack = slack
         self.model = model
+        if model_name is not None:
+            overrides["model"] = model_name
         self.settings = settings_for(slack, data_dir, **overrides)
         self.hooks = hooks
         self.owner = owner
@@ -76,12 +81,14 @@ class AppHarness:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> AppHarness:
-        self.service = await Service.create(self.settings, model=self.model, hooks=self.hooks, owner=self.owner)
+        self.service = await Service.create(
+            self.settings, model=self.model, hooks=self.hooks, owner=self.owner
+        )
         self._runner = web.AppRunner(self.service.web_app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server  # noqa: SLF001 - aiohttp exposes the bound port only here
+        server = site._server
         assert server is not None and server.sockets
         self.port = int(server.sockets[0].getsockname()[1])
         self._http = aiohttp.ClientSession()

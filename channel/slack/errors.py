@@ -49,7 +49,9 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError:
         return ChannelError(mapped, f"{method}: {message}", provider_code=code)
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ClientError | SlackClientError | OSError):
         return ChannelError(
-            "slack_error", f"{method}: could not reach Slack ({type(exc).__name__})", provider_code="transport"
+            "slack_error",
+            f"{method}: could not reach Slack ({type(exc).__name__})",
+            provider_code="transport",
         )
     return ChannelError("slack_error", f"{method}: unexpected failure ({type(exc).__name__})")
 
