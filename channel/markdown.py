@@ -37,6 +37,7 @@ _NESTED = 3  # before a block nested in a list item or quote
 _ROW = 4  # between table rows (header repeated)
 _CODE_LINE = 5  # between lines of a code fence, indented code or HTML block
 _TEXT_LINE = 6  # between lines of one paragraph
+_AFTER_HEADING = 7  # between a heading and its first block: a heading should not end a part
 
 _BLOCK_TYPES = frozenset(
     {
@@ -56,6 +57,7 @@ _BLOCK_TYPES = frozenset(
 
 # Sentence end: terminal punctuation, optional closing quotes/brackets, then whitespace.
 _SENTENCE_END = re.compile(r"[.!?…][\"'’”)\]]*(?=\s)")
+_WORD = re.compile(r"[^ \t\n]*")
 _LEADING_BLANK = re.compile(r"\A(?:[ \t]*\n)+")
 _TRAILING_BLANK = re.compile(r"(?:\n[ \t]*)+\Z")
 
@@ -64,6 +66,12 @@ _TRAILING_BLANK = re.compile(r"(?:\n[ \t]*)+\Z")
 def _parser() -> MarkdownIt:
     # CommonMark plus GFM tables and strikethrough: what chat Markdown renderers accept.
     return MarkdownIt("commonmark").enable(["table", "strikethrough"])
+
+
+@cache
+def _block_parser() -> MarkdownIt:
+    # Splitting needs only block tokens; skipping inline parsing halves the work.
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).disable("inline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +104,8 @@ def split_markdown(text: str, limit: int = 8000) -> list[str]:
     Breaks are preferred before top-level headings, then between top-level
     blocks, then between list items, then inside blocks (table rows, code lines,
     paragraph lines); only a single block longer than the limit is cut inside a
-    line, at a sentence end or whitespace, or hard as a last resort. A code fence
+    line, at a sentence end or whitespace, or hard as a last resort. A heading is
+    kept with the block after it whenever another break fits. A code fence
     cut in two is closed at the end of one part and reopened, with its info
     string, at the start of the next; a table cut in two repeats its header.
     Parts keep the original text (line endings normalised to ``\\n``), without
@@ -131,7 +140,7 @@ class _Splitter:
         self.content_ends.append(end)
         self.breaks: dict[int, _Break] = {}
         self.fences: list[_Fence] = []
-        self._collect(_parser().parse(src))
+        self._collect(_block_parser().parse(src))
         self.offsets = sorted(self.breaks)
 
     # -- candidate breaks -------------------------------------------------
@@ -154,6 +163,7 @@ class _Splitter:
 
     def _collect(self, tokens: list[Token]) -> None:
         table_start, table_header, first_row = 0, None, True
+        previous_top = ""  # type of the previous top-level block
         for token in tokens:
             if token.map is None:
                 continue
@@ -161,7 +171,11 @@ class _Splitter:
             level = token.level
             if token.type in _BLOCK_TYPES:
                 if level == 0:
-                    self._add(start, (_HEADING if token.type == "heading_open" else _BLOCK, 0))
+                    if previous_top == "heading_open":
+                        self._add(start, (_AFTER_HEADING, 0))
+                    else:
+                        self._add(start, (_HEADING if token.type == "heading_open" else _BLOCK, 0))
+                    previous_top = token.type
                 elif token.type == "list_item_open":
                     self._add(start, (_ITEM, level))
                 else:
@@ -250,9 +264,9 @@ class _Splitter:
         parts: list[str] = []
         start, reopen = self._skip_blank(0), None
         while start < len(self.src):
-            tail = self._render(start, len(self.src), reopen, None)
-            if len(tail) <= self.limit:
-                if tail:
+            rest = self.content_ends[-1] - start
+            if rest <= 0 or rest + (len(reopen.reopen) + 1 if reopen else 0) <= self.limit:
+                if tail := self._render(start, len(self.src), reopen, None):
                     parts.append(tail)
                 break
             cut = self._best_break(start, reopen)
@@ -274,7 +288,8 @@ class _Splitter:
         plus the reopen/close lines; its size equals ``len(self._render(...))``."""
         fitting: list[tuple[int, int]] = []  # (offset, size)
         extra = len(reopen.reopen) + 1 if reopen else 0
-        for offset in self.offsets[bisect_right(self.offsets, start) :]:
+        for index in range(bisect_right(self.offsets, start), len(self.offsets)):
+            offset = self.offsets[index]
             body = self.content_ends[bisect_left(self.line_starts, offset)] - start
             if body > self.limit:
                 break  # every later break includes this content too
@@ -296,7 +311,7 @@ class _Splitter:
         around = self._fence_around(start)
         room = self.limit - (len(reopen.reopen) + 1 if reopen else 0)
         room -= len(around.context.close) + 1 if around else 0
-        cut = start + self._inline_offset(self.src[start : start + room])
+        cut = start + self._inline_offset(start, room)
         # Drop the whitespace at the cut, but not the next line's indentation.
         resume = cut
         while resume < len(self.src) and self.src[resume] in " \t":
@@ -306,10 +321,11 @@ class _Splitter:
         inside = self._fence_at(cut)
         return cut, resume, inside.context if inside else None
 
-    @staticmethod
-    def _inline_offset(window: str) -> int:
-        """Where to cut ``window`` (a prefix of the rest of the text): the last line
-        break, sentence end or whitespace well into it, else its end."""
+    def _inline_offset(self, start: int, room: int) -> int:
+        """Where to cut the next ``room`` characters: the last line break or sentence
+        end well into them, else the last whitespace (unless the word after it could
+        not fit a part anyway), else a hard cut at ``room``."""
+        window = self.src[start : start + room]
         least = int(len(window) * _MIN_FILL)
         newline = window.rfind("\n")
         if newline >= least and window[:newline].strip():
@@ -319,7 +335,9 @@ class _Splitter:
             return sentences[-1]
         space = max(window.rfind(" "), window.rfind("\t"), newline)
         if space > 0 and window[:space].strip():
-            return space
+            word = _WORD.match(self.src, start + space + 1)
+            if space >= least or (word is not None and word.end() - word.start() <= room):
+                return space
         return len(window)
 
 
