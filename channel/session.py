@@ -175,7 +175,7 @@ class ChannelSession:
         try:
             parsed = spec.args.model_validate(args if args is not None else {})
         except ValidationError as exc:
-            return ChannelError("invalid_arguments", _describe(exc)).as_result()
+            return _validation_error(exc).as_result()
         try:
             return await self._handlers[name](parsed)
         except ChannelError as exc:
@@ -483,6 +483,23 @@ class ChannelSession:
                 return {"name": skill.name, "markdown": skill.body}
             return {"message": f"No skill named {args.name!r}.", **library.index()}
         return library.index()
+
+
+_HANDLE_FIELDS = {"message": "msg", "file": "file"}
+
+
+def _validation_error(exc: ValidationError) -> ChannelError:
+    # A raw Slack ts or file id in a handle field is a handle problem, and the model should hear so.
+    for err in exc.errors():
+        field_name = str(err["loc"][0]) if err["loc"] else ""
+        if field_name in _HANDLE_FIELDS and err["type"] == "string_pattern_mismatch":
+            kind = _HANDLE_FIELDS[field_name]
+            return ChannelError(
+                "invalid_handle",
+                f"{field_name} must be a {kind}_… handle from channel_read or your prompt; "
+                "raw Slack ids and timestamps are not accepted.",
+            )
+    return ChannelError("invalid_arguments", _describe(exc))
 
 
 def _describe(exc: ValidationError) -> str:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channel.contract import (
@@ -36,6 +37,7 @@ from channel.markdown import plain_fallback
 from . import files as slack_files
 from .errors import slack_call
 from .render import display_name, render_text, user_ids_in
+from .scopes import features_from_scopes
 from .transport import read_client, write_client
 
 #: Metadata event type that carries the effect id of a post (see the effect journal).
@@ -47,23 +49,6 @@ HISTORY_PAGE = 999
 HISTORY_CAP = 1000
 # Comfortably under Slack's ~12,000-character limit for markdown blocks in one message.
 MAX_POST_CHARS = 8000
-
-_SCOPES_FOR: dict[str, tuple[str, ...]] = {
-    # A flag is on when any one of its scopes was granted.
-    "read": ("channels:history", "groups:history", "im:history", "mpim:history"),
-    "react": ("reactions:write",),
-    "edit": ("chat:write",),
-    "retract": ("chat:write",),
-    "fetch_file": ("files:read",),
-    "attach": ("files:write",),
-    "documents": ("canvases:write",),
-    "status": ("assistant:write",),
-}
-
-
-def features_from_scopes(scopes: Sequence[str]) -> ChannelFeatures:
-    granted = set(scopes)
-    return ChannelFeatures(**{flag: any(s in granted for s in needs) for flag, needs in _SCOPES_FOR.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,18 +82,25 @@ class SlackAdapter(AdapterBase):
         self.identity = identity
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
-        self._users: dict[str, asyncio.Future[tuple[str, bool]]] = {}
-        self._channels: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # Caches of trusted lookups; the futures coalesce concurrent lookups of one id into one call.
+        self._user_names: dict[str, tuple[str, bool]] = {}
+        self._user_lookups: dict[str, asyncio.Future[tuple[str, bool]]] = {}
+        self._channels: dict[str, dict[str, Any]] = {}
+        # Downloads share one HTTP session, made on first use (it needs the running loop).
+        self._file_http: aiohttp.ClientSession | None = None
+        if identity.user_id and identity.bot_name:
+            # auth.test already named the bot: mentions of it cost no users.info call.
+            self._user_names[identity.user_id] = (identity.bot_name, True)
 
     @classmethod
-    async def connect(
-        cls, *, token: str, api_url: str, file_origins: Sequence[str]
-    ) -> SlackAdapter:
+    async def connect(cls, *, token: str, api_url: str, file_origins: Sequence[str]) -> SlackAdapter:
         """Call ``auth.test`` once, learn the bot's identity and granted scopes, derive features."""
         identity = await fetch_identity(token, api_url)
         return cls(token=token, api_url=api_url, identity=identity, file_origins=file_origins)
 
     async def close(self) -> None:
+        if self._file_http is not None:
+            await self._file_http.close()
         for client in (self.reads, self.writes):
             session = getattr(client, "session", None)
             if session is not None and not session.closed:
@@ -117,22 +109,27 @@ class SlackAdapter(AdapterBase):
     # -- names, cached ---------------------------------------------------------------------
     async def user(self, user_id: str) -> tuple[str, bool]:
         """``(display name, is_bot)`` of a user; one ``users.info`` per user per process."""
-        future = self._users.get(user_id)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._users[user_id] = future
-            try:
-                async with slack_call("users.info"):
-                    response = await self.reads.users_info(user=user_id)
-                info = response.get("user") or {}
-                future.set_result((display_name(info), bool(info.get("is_bot"))))
-            except ChannelError as exc:
-                # Do not cache failures; the next lookup may succeed.
-                del self._users[user_id]
-                future.set_result(("someone", False))
-                if exc.code == "rate_limited":
-                    raise
-        return await asyncio.shield(future)
+        known = self._user_names.get(user_id)
+        if known is not None:
+            return known
+        pending = self._user_lookups.get(user_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
+        self._user_lookups[user_id] = future
+        try:
+            async with slack_call("users.info"):
+                response = await self.reads.users_info(user=user_id)
+            info = response.get("user") or {}
+            found = (display_name(info), bool(info.get("is_bot")))
+            self._user_names[user_id] = found
+        except ChannelError:
+            # Not cached: the next lookup may succeed. A name is cosmetic, so degrade instead of failing.
+            found = ("someone", False)
+        finally:
+            del self._user_lookups[user_id]
+        future.set_result(found)
+        return found
 
     async def _names(self, user_ids: set[str]) -> dict[str, str]:
         ids = sorted(user_ids)
@@ -140,18 +137,17 @@ class SlackAdapter(AdapterBase):
         return {u: name for u, (name, _) in zip(ids, found, strict=True)}
 
     async def channel_info(self, channel: str) -> dict[str, Any]:
-        future = self._channels.get(channel)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._channels[channel] = future
-            try:
-                async with slack_call("conversations.info"):
-                    response = await self.reads.conversations_info(channel=channel)
-                future.set_result(dict(response.get("channel") or {}))
-            except ChannelError:
-                del self._channels[channel]
-                future.set_result({"id": channel})
-        return await asyncio.shield(future)
+        cached = self._channels.get(channel)
+        if cached is not None:
+            return cached
+        try:
+            async with slack_call("conversations.info"):
+                response = await self.reads.conversations_info(channel=channel)
+        except ChannelError:
+            return {"id": channel}
+        info = dict(response.get("channel") or {})
+        self._channels[channel] = info
+        return info
 
     def permalink(self, channel: str, ts: str, thread_ts: str = "") -> str | None:
         # Slack's permalink format, built locally: chat.getPermalink per post would cost a call each.
@@ -203,7 +199,9 @@ class SlackAdapter(AdapterBase):
             if not cursor:
                 return messages
 
-    async def _history(self, origin: Origin, *, cap: int = HISTORY_CAP, metadata: bool = False) -> list[dict[str, Any]]:
+    async def _history(
+        self, origin: Origin, *, cap: int = HISTORY_CAP, metadata: bool = False
+    ) -> list[dict[str, Any]]:
         newest_first: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(newest_first) < cap:
@@ -307,7 +305,10 @@ class SlackAdapter(AdapterBase):
         channel, ts = _split_ref(ref)
         async with slack_call("chat.update"):
             await self.writes.chat_update(
-                channel=channel, ts=ts, text=plain_fallback(markdown), blocks=[{"type": "markdown", "text": markdown}]
+                channel=channel,
+                ts=ts,
+                text=plain_fallback(markdown),
+                blocks=[{"type": "markdown", "text": markdown}],
             )
 
     async def retract(self, ref: str) -> None:
@@ -328,8 +329,15 @@ class SlackAdapter(AdapterBase):
         return slack_files.meta(response.get("file") or {"id": ref})
 
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
+        if self._file_http is None or self._file_http.closed:
+            self._file_http = slack_files.http_session()
         return await slack_files.download(
-            meta, dest_dir, variant=variant, token=self._token, origins=self.file_origins
+            meta,
+            dest_dir,
+            variant=variant,
+            token=self._token,
+            origins=self.file_origins,
+            session=self._file_http,
         )
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:

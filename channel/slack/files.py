@@ -1,11 +1,50 @@
-"""Slack files: metadata, safe downloads, uploads into the thread, canvases."""
+"""Slack files: metadata, safe downloads, uploads into the thread, canvases.
+
+A download carries the bot token, so it is fenced (invariant 7): only from
+``SLACK_FILE_ORIGINS``, never through a redirect, at most 100 MiB and never more
+than the declared size, and never Slack's HTML sign-in page. Bytes stream to a
+temporary file that is renamed into place only when every check passed; any
+failure, cancellation included, removes it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import unicodedata
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
 
-from channel.contract import FileMeta
+import aiofiles
+import aiofiles.os
+import aiohttp
+from slack_sdk.web.async_client import AsyncWebClient
+from yarl import URL
+
+from channel.contract import Document, Fetched, FileMeta, Origin, Uploaded
+from channel.errors import ChannelError, bounded
+
+from .errors import map_slack_error, slack_call
+
+if TYPE_CHECKING:
+    from .adapter import SlackAdapter
+
+log = logging.getLogger(__name__)
+
+#: Largest file fetched or attached (invariant 7).
+MAX_BYTES = 100 * 2**20
+CHUNK_BYTES = 64 * 1024
+#: Per-read and connect bounds; no total, since 100 MiB on a slow link may take minutes.
+_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60)
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_UNSAFE_NAME = re.compile(r"[/\\:*?\"<>|]")
+_MAX_STEM = 120
+_MAX_SUFFIX = 16
 
 
 def meta(raw: Mapping[str, Any]) -> FileMeta:
@@ -27,3 +66,277 @@ def meta(raw: Mapping[str, Any]) -> FileMeta:
         size=int(raw.get("size") or 0),
         data=data,
     )
+
+
+# -- downloads -----------------------------------------------------------------------------------
+
+
+def http_session() -> aiohttp.ClientSession:
+    """The session downloads share (one per adapter). Cookies are dropped so nothing a file host
+    sets travels to the next download."""
+    return aiohttp.ClientSession(timeout=_TIMEOUT, cookie_jar=aiohttp.DummyCookieJar())
+
+
+async def download(
+    meta: FileMeta,
+    dest_dir: Path,
+    *,
+    variant: str | None,
+    token: str,
+    origins: Sequence[str],
+    session: aiohttp.ClientSession | None = None,
+) -> Fetched:
+    """Fetch ``meta`` into ``dest_dir/files/`` under a safe, unique name; see the module docstring.
+
+    ``session`` is the adapter's shared one; without it a session lives for this call only.
+    """
+    url, media_type, name = _source(meta, variant)
+    _check_origin(url, origins)
+    if meta.size > MAX_BYTES:
+        raise _refused(f"the file is {_mib(meta.size)}; files over {_mib(MAX_BYTES)} are not fetched.")
+    # The declared size bounds the body; a low rendition is smaller than the original it derives from.
+    limit = meta.size
+    files_dir = dest_dir / "files"
+    part = files_dir / f".part-{uuid.uuid4().hex}"
+    own_session = session is None
+    http = session if session is not None else http_session()
+    try:
+        async with _download_errors():
+            await aiofiles.os.makedirs(files_dir, exist_ok=True)
+            size, sha256 = await _stream(http, url, token, part, media_type=media_type, limit=limit)
+            if variant != "video_low" and size != meta.size:
+                raise ChannelError("slack_error", f"the download ended early ({size} of {meta.size} bytes).")
+            path = await _place(part, files_dir, name)
+    except BaseException:
+        # Cancellation too: a partial file must never stay behind (shielded from a second cancel).
+        await asyncio.shield(_discard(part))
+        raise
+    finally:
+        if own_session:
+            await http.close()
+    return Fetched(path=path, media_type=media_type, size=size, sha256=sha256)
+
+
+@contextlib.asynccontextmanager
+async def _download_errors() -> AsyncIterator[None]:
+    """Network failures as ``slack_call`` maps them; disk failures named as such (no path in them)."""
+    try:
+        yield
+    except ChannelError:
+        raise
+    except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both can be OSErrors
+        raise map_slack_error(exc, "file download") from exc
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ChannelError(
+            "slack_error", f"could not save the file in the task directory ({reason})."
+        ) from exc
+
+
+def _source(meta: FileMeta, variant: str | None) -> tuple[str, str, str]:
+    """``(url, media type, local name)`` of the requested rendition."""
+    if variant == "video_low":
+        low = meta.data.get("mp4_low")
+        if not isinstance(low, str) or not low:
+            raise ChannelError("unsupported", "This file has no smaller rendition; fetch it without variant.")
+        return low, "video/mp4", f"{PurePath(meta.name).stem or 'video'}-low.mp4"
+    url = meta.data.get("url")
+    if not isinstance(url, str) or not url:
+        raise ChannelError("not_found", "Slack gave no download address for this file.")
+    return url, meta.media_type, meta.name
+
+
+def _origin_key(raw: str) -> tuple[str, str, int | None] | None:
+    """``(scheme, host, port)`` with the default port filled in, or None if it is not an http(s) URL."""
+    try:
+        parsed = URL(raw)
+    except (TypeError, ValueError):
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return None
+    return parsed.scheme, parsed.host.lower(), parsed.port
+
+
+def _check_origin(url: str, origins: Sequence[str]) -> None:
+    # Whole-origin comparison after parsing: "files.slack.com.evil.com" or "files.slack.com@evil.com"
+    # parse to another host, so no prefix trick gets the token sent elsewhere.
+    key = _origin_key(url)
+    allowed = {k for k in (_origin_key(o.strip()) for o in origins) if k is not None}
+    if key is None or "@" in url.split("//", 1)[-1].split("/", 1)[0] or key not in allowed:
+        raise _refused("the file is not hosted on an allowed Slack file origin (SLACK_FILE_ORIGINS).")
+
+
+async def _stream(
+    http: aiohttp.ClientSession, url: str, token: str, part: Path, *, media_type: str, limit: int
+) -> tuple[int, str]:
+    """GET ``url`` into ``part`` chunk by chunk; ``(bytes written, sha256 hex)``."""
+    headers = {
+        "Authorization": f"Bearer {token}",
+        # Identity encoding: sizes and the hash are then the file's own bytes.
+        "Accept-Encoding": "identity",
+    }
+    # Never follow a redirect: the Authorization header would go along to wherever it points.
+    async with http.get(url, headers=headers, allow_redirects=False) as response:
+        _check_response(response, media_type=media_type, limit=limit)
+        digest = hashlib.sha256()
+        size = 0
+        async with aiofiles.open(part, "xb") as out:
+            async for chunk in response.content.iter_chunked(CHUNK_BYTES):
+                size += len(chunk)
+                if size > limit:
+                    raise _refused(f"the file host sent more than the declared {limit} bytes; stopped.")
+                digest.update(chunk)
+                await out.write(chunk)
+    return size, digest.hexdigest()
+
+
+def _check_response(response: aiohttp.ClientResponse, *, media_type: str, limit: int) -> None:
+    status = response.status
+    if 300 <= status < 400:
+        raise _refused(
+            "Slack answered with a redirect (usually to its sign-in page: the app may lack the files:read "
+            "scope or access to this file); it was not followed."
+        )
+    if status == 404:
+        raise ChannelError("not_found", "That file no longer exists or is not visible to the bot.")
+    if status != 200:
+        raise ChannelError("slack_error", f"the file host answered HTTP {status}.")
+    if response.content_type in _HTML_TYPES and media_type.lower() not in _HTML_TYPES:
+        raise _refused(
+            "Slack returned its HTML sign-in page instead of the file: the app may lack the files:read "
+            "scope or access to this file."
+        )
+    if response.content_length is not None and response.content_length > limit:
+        raise _refused(f"the file host announced {response.content_length} bytes, over the declared {limit}.")
+
+
+def safe_name(name: str) -> str:
+    """``name`` as one harmless path component: no separators, control characters or leading dots;
+    the extension kept; bounded length."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    base = "".join(c for c in base if unicodedata.category(c)[0] != "C")
+    base = _UNSAFE_NAME.sub("_", base).strip().lstrip(".").strip()
+    path = PurePath(base or "file")
+    suffix = path.suffix if len(path.suffix) <= _MAX_SUFFIX else ""
+    stem = (path.stem if suffix else path.name)[:_MAX_STEM] or "file"
+    return stem + suffix
+
+
+async def _place(part: Path, files_dir: Path, name: str) -> Path:
+    """Move ``part`` to a fresh name in ``files_dir``, never replacing an existing file."""
+    clean = PurePath(safe_name(name))
+    for n in range(1000):
+        candidate = files_dir / (clean.name if n == 0 else f"{clean.stem}-{n}{clean.suffix}")
+        try:
+            # Exclusive create reserves the name even against a concurrent fetch of the same
+            # file; replacing our own empty reservation is then an atomic rename.
+            async with aiofiles.open(candidate, "xb"):
+                pass
+        except FileExistsError:
+            continue
+        try:
+            await aiofiles.os.replace(part, candidate)
+        except BaseException:
+            await asyncio.shield(_discard(candidate))
+            raise
+        return candidate
+    raise ChannelError("slack_error", "too many files with that name in your task directory.")
+
+
+async def _discard(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        await aiofiles.os.remove(path)
+
+
+def _refused(reason: str) -> ChannelError:
+    return ChannelError("file_refused", f"Download refused: {reason}")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+# -- uploads -------------------------------------------------------------------------------------
+
+
+async def upload(
+    client: AsyncWebClient, origin: Origin, path: Path, *, title: str | None, comment: str | None
+) -> Uploaded:
+    """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete)."""
+    try:
+        size = (await aiofiles.os.stat(path)).st_size
+        if size > MAX_BYTES:
+            # slack_sdk holds the whole body in memory to POST it; the download bound keeps that sane.
+            raise ChannelError(
+                "file_refused", f"the file is {_mib(size)}; files over {_mib(MAX_BYTES)} are not attached."
+            )
+        # Read here, asynchronously: given a path, slack_sdk would read it with a blocking open().
+        async with aiofiles.open(path, "rb") as source:
+            data = await source.read()
+    except OSError as exc:
+        raise ChannelError(
+            "not_found", f"could not read {path.name} ({exc.strerror or type(exc).__name__})."
+        ) from exc
+    async with slack_call("files.upload_v2"):
+        response = await client.files_upload_v2(
+            channel=origin.channel,
+            thread_ts=origin.thread_ts or None,
+            file=data,
+            filename=path.name,
+            title=title,
+            initial_comment=comment,
+        )
+    raw = response.get("file") or (response.get("files") or [{}])[0]
+    share_ts = _share_ts(raw, origin.channel)
+    return Uploaded(file=meta(raw), message_ref=f"{origin.channel}:{share_ts}" if share_ts else None)
+
+
+def _share_ts(raw: Mapping[str, Any], channel: str) -> str | None:
+    """The ts of the message that shared the file in ``channel``, when the answer already has it.
+
+    Slack usually shares asynchronously and answers without ``shares``; then there is no ref
+    (no extra ``files.info`` call just to learn it).
+    """
+    shares = raw.get("shares") or {}
+    for bucket in ("public", "private"):
+        entries = (shares.get(bucket) or {}).get(channel) or []
+        if entries and entries[0].get("ts"):
+            return str(entries[0]["ts"])
+    return None
+
+
+# -- canvases ------------------------------------------------------------------------------------
+
+
+async def create_canvas(adapter: SlackAdapter, origin: Origin, title: str, markdown: str) -> Document:
+    """Create a canvas, share it read-only with the conversation and link it in the thread."""
+    async with slack_call("canvases.create"):
+        created = await adapter.writes.canvases_create(
+            title=title, document_content={"type": "markdown", "markdown": markdown}
+        )
+    canvas_id = str(created["canvas_id"])
+    try:
+        async with slack_call("canvases.access.set"):
+            await adapter.writes.canvases_access_set(
+                canvas_id=canvas_id, access_level="read", channel_ids=[origin.channel]
+            )
+        async with slack_call("files.info"):
+            info = await adapter.reads.files_info(file=canvas_id)
+        permalink = str((info.get("file") or {}).get("permalink") or "") or None
+        if permalink:
+            async with slack_call("chat.postMessage"):
+                await adapter.writes.chat_postMessage(
+                    channel=origin.channel,
+                    thread_ts=origin.thread_ts or None,
+                    text=f"📄 <{permalink}|{_escape(title)}>",
+                )
+    except ChannelError as exc:
+        # The canvas exists already: say so, or the model would create a duplicate on retry.
+        exc.message = bounded(f"{exc.message} (the canvas itself was created: do not create it again)")
+        raise
+    return Document(ref=canvas_id, permalink=permalink)
+
+
+def _escape(text: str) -> str:
+    # Slack's mrkdwn control characters; "<!channel>" in a title must not become a mention.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "¦")
