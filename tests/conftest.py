@@ -1,0 +1,67 @@
+"""Shared fixtures.
+
+Store fixtures: every contract test runs once per backend. ``sqlite`` uses a file
+under ``tmp_path``; ``postgres`` needs ``TEST_DATABASE_URL`` (e.g.
+``postgresql://postgres@127.0.0.1:5432/test``) and gets a fresh schema per test,
+dropped afterwards, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Protocol
+
+import asyncpg
+import pytest
+
+from storage import Store, open_store
+
+
+class StoreFactory(Protocol):
+    """Opens another store on the test's database (same file or schema), closed at teardown."""
+
+    async def __call__(self, *, migrate: bool = True) -> Store: ...
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
+    base_url = ""
+    schema = ""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+    else:
+        base_url = os.environ.get("TEST_DATABASE_URL", "")
+        if not base_url:
+            pytest.skip("TEST_DATABASE_URL not set: Postgres store tests skipped")
+        schema = f"tb_test_{uuid.uuid4().hex[:12]}"
+        url = f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+
+    opened: list[Store] = []
+
+    async def make(*, migrate: bool = True) -> Store:
+        store = open_store(url)
+        opened.append(store)
+        if migrate:
+            await store.migrate()
+        return store
+
+    try:
+        yield make
+    finally:
+        for store in opened:
+            await store.close()
+        if schema:
+            conn = await asyncpg.connect(base_url)
+            try:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            finally:
+                await conn.close()
+
+
+@pytest.fixture
+async def store(store_factory: StoreFactory) -> Store:
+    """A migrated store on a fresh database, closed at teardown."""
+    return await store_factory()

@@ -1,0 +1,518 @@
+"""The Store contract, run against every backend (see the ``store`` fixture in conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from storage import ClaimOutcome, LeaseRecord, Store, StoreError, TaskRecord, open_store
+from storage.postgres import PostgresStore
+from storage.sqlite import SQLiteStore
+
+#: The ``store_factory`` fixture: ``await factory(migrate=True)`` opens another store on the same database.
+StoreFactory = Callable[..., Awaitable[Store]]
+
+T0 = 1_700_000_000.0
+
+
+async def claim(
+    store: Store,
+    *,
+    event_id: str = "Ev1",
+    channel: str = "C1",
+    ts: str = "100.000001",
+    thread_ts: str = "100.000001",
+    create: bool = True,
+    payload: str = '{"text": "hi"}',
+    now: float = T0,
+) -> ClaimOutcome:
+    return await store.claim_message(
+        event_id=event_id,
+        channel=channel,
+        ts=ts,
+        thread_ts=thread_ts,
+        create=create,
+        payload=payload,
+        now=now,
+    )
+
+
+async def new_task(store: Store, thread_ts: str = "500.000001") -> str:
+    return (await store.create_task(channel="C1", thread_ts=thread_ts, now=T0)).task_id
+
+
+# -- opening and lifecycle -------------------------------------------------------------
+
+
+def test_open_store_picks_backend_by_scheme(tmp_path: Path) -> None:
+    """sqlite:/// maps to SQLiteStore (relative or absolute path), postgres(ql):// to PostgresStore."""
+    relative = open_store("sqlite:///data/threadbound.db")
+    assert isinstance(relative, SQLiteStore) and relative.path == "data/threadbound.db"
+    absolute = open_store(f"sqlite:///{tmp_path}/x.db")
+    assert isinstance(absolute, SQLiteStore) and absolute.path == f"{tmp_path}/x.db"
+    assert isinstance(open_store("postgresql://u@localhost/db"), PostgresStore)
+    assert isinstance(open_store("postgres://u@localhost/db?schema=s1"), PostgresStore)
+
+
+@pytest.mark.parametrize("url", ["mysql://u:secret@h/db", "threadbound.db", "sqlite://", "sqlite:///"])
+def test_open_store_rejects_unknown_urls_without_echoing_them(url: str) -> None:
+    """Anything but a SQLite file URL or a Postgres URL is a ValueError that does not repeat the password."""
+    with pytest.raises(ValueError) as info:
+        open_store(url)
+    assert "secret" not in str(info.value)
+
+
+async def test_sqlite_creates_parent_directory_on_first_use(tmp_path: Path) -> None:
+    """Opening does no I/O; migrate() creates the database's parent directory and the file."""
+    path = tmp_path / "nested" / "dir" / "t.db"
+    store = open_store(f"sqlite:///{path}")
+    assert not path.parent.exists()
+    try:
+        await store.migrate()
+        await store.ping()
+    finally:
+        await store.close()
+    assert path.exists()
+
+
+async def test_sqlite_unopenable_path_raises_store_error(tmp_path: Path) -> None:
+    """A database path that cannot be opened (here: a directory) surfaces as StoreError."""
+    store = open_store(f"sqlite:///{tmp_path}")
+    try:
+        with pytest.raises(StoreError):
+            await store.ping()
+    finally:
+        await store.close()
+
+
+async def test_postgres_unreachable_url_raises_store_error() -> None:
+    """ping() on a Postgres URL nothing listens on raises StoreError."""
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/nowhere", connect_timeout=5)
+    try:
+        with pytest.raises(StoreError):
+            await store.ping()
+    finally:
+        await store.close()
+
+
+def test_postgres_rejects_unsafe_schema_name() -> None:
+    """The schema name is interpolated into DDL, so anything but a plain identifier is refused."""
+    with pytest.raises(ValueError):
+        PostgresStore("postgresql://u@localhost/db?schema=a;drop")
+
+
+async def test_migrate_is_idempotent(store: Store) -> None:
+    """Migrating an up-to-date database again changes nothing and keeps the data."""
+    task_id = await new_task(store)
+    await store.migrate()
+    await store.migrate()
+    assert await store.get_task(task_id) is not None
+
+
+async def test_concurrent_migrations_are_safe(store_factory: StoreFactory) -> None:
+    """Two fresh stores migrating the same empty database at once both succeed."""
+    first, second = await store_factory(migrate=False), await store_factory(migrate=False)
+    await asyncio.gather(first.migrate(), second.migrate())
+    await first.ping()
+    assert (await second.create_task(channel="C1", thread_ts="", now=T0)).task_id
+
+
+async def test_ping_answers_then_raises_after_close(store: Store) -> None:
+    """ping() succeeds on a live store and raises StoreError once it is closed."""
+    await store.ping()
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.ping()
+
+
+async def test_data_survives_reopening(store_factory: StoreFactory) -> None:
+    """A new store on the same database sees tasks, inbox, handles and effects (restart safety)."""
+    first = await store_factory()
+    outcome = await claim(first)
+    assert outcome.task_id is not None
+    await first.mint_handle(task_id=outcome.task_id, kind="msg", ref="C1:1", handle="msg_a")
+    await first.open_effect(effect_id="e1", task_id=outcome.task_id, tool="channel_reply", args="{}", now=T0)
+    await first.close()
+    second = await store_factory()
+    assert await second.find_task("C1", "100.000001") == outcome.task_id
+    assert [i.item_id for i in await second.pending_inbox(outcome.task_id)] == [outcome.item_id]
+    assert await second.resolve_handle(outcome.task_id, "msg_a") is not None
+    assert [e.effect_id for e in await second.open_effects(outcome.task_id)] == ["e1"]
+
+
+# -- claims --------------------------------------------------------------------------
+
+
+async def test_claim_creates_task_and_inbox_item(store: Store) -> None:
+    """A first claim with create=True creates the task, maps its key and appends one inbox item."""
+    outcome = await claim(store, payload='{"n": 1}')
+    assert outcome.status == "claimed" and outcome.created
+    assert outcome.task_id is not None and outcome.item_id is not None
+    assert await store.find_task("C1", "100.000001") == outcome.task_id
+    task = await store.get_task(outcome.task_id)
+    assert task is not None
+    assert (task.channel, task.thread_ts, task.transcript, task.enabled_tools) == (
+        "C1",
+        "100.000001",
+        b"",
+        (),
+    )
+    assert task.created_at == T0
+    [item] = await store.pending_inbox(outcome.task_id)
+    assert (
+        item.item_id,
+        item.task_id,
+        item.channel,
+        item.ts,
+        item.thread_ts,
+        item.payload,
+        item.created_at,
+    ) == (
+        outcome.item_id,
+        outcome.task_id,
+        "C1",
+        "100.000001",
+        "100.000001",
+        '{"n": 1}',
+        T0,
+    )
+
+
+async def test_claim_duplicate_event_id(store: Store) -> None:
+    """A retried event_id is a duplicate naming the original task, and adds no inbox item."""
+    first = await claim(store)
+    again = await claim(store)
+    assert again.status == "duplicate" and again.task_id == first.task_id and again.item_id is None
+    assert first.task_id is not None
+    assert len(await store.pending_inbox(first.task_id)) == 1
+
+
+async def test_claim_duplicate_message_with_other_event_id_records_that_event(store: Store) -> None:
+    """Same (channel, ts) under a new event_id is a duplicate, and that event_id is recorded too."""
+    first = await claim(store, event_id="EvMention")
+    second = await claim(store, event_id="EvMessage")
+    assert second.status == "duplicate" and second.task_id == first.task_id
+    # Recorded: the same event id is a duplicate even for a message never claimed.
+    retry = await claim(store, event_id="EvMessage", ts="999.000001")
+    assert retry.status == "duplicate"
+    assert first.task_id is not None
+    assert len(await store.pending_inbox(first.task_id)) == 1
+
+
+async def test_claim_without_task_and_create_false_records_nothing(store: Store) -> None:
+    """create=False on an unknown conversation returns no_task and leaves no claim, task or mapping behind."""
+    outcome = await claim(store, create=False)
+    assert outcome == ClaimOutcome("no_task")
+    assert await store.find_task("C1", "100.000001") is None
+    stats = await store.stats()
+    assert (stats.tasks, stats.pending_inbox) == (0, 0)
+    # Neither claim key was recorded, so a later claim of the same event and message succeeds.
+    assert (await claim(store, create=True)).status == "claimed"
+
+
+async def test_claim_into_existing_task_with_create_false(store: Store) -> None:
+    """A reply in a known thread is claimed into its task without creating one."""
+    root = await claim(store)
+    reply = await claim(store, event_id="Ev2", ts="101.000001", create=False)
+    assert reply.status == "claimed" and not reply.created and reply.task_id == root.task_id
+    assert root.task_id is not None
+    assert [i.ts for i in await store.pending_inbox(root.task_id)] == ["100.000001", "101.000001"]
+
+
+async def test_claim_dm_top_level_is_one_conversation(store: Store) -> None:
+    """Top-level DM messages (thread_ts "") all go to the one task of (channel, "")."""
+    first = await claim(store, channel="D1", ts="1.1", thread_ts="")
+    second = await claim(store, event_id="Ev2", channel="D1", ts="1.2", thread_ts="", create=False)
+    assert first.created and second.status == "claimed" and second.task_id == first.task_id
+    assert await store.find_task("D1", "") == first.task_id
+
+
+async def test_concurrent_claims_of_one_message_across_stores(store_factory: StoreFactory) -> None:
+    """20 concurrent claims of one message from two stores (different event ids) yield exactly one claimed."""
+    stores = [await store_factory(), await store_factory()]
+    outcomes = await asyncio.gather(
+        *(claim(stores[i % 2], event_id=f"Ev{i}") for i in range(20)),
+    )
+    statuses = sorted(o.status for o in outcomes)
+    assert statuses == ["claimed"] + ["duplicate"] * 19
+    [winner] = [o for o in outcomes if o.status == "claimed"]
+    assert winner.task_id is not None
+    stats = await stores[0].stats()
+    assert (stats.tasks, stats.pending_inbox) == (1, 1)
+
+
+async def test_concurrent_claims_in_one_new_thread_share_one_task(store_factory: StoreFactory) -> None:
+    """Different messages racing to start the same conversation end in one task holding all of them."""
+    stores = [await store_factory(), await store_factory()]
+    outcomes = await asyncio.gather(
+        *(
+            claim(stores[i % 2], event_id=f"Ev{i}", ts=f"100.{i:06d}", thread_ts="100.000000")
+            for i in range(10)
+        ),
+    )
+    assert all(o.status == "claimed" for o in outcomes)
+    assert sum(o.created for o in outcomes) == 1
+    assert len({o.task_id for o in outcomes}) == 1
+    assert (await stores[0].stats()).tasks == 1
+
+
+# -- tasks ---------------------------------------------------------------------------
+
+
+async def test_create_task_maps_non_empty_thread_and_reuses_existing(store: Store) -> None:
+    """create_task maps a non-empty thread key; an already-mapped key returns its existing task."""
+    task = await store.create_task(channel="C1", thread_ts="500.1", now=T0)
+    assert await store.find_task("C1", "500.1") == task.task_id
+    again = await store.create_task(channel="C1", thread_ts="500.1", now=T0 + 5)
+    assert again == task
+
+
+async def test_create_task_without_thread_maps_nothing(store: Store) -> None:
+    """create_task with thread_ts "" creates a distinct unmapped task each time."""
+    first = await store.create_task(channel="C1", thread_ts="", now=T0)
+    second = await store.create_task(channel="C1", thread_ts="", now=T0)
+    assert first.task_id != second.task_id
+    assert first.thread_ts == "" and await store.find_task("C1", "") is None
+
+
+async def test_get_task_unknown_is_none(store: Store) -> None:
+    """get_task of an unknown id returns None."""
+    assert await store.get_task("nope") is None
+
+
+async def test_set_task_thread_sets_empty_origin_once(store: Store) -> None:
+    """set_task_thread fills an empty origin thread; a set origin is kept; an unknown task is a StoreError."""
+    task = await store.create_task(channel="C1", thread_ts="", now=T0)
+    await store.set_task_thread(task.task_id, "600.1")
+    assert await store.get_task(task.task_id) == TaskRecord(task.task_id, "C1", "600.1", b"", (), T0)
+    await store.set_task_thread(task.task_id, "700.1")
+    got = await store.get_task(task.task_id)
+    assert got is not None and got.thread_ts == "600.1"
+    with pytest.raises(StoreError):
+        await store.set_task_thread("nope", "1.1")
+
+
+async def test_record_root_then_find_task(store: Store) -> None:
+    """record_root maps a posted root to the task; an existing mapping is left as it is."""
+    first, second = await new_task(store, "500.1"), await new_task(store, "500.2")
+    await store.record_root(channel="C2", ts="800.1", task_id=first)
+    assert await store.find_task("C2", "800.1") == first
+    await store.record_root(channel="C2", ts="800.1", task_id=second)
+    assert await store.find_task("C2", "800.1") == first
+    assert await store.find_task("C2", "800.2") is None
+
+
+async def test_reply_to_recorded_root_resumes_task(store: Store) -> None:
+    """A message in a thread under a recorded root is claimed into that task with create=False."""
+    task_id = await new_task(store)
+    await store.record_root(channel="C1", ts="900.1", task_id=task_id)
+    outcome = await claim(store, ts="900.2", thread_ts="900.1", create=False)
+    assert outcome.status == "claimed" and outcome.task_id == task_id and not outcome.created
+
+
+async def test_save_run_consumes_atomically_and_keeps_order(store: Store) -> None:
+    """save_run stores the transcript and consumes exactly the given items; the rest stay, oldest first."""
+    outcomes = [await claim(store, event_id=f"Ev{i}", ts=f"100.{i:06d}", now=T0 + i) for i in range(1, 5)]
+    task_id = outcomes[0].task_id
+    assert task_id is not None
+    items = await store.pending_inbox(task_id)
+    assert [i.item_id for i in items] == [o.item_id for o in outcomes]
+    assert [i.created_at for i in items] == [T0 + 1, T0 + 2, T0 + 3, T0 + 4]
+    await store.save_run(task_id, transcript=b"[1]", consumed=[items[0].item_id, items[2].item_id])
+    assert [i.item_id for i in await store.pending_inbox(task_id)] == [items[1].item_id, items[3].item_id]
+    task = await store.get_task(task_id)
+    assert task is not None and task.transcript == b"[1]"
+
+
+async def test_save_run_tools_replaced_only_when_given(store: Store) -> None:
+    """enabled_tools given replaces the set; None keeps it; set_enabled_tools replaces it too."""
+    task_id = await new_task(store)
+    await store.save_run(
+        task_id, transcript=b"a", consumed=[], enabled_tools=["channel_edit", "channel_attach"]
+    )
+    await store.save_run(task_id, transcript=b"b", consumed=[])
+    task = await store.get_task(task_id)
+    assert task is not None and task.enabled_tools == ("channel_edit", "channel_attach")
+    await store.set_enabled_tools(task_id, ["channel_retract"])
+    task = await store.get_task(task_id)
+    assert task is not None and task.enabled_tools == ("channel_retract",) and task.transcript == b"b"
+
+
+async def test_save_run_ignores_other_tasks_items(store: Store) -> None:
+    """Item ids of another task are not consumed by this task's save_run."""
+    mine = await claim(store)
+    theirs = await claim(store, event_id="Ev2", ts="200.1", thread_ts="200.1")
+    assert mine.task_id and theirs.task_id and theirs.item_id is not None
+    await store.save_run(mine.task_id, transcript=b"x", consumed=[theirs.item_id])
+    assert len(await store.pending_inbox(theirs.task_id)) == 1
+
+
+async def test_save_run_unknown_task_fails_and_consumes_nothing(store: Store) -> None:
+    """save_run for an unknown task raises StoreError and changes nothing."""
+    outcome = await claim(store)
+    assert outcome.task_id and outcome.item_id is not None
+    with pytest.raises(StoreError):
+        await store.save_run("nope", transcript=b"x", consumed=[outcome.item_id])
+    with pytest.raises(StoreError):
+        await store.set_enabled_tools("nope", ["x"])
+    assert len(await store.pending_inbox(outcome.task_id)) == 1
+
+
+# -- inbox scheduling ------------------------------------------------------------------
+
+
+async def test_tasks_with_pending_inbox_respects_leases_and_effects(store: Store) -> None:
+    """Due tasks have pending items or open effects and no live lease; drained tasks are not due."""
+    busy = await claim(store, now=T0)
+    idle_effect = await new_task(store)
+    drained = await claim(store, event_id="Ev2", ts="300.1", thread_ts="300.1", now=T0 + 1)
+    assert busy.task_id and drained.task_id and drained.item_id is not None
+    await store.save_run(drained.task_id, transcript=b"", consumed=[drained.item_id])
+    await store.open_effect(effect_id="e1", task_id=idle_effect, tool="channel_reply", args="{}", now=T0 + 2)
+    assert await store.tasks_with_pending_inbox(now=T0 + 10) == [busy.task_id, idle_effect]
+
+    assert await store.acquire_lease(busy.task_id, owner="a", ttl=30, now=T0 + 10)
+    assert await store.tasks_with_pending_inbox(now=T0 + 20) == [idle_effect]
+    # Expired at T0 + 40: due again.
+    assert await store.tasks_with_pending_inbox(now=T0 + 40) == [busy.task_id, idle_effect]
+
+    await store.close_effect("e1", result="{}")
+    assert await store.tasks_with_pending_inbox(now=T0 + 40) == [busy.task_id]
+
+
+# -- leases --------------------------------------------------------------------------
+
+
+async def test_lease_lifecycle(store: Store) -> None:
+    """Acquire, contest, re-acquire, renew, non-owner renew/release, release and takeover on expiry."""
+    task_id = await new_task(store)
+    assert await store.get_lease(task_id) is None
+    assert await store.acquire_lease(task_id, owner="a", ttl=30, now=T0)
+    lease = await store.get_lease(task_id)
+    assert lease is not None and (lease.owner, lease.expires_at) == ("a", T0 + 30)
+
+    assert not await store.acquire_lease(task_id, owner="b", ttl=30, now=T0 + 10)
+    assert await store.acquire_lease(task_id, owner="a", ttl=30, now=T0 + 10)  # own lease: extended
+    assert await store.renew_lease(task_id, owner="a", ttl=30, now=T0 + 20)
+    assert (await store.get_lease(task_id)) == LeaseRecord(task_id, "a", T0 + 50)
+
+    assert not await store.renew_lease(task_id, owner="b", ttl=30, now=T0 + 20)
+    await store.release_lease(task_id, owner="b")  # not b's: no-op
+    assert (await store.get_lease(task_id)) == LeaseRecord(task_id, "a", T0 + 50)
+
+    # Expired: b takes over and a's renewal reports the loss.
+    assert await store.acquire_lease(task_id, owner="b", ttl=30, now=T0 + 50)
+    assert not await store.renew_lease(task_id, owner="a", ttl=30, now=T0 + 51)
+    await store.release_lease(task_id, owner="b")
+    assert await store.get_lease(task_id) is None
+    assert not await store.renew_lease(task_id, owner="b", ttl=30, now=T0 + 52)
+    assert await store.acquire_lease(task_id, owner="c", ttl=30, now=T0 + 52)
+
+
+async def test_concurrent_lease_acquire_across_stores(store_factory: StoreFactory) -> None:
+    """Of many owners racing for one free lease from two stores, exactly one gets it."""
+    stores = [await store_factory(), await store_factory()]
+    task_id = await new_task(stores[0])
+    results = await asyncio.gather(
+        *(stores[i % 2].acquire_lease(task_id, owner=f"o{i}", ttl=30, now=T0) for i in range(10))
+    )
+    assert sum(results) == 1
+    lease = await stores[1].get_lease(task_id)
+    assert lease is not None and lease.owner == f"o{results.index(True)}"
+
+
+# -- handles -------------------------------------------------------------------------
+
+
+async def test_mint_handle_is_idempotent_per_ref(store: Store) -> None:
+    """A known (task, kind, ref) keeps its first handle; authored only rises; data is replaced unless "{}"."""
+    task_id = await new_task(store)
+    first = await store.mint_handle(task_id=task_id, kind="msg", ref="C1:1.1", handle="msg_first")
+    assert (first.handle, first.authored, first.data) == ("msg_first", False, "{}")
+
+    again = await store.mint_handle(
+        task_id=task_id, kind="msg", ref="C1:1.1", handle="msg_second", authored=True, data='{"a": 1}'
+    )
+    assert (again.handle, again.authored, again.data) == ("msg_first", True, '{"a": 1}')
+    kept = await store.mint_handle(task_id=task_id, kind="msg", ref="C1:1.1", handle="msg_third")
+    assert (kept.handle, kept.authored, kept.data) == ("msg_first", True, '{"a": 1}')
+
+    assert await store.resolve_handle(task_id, "msg_first") == kept
+    assert await store.resolve_handle(task_id, "msg_second") is None
+    # Same ref under another kind is another object.
+    as_file = await store.mint_handle(task_id=task_id, kind="file", ref="C1:1.1", handle="file_x")
+    assert as_file.handle == "file_x" and as_file.kind == "file"
+
+
+async def test_handles_are_task_scoped(store: Store) -> None:
+    """resolve_handle refuses another task's handle; the same ref gets a separate handle per task."""
+    mine, theirs = await new_task(store, "1.1"), await new_task(store, "2.2")
+    record = await store.mint_handle(
+        task_id=mine, kind="file", ref="F1", handle="file_mine", data='{"n": "x"}'
+    )
+    assert record.task_id == mine
+    assert await store.resolve_handle(theirs, "file_mine") is None
+    assert await store.resolve_handle(mine, "file_unknown") is None
+    other = await store.mint_handle(task_id=theirs, kind="file", ref="F1", handle="file_theirs")
+    assert other.handle == "file_theirs" and other.data == "{}"
+
+
+async def test_mint_handle_for_unknown_task_fails(store: Store) -> None:
+    """A handle cannot be minted for a task that does not exist."""
+    with pytest.raises(StoreError):
+        await store.mint_handle(task_id="nope", kind="msg", ref="C1:1", handle="msg_x")
+
+
+# -- effects -------------------------------------------------------------------------
+
+
+async def test_effect_journal(store: Store) -> None:
+    """open_effect journals an attempt, open_effects lists them oldest first, close_effect records results."""
+    task_id = await new_task(store)
+    other = await new_task(store, "9.9")
+    await store.open_effect(effect_id="e1", task_id=task_id, tool="channel_reply", args='{"t": 1}', now=T0)
+    await store.open_effect(
+        effect_id="e2", task_id=task_id, tool="channel_react", args='{"t": 2}', now=T0 + 1
+    )
+    await store.open_effect(effect_id="e3", task_id=other, tool="channel_reply", args="{}", now=T0)
+    opened = await store.open_effects(task_id)
+    assert [(e.effect_id, e.tool, e.args, e.state, e.result, e.created_at) for e in opened] == [
+        ("e1", "channel_reply", '{"t": 1}', "open", None, T0),
+        ("e2", "channel_react", '{"t": 2}', "open", None, T0 + 1),
+    ]
+    await store.close_effect("e1", result='{"ok": true}')
+    assert [e.effect_id for e in await store.open_effects(task_id)] == ["e2"]
+    closed = await store.get_effect("e1")
+    assert closed is not None and (closed.state, closed.result, closed.task_id) == (
+        "done",
+        '{"ok": true}',
+        task_id,
+    )
+    assert await store.get_effect("nope") is None
+
+
+async def test_effect_errors(store: Store) -> None:
+    """Re-opening an effect id or closing an unknown one is a StoreError."""
+    task_id = await new_task(store)
+    await store.open_effect(effect_id="e1", task_id=task_id, tool="t", args="{}", now=T0)
+    with pytest.raises(StoreError):
+        await store.open_effect(effect_id="e1", task_id=task_id, tool="t", args="{}", now=T0)
+    with pytest.raises(StoreError):
+        await store.close_effect("nope", result="{}")
+
+
+# -- stats ---------------------------------------------------------------------------
+
+
+async def test_stats_counts(store: Store) -> None:
+    """stats() counts tasks and pending inbox items, with further counts in extra."""
+    outcome = await claim(store)
+    await claim(store, event_id="Ev2", ts="100.2", create=False)
+    assert outcome.task_id is not None
+    await store.open_effect(effect_id="e1", task_id=outcome.task_id, tool="t", args="{}", now=T0)
+    stats = await store.stats()
+    assert (stats.tasks, stats.pending_inbox) == (1, 2)
+    assert stats.extra["open_effects"] == 1 and stats.extra["leases"] == 0
