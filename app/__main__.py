@@ -39,7 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from .manifest import build_manifest
 
-        print(json.dumps(build_manifest(args.url, name=args.name), indent=2))
+        try:
+            manifest = build_manifest(args.url, name=args.name)
+        except ValueError as exc:
+            print(f"threadbound: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(manifest, indent=2))
         return 0
     settings = Settings()
     from .logs import configure_logging

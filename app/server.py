@@ -36,6 +36,7 @@ from storage import Store, StoreError, open_store
 
 from .agent import AgentFile, build_agent, build_model
 from .ingress import Ingress
+from .paas import ephemeral_disk_warning
 from .router import BotIdentity
 from .runner import RunHooks, TaskRunner
 from .settings import Settings
@@ -125,6 +126,9 @@ class Service:
             raise StartupError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…)")
         if not settings.slack_signing_secret.get_secret_value():
             raise StartupError("SLACK_SIGNING_SECRET is not set (Basic Information → App Credentials)")
+        ephemeral = ephemeral_disk_warning(settings)
+        if ephemeral:
+            log.warning(ephemeral)
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
         except (ValueError, OSError) as exc:

@@ -1,0 +1,91 @@
+"""The Slack app manifest (JSON form) for an Events API install of threadbound.
+
+``python -m app manifest --url https://HOST/slack/events`` prints it; paste it at
+api.slack.com/apps → Create New App → From a manifest. Scopes come from
+:mod:`channel.slack.scopes`, so the manifest asks for exactly what the tools,
+routing and progress use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from channel.slack.scopes import wanted_scopes
+
+#: The URL path the server answers Slack events on (see app/server.py).
+EVENTS_PATH = "/slack/events"
+#: The placeholder URL of the checked-in slack-manifest.json.
+PLACEHOLDER_URL = "https://YOUR-APP-HOST/slack/events"
+
+#: Bot events → the scope Slack requires to deliver each.
+BOT_EVENTS: dict[str, str] = {
+    "app_mention": "app_mentions:read",
+    "message.channels": "channels:history",
+    "message.groups": "groups:history",
+    "message.im": "im:history",
+    "message.mpim": "mpim:history",
+}
+
+_DEV_HOSTS = ("localhost", "127.0.0.1", "::1")
+# Slack's limits: display_information.name ≤ 35 characters.
+_MAX_NAME = 35
+_DESCRIPTION = "An AI agent that works in the Slack thread it was called from."
+_ASSISTANT_DESCRIPTION = "Ask me anything; I answer in this thread and act only here."
+
+
+def check_request_url(url: str) -> str:
+    """``url`` if Slack can deliver events to it, else ``ValueError`` saying what is wrong."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ValueError(f"--url {url!r} is not a URL: {exc}") from exc
+    if parts.scheme == "https" and host:
+        pass
+    elif parts.scheme == "http" and host in _DEV_HOSTS:
+        pass  # local development behind a tunnel or a fake; Slack itself only delivers to https
+    else:
+        raise ValueError(f"--url must be https://HOST{EVENTS_PATH} (http only for localhost), not {url!r}")
+    if parts.username or parts.password:
+        raise ValueError("--url must not carry a user or password")
+    if not parts.path.endswith(EVENTS_PATH) or parts.query or parts.fragment:
+        raise ValueError(f"--url must end with {EVENTS_PATH} (the server's events endpoint), not {url!r}")
+    return url
+
+
+def build_manifest(url: str, *, name: str = "threadbound") -> dict[str, Any]:
+    """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name."""
+    check_request_url(url)
+    name = name.strip()
+    if not name or len(name) > _MAX_NAME:
+        raise ValueError(f"--name must be 1 to {_MAX_NAME} characters")
+    scopes = wanted_scopes()
+    features: dict[str, Any] = {
+        "app_home": {
+            "home_tab_enabled": False,
+            # The messages tab is how people DM the bot.
+            "messages_tab_enabled": True,
+            "messages_tab_read_only_enabled": False,
+        },
+        "bot_user": {"display_name": name, "always_online": True},
+    }
+    if "assistant:write" in scopes:
+        # Slack grants assistant:write only to apps with the assistant view (Agents & AI Apps) on.
+        features["assistant_view"] = {"assistant_description": _ASSISTANT_DESCRIPTION}
+    return {
+        "display_information": {"name": name, "description": _DESCRIPTION},
+        "features": features,
+        "oauth_config": {"scopes": {"bot": scopes}},
+        "settings": {
+            "event_subscriptions": {"request_url": url, "bot_events": list(BOT_EVENTS)},
+            "interactivity": {"is_enabled": False},
+            "org_deploy_enabled": False,
+            "socket_mode_enabled": False,
+            "token_rotation_enabled": False,
+        },
+    }
+
+
+__all__ = ["BOT_EVENTS", "EVENTS_PATH", "PLACEHOLDER_URL", "build_manifest", "check_request_url"]

@@ -1,0 +1,173 @@
+"""``python -m app check`` against FakeSlack and FakeOpenAI over real HTTP."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.check import run_checks
+from testing import DEFAULT_SCOPES, FakeOpenAI, FakeSlack
+from testing.harness import SIGNING_SECRET, settings_for
+
+TOKEN = "xoxb-1111-2222-very-secret-token"
+MODEL_KEY = "sk-fake-model-key-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # No ./agent.toml from the repo and no PaaS markers from the machine leak into a check.
+    monkeypatch.chdir(tmp_path)
+    for name in ("DYNO", "RENDER", "FLY_APP_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(lambda request: FakeOpenAI.text("OK"), api_key=MODEL_KEY) as fake:
+        yield fake
+
+
+async def check(
+    slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, *, run_model: bool = True, **overrides: Any
+) -> tuple[int, list[str]]:
+    values: dict[str, Any] = {
+        "model": "openai-chat:fake",
+        "openai_base_url": llm.base_url,
+        "openai_api_key": MODEL_KEY,
+        # check downloads nothing, so the real origin is the one a good configuration names.
+        "slack_file_origins": ("https://files.slack.com",),
+    }
+    values.update(overrides)
+    settings = settings_for(slack, tmp_path / "data", **values)
+    out = io.StringIO()
+    code = await run_checks(settings, model=run_model, out=out)
+    text = out.getvalue()
+    for secret in (TOKEN, SIGNING_SECRET, MODEL_KEY):
+        assert secret not in text
+    return code, text.splitlines()
+
+
+def lines_of(lines: list[str], status: str, name: str) -> list[str]:
+    return [line for line in lines if line.startswith(status) and f"  {name}  " in line]
+
+
+async def test_good_configuration_passes(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A complete install passes every check, the model with one real request."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path)
+    assert code == 0, lines
+    assert [line.split()[0] for line in lines] == ["PASS"] * 5 + ["SKIP", "PASS"], lines
+    assert lines_of(lines, "PASS", "token") and "@threadbound" in lines[0]
+    assert llm.count == 1
+    assert llm.requests[0]["max_completion_tokens"] <= 16
+
+
+async def test_no_model_skips_the_model(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """--no-model makes no model request and reports the model as skipped."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False)
+    assert code == 0
+    assert lines_of(lines, "SKIP", "model")
+    assert llm.count == 0
+
+
+async def test_bad_token_fails_and_is_never_printed(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A revoked token FAILs with the fix, skips the scope check, and is not echoed."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, slack_bot_token="xoxb-revoked-0000")
+    assert code == 1
+    (line,) = lines_of(lines, "FAIL", "token")
+    assert "invalid or revoked" in line and "Bot User OAuth Token" in line
+    assert "xoxb-revoked-0000" not in "\n".join(lines)
+    assert lines_of(lines, "SKIP", "scopes")
+
+
+async def test_missing_optional_scopes_warn_naming_tools(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """Without files:write and canvases:write the check WARNs, naming the tools they disable."""
+    scopes = [s for s in DEFAULT_SCOPES if s not in ("files:write", "canvases:write")]
+    async with FakeSlack(token=TOKEN, scopes=scopes) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False)
+    assert code == 0
+    warned = lines_of(lines, "WARN", "scopes")
+    assert any("files:write" in w and "channel_attach" in w for w in warned), lines
+    assert any("canvases:write" in w and "channel_post_document" in w for w in warned), lines
+
+
+async def test_missing_chat_write_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """Without chat:write nothing can be answered: FAIL, naming the scope and the tools it takes."""
+    scopes = [s for s in DEFAULT_SCOPES if s != "chat:write"]
+    async with FakeSlack(token=TOKEN, scopes=scopes) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False)
+    assert code == 1
+    (line,) = lines_of(lines, "FAIL", "scopes")
+    assert "chat:write" in line and "channel_edit" in line and "reinstall" in line
+
+
+async def test_empty_signing_secret_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """An unset signing secret FAILs with where to find it."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, slack_signing_secret="")
+    assert code == 1
+    assert "App Credentials" in lines_of(lines, "FAIL", "signing secret")[0]
+
+
+async def test_unreachable_database_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A Postgres nobody listens on FAILs with the driver's error, never the URL's password."""
+    url = "postgresql://postgres:db-password-42@127.0.0.1:1/x"
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, database_url=url)
+    assert code == 1
+    (line,) = lines_of(lines, "FAIL", "database")
+    assert "127.0.0.1:1" in line and "db-password-42" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("origins", "status"),
+    [
+        (("http://127.0.0.1:9999",), "WARN"),
+        (("https://files.slack.com/some/path",), "FAIL"),
+        (("not an origin",), "FAIL"),
+        (("http://files.example.com",), "FAIL"),
+    ],
+)
+async def test_file_origins(llm: FakeOpenAI, tmp_path: Path, origins: tuple[str, ...], status: str) -> None:
+    """Each SLACK_FILE_ORIGINS entry must be a bare https origin; local http only WARNs."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, slack_file_origins=origins)
+    assert lines_of(lines, status, "file origins"), lines
+    assert code == (1 if status == "FAIL" else 0)
+
+
+async def test_agent_file_selecting_unsupported_tools_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """An agent file naming an unknown tool, or one the scopes do not allow, FAILs per tool."""
+    agent = tmp_path / "agent.toml"
+    agent.write_text('tools = ["channel_reply", "channel_attach", "channel_teleport"]\n')
+    scopes = [s for s in DEFAULT_SCOPES if s != "files:write"]
+    async with FakeSlack(token=TOKEN, scopes=scopes) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, agent_file=agent)
+    assert code == 1
+    failed = lines_of(lines, "FAIL", "agent file")
+    assert any("channel_attach" in f and "files:write" in f for f in failed), lines
+    assert any("channel_teleport" in f for f in failed), lines
+
+
+async def test_model_unset_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """No MODEL (and no model in an agent file) FAILs with an example value."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, model="")
+    assert code == 1
+    assert "MODEL is not set" in lines_of(lines, "FAIL", "model")[0]
+
+
+async def test_model_rejecting_the_key_fails_without_echoing_it(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A model server refusing the key FAILs with a short error that does not contain the key."""
+    wrong = "sk-wrong-key-9876543210"
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, openai_api_key=wrong)
+    assert code == 1
+    (line,) = lines_of(lines, "FAIL", "model")
+    assert "openai-chat:fake" in line and wrong not in "\n".join(lines)
