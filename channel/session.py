@@ -209,7 +209,7 @@ class ChannelSession:
                 now=self._clock(),
             )
             try:
-                posted = await self.adapter.post(self.origin, part, effect_id=effect_id)
+                posted = await self._post_once(part, effect_id)
             except ChannelError as exc:
                 await self.store.close_effect(effect_id, result=json.dumps(exc.as_result()))
                 if handles:
@@ -236,6 +236,21 @@ class ChannelSession:
             result["bridge_error"] = bridge_error
         return result
 
+    async def _post_once(self, markdown: str, effect_id: str) -> Posted:
+        """Post, never retrying; when the connection broke mid-request, look for the post instead."""
+        try:
+            return await self.adapter.post(self.origin, markdown, effect_id=effect_id)
+        except ChannelError as exc:
+            if exc.provider_code != "transport":
+                raise
+            try:
+                found = await self.adapter.find_posted(self.origin, effect_id)
+            except ChannelError:
+                found = []
+            if not found:
+                raise
+            return found[0]
+
     async def _record_post(self, posted: Posted) -> str:
         handle = await self.handles.mint("msg", posted.ref, authored=True)
         self.posted.append(handle)
@@ -250,44 +265,52 @@ class ChannelSession:
         return handle
 
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
-        """Settle effects a crashed run left open, without repeating a post.
+        """Settle effects a crashed run left open, never repeating a post.
 
-        Returns one line per effect for the model: what was recovered, or that it is unavailable.
+        - A post is looked up by the effect id it carries; found, its result is recovered,
+          otherwise it is reported unavailable (and not posted again).
+        - Reactions, edits and retractions are idempotent, so they are re-attempted:
+          ``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done.
+        Returns one line per effect for the model (each reason bounded to 512 bytes).
         """
         notes: list[str] = []
         for effect in effects:
             args = json.loads(effect.args)
-            note: str
-            if effect.tool == "channel_reply":
-                origin = Origin(
-                    args.get("channel", self.origin.channel), args.get("thread_ts", self.origin.thread_ts)
-                )
-                try:
-                    found = await self.adapter.find_posted(origin, effect.effect_id)
-                except ChannelError as exc:
-                    found = []
-                    note = f"unavailable ({exc.message})"
-                if found:
-                    handle = await self._record_post(found[0])
-                    result: Result = {"message": handle, "permalink": found[0].permalink}
-                    note = f"was posted as {handle}"
-                else:
-                    result = ChannelError("not_found", "the interrupted reply was not posted").as_result()
-                    note = "was not posted (it is unavailable; post again if it is still needed)"
-                await self.store.close_effect(effect.effect_id, result=json.dumps(result))
-                notes.append(f"- an interrupted channel_reply {note}")
-            else:
-                # Reactions, edits and retractions are safe to leave to the model to re-attempt.
-                await self.store.close_effect(
-                    effect.effect_id,
-                    result=json.dumps(
-                        ChannelError("not_found", "interrupted; result unavailable").as_result()
-                    ),
-                )
-                notes.append(
-                    f"- an interrupted {effect.tool} has an unavailable result; check and redo it if needed"
-                )
+            try:
+                result, note = await self._settle(effect.tool, effect.effect_id, args)
+            except ChannelError as exc:
+                result, note = exc.as_result(), f"is unavailable: {exc.message}"
+            await self.store.close_effect(effect.effect_id, result=json.dumps(result))
+            notes.append(f"- an interrupted {effect.tool} {bounded(note)}")
         return notes
+
+    async def _settle(self, tool: str, effect_id: str, args: dict[str, Any]) -> tuple[Result, str]:
+        done_codes = {"already_reacted", "no_reaction", "message_not_found"}
+        if tool == "channel_reply":
+            origin = Origin(
+                args.get("channel", self.origin.channel), args.get("thread_ts", self.origin.thread_ts)
+            )
+            found = await self.adapter.find_posted(origin, effect_id)
+            if not found:
+                error = ChannelError("not_found", "the interrupted reply is not in the conversation")
+                return error.as_result(), "was not posted; post it again if it is still needed"
+            handle = await self._record_post(found[0])
+            return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
+        try:
+            if tool == "channel_react":
+                await self.adapter.react(str(args["ref"]), str(args["emoji"]), add=bool(args["add"]))
+            elif tool == "channel_edit":
+                await self.adapter.edit(str(args["ref"]), str(args["text"]))
+            elif tool == "channel_retract":
+                await self.adapter.retract(str(args["ref"]))
+            else:
+                # Uploads and documents carry no marker to look for: report, never repeat.
+                error = ChannelError("not_found", "the interrupted action's result is unavailable")
+                return error.as_result(), "has an unavailable result; check before doing it again"
+        except ChannelError as exc:
+            if exc.provider_code not in done_codes:
+                raise
+        return {"ok": True}, "was completed"
 
     async def _journalled(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         effect_id = uuid.uuid4().hex
@@ -390,7 +413,7 @@ class ChannelSession:
             await self.adapter.edit(ref, text)
             return {"message": args.message}
 
-        return await self._journalled("channel_edit", {"ref": ref}, act)
+        return await self._journalled("channel_edit", {"ref": ref, "text": text}, act)
 
     async def _retract(self, args: RetractArgs) -> Result:
         ref = await self._own(args.message)

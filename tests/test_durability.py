@@ -1,0 +1,239 @@
+"""Durability: crashes, restarts, signals, leases, the effect journal and write safety on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from channel.contract import Origin
+from testing import events
+from testing.fake_model import FakeOpenAI, Reply, last_user_text
+from testing.fake_slack import FakeSlack
+from testing.harness import SIGNING_SECRET, AppHarness
+from testing.models import Turn, call, scripted
+from testing.process import ServerProcess
+from testing.sessions import slack_session
+
+
+def _workspace(slack: FakeSlack) -> None:
+    slack.add_channel("C1", "general")
+    slack.add_user("U1", "alice", display_name="Alice")
+
+
+async def _eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+def _server_env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path) -> dict[str, str]:
+    return {
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "DATA_DIR": str(data_dir),
+        "MODEL": "openai-chat:fake",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "x",
+        "LEASE_TTL": "2",
+        "SWEEP_INTERVAL": "0.5",
+        "SHUTDOWN_GRACE": "10",
+    }
+
+
+def _crash_script(request: dict[str, Any]) -> Reply:
+    """Echo a person once; after a tool result, or when told a reply was recovered, stay silent."""
+    messages = request.get("messages") or [{}]
+    text = last_user_text(request)
+    if messages[-1].get("role") == "tool" or "interrupted" in text:
+        return FakeOpenAI.text("")
+    return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {text.splitlines()[0]}"})
+
+
+async def test_a_post_interrupted_by_a_crash_is_never_repeated(tmp_path: Path) -> None:
+    """SIGKILL while chat.postMessage is in flight: after restart the post exists once and follow-ups work."""
+    async with FakeSlack() as slack, FakeOpenAI(_crash_script) as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        env = _server_env(slack, llm, tmp_path / "data")
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server1.log")
+        await first.start()
+        slack.hold("chat.postMessage")
+        root = slack.add_message("C1", "<@UBOT> write the summary", user="U1")
+        response = await events.deliver(
+            http, f"{first.url}/slack/events", events.app_mention("C1", "U1", "<@UBOT> write the summary", root),
+            SIGNING_SECRET,
+        )
+        assert response.status == 200
+        await asyncio.wait_for(slack.held("chat.postMessage").wait(), 20)
+        first.kill()
+        await first.wait()
+        slack.release("chat.postMessage")
+        assert len(slack.bot_messages("C1")) == 1  # Slack stored it; the process never heard back
+
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server2.log")
+        await second.start()
+        try:
+            # The restarted process reconciles the open effect (lease expiry + sweep) without posting again.
+            await _eventually(lambda: any("interrupted" in last_user_text(r) for r in llm.requests))
+            follow = slack.add_message("C1", "thanks! one more thing", user="U1", thread_ts=root)
+            await events.deliver(
+                http,
+                f"{second.url}/slack/events",
+                events.message("C1", "U1", "thanks! one more thing", follow, thread_ts=root),
+                SIGNING_SECRET,
+            )
+            await _eventually(lambda: len(slack.bot_messages("C1")) >= 2)
+            await asyncio.sleep(0.5)  # room for a wrong duplicate to show up
+        finally:
+            await second.stop()
+        texts = [m["text"] for m in slack.bot_messages("C1")]
+        assert sum("write the summary" in t for t in texts) == 1
+        assert any("one more thing" in t for t in texts)
+        assert len(texts) == 2
+        recovered = next(r for r in llm.requests if "interrupted" in last_user_text(r))
+        assert "was posted as msg_" in last_user_text(recovered)
+
+
+async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(tmp_path: Path) -> None:
+    """SIGTERM during a run: the server stops accepting, the turn completes, and the process exits 0."""
+    async with FakeSlack() as slack, FakeOpenAI(delay=1.0) as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        server = ServerProcess(_server_env(slack, llm, tmp_path / "data"), cwd=tmp_path, log_path=tmp_path / "s.log")
+        await server.start()
+        root = slack.add_message("C1", "<@UBOT> slow question", user="U1")
+        await events.deliver(
+            http, f"{server.url}/slack/events", events.app_mention("C1", "U1", "<@UBOT> slow question", root),
+            SIGNING_SECRET,
+        )
+        await _eventually(lambda: llm.count >= 1)
+        server.terminate()
+        assert await server.wait(20) == 0
+        assert [m["text"] for m in slack.bot_messages("C1")][0].startswith("echo: Alice")
+
+
+async def test_a_rate_limited_read_is_retried_after_retry_after(tmp_path: Path) -> None:
+    """A 429 on conversations.replies is retried after Retry-After and the read succeeds."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            slack.fail("conversations.replies", error="ratelimited", retry_after=1, times=1)
+            started = time.monotonic()
+            result = await env.session.call("channel_read", {})
+            assert "messages" in result and len(result["messages"]) == 1
+            assert slack.count("conversations.replies") == 2
+            assert time.monotonic() - started >= 1.0
+
+
+async def test_a_rate_limited_post_is_retried_exactly_once(tmp_path: Path) -> None:
+    """A 429 on chat.postMessage (nothing posted) is retried once; a second 429 is reported as rate_limited."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=1)
+            ok = await env.session.call("channel_reply", {"text": "hello"})
+            assert ok["message"].startswith("msg_")
+            assert slack.count("chat.postMessage") == 2
+            slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=2)
+            limited = await env.session.call("channel_reply", {"text": "again"})
+            assert limited["error"]["code"] == "rate_limited"
+            assert slack.count("chat.postMessage") == 4
+            assert [m["text"] for m in slack.bot_messages("C1")] == ["hello"]
+
+
+async def test_a_dropped_post_is_not_retried_but_found(tmp_path: Path) -> None:
+    """A connection dropped after Slack stored a post is not retried; the post is found by its effect id."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            slack.drop("chat.postMessage", times=1)
+            result = await env.session.call("channel_reply", {"text": "exactly once"})
+            assert result["message"].startswith("msg_"), result
+            assert slack.count("chat.postMessage") == 1
+            assert [m["text"] for m in slack.bot_messages("C1")] == ["exactly once"]
+            assert await env.store.open_effects(env.task.task_id) == []
+
+
+async def test_open_effects_are_reconciled_not_repeated(tmp_path: Path) -> None:
+    """Open effects from a crashed run: a found post is recovered, a missing one reported, a reaction redone."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            task_id = env.task.task_id
+            now = time.time()
+            args = json.dumps({"channel": "C1", "thread_ts": root, "part": 0})
+            await env.store.open_effect(effect_id="e-posted", task_id=task_id, tool="channel_reply", args=args, now=now)
+            slack.add_message(
+                "C1", "made before the crash", user="UBOT", bot_id="BBOT", thread_ts=root,
+                metadata={"event_type": "threadbound_effect", "event_payload": {"effect_id": "e-posted"}},
+            )
+            await env.store.open_effect(effect_id="e-lost", task_id=task_id, tool="channel_reply", args=args, now=now)
+            slack.add_reaction("C1", root, "eyes", "UBOT")
+            react = json.dumps({"ref": f"C1:{root}", "emoji": "eyes", "add": True})
+            await env.store.open_effect(effect_id="e-react", task_id=task_id, tool="channel_react", args=react, now=now)
+            posts_before = slack.count("chat.postMessage")
+
+            notes = await env.new_session().reconcile(await env.store.open_effects(task_id))
+
+            assert len(notes) == 3
+            assert "was posted as msg_" in notes[0]
+            assert "was not posted" in notes[1]
+            assert "was completed" in notes[2]  # already_reacted means done
+            assert slack.count("chat.postMessage") == posts_before
+            assert await env.store.open_effects(task_id) == []
+            posted = json.loads((await env.store.get_effect("e-posted")).result or "{}")  # type: ignore[union-attr]
+            assert posted["message"].startswith("msg_")
+
+
+async def test_an_expired_lease_is_taken_over_by_the_sweep(tmp_path: Path) -> None:
+    """Pending work whose owner died (its lease expired) is run by another instance's sweep."""
+
+    def script(turn: Turn) -> list[Any]:
+        return [call("channel_reply", text="picked up")] if turn.prompt else [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, lease_ttl=1.0) as app:
+            assert app.service is not None
+            store = app.service.store
+            root = slack.add_message("C1", "<@UBOT> are you there?", user="U1")
+            outcome = await store.claim_message(
+                event_id="Ev-dead", channel="C1", ts=root, thread_ts=root, create=True,
+                payload=json.dumps({"channel": "C1", "ts": root, "user": "U1", "text": "<@UBOT> are you there?"}),
+                now=time.time(),
+            )
+            assert outcome.task_id is not None
+            assert await store.acquire_lease(outcome.task_id, owner="dead-instance", ttl=0.5, now=time.time())
+            assert await app.service.runner.sweep() == 0  # still leased by the dead owner
+            await asyncio.sleep(0.6)
+            assert await app.service.runner.sweep() == 1
+            await app.idle()
+        assert [m["text"] for m in slack.bot_messages("C1")] == ["picked up"]
+
+
+async def test_read_retries_connection_errors_but_writes_do_not(tmp_path: Path) -> None:
+    """A dropped connection on a read is retried; on reactions.add it is not (writes are attempted once)."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            slack.drop("conversations.replies", times=1)
+            read = await env.session.call("channel_read", {})
+            assert slack.count("conversations.replies") == 2
+            handle = read["messages"][0]["message"]
+            slack.drop("reactions.add", times=1)
+            result = await env.session.call("channel_react", {"message": handle, "emoji": "eyes"})
+            assert result["error"]["code"] == "slack_error"
+            assert slack.count("reactions.add") == 1
+            assert env.session.origin == Origin("C1", root)
