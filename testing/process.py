@@ -36,7 +36,9 @@ class ServerProcess:
         async with aiohttp.ClientSession() as http:
             while True:
                 if self.proc.returncode is not None:
-                    raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log_path.read_text()}")
+                    raise RuntimeError(
+                        f"server exited with {self.proc.returncode}: {self.log_path.read_text()}"
+                    )
                 try:
                     async with http.get(f"{self.url}/healthz") as response:
                         if response.status == 200:

@@ -1,7 +1,7 @@
 """A ChannelSession on the real Slack adapter against a FakeSlack, with a real SQLite store.
 
-    async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-        result = await env.session.call("channel_reply", {"text": "hi"})
+async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+    result = await env.session.call("channel_reply", {"text": "hi"})
 """
 
 from __future__ import annotations
@@ -67,7 +67,10 @@ async def slack_session(
     store = open_store(database_url or f"sqlite:///{data_dir}/session.db")
     await store.migrate()
     adapter = SlackAdapter(
-        token=slack.token, api_url=slack.api_url, identity=identity_of(slack), file_origins=[slack.files_origin]
+        token=slack.token,
+        api_url=slack.api_url,
+        identity=identity_of(slack),
+        file_origins=[slack.files_origin],
     )
     try:
         created = await store.create_task(channel=channel, thread_ts=thread_ts, now=time.time())

@@ -68,7 +68,9 @@ async def test_a_post_interrupted_by_a_crash_is_never_repeated(tmp_path: Path) -
         slack.hold("chat.postMessage")
         root = slack.add_message("C1", "<@UBOT> write the summary", user="U1")
         response = await events.deliver(
-            http, f"{first.url}/slack/events", events.app_mention("C1", "U1", "<@UBOT> write the summary", root),
+            http,
+            f"{first.url}/slack/events",
+            events.app_mention("C1", "U1", "<@UBOT> write the summary", root),
             SIGNING_SECRET,
         )
         assert response.status == 200
@@ -106,11 +108,15 @@ async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(tmp_path: Pat
     """SIGTERM during a run: the server stops accepting, the turn completes, and the process exits 0."""
     async with FakeSlack() as slack, FakeOpenAI(delay=1.0) as llm, aiohttp.ClientSession() as http:
         _workspace(slack)
-        server = ServerProcess(_server_env(slack, llm, tmp_path / "data"), cwd=tmp_path, log_path=tmp_path / "s.log")
+        server = ServerProcess(
+            _server_env(slack, llm, tmp_path / "data"), cwd=tmp_path, log_path=tmp_path / "s.log"
+        )
         await server.start()
         root = slack.add_message("C1", "<@UBOT> slow question", user="U1")
         await events.deliver(
-            http, f"{server.url}/slack/events", events.app_mention("C1", "U1", "<@UBOT> slow question", root),
+            http,
+            f"{server.url}/slack/events",
+            events.app_mention("C1", "U1", "<@UBOT> slow question", root),
             SIGNING_SECRET,
         )
         await _eventually(lambda: llm.count >= 1)
@@ -173,15 +179,25 @@ async def test_open_effects_are_reconciled_not_repeated(tmp_path: Path) -> None:
             task_id = env.task.task_id
             now = time.time()
             args = json.dumps({"channel": "C1", "thread_ts": root, "part": 0})
-            await env.store.open_effect(effect_id="e-posted", task_id=task_id, tool="channel_reply", args=args, now=now)
+            await env.store.open_effect(
+                effect_id="e-posted", task_id=task_id, tool="channel_reply", args=args, now=now
+            )
             slack.add_message(
-                "C1", "made before the crash", user="UBOT", bot_id="BBOT", thread_ts=root,
+                "C1",
+                "made before the crash",
+                user="UBOT",
+                bot_id="BBOT",
+                thread_ts=root,
                 metadata={"event_type": "threadbound_effect", "event_payload": {"effect_id": "e-posted"}},
             )
-            await env.store.open_effect(effect_id="e-lost", task_id=task_id, tool="channel_reply", args=args, now=now)
+            await env.store.open_effect(
+                effect_id="e-lost", task_id=task_id, tool="channel_reply", args=args, now=now
+            )
             slack.add_reaction("C1", root, "eyes", "UBOT")
             react = json.dumps({"ref": f"C1:{root}", "emoji": "eyes", "add": True})
-            await env.store.open_effect(effect_id="e-react", task_id=task_id, tool="channel_react", args=react, now=now)
+            await env.store.open_effect(
+                effect_id="e-react", task_id=task_id, tool="channel_react", args=react, now=now
+            )
             posts_before = slack.count("chat.postMessage")
 
             notes = await env.new_session().reconcile(await env.store.open_effects(task_id))
@@ -209,8 +225,14 @@ async def test_an_expired_lease_is_taken_over_by_the_sweep(tmp_path: Path) -> No
             store = app.service.store
             root = slack.add_message("C1", "<@UBOT> are you there?", user="U1")
             outcome = await store.claim_message(
-                event_id="Ev-dead", channel="C1", ts=root, thread_ts=root, create=True,
-                payload=json.dumps({"channel": "C1", "ts": root, "user": "U1", "text": "<@UBOT> are you there?"}),
+                event_id="Ev-dead",
+                channel="C1",
+                ts=root,
+                thread_ts=root,
+                create=True,
+                payload=json.dumps(
+                    {"channel": "C1", "ts": root, "user": "U1", "text": "<@UBOT> are you there?"}
+                ),
                 now=time.time(),
             )
             assert outcome.task_id is not None
