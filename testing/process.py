@@ -26,13 +26,13 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self, timeout: float = 30.0) -> ServerProcess:
+    async def start(self, within: float = 30.0) -> ServerProcess:
         log = self.log_path.open("ab")
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "app", "serve", cwd=self.cwd, env=self.env, stdout=log, stderr=log
         )
         log.close()
-        deadline = asyncio.get_running_loop().time() + timeout
+        deadline = asyncio.get_running_loop().time() + within
         async with aiohttp.ClientSession() as http:
             while True:
                 if self.proc.returncode is not None:
@@ -57,9 +57,9 @@ class ServerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
 
-    async def wait(self, timeout: float = 30.0) -> int:
+    async def wait(self, within: float = 30.0) -> int:
         assert self.proc is not None
-        return await asyncio.wait_for(self.proc.wait(), timeout)
+        return await asyncio.wait_for(self.proc.wait(), within)
 
     async def stop(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

@@ -26,8 +26,8 @@ def _workspace(slack: FakeSlack) -> None:
     slack.add_user("U1", "alice", display_name="Alice")
 
 
-async def _eventually(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+async def _eventually(check: Callable[[], bool], within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
@@ -122,7 +122,7 @@ async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(tmp_path: Pat
         await _eventually(lambda: llm.count >= 1)
         server.terminate()
         assert await server.wait(20) == 0
-        assert [m["text"] for m in slack.bot_messages("C1")][0].startswith("echo: Alice")
+        assert slack.bot_messages("C1")[0]["text"].startswith("echo: Alice")
 
 
 async def test_a_rate_limited_read_is_retried_after_retry_after(tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ async def test_a_rate_limited_read_is_retried_after_retry_after(tmp_path: Path) 
 
 
 async def test_a_rate_limited_post_is_retried_exactly_once(tmp_path: Path) -> None:
-    """A 429 on chat.postMessage (nothing posted) is retried once; a second 429 is reported as rate_limited."""
+    """A 429 on chat.postMessage (nothing posted) is retried once; a second 429 is rate_limited."""
     async with FakeSlack() as slack:
         _workspace(slack)
         root = slack.add_message("C1", "root", user="U1")
@@ -171,7 +171,7 @@ async def test_a_dropped_post_is_not_retried_but_found(tmp_path: Path) -> None:
 
 
 async def test_open_effects_are_reconciled_not_repeated(tmp_path: Path) -> None:
-    """Open effects from a crashed run: a found post is recovered, a missing one reported, a reaction redone."""
+    """Open effects of a crashed run: a found post is recovered, a lost one reported, a reaction redone."""
     async with FakeSlack() as slack:
         _workspace(slack)
         root = slack.add_message("C1", "root", user="U1")
