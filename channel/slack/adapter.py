@@ -8,7 +8,6 @@ file refs are file ids — the session turns both into opaque handles.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -256,7 +255,7 @@ class SlackAdapter(AdapterBase):
     async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
         kwargs: dict[str, Any] = {
             "channel": origin.channel,
-            "text": plain_fallback(markdown),
+            "text": fallback_text(markdown),
             "blocks": [{"type": "markdown", "text": markdown}],
             "metadata": {"event_type": EFFECT_EVENT, "event_payload": {"effect_id": effect_id}},
             "unfurl_links": False,
@@ -307,7 +306,7 @@ class SlackAdapter(AdapterBase):
             await self.writes.chat_update(
                 channel=channel,
                 ts=ts,
-                text=plain_fallback(markdown),
+                text=fallback_text(markdown),
                 blocks=[{"type": "markdown", "text": markdown}],
             )
 
@@ -371,6 +370,12 @@ async def fetch_identity(token: str, api_url: str) -> SlackIdentity:
     )
 
 
+def fallback_text(markdown: str) -> str:
+    """The plain-text notification fallback, escaped so it cannot form a mention or link."""
+    plain = plain_fallback(markdown)
+    return plain.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _split_ref(ref: str) -> tuple[str, str]:
     channel, sep, ts = ref.partition(":")
     if not sep or not channel or not ts:
@@ -384,6 +389,3 @@ def _iso(ts: str) -> str:
     except ValueError:
         return ""
 
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
