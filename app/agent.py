@@ -5,33 +5,44 @@ whatever the run's :class:`channel.session.ChannelSession` offers at each step
 (so ``tool_search`` takes effect on the next request) and hands every call to
 the session. Arguments are validated by the session with the tool's own model,
 so a bad call becomes an error *result* the model reads, never a retry that
-could exhaust a budget and end the task.
+could exhaust a budget and end the task. Around each call the toolset binds the
+tool's name to log lines and reports to the host's callbacks (progress before,
+metrics and the tool-call log line after).
 """
 
 from __future__ import annotations
 
+import time
 import tomllib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, AgentRetries, RunContext
 from pydantic_ai.models import Model
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
 
 from channel.contract import OriginInfo
 from channel.session import ChannelSession
 from channel.tools import ToolSpec
 
+from .logs import bind
 from .settings import Settings
 
 # Accept any JSON object: the session validates with the tool's model and answers with an error result.
-_ANY_OBJECT = TypeAdapter(dict[str, Any]).validator
-# Only malformed JSON reaches pydantic-ai's retry path; be generous so it never ends a task.
+_ANY_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
+# Only malformed JSON and calls of tools not offered now (a deferred tool before tool_search enabled it)
+# reach pydantic-ai's retry path; be generous so such a slip never ends a task.
 _MAX_RETRIES = 10
+
+#: Called before each tool call with the session and tool name (``RunHooks.on_tool``: progress).
+ToolStarted = Callable[[ChannelSession, str], Awaitable[None]]
+#: Called after each tool call: session, tool name, outcome (``"ok"`` or the error code), seconds.
+ToolFinished = Callable[[ChannelSession, str, str, float], None]
 
 
 @dataclass(slots=True)
@@ -41,6 +52,10 @@ class RunDeps:
 
 class ChannelToolset(AbstractToolset[RunDeps]):
     """The session's active tools, re-listed at every step of a run."""
+
+    def __init__(self, on_start: ToolStarted | None = None, on_end: ToolFinished | None = None) -> None:
+        self._on_start = on_start
+        self._on_end = on_end
 
     @property
     def id(self) -> str | None:
@@ -62,7 +77,24 @@ class ChannelToolset(AbstractToolset[RunDeps]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
     ) -> Any:
-        return await ctx.deps.session.call(name, tool_args)
+        session = ctx.deps.session
+        with bind(tool=name):
+            if self._on_start is not None:
+                await self._on_start(session, name)
+            started = time.perf_counter()
+            outcome = "crashed"  # session.call answers every refusal with a result; this is a bug path
+            try:
+                result = await session.call(name, tool_args)
+                outcome = _outcome(result)
+                return result
+            finally:
+                if self._on_end is not None:
+                    self._on_end(session, name, outcome, time.perf_counter() - started)
+
+
+def _outcome(result: Any) -> str:
+    error = result.get("error") if isinstance(result, dict) else None
+    return str(error.get("code") or "error") if isinstance(error, dict) else "ok"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +160,21 @@ def build_model(name: str, settings: Settings) -> Model:
     raise ValueError(f"unsupported model provider {provider!r} in MODEL={name!r}")
 
 
-def build_agent(model: Model | str | None) -> Agent[RunDeps, str | None]:
+def build_agent(
+    model: Model | str | None,
+    *,
+    on_tool: ToolStarted | None = None,
+    on_tool_end: ToolFinished | None = None,
+) -> Agent[RunDeps, str | None]:
     # `None` output is allowed: ending with no text is how the model chooses to stay silent.
-    return Agent(model, deps_type=RunDeps, output_type=str | None, toolsets=[ChannelToolset()])  # type: ignore[arg-type]
+    # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
+    return Agent(
+        model,
+        deps_type=RunDeps,
+        output_type=str | None,  # type: ignore[arg-type]
+        toolsets=[ChannelToolset(on_tool, on_tool_end)],
+        retries=AgentRetries(tools=_MAX_RETRIES),
+    )
 
 
 def instructions_for(info: OriginInfo, tools: list[ToolSpec], extra: str = "") -> str:

@@ -3,6 +3,10 @@
 The 200 goes out only after the claim and the inbox append committed (an
 acknowledged message is never lost) and before any model work starts. A store
 failure answers 503 so Slack retries the delivery instead of losing it.
+
+Every delivery logs one line (``event_id``, channel, outcome, reason, duration)
+— except Slack's retries of a delivery already logged as ignored, so a message
+outside the access rules is logged once with its reason.
 """
 
 from __future__ import annotations
@@ -10,12 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from storage.base import Store, StoreError
 
+from . import logs
 from .router import BotIdentity, classify
 from .runner import TaskRunner
 from .settings import Settings
@@ -35,6 +41,8 @@ _KEPT = (
     "subtype",
     "username",
 )
+# Ignored event ids already logged; Slack retries a delivery at most three times within minutes.
+_RECENT_IGNORED = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +70,43 @@ class Ingress:
         self.settings = settings
         self.clock = clock
         self.on_result = on_result
+        self._ignored: OrderedDict[str, None] = OrderedDict()
 
     async def handle(self, body: dict[str, Any]) -> IngressResult:
-        result = await self._handle(body)
+        event_id = body.get("event_id")
+        started = time.perf_counter()
+        with logs.bind(event_id=event_id if isinstance(event_id, str) and event_id else None):
+            result = await self._handle(body)
+            self._log(result, body, time.perf_counter() - started)
         if self.on_result is not None:
             self.on_result(result, body)
         return result
+
+    def _log(self, result: IngressResult, body: dict[str, Any], seconds: float) -> None:
+        event_id = str(body.get("event_id") or "")
+        if result.outcome == "ignored" and event_id:
+            if event_id in self._ignored:
+                return  # a retry of a delivery already logged with its reason
+            self._ignored[event_id] = None
+            if len(self._ignored) > _RECENT_IGNORED:
+                self._ignored.popitem(last=False)
+        event = body.get("event")
+        event = event if isinstance(event, dict) else {}
+        fields: dict[str, Any] = {
+            "type": event.get("type"),
+            "channel": event.get("channel"),
+            "user": event.get("user") or event.get("bot_id"),
+            "outcome": result.outcome,
+            "reason": result.reason,
+            "duration_ms": round(seconds * 1000, 1),
+        }
+        if result.task_id:
+            fields["task"] = result.task_id
+        text = event.get("text")
+        if self.settings.log_previews and isinstance(text, str) and text:
+            fields["preview"] = logs.preview(text)
+        level = logging.INFO if result.status == 200 else logging.WARNING
+        logs.event(log, "delivery", level=level, **{k: v for k, v in fields.items() if v is not None})
 
     async def _handle(self, body: dict[str, Any]) -> IngressResult:
         event = body.get("event")

@@ -2,14 +2,19 @@
 
 Fields bound with :func:`bind` (``event_id``, ``task``, ``run``, ``tool``…) ride on
 every line logged inside the block, through contextvars, so a delivery and a run
-can be followed across modules. Secrets never reach a line: the formatter
-replaces any configured secret (the bot token, the signing secret, API keys)
-and anything shaped like a Slack token.
+can be followed across modules; :func:`open_scope`/:func:`close_scope` do the same
+for a scope that begins and ends in two callbacks (a run's hooks). Secrets never
+reach a line: the formatter replaces any configured secret (the bot token, the
+signing secret, API keys) and anything shaped like a Slack token. Message text
+appears only as a short :func:`preview`, and only when ``LOG_PREVIEWS`` is on.
+
+:func:`capture` collects the JSON lines a block logs, for tests.
 """
 
 from __future__ import annotations
 
 import contextvars
+import io
 import json
 import logging
 import re
@@ -23,6 +28,12 @@ from .settings import Settings
 
 _FIELDS: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("log_fields", default={})  # noqa: B039
 _TOKEN_SHAPE = re.compile(r"xox[abposr]-[A-Za-z0-9-]{6,}")
+#: Characters of message text a log line may carry.
+PREVIEW_CHARS = 40
+# Library chatter at INFO (or DEBUG) would log request details and message bodies; keep it to warnings.
+_NOISY = ("slack_bolt", "slack_sdk", "aiohttp.access", "aiosqlite", "httpx", "httpx2", "openai", "anthropic")
+
+Scope = contextvars.Token[dict[str, Any]]
 
 
 @contextmanager
@@ -33,6 +44,27 @@ def bind(**fields: Any) -> Iterator[None]:
         yield
     finally:
         _FIELDS.reset(token)
+
+
+def open_scope(**fields: Any) -> Scope:
+    """Bind exactly ``fields`` (dropping what the caller had bound) until :func:`close_scope`.
+
+    For a scope whose start and end are two callbacks awaited in one task, such as a run's
+    hooks; replacing rather than merging keeps a delivery's ``event_id`` off a later run."""
+    return _FIELDS.set({k: v for k, v in fields.items() if v is not None})
+
+
+def close_scope(scope: Scope) -> None:
+    try:
+        _FIELDS.reset(scope)
+    except ValueError:  # closed from another context than it was opened in: nothing of ours to undo
+        pass
+
+
+def preview(text: str) -> str:
+    """The first :data:`PREVIEW_CHARS` characters of ``text``, whitespace collapsed."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
 
 
 class JsonFormatter(logging.Formatter):
@@ -62,26 +94,66 @@ class JsonFormatter(logging.Formatter):
         return self.redact(json.dumps(data, default=str, ensure_ascii=False))
 
 
-def configure_logging(settings: Settings, stream: Any = None) -> logging.Handler:
-    secrets = (
+def _secrets(settings: Settings) -> tuple[str, ...]:
+    return (
         settings.slack_bot_token.get_secret_value(),
         settings.slack_signing_secret.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
     )
+
+
+def configure_logging(settings: Settings, stream: Any = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter(secrets))
+    handler.setFormatter(JsonFormatter(_secrets(settings)))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(settings.log_level.upper())
-    # Library chatter at INFO would log request details; keep it to warnings.
-    for noisy in ("slack_bolt", "slack_sdk", "aiohttp.access", "httpx", "httpx2", "openai", "anthropic"):
+    for noisy in _NOISY:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return handler
 
 
-def event(logger: logging.Logger, message: str, **fields: Any) -> None:
+def event(logger: logging.Logger, message: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log one structured line with extra fields (e.g. ``outcome``, ``duration_ms``)."""
-    logger.info(message, extra={"fields": fields})
+    logger.log(level, message, extra={"fields": fields})
+
+
+class Captured:
+    """What :func:`capture` collected: the raw text and the parsed lines."""
+
+    def __init__(self) -> None:
+        self.stream = io.StringIO()
+
+    @property
+    def text(self) -> str:
+        return self.stream.getvalue()
+
+    def lines(self, message: str | None = None) -> list[dict[str, Any]]:
+        """Every JSON line, or those whose ``message`` equals ``message``."""
+        parsed = [json.loads(line) for line in self.text.splitlines() if line.strip()]
+        return [p for p in parsed if message is None or p.get("message") == message]
+
+
+@contextmanager
+def capture(settings: Settings, level: int = logging.DEBUG) -> Iterator[Captured]:
+    """Collect every line logged in the block exactly as production formats it (tests)."""
+    captured = Captured()
+    handler = logging.StreamHandler(captured.stream)
+    handler.setFormatter(JsonFormatter(_secrets(settings)))
+    root = logging.getLogger()
+    noisy = {name: logging.getLogger(name).level for name in _NOISY}
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in _NOISY:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        yield captured
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        for name, value in noisy.items():
+            logging.getLogger(name).setLevel(value)

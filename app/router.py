@@ -19,8 +19,9 @@ from typing import Any, Literal
 
 from .settings import Settings
 
-# Subtypes that are ordinary messages a person wrote (file uploads, "also send to channel").
-_ORDINARY_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
+# Subtypes that are ordinary messages (file uploads, "also send to channel"); `bot_message`
+# (integrations, webhooks) goes on to the bot rules below, so ALLOW_BOTS governs it like any bot post.
+_ORDINARY_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "bot_message"})
 
 Action = Literal["start", "follow_up", "ignore"]
 

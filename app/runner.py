@@ -234,39 +234,45 @@ class TaskRunner:
         consumed = [i.item_id for i in items]
         history = _load_history(task.transcript)
         self.active_runs.add(task.task_id)
-        if self.hooks.on_start:
-            await self.hooks.on_start(session, items)
-        status = "ok"
+        status = "failed"
         output = ""
         try:
-            info = await self.adapter.describe(session.origin)
-            instructions = instructions_for(info, session.active_specs(), self.agent_file.instructions)
-            async with asyncio.timeout(self.run_timeout):
-                messages, output = await self._agent_run(session, prompt, history, instructions, consumed)
-            if not session.replied and output.strip():
-                await session.post_markdown(output)
-        except asyncio.CancelledError:
-            raise  # shutdown: leave the inbox pending for the next owner
-        except Exception as exc:
-            status = "failed"
-            log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
-            with contextlib.suppress(Exception):
-                await session.post_markdown(APOLOGY)
-            messages = [
-                *history,
-                ModelRequest(parts=[UserPromptPart(prompt)]),
-                ModelResponse(parts=[TextPart(APOLOGY)]),
-            ]
+            if self.hooks.on_start:
+                await self.hooks.on_start(session, items)
+            try:
+                info = await self.adapter.describe(session.origin)
+                instructions = instructions_for(info, session.active_specs(), self.agent_file.instructions)
+                async with asyncio.timeout(self.run_timeout):
+                    messages, output = await self._agent_run(session, prompt, history, instructions, consumed)
+                if not session.replied and output.strip():
+                    await session.post_markdown(output)
+                run_status = "ok"
+            except asyncio.CancelledError:
+                status = "cancelled"
+                raise  # shutdown: leave the inbox pending for the next owner
+            except Exception as exc:
+                run_status = "failed"
+                log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
+                with contextlib.suppress(Exception):
+                    await session.post_markdown(APOLOGY)
+                messages = [
+                    *history,
+                    ModelRequest(parts=[UserPromptPart(prompt)]),
+                    ModelResponse(parts=[TextPart(APOLOGY)]),
+                ]
+            await self.store.save_run(
+                task.task_id,
+                transcript=ModelMessagesTypeAdapter.dump_json(messages),
+                consumed=consumed,
+                enabled_tools=sorted(session.enabled),
+            )
+            status = run_status
         finally:
             self.active_runs.discard(task.task_id)
-        await self.store.save_run(
-            task.task_id,
-            transcript=ModelMessagesTypeAdapter.dump_json(messages),
-            consumed=consumed,
-            enabled_tools=sorted(session.enabled),
-        )
-        if self.hooks.on_end:
-            await self.hooks.on_end(session, items, status)
+            if self.hooks.on_end:
+                # Progress indicators and metrics must close even when the save failed or we were cancelled.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.hooks.on_end(session, items, status))
         return RunOutcome(task.task_id, status, session.replied, output, consumed)
 
     async def _agent_run(
@@ -284,6 +290,8 @@ class TaskRunner:
         ) as run:
             async for _node in run:
                 # Steering: show messages that arrived mid-run before the next model request.
+                if run.result is not None:
+                    break  # the run ended; anything newer starts the next run
                 fresh = [i for i in await self.store.pending_inbox(task_id) if i.item_id not in seen]
                 if fresh:
                     run.enqueue(await self.prompt(session, fresh), priority="asap")

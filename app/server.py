@@ -36,7 +36,10 @@ from storage import Store, StoreError, open_store
 
 from .agent import AgentFile, build_agent, build_model
 from .ingress import Ingress
+from .metrics import CONTENT_TYPE_LATEST
+from .observe import Observer, TimedModel, combine
 from .paas import ephemeral_disk_warning
+from .progress import Progress
 from .router import BotIdentity
 from .runner import RunHooks, TaskRunner
 from .settings import Settings
@@ -106,6 +109,7 @@ class Service:
     runner: TaskRunner
     ingress: Ingress
     bolt: AsyncApp
+    observer: Observer = field(default_factory=Observer)
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -126,6 +130,10 @@ class Service:
             raise StartupError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…)")
         if not settings.slack_signing_secret.get_secret_value():
             raise StartupError("SLACK_SIGNING_SECRET is not set (Basic Information → App Credentials)")
+        try:
+            progress = Progress(settings.progress, settings.progress_emoji)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
         ephemeral = ephemeral_disk_warning(settings)
         if ephemeral:
             log.warning(ephemeral)
@@ -172,31 +180,41 @@ class Service:
             await adapter.close()
             await store.close()
             raise
+        observer = Observer()
+        observer.attach()
+        # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
+        run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        agent = build_agent(
+            TimedModel(model, observer), on_tool=run_hooks.on_tool, on_tool_end=observer.tool_end
+        )
         runner = TaskRunner(
             store=store,
             adapter=adapter,
-            agent=build_agent(model),
+            agent=agent,
             tools=tools,
             agent_file=agent_file,
             data_dir=settings.data_dir,
             run_timeout=settings.run_timeout,
             lease_ttl=settings.lease_ttl,
             owner=owner,
-            hooks=hooks,
+            hooks=run_hooks,
         )
         ingress = Ingress(
             store=store,
             runner=runner,
             bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
             settings=settings,
+            on_result=observer.delivery,
         )
-        return cls(settings, store, adapter, runner, ingress, build_bolt(settings, adapter, ingress))
+        bolt = build_bolt(settings, adapter, ingress)
+        return cls(settings, store, adapter, runner, ingress, bolt, observer=observer)
 
     def _web_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes)
         app.router.add_post("/slack/events", self._events)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
@@ -218,6 +236,11 @@ class Service:
             return web.json_response({"ok": False, "store": str(exc)}, status=503)
         return web.json_response({"ok": True})
 
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(
+            body=self.observer.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
     async def _on_startup(self, _: web.Application) -> None:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
@@ -234,6 +257,7 @@ class Service:
         await self.runner.shutdown(grace)
 
     async def close(self) -> None:
+        self.observer.detach()
         await self.drain(0)
         await self.adapter.close()
         await self.store.close()

@@ -95,8 +95,8 @@ def select_tools(
         spec = CATALOG.get(name)
         if spec is None:
             raise ValueError(f"agent file selects unknown tool {name!r}; known tools: {', '.join(CATALOG)}")
-        if spec in (TOOL_SEARCH, SKILLS):
-            continue  # offered automatically when there is something to search or read
+        if spec in (TOOL_SEARCH, SKILLS) or spec in chosen:
+            continue  # offered automatically when there is something to search or read; or a repeat
         if spec.feature is not None and spec.feature not in features:
             raise ValueError(
                 f"agent file selects tool {name!r}, but this install does not support it "
@@ -194,6 +194,8 @@ class ChannelSession:
         """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too."""
         text = strip_mass_mentions(markdown)
         parts = split_markdown(text, self.adapter.max_post_chars)
+        if not parts:
+            raise ChannelError("invalid_arguments", "text is blank; write the reply in text.")
         handles: list[str] = []
         first_permalink: str | None = None
         bridge_error: str | None = None

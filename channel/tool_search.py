@@ -1,14 +1,20 @@
 """Scoring deferred tools against a free-text query, for ``tool_search``.
 
-Exact name beats name-contains beats term matches in the label, description and
-parameter names/descriptions. Scoring is deterministic and explains nothing it
-does not know: a tool with no match scores 0 and is never enabled.
+Matches come in three tiers, and a higher tier always wins: the query *is* a
+tool's name (``channel_edit`` or ``edit``), the query is *part of* a tool's
+name, and term matches in the name, label, description and parameter
+names/descriptions (weighted in that order). Scoring is deterministic and
+explains nothing it does not know: a tool with no match scores 0 and is never
+enabled, and a tool whose only match is much weaker than the best one (say, the
+word "message" in its description when another tool matched "edit" too) is not
+enabled either.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from .tools import ToolSpec
 
@@ -17,6 +23,22 @@ _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     {"a", "an", "the", "to", "of", "in", "on", "my", "i", "and", "or", "for", "it", "this", "channel"}
 )
+# Points per query term found in each part of a tool's text.
+_NAME, _LABEL, _DESCRIPTION, _PARAMETER = 10.0, 6.0, 3.0, 1.0
+# A terms-only hit with less than this share of the best hit's points is left out.
+_RELATIVE_CUTOFF = 1 / 3
+
+
+class Score(NamedTuple):
+    """How well a tool matches a query; tuples compare tier first, then points."""
+
+    #: 2: the query is the tool's name; 1: the query is part of its name; 0: terms only.
+    tier: int
+    #: Term points (name 10, label 6, description 3, parameter 1 per query term).
+    points: float
+
+    def __bool__(self) -> bool:
+        return self.tier > 0 or self.points > 0
 
 
 def _terms(text: str) -> set[str]:
@@ -31,36 +53,35 @@ def _stem(word: str) -> str:
     return word
 
 
-def score(spec: ToolSpec, query: str) -> float:
+def _stems(text: str) -> set[str]:
+    return {_stem(t) for t in _terms(text)}
+
+
+def score(spec: ToolSpec, query: str) -> Score:
     q = query.strip().lower()
     if not q:
-        return 0.0
+        return Score(0, 0.0)
     name = spec.name.lower()
-    if q == name or q == name.removeprefix("channel_"):
-        return 100.0
-    total = 0.0
-    if q in name:
-        total += 50.0
-    props = spec.args.model_fields
-    fields_text = " ".join(f"{n} {f.description or ''}" for n, f in props.items())
-    name_terms = {_stem(t) for t in _terms(name.replace("_", " "))}
-    label_terms = {_stem(t) for t in _terms(spec.label)}
-    desc_terms = {_stem(t) for t in _terms(spec.description)}
-    param_terms = {_stem(t) for t in _terms(fields_text)}
-    for term in {_stem(t) for t in _terms(q)}:
-        if term in name_terms:
-            total += 10.0
-        if term in label_terms:
-            total += 6.0
-        if term in desc_terms:
-            total += 3.0
-        if term in param_terms:
-            total += 1.0
-    return total
+    tier = 2 if q in (name, name.removeprefix("channel_")) else 1 if q in name else 0
+    fields_text = " ".join(f"{n} {f.description or ''}" for n, f in spec.args.model_fields.items())
+    parts = (
+        (_stems(name.replace("_", " ")), _NAME),
+        (_stems(spec.label), _LABEL),
+        (_stems(spec.description), _DESCRIPTION),
+        (_stems(fields_text), _PARAMETER),
+    )
+    points = sum(weight for term in _stems(q) for stems, weight in parts if term in stems)
+    return Score(tier, points)
 
 
 def rank(specs: Iterable[ToolSpec], query: str, limit: int) -> list[ToolSpec]:
-    """The best ``limit`` tools with a positive score, best first (ties by name)."""
-    scored = [(score(s, query), s.name, s) for s in specs]
-    hits = sorted((t for t in scored if t[0] > 0), key=lambda t: (-t[0], t[1]))
-    return [s for _, _, s in hits[:limit]]
+    """The best ``limit`` matching tools, best first (ties by name); see the module docstring."""
+    scored = sorted(
+        ((score(s, query), s) for s in specs), key=lambda t: (-t[0].tier, -t[0].points, t[1].name)
+    )
+    hits = [(sc, s) for sc, s in scored if sc]
+    if not hits:
+        return []
+    best = hits[0][0]
+    kept = [s for sc, s in hits if sc.tier > 0 or sc.points >= best.points * _RELATIVE_CUTOFF]
+    return kept[:limit]

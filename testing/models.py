@@ -75,7 +75,8 @@ def scripted(script: Script, *, delay: float = 0.0) -> FunctionModel:
         if isinstance(last, ModelRequest):
             for part in last.parts:
                 if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-                    prompt_parts.append(part.content)
+                    if not part.content.startswith("<system>"):  # pydantic-ai's tool-availability notices
+                        prompt_parts.append(part.content)
                 elif isinstance(part, ToolReturnPart):
                     content = part.content
                     if isinstance(content, str):
@@ -88,7 +89,9 @@ def scripted(script: Script, *, delay: float = 0.0) -> FunctionModel:
         for m in reversed(messages[:-1]):
             if isinstance(m, ModelResponse):
                 step += 1
-            if isinstance(m, ModelRequest) and any(isinstance(p, UserPromptPart) for p in m.parts):
+            if isinstance(m, ModelRequest) and any(
+                isinstance(p, UserPromptPart) and not str(p.content).startswith("<system>") for p in m.parts
+            ):
                 break
         turn = Turn(list(messages), info, "\n".join(prompt_parts), results, step)
         out = script(turn)

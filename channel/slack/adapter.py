@@ -241,7 +241,7 @@ class SlackAdapter(AdapterBase):
         return MessageView(
             ref=f"{channel}:{ts}",
             author=author,
-            text=render_text(str(message.get("text") or ""), names),
+            text=render_text(_message_text(message), names),
             time=_iso(ts),
             files=tuple(slack_files.meta(f) for f in message.get("files") or [] if f.get("id")),
             reactions=reactions,
@@ -370,6 +370,16 @@ async def fetch_identity(token: str, api_url: str) -> SlackIdentity:
     )
 
 
+def _message_text(message: Mapping[str, Any]) -> str:
+    # The bot posts Markdown in `markdown` blocks; `text` is only its shortened plain fallback.
+    markdown = [
+        str(b.get("text") or "")
+        for b in message.get("blocks") or []
+        if isinstance(b, Mapping) and b.get("type") == "markdown"
+    ]
+    return "\n\n".join(markdown) if markdown else str(message.get("text") or "")
+
+
 def fallback_text(markdown: str) -> str:
     """The plain-text notification fallback, escaped so it cannot form a mention or link."""
     plain = plain_fallback(markdown)
@@ -388,4 +398,3 @@ def _iso(ts: str) -> str:
         return datetime.fromtimestamp(float(ts), tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     except ValueError:
         return ""
-

@@ -3,18 +3,30 @@
 ``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429 after retries) maps by
 its error string; transport failures (aiohttp, timeouts) become ``slack_error``.
 Messages name the method and Slack's error code, never the token or a payload.
+
+Every call through :func:`slack_call` is also reported to one optional observer
+(method, outcome, seconds), which the host registers with :func:`set_observer`
+for metrics and logs; this package stays free of any metrics library.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from channel.errors import ChannelError, ErrorCode
+
+log = logging.getLogger(__name__)
+
+#: ``(method, outcome, seconds)``; outcome is ``"ok"``, Slack's error string, or ``"transport"``.
+SlackCallObserver = Callable[[str, str, float], None]
+_observer: SlackCallObserver | None = None
 
 _CODES: dict[str, tuple[ErrorCode, str]] = {
     "ratelimited": ("rate_limited", "Slack is rate limiting this; wait a little before trying again."),
@@ -56,12 +68,40 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError:
     return ChannelError("slack_error", f"{method}: unexpected failure ({type(exc).__name__})")
 
 
+def set_observer(observer: SlackCallObserver | None) -> None:
+    """Report every later Slack call to ``observer`` (one per process: the newest host wins)."""
+    global _observer
+    _observer = observer
+
+
+def clear_observer(observer: SlackCallObserver) -> None:
+    """Stop reporting to ``observer``, unless another one replaced it meanwhile."""
+    global _observer
+    if _observer == observer:  # == not `is`: bound methods are new objects on every access
+        _observer = None
+
+
+def _observe(method: str, outcome: str, started: float) -> None:
+    observer = _observer
+    if observer is None:
+        return
+    try:
+        observer(method, outcome, time.perf_counter() - started)
+    except Exception:  # an observer's failure must never turn into a failed Slack call
+        log.exception("slack call observer failed")
+
+
 @asynccontextmanager
 async def slack_call(method: str) -> AsyncIterator[None]:
-    """Map any Slack or transport failure inside the block to a ``ChannelError``."""
+    """Map any Slack or transport failure inside the block to a ``ChannelError``, and report the outcome."""
+    started = time.perf_counter()
     try:
         yield
-    except ChannelError:
+    except ChannelError as exc:
+        _observe(method, exc.provider_code or exc.code, started)
         raise
     except Exception as exc:
-        raise map_slack_error(exc, method) from exc
+        error = map_slack_error(exc, method)
+        _observe(method, error.provider_code or error.code, started)
+        raise error from exc
+    _observe(method, "ok", started)
