@@ -24,6 +24,18 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
+from ._rows import (
+    EFFECT_COLUMNS,
+    HANDLE_COLUMNS,
+    INBOX_COLUMNS,
+    LEASE_COLUMNS,
+    TASK_COLUMNS,
+    effect_from_row,
+    handle_from_row,
+    inbox_from_row,
+    lease_from_row,
+    task_from_row,
+)
 from .base import (
     ClaimOutcome,
     EffectRecord,
@@ -54,11 +66,6 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _MIGRATE_LOCK_CLASS = 0x7462
 _TX_ATTEMPTS = 3
 _CLOSE_TIMEOUT = 10.0
-
-_TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at"
-_INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
-_HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
-_EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at"
 
 
 class _Rollback(Exception):
@@ -303,31 +310,20 @@ class PostgresStore:
             return rollback.outcome
 
     # -- tasks -------------------------------------------------------------------------
-    @staticmethod
-    def _task(row: Any) -> TaskRecord:
-        return TaskRecord(
-            task_id=row["task_id"],
-            channel=row["channel"],
-            thread_ts=row["thread_ts"],
-            transcript=bytes(row["transcript"]),
-            enabled_tools=tuple(row["enabled_tools"]),
-            created_at=float(row["created_at"]),
-        )
-
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:
         async def create(conn: Any) -> TaskRecord:
             task_id = await self._find(conn, channel, thread_ts) if thread_ts else None
             if task_id is None:
                 task_id, _ = await self._create(conn, channel, thread_ts, now, map_key=bool(thread_ts))
-            row = await conn.fetchrow(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = $1", task_id)
-            return self._task(row)
+            row = await conn.fetchrow(f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1", task_id)
+            return task_from_row(row)
 
         return await self._transact(create)
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         async with self._conn() as conn:
-            row = await conn.fetchrow(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = $1", task_id)
-        return None if row is None else self._task(row)
+            row = await conn.fetchrow(f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1", task_id)
+        return None if row is None else task_from_row(row)
 
     async def set_task_thread(self, task_id: str, thread_ts: str) -> None:
         async with self._conn() as conn:
@@ -384,20 +380,9 @@ class PostgresStore:
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE task_id = $1 ORDER BY item_id", task_id
+                f"SELECT {INBOX_COLUMNS} FROM inbox WHERE task_id = $1 ORDER BY item_id", task_id
             )
-        return [
-            InboxItem(
-                item_id=int(r["item_id"]),
-                task_id=r["task_id"],
-                channel=r["channel"],
-                ts=r["ts"],
-                thread_ts=r["thread_ts"],
-                payload=r["payload"],
-                created_at=float(r["created_at"]),
-            )
-            for r in rows
-        ]
+        return [inbox_from_row(r) for r in rows]
 
     async def tasks_with_pending_inbox(self, *, now: float) -> list[str]:
         async with self._conn() as conn:
@@ -438,25 +423,10 @@ class PostgresStore:
 
     async def get_lease(self, task_id: str) -> LeaseRecord | None:
         async with self._conn() as conn:
-            row = await conn.fetchrow(
-                "SELECT task_id, owner, expires_at FROM leases WHERE task_id = $1", task_id
-            )
-        if row is None:
-            return None
-        return LeaseRecord(task_id=row["task_id"], owner=row["owner"], expires_at=float(row["expires_at"]))
+            row = await conn.fetchrow(f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = $1", task_id)
+        return None if row is None else lease_from_row(row)
 
     # -- handles -------------------------------------------------------------------------
-    @staticmethod
-    def _handle(row: Any) -> HandleRecord:
-        return HandleRecord(
-            handle=row["handle"],
-            task_id=row["task_id"],
-            kind=row["kind"],
-            ref=row["ref"],
-            authored=bool(row["authored"]),
-            data=row["data"],
-        )
-
     async def mint_handle(
         self,
         *,
@@ -474,7 +444,7 @@ class PostgresStore:
                 " ON CONFLICT (task_id, kind, ref) DO UPDATE SET"
                 " authored = handles.authored OR EXCLUDED.authored,"
                 " data = CASE WHEN EXCLUDED.data = '{}' THEN handles.data ELSE EXCLUDED.data END"
-                f" RETURNING {_HANDLE_COLUMNS}",
+                f" RETURNING {HANDLE_COLUMNS}",
                 task_id,
                 handle,
                 kind,
@@ -482,28 +452,16 @@ class PostgresStore:
                 authored,
                 data,
             )
-        return self._handle(row)
+        return handle_from_row(row)
 
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         async with self._conn() as conn:
             row = await conn.fetchrow(
-                f"SELECT {_HANDLE_COLUMNS} FROM handles WHERE task_id = $1 AND handle = $2", task_id, handle
+                f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = $1 AND handle = $2", task_id, handle
             )
-        return None if row is None else self._handle(row)
+        return None if row is None else handle_from_row(row)
 
     # -- effect journal --------------------------------------------------------------------
-    @staticmethod
-    def _effect(row: Any) -> EffectRecord:
-        return EffectRecord(
-            effect_id=row["effect_id"],
-            task_id=row["task_id"],
-            tool=row["tool"],
-            args=row["args"],
-            state=row["state"],
-            result=row["result"],
-            created_at=float(row["created_at"]),
-        )
-
     async def open_effect(self, *, effect_id: str, task_id: str, tool: str, args: str, now: float) -> None:
         async with self._conn() as conn:
             await conn.execute(
@@ -529,17 +487,15 @@ class PostgresStore:
     async def open_effects(self, task_id: str) -> list[EffectRecord]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE task_id = $1 AND state = 'open' ORDER BY seq",
+                f"SELECT {EFFECT_COLUMNS} FROM effects WHERE task_id = $1 AND state = 'open' ORDER BY seq",
                 task_id,
             )
-        return [self._effect(r) for r in rows]
+        return [effect_from_row(r) for r in rows]
 
     async def get_effect(self, effect_id: str) -> EffectRecord | None:
         async with self._conn() as conn:
-            row = await conn.fetchrow(
-                f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE effect_id = $1", effect_id
-            )
-        return None if row is None else self._effect(row)
+            row = await conn.fetchrow(f"SELECT {EFFECT_COLUMNS} FROM effects WHERE effect_id = $1", effect_id)
+        return None if row is None else effect_from_row(row)
 
     async def stats(self) -> StoreStats:
         async with self._conn() as conn:

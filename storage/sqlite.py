@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -22,6 +21,19 @@ from typing import Any
 
 import aiosqlite
 
+from ._rows import (
+    EFFECT_COLUMNS,
+    HANDLE_COLUMNS,
+    INBOX_COLUMNS,
+    LEASE_COLUMNS,
+    TASK_COLUMNS,
+    effect_from_row,
+    handle_from_row,
+    inbox_from_row,
+    lease_from_row,
+    task_from_row,
+    tools_json,
+)
 from .base import (
     ClaimOutcome,
     EffectRecord,
@@ -42,11 +54,6 @@ from .schema import (
     pending,
     stats_from_counts,
 )
-
-_TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at"
-_INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
-_HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
-_EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at"
 
 
 class SQLiteStore:
@@ -242,30 +249,19 @@ class SQLiteStore:
             return ClaimOutcome("claimed", task_id=task_id, item_id=int(row["item_id"]), created=created)
 
     # -- tasks -------------------------------------------------------------------------
-    @staticmethod
-    def _task(row: sqlite3.Row) -> TaskRecord:
-        return TaskRecord(
-            task_id=row["task_id"],
-            channel=row["channel"],
-            thread_ts=row["thread_ts"],
-            transcript=bytes(row["transcript"]),
-            enabled_tools=tuple(json.loads(row["enabled_tools"])),
-            created_at=float(row["created_at"]),
-        )
-
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:
         async with self._write() as conn:
             task_id = await self._find(conn, channel, thread_ts) if thread_ts else None
             if task_id is None:
                 task_id = await self._insert_task(conn, channel, thread_ts, now, map_key=bool(thread_ts))
-            row = await self._one(conn, f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,))
+            row = await self._one(conn, f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,))
             assert row is not None  # found or inserted in this transaction
-            return self._task(row)
+            return task_from_row(row)
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         async with self._use() as conn:
-            row = await self._one(conn, f"SELECT {_TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,))
-            return None if row is None else self._task(row)
+            row = await self._one(conn, f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,))
+            return None if row is None else task_from_row(row)
 
     async def set_task_thread(self, task_id: str, thread_ts: str) -> None:
         async with self._use() as conn:
@@ -297,7 +293,7 @@ class SQLiteStore:
             else:
                 cursor = await conn.execute(
                     "UPDATE tasks SET transcript = ?, enabled_tools = ? WHERE task_id = ?",
-                    (transcript, json.dumps(list(enabled_tools)), task_id),
+                    (transcript, tools_json(enabled_tools), task_id),
                 )
             if cursor.rowcount == 0:
                 raise StoreError(f"unknown task {task_id!r}")
@@ -309,7 +305,7 @@ class SQLiteStore:
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None:
         async with self._use() as conn:
             cursor = await conn.execute(
-                "UPDATE tasks SET enabled_tools = ? WHERE task_id = ?", (json.dumps(list(tools)), task_id)
+                "UPDATE tasks SET enabled_tools = ? WHERE task_id = ?", (tools_json(tools), task_id)
             )
             if cursor.rowcount == 0:
                 raise StoreError(f"unknown task {task_id!r}")
@@ -318,20 +314,9 @@ class SQLiteStore:
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:
         async with self._use() as conn:
             rows = await self._all(
-                conn, f"SELECT {_INBOX_COLUMNS} FROM inbox WHERE task_id = ? ORDER BY item_id", (task_id,)
+                conn, f"SELECT {INBOX_COLUMNS} FROM inbox WHERE task_id = ? ORDER BY item_id", (task_id,)
             )
-        return [
-            InboxItem(
-                item_id=int(r["item_id"]),
-                task_id=r["task_id"],
-                channel=r["channel"],
-                ts=r["ts"],
-                thread_ts=r["thread_ts"],
-                payload=r["payload"],
-                created_at=float(r["created_at"]),
-            )
-            for r in rows
-        ]
+        return [inbox_from_row(r) for r in rows]
 
     async def tasks_with_pending_inbox(self, *, now: float) -> list[str]:
         async with self._use() as conn:
@@ -368,25 +353,10 @@ class SQLiteStore:
 
     async def get_lease(self, task_id: str) -> LeaseRecord | None:
         async with self._use() as conn:
-            row = await self._one(
-                conn, "SELECT task_id, owner, expires_at FROM leases WHERE task_id = ?", (task_id,)
-            )
-        if row is None:
-            return None
-        return LeaseRecord(task_id=row["task_id"], owner=row["owner"], expires_at=float(row["expires_at"]))
+            row = await self._one(conn, f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = ?", (task_id,))
+        return None if row is None else lease_from_row(row)
 
     # -- handles -------------------------------------------------------------------------
-    @staticmethod
-    def _handle(row: sqlite3.Row) -> HandleRecord:
-        return HandleRecord(
-            handle=row["handle"],
-            task_id=row["task_id"],
-            kind=row["kind"],
-            ref=row["ref"],
-            authored=bool(row["authored"]),
-            data=row["data"],
-        )
-
     async def mint_handle(
         self,
         *,
@@ -404,34 +374,22 @@ class SQLiteStore:
                 " ON CONFLICT (task_id, kind, ref) DO UPDATE SET"
                 " authored = handles.authored OR excluded.authored,"
                 " data = CASE WHEN excluded.data = '{}' THEN handles.data ELSE excluded.data END"
-                f" RETURNING {_HANDLE_COLUMNS}",
+                f" RETURNING {HANDLE_COLUMNS}",
                 (task_id, handle, kind, ref, int(authored), data),
             )
         assert row is not None  # an upsert with RETURNING yields the inserted or updated row
-        return self._handle(row)
+        return handle_from_row(row)
 
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         async with self._use() as conn:
             row = await self._one(
                 conn,
-                f"SELECT {_HANDLE_COLUMNS} FROM handles WHERE task_id = ? AND handle = ?",
+                f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = ? AND handle = ?",
                 (task_id, handle),
             )
-        return None if row is None else self._handle(row)
+        return None if row is None else handle_from_row(row)
 
     # -- effect journal --------------------------------------------------------------------
-    @staticmethod
-    def _effect(row: sqlite3.Row) -> EffectRecord:
-        return EffectRecord(
-            effect_id=row["effect_id"],
-            task_id=row["task_id"],
-            tool=row["tool"],
-            args=row["args"],
-            state=row["state"],
-            result=row["result"],
-            created_at=float(row["created_at"]),
-        )
-
     async def open_effect(self, *, effect_id: str, task_id: str, tool: str, args: str, now: float) -> None:
         async with self._use() as conn:
             await conn.execute(
@@ -454,17 +412,17 @@ class SQLiteStore:
         async with self._use() as conn:
             rows = await self._all(
                 conn,
-                f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE task_id = ? AND state = 'open' ORDER BY seq",
+                f"SELECT {EFFECT_COLUMNS} FROM effects WHERE task_id = ? AND state = 'open' ORDER BY seq",
                 (task_id,),
             )
-        return [self._effect(r) for r in rows]
+        return [effect_from_row(r) for r in rows]
 
     async def get_effect(self, effect_id: str) -> EffectRecord | None:
         async with self._use() as conn:
             row = await self._one(
-                conn, f"SELECT {_EFFECT_COLUMNS} FROM effects WHERE effect_id = ?", (effect_id,)
+                conn, f"SELECT {EFFECT_COLUMNS} FROM effects WHERE effect_id = ?", (effect_id,)
             )
-        return None if row is None else self._effect(row)
+        return None if row is None else effect_from_row(row)
 
     async def stats(self) -> StoreStats:
         async with self._use() as conn:

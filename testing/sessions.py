@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from channel.contract import Origin
-from channel.session import ChannelSession, select_tools
+from channel.session import ChannelSession, ToolSelection, select_tools
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
 from storage import Store, TaskRecord, open_store
@@ -26,21 +26,48 @@ class SessionEnv:
     slack: FakeSlack
     store: Store
     adapter: SlackAdapter
-    task: TaskRecord
-    session: ChannelSession
-    task_dir: Path
+    channel: str
+    tools: ToolSelection
+    #: Parent of every task's directory (``<data_dir>/tasks``).
+    tasks_dir: Path
+    #: The task and session the env was opened on.
+    task: TaskRecord = field(init=False)
+    session: ChannelSession = field(init=False)
+
+    @property
+    def root(self) -> str:
+        """The thread of the env's task."""
+        return self.task.thread_ts
+
+    @property
+    def task_dir(self) -> Path:
+        return self.tasks_dir / self.task.task_id
 
     def new_session(self, task: TaskRecord | None = None) -> ChannelSession:
-        """Another session on the same task (as a later run would build it)."""
+        """Another session on ``task`` (the env's own by default), as a later run would build it."""
         task = task or self.task
+        task_dir = self.tasks_dir / task.task_id
+        task_dir.mkdir(parents=True, exist_ok=True)
         return ChannelSession(
             adapter=self.adapter,
             store=self.store,
             task=task,
             origin=Origin(task.channel, task.thread_ts),
-            tools=self.session.tools,
-            task_dir=self.task_dir,
+            tools=self.tools,
+            task_dir=task_dir,
         )
+
+    async def open_session(self, thread_ts: str, *, enabled: Sequence[str] | None = None) -> ChannelSession:
+        """A session on the task of ``thread_ts`` in the env's channel (created when new), read
+        afresh from the store; ``enabled`` replaces its deferred tools when given."""
+        task_id = (
+            await self.store.create_task(channel=self.channel, thread_ts=thread_ts, now=time.time())
+        ).task_id
+        if enabled is not None:
+            await self.store.set_enabled_tools(task_id, list(enabled))
+        task = await self.store.get_task(task_id)
+        assert task is not None
+        return self.new_session(task)
 
 
 def identity_of(slack: FakeSlack, scopes: Sequence[str] | None = None) -> SlackIdentity:
@@ -62,8 +89,11 @@ async def slack_session(
     channel: str,
     thread_ts: str,
     enabled: Sequence[str] = (),
+    skills: SkillLibrary | None = None,
     database_url: str | None = None,
 ) -> AsyncIterator[SessionEnv]:
+    """A session on the task of ``(channel, thread_ts)`` (created when new), with ``enabled``
+    deferred tools on and ``skills`` (none by default) offered."""
     store = open_store(database_url or f"sqlite:///{data_dir}/session.db")
     await store.migrate()
     adapter = SlackAdapter(
@@ -73,22 +103,11 @@ async def slack_session(
         file_origins=[slack.files_origin],
     )
     try:
-        created = await store.create_task(channel=channel, thread_ts=thread_ts, now=time.time())
-        if enabled:
-            await store.set_enabled_tools(created.task_id, list(enabled))
-        task = await store.get_task(created.task_id)
-        assert task is not None
-        task_dir = data_dir / "tasks" / task.task_id
-        task_dir.mkdir(parents=True, exist_ok=True)
-        session = ChannelSession(
-            adapter=adapter,
-            store=store,
-            task=task,
-            origin=Origin(channel, thread_ts),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            task_dir=task_dir,
-        )
-        yield SessionEnv(slack, store, adapter, task, session, task_dir)
+        tools = select_tools(adapter.features.enabled(), None, skills or SkillLibrary([]))
+        env = SessionEnv(slack, store, adapter, channel, tools, data_dir / "tasks")
+        env.session = await env.open_session(thread_ts, enabled=enabled or None)
+        env.task = env.session.task
+        yield env
     finally:
         await adapter.close()
         await store.close()

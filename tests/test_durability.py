@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from channel.contract import Origin
 from testing import events
@@ -18,12 +19,22 @@ from testing.fake_slack import FakeSlack
 from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, scripted
 from testing.process import ServerProcess
-from testing.sessions import slack_session
+from testing.sessions import SessionEnv, slack_session
 
 
 def _workspace(slack: FakeSlack) -> None:
     slack.add_channel("C1", "general")
     slack.add_user("U1", "alice", display_name="Alice")
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[SessionEnv]:
+    """A session on the thread of a plain message by Alice in #general."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            yield env
 
 
 async def _eventually(check: Callable[[], bool], within: float = 20.0) -> None:
@@ -125,91 +136,73 @@ async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(tmp_path: Pat
         assert slack.bot_messages("C1")[0]["text"].startswith("echo: Alice")
 
 
-async def test_a_rate_limited_read_is_retried_after_retry_after(tmp_path: Path) -> None:
+async def test_a_rate_limited_read_is_retried_after_retry_after(env: SessionEnv) -> None:
     """A 429 on conversations.replies is retried after Retry-After and the read succeeds."""
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        root = slack.add_message("C1", "root", user="U1")
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            slack.fail("conversations.replies", error="ratelimited", retry_after=1, times=1)
-            started = time.monotonic()
-            result = await env.session.call("channel_read", {})
-            assert "messages" in result and len(result["messages"]) == 1
-            assert slack.count("conversations.replies") == 2
-            assert time.monotonic() - started >= 1.0
+    env.slack.fail("conversations.replies", error="ratelimited", retry_after=1, times=1)
+    started = time.monotonic()
+    result = await env.session.call("channel_read", {})
+    assert "messages" in result and len(result["messages"]) == 1
+    assert env.slack.count("conversations.replies") == 2
+    assert time.monotonic() - started >= 1.0
 
 
-async def test_a_rate_limited_post_is_retried_exactly_once(tmp_path: Path) -> None:
+async def test_a_rate_limited_post_is_retried_exactly_once(env: SessionEnv) -> None:
     """A 429 on chat.postMessage (nothing posted) is retried once; a second 429 is rate_limited."""
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        root = slack.add_message("C1", "root", user="U1")
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=1)
-            ok = await env.session.call("channel_reply", {"text": "hello"})
-            assert ok["message"].startswith("msg_")
-            assert slack.count("chat.postMessage") == 2
-            slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=2)
-            limited = await env.session.call("channel_reply", {"text": "again"})
-            assert limited["error"]["code"] == "rate_limited"
-            assert slack.count("chat.postMessage") == 4
-            assert [m["text"] for m in slack.bot_messages("C1")] == ["hello"]
+    env.slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=1)
+    ok = await env.session.call("channel_reply", {"text": "hello"})
+    assert ok["message"].startswith("msg_")
+    assert env.slack.count("chat.postMessage") == 2
+    env.slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=2)
+    limited = await env.session.call("channel_reply", {"text": "again"})
+    assert limited["error"]["code"] == "rate_limited"
+    assert env.slack.count("chat.postMessage") == 4
+    assert [m["text"] for m in env.slack.bot_messages("C1")] == ["hello"]
 
 
-async def test_a_dropped_post_is_not_retried_but_found(tmp_path: Path) -> None:
+async def test_a_dropped_post_is_not_retried_but_found(env: SessionEnv) -> None:
     """A connection dropped after Slack stored a post is not retried; the post is found by its effect id."""
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        root = slack.add_message("C1", "root", user="U1")
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            slack.drop("chat.postMessage", times=1)
-            result = await env.session.call("channel_reply", {"text": "exactly once"})
-            assert result["message"].startswith("msg_"), result
-            assert slack.count("chat.postMessage") == 1
-            assert [m["text"] for m in slack.bot_messages("C1")] == ["exactly once"]
-            assert await env.store.open_effects(env.task.task_id) == []
+    env.slack.drop("chat.postMessage", times=1)
+    result = await env.session.call("channel_reply", {"text": "exactly once"})
+    assert result["message"].startswith("msg_"), result
+    assert env.slack.count("chat.postMessage") == 1
+    assert [m["text"] for m in env.slack.bot_messages("C1")] == ["exactly once"]
+    assert await env.store.open_effects(env.task.task_id) == []
 
 
-async def test_open_effects_are_reconciled_not_repeated(tmp_path: Path) -> None:
+async def test_open_effects_are_reconciled_not_repeated(env: SessionEnv) -> None:
     """Open effects of a crashed run: a found post is recovered, a lost one reported, a reaction redone."""
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        root = slack.add_message("C1", "root", user="U1")
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            task_id = env.task.task_id
-            now = time.time()
-            args = json.dumps({"channel": "C1", "thread_ts": root, "part": 0})
-            await env.store.open_effect(
-                effect_id="e-posted", task_id=task_id, tool="channel_reply", args=args, now=now
-            )
-            slack.add_message(
-                "C1",
-                "made before the crash",
-                user="UBOT",
-                bot_id="BBOT",
-                thread_ts=root,
-                metadata={"event_type": "threadbound_effect", "event_payload": {"effect_id": "e-posted"}},
-            )
-            await env.store.open_effect(
-                effect_id="e-lost", task_id=task_id, tool="channel_reply", args=args, now=now
-            )
-            slack.add_reaction("C1", root, "eyes", "UBOT")
-            react = json.dumps({"ref": f"C1:{root}", "emoji": "eyes", "add": True})
-            await env.store.open_effect(
-                effect_id="e-react", task_id=task_id, tool="channel_react", args=react, now=now
-            )
-            posts_before = slack.count("chat.postMessage")
+    task_id = env.task.task_id
+    now = time.time()
+    args = json.dumps({"channel": "C1", "thread_ts": env.root, "part": 0})
+    await env.store.open_effect(
+        effect_id="e-posted", task_id=task_id, tool="channel_reply", args=args, now=now
+    )
+    env.slack.add_message(
+        "C1",
+        "made before the crash",
+        user="UBOT",
+        bot_id="BBOT",
+        thread_ts=env.root,
+        metadata={"event_type": "threadbound_effect", "event_payload": {"effect_id": "e-posted"}},
+    )
+    await env.store.open_effect(effect_id="e-lost", task_id=task_id, tool="channel_reply", args=args, now=now)
+    env.slack.add_reaction("C1", env.root, "eyes", "UBOT")
+    react = json.dumps({"ref": f"C1:{env.root}", "emoji": "eyes", "add": True})
+    await env.store.open_effect(
+        effect_id="e-react", task_id=task_id, tool="channel_react", args=react, now=now
+    )
+    posts_before = env.slack.count("chat.postMessage")
 
-            notes = await env.new_session().reconcile(await env.store.open_effects(task_id))
+    notes = await env.new_session().reconcile(await env.store.open_effects(task_id))
 
-            assert len(notes) == 3
-            assert "was posted as msg_" in notes[0]
-            assert "was not posted" in notes[1]
-            assert "was completed" in notes[2]  # already_reacted means done
-            assert slack.count("chat.postMessage") == posts_before
-            assert await env.store.open_effects(task_id) == []
-            posted = json.loads((await env.store.get_effect("e-posted")).result or "{}")  # type: ignore[union-attr]
-            assert posted["message"].startswith("msg_")
+    assert len(notes) == 3
+    assert "was posted as msg_" in notes[0]
+    assert "was not posted" in notes[1]
+    assert "was completed" in notes[2]  # already_reacted means done
+    assert env.slack.count("chat.postMessage") == posts_before
+    assert await env.store.open_effects(task_id) == []
+    posted = json.loads((await env.store.get_effect("e-posted")).result or "{}")  # type: ignore[union-attr]
+    assert posted["message"].startswith("msg_")
 
 
 async def test_an_expired_lease_is_taken_over_by_the_sweep(tmp_path: Path) -> None:
@@ -244,18 +237,14 @@ async def test_an_expired_lease_is_taken_over_by_the_sweep(tmp_path: Path) -> No
         assert [m["text"] for m in slack.bot_messages("C1")] == ["picked up"]
 
 
-async def test_read_retries_connection_errors_but_writes_do_not(tmp_path: Path) -> None:
+async def test_read_retries_connection_errors_but_writes_do_not(env: SessionEnv) -> None:
     """A dropped connection on a read is retried; on reactions.add it is not (writes are attempted once)."""
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        root = slack.add_message("C1", "root", user="U1")
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            slack.drop("conversations.replies", times=1)
-            read = await env.session.call("channel_read", {})
-            assert slack.count("conversations.replies") == 2
-            handle = read["messages"][0]["message"]
-            slack.drop("reactions.add", times=1)
-            result = await env.session.call("channel_react", {"message": handle, "emoji": "eyes"})
-            assert result["error"]["code"] == "slack_error"
-            assert slack.count("reactions.add") == 1
-            assert env.session.origin == Origin("C1", root)
+    env.slack.drop("conversations.replies", times=1)
+    read = await env.session.call("channel_read", {})
+    assert env.slack.count("conversations.replies") == 2
+    handle = read["messages"][0]["message"]
+    env.slack.drop("reactions.add", times=1)
+    result = await env.session.call("channel_react", {"message": handle, "emoji": "eyes"})
+    assert result["error"]["code"] == "slack_error"
+    assert env.slack.count("reactions.add") == 1
+    assert env.session.origin == Origin("C1", env.root)

@@ -20,12 +20,12 @@ from channel.contract import Origin
 from channel.fake import FakeAdapter
 from channel.session import ChannelSession, select_tools
 from channel.skills import Skill, SkillLibrary
-from channel.slack.adapter import SlackAdapter, SlackIdentity
 from channel.tools import CATALOG
-from storage import Store, open_store
+from storage import open_store
 from testing import FakeSlack, events
 from testing.harness import AppHarness
 from testing.models import Turn, call, scripted
+from testing.sessions import slack_session
 
 # Fragments of a property name that would let a caller address a conversation, person or workspace.
 _ADDRESSING = re.compile(r"channel|thread|user|team|workspace|conversation|recipient|target", re.IGNORECASE)
@@ -211,36 +211,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         fake.add_channel("C1", "general")
         fake.add_file("F1", "notes.txt", "text/plain", b"notes")
         root = fake.add_message("C1", "<@UBOT> look", "U1", files=[fake.file_object("F1")])
-        store: Store = open_store(f"sqlite:///{tmp_path}/t.db")
-        await store.migrate()
-        identity = SlackIdentity(
-            user_id=fake.bot_user_id,
-            bot_id=fake.bot_id,
-            team_id=fake.team_id,
-            team_url="https://fake.slack.com/",
-            scopes=tuple(fake.scopes),
-            bot_name=fake.bot_name,
-        )
-        adapter = SlackAdapter(
-            token=fake.token, api_url=fake.api_url, identity=identity, file_origins=[fake.files_origin]
-        )
-        try:
-            created = await store.create_task(channel="C1", thread_ts=root, now=time.time())
-            await store.set_enabled_tools(created.task_id, DEFERRED)
-            task = await store.get_task(created.task_id)
-            assert task is not None
-            task_dir = tmp_path / "task"
-            task_dir.mkdir()
-            (task_dir / "out.txt").write_text("result")
-            skills = SkillLibrary([Skill("triage", "Triage bugs", "# Triage bugs\n")])
-            session = ChannelSession(
-                adapter=adapter,
-                store=store,
-                task=task,
-                origin=Origin("C1", root),
-                tools=select_tools(adapter.features.enabled(), None, skills),
-                task_dir=task_dir,
-            )
+        skills = SkillLibrary([Skill("triage", "Triage bugs", "# Triage bugs\n")])
+        async with slack_session(
+            fake, tmp_path, channel="C1", thread_ts=root, enabled=DEFERRED, skills=skills
+        ) as slack_env:
+            session = slack_env.session
+            (slack_env.task_dir / "out.txt").write_text("result")
             posted = await session.call("channel_reply", {"text": "mine"})
             [row, _] = (await session.call("channel_read", {}))["messages"]
             valid: dict[str, dict[str, Any]] = {
@@ -256,9 +232,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 "skills": {"name": "triage"},
             }
             yield Env(fake, session, valid)
-        finally:
-            await adapter.close()
-            await store.close()
 
 
 @pytest.mark.parametrize("name", list(CATALOG))

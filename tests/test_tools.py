@@ -21,12 +21,12 @@ from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, 
 from channel.fake import ALL_FEATURES, FakeAdapter
 from channel.session import ChannelSession, ToolSelection, select_tools
 from channel.skills import SkillLibrary
-from channel.slack.adapter import SlackAdapter, SlackIdentity
 from channel.tools import CHANNEL_TOOLS, ReplyArgs, ToolSpec
-from storage import Store, open_store
+from storage import open_store
 from testing import DEFAULT_SCOPES, FakeSlack, events
 from testing.harness import AppHarness, settings_for
 from testing.models import Turn, call, scripted
+from testing.sessions import SessionEnv, slack_session
 
 DEFERRED = [s.name for s in CHANNEL_TOOLS if s.starts == "deferred"]
 ACTIVE = ["channel_reply", "channel_read", "channel_react", "tool_search"]
@@ -43,109 +43,65 @@ def error_code(result: dict[str, Any]) -> str | None:
 # -- a session over the Slack adapter, against the fake Slack --------------------------------------
 
 
-@dataclass
-class Env:
-    fake: FakeSlack
-    store: Store
-    adapter: SlackAdapter
-    root: str
-    tmp: Path
-    session: ChannelSession = field(init=False)
-
-    async def open_session(self, root: str, *, enabled: list[str] | None = None) -> ChannelSession:
-        """A session of the task of ``root`` (created when new), with ``enabled`` deferred tools."""
-        task_id = await self.store.find_task("C1", root)
-        if task_id is None:
-            task_id = (await self.store.create_task(channel="C1", thread_ts=root, now=time.time())).task_id
-        await self.store.set_enabled_tools(task_id, DEFERRED if enabled is None else enabled)
-        task = await self.store.get_task(task_id)
-        assert task is not None
-        task_dir = self.tmp / "tasks" / task_id
-        task_dir.mkdir(parents=True, exist_ok=True)
-        return ChannelSession(
-            adapter=self.adapter,
-            store=self.store,
-            task=task,
-            origin=Origin("C1", root),
-            tools=select_tools(self.adapter.features.enabled(), None, SkillLibrary([])),
-            task_dir=task_dir,
-        )
-
-    async def rows(self, session: ChannelSession | None = None) -> list[dict[str, Any]]:
-        """Every row of the session's conversation, oldest first, paging through channel_read."""
-        session = session or self.session
-        pages: list[list[dict[str, Any]]] = []
-        args: dict[str, Any] = {}
-        while True:
-            page = await session.call("channel_read", args)
-            pages.append(page["messages"])
-            if not page["next_cursor"]:
-                return [row for p in reversed(pages) for row in p]
-            args = {"cursor": page["next_cursor"]}
-
-    def bot_posts(self) -> list[dict[str, Any]]:
-        return [m for m in self.fake.messages("C1", self.root) if m.get("bot_id")]
-
-
 @pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    async with FakeSlack() as fake:
-        fake.add_user("U1", "alice", display_name="Alice")
-        fake.add_user("U2", "bob", display_name="Bob")
-        fake.add_channel("C1", "general")
-        fake.add_channel("C2", "random")
-        root = fake.add_message("C1", "<@UBOT> can you help <@U2>? See <#C2|random>", "U1")
-        store = open_store(f"sqlite:///{tmp_path}/t.db")
-        await store.migrate()
-        identity = SlackIdentity(
-            user_id=fake.bot_user_id,
-            bot_id=fake.bot_id,
-            team_id=fake.team_id,
-            team_url="https://fake.slack.com/",
-            scopes=tuple(fake.scopes),
-            bot_name=fake.bot_name,
-        )
-        adapter = SlackAdapter(
-            token=fake.token, api_url=fake.api_url, identity=identity, file_origins=[fake.files_origin]
-        )
-        try:
-            env = Env(fake, store, adapter, root, tmp_path)
-            env.session = await env.open_session(root)
+async def env(tmp_path: Path) -> AsyncIterator[SessionEnv]:
+    async with FakeSlack() as slack:
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        slack.add_channel("C1", "general")
+        slack.add_channel("C2", "random")
+        root = slack.add_message("C1", "<@UBOT> can you help <@U2>? See <#C2|random>", "U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root, enabled=DEFERRED) as env:
             yield env
-        finally:
-            await adapter.close()
-            await store.close()
 
 
-async def person_handle(env: Env) -> str:
+async def all_rows(env: SessionEnv, session: ChannelSession | None = None) -> list[dict[str, Any]]:
+    """Every row of the session's conversation (the env's own by default), oldest first, paging
+    through channel_read."""
+    session = session or env.session
+    pages: list[list[dict[str, Any]]] = []
+    args: dict[str, Any] = {}
+    while True:
+        page = await session.call("channel_read", args)
+        pages.append(page["messages"])
+        if not page["next_cursor"]:
+            return [row for p in reversed(pages) for row in p]
+        args = {"cursor": page["next_cursor"]}
+
+
+def bot_posts(env: SessionEnv) -> list[dict[str, Any]]:
+    return [m for m in env.slack.messages("C1", env.root) if m.get("bot_id")]
+
+
+async def person_handle(env: SessionEnv) -> str:
     """Handle of Alice's root message, as channel_read gives it."""
-    return str((await env.rows())[0]["message"])
+    return str((await all_rows(env))[0]["message"])
 
 
-async def foreign_handle(env: Env) -> str:
+async def foreign_handle(env: SessionEnv) -> str:
     """A genuine handle, of a message the bot posted, minted for another task."""
-    other_root = env.fake.add_message("C1", "another thread", "U2")
-    other = await env.open_session(other_root)
+    other_root = env.slack.add_message("C1", "another thread", "U2")
+    other = await env.open_session(other_root, enabled=DEFERRED)
     return str((await other.call("channel_reply", {"text": "theirs"}))["message"])
 
 
 # -- channel_react ----------------------------------------------------------------------------------
 
 
-async def test_react_adds_and_removes(env: Env) -> None:
+async def test_react_adds_and_removes(env: SessionEnv) -> None:
     """channel_react adds the bot's reaction to a message by handle and removes it again."""
     handle = await person_handle(env)
     assert await env.session.call("channel_react", {"message": handle, "emoji": ":thumbsup:"}) == {"ok": True}
-    [root] = env.fake.messages("C1", env.root)[:1]
+    [root] = env.slack.messages("C1", env.root)[:1]
     assert root["reactions"] == [{"name": "thumbsup", "users": ["UBOT"], "count": 1}]
     removed = await env.session.call(
         "channel_react", {"message": handle, "emoji": "thumbsup", "action": "remove"}
     )
     assert removed == {"ok": True}
-    assert "reactions" not in env.fake.messages("C1", env.root)[0]
+    assert "reactions" not in env.slack.messages("C1", env.root)[0]
 
 
-async def test_react_twice_and_remove_missing_are_ok_with_a_note(env: Env) -> None:
+async def test_react_twice_and_remove_missing_are_ok_with_a_note(env: SessionEnv) -> None:
     """already_reacted and no_reaction from Slack are reported as done, with a note saying so."""
     handle = await person_handle(env)
     await env.session.call("channel_react", {"message": handle, "emoji": "eyes"})
@@ -155,24 +111,24 @@ async def test_react_twice_and_remove_missing_are_ok_with_a_note(env: Env) -> No
         "channel_react", {"message": handle, "emoji": "tada", "action": "remove"}
     )
     assert missing["ok"] is True and "no :tada: reaction" in missing["note"]
-    assert env.fake.count("reactions.add") == 2 and env.fake.count("reactions.remove") == 1
+    assert env.slack.count("reactions.add") == 2 and env.slack.count("reactions.remove") == 1
 
 
-async def test_react_invalid_emoji_is_an_error(env: Env) -> None:
+async def test_react_invalid_emoji_is_an_error(env: SessionEnv) -> None:
     """A malformed emoji name is refused with no call; a name Slack does not know is invalid_arguments."""
     handle = await person_handle(env)
-    before = len(env.fake.calls)
+    before = len(env.slack.calls)
     for bad in ("Thumbs Up!", "", "a" * 90, "<!channel>"):
         result = await env.session.call("channel_react", {"message": handle, "emoji": bad})
         assert error_code(result) == "invalid_arguments", bad
-    assert len(env.fake.calls) == before
-    env.fake.fail("reactions.add", error="invalid_name")
+    assert len(env.slack.calls) == before
+    env.slack.fail("reactions.add", error="invalid_name")
     unknown = await env.session.call("channel_react", {"message": handle, "emoji": "no_such_emoji"})
     assert error_code(unknown) == "invalid_arguments" and "emoji" in unknown["error"]["message"]
 
 
 @pytest.mark.parametrize("kind", ["foreign", "forged", "raw_ts", "raw_dressed"])
-async def test_react_refuses_bad_handles_without_calling_slack(env: Env, kind: str) -> None:
+async def test_react_refuses_bad_handles_without_calling_slack(env: SessionEnv, kind: str) -> None:
     """Another task's handle, a forged one, and a raw Slack ts are invalid_handle, and nothing is sent."""
     handle = {
         "foreign": await foreign_handle(env),
@@ -180,49 +136,49 @@ async def test_react_refuses_bad_handles_without_calling_slack(env: Env, kind: s
         "raw_ts": env.root,
         "raw_dressed": "msg_" + env.root.replace(".", ""),
     }[kind]
-    before = len(env.fake.calls)
+    before = len(env.slack.calls)
     result = await env.session.call("channel_react", {"message": handle, "emoji": "eyes"})
     assert error_code(result) == "invalid_handle"
-    assert len(env.fake.calls) == before
+    assert len(env.slack.calls) == before
 
 
 # -- channel_edit and channel_retract --------------------------------------------------------------
 
 
-async def test_edit_and_retract_own_post(env: Env) -> None:
+async def test_edit_and_retract_own_post(env: SessionEnv) -> None:
     """The bot's own reply is edited in place by its handle, then retracted, and is gone from the thread."""
     posted = await env.session.call("channel_reply", {"text": "first draft"})
     edited = await env.session.call("channel_edit", {"message": posted["message"], "text": "**final** text"})
     assert edited == {"message": posted["message"]}
-    [post] = env.bot_posts()
+    [post] = bot_posts(env)
     assert post["blocks"] == [{"type": "markdown", "text": "**final** text"}] and "edited" in post
     assert await env.session.call("channel_retract", {"message": posted["message"]}) == {"ok": True}
-    assert env.bot_posts() == []
-    [delete] = env.fake.calls_to("chat.delete")
+    assert bot_posts(env) == []
+    [delete] = env.slack.calls_to("chat.delete")
     assert delete.params["ts"] == post["ts"] and delete.params["channel"] == "C1"
 
 
-async def test_edit_and_retract_refuse_a_persons_message(env: Env) -> None:
+async def test_edit_and_retract_refuse_a_persons_message(env: SessionEnv) -> None:
     """A person's message is not_authored for edit and retract, and Slack is never asked."""
     handle = await person_handle(env)
-    before = len(env.fake.calls)
+    before = len(env.slack.calls)
     edit = await env.session.call("channel_edit", {"message": handle, "text": "rewritten"})
     retract = await env.session.call("channel_retract", {"message": handle})
     assert error_code(edit) == "not_authored" and error_code(retract) == "not_authored"
-    assert len(env.fake.calls) == before
+    assert len(env.slack.calls) == before
 
 
 @pytest.mark.parametrize("tool", ["channel_edit", "channel_retract"])
 @pytest.mark.parametrize("kind", ["foreign", "forged", "raw_ts"])
-async def test_edit_and_retract_refuse_bad_handles(env: Env, tool: str, kind: str) -> None:
+async def test_edit_and_retract_refuse_bad_handles(env: SessionEnv, tool: str, kind: str) -> None:
     """Another task's own post, a forged handle, or a raw ts is invalid_handle, with no Slack call."""
     handle = {"foreign": await foreign_handle(env), "forged": FORGED, "raw_ts": env.root}[kind]
-    before = len(env.fake.calls)
+    before = len(env.slack.calls)
     args = {"message": handle, "text": "hijacked"} if tool == "channel_edit" else {"message": handle}
     assert error_code(await env.session.call(tool, args)) == "invalid_handle"
-    assert len(env.fake.calls) == before
+    assert len(env.slack.calls) == before
     if kind == "foreign":
-        assert [m["text"] for m in env.fake.bot_messages("C1")] == ["theirs"]
+        assert [m["text"] for m in env.slack.bot_messages("C1")] == ["theirs"]
 
 
 @pytest.mark.parametrize(
@@ -236,11 +192,11 @@ async def test_edit_and_retract_refuse_bad_handles(env: Env, tool: str, kind: st
     ],
 )
 async def test_slack_refusals_of_edit_and_retract_are_clear_errors(
-    env: Env, method: str, slack_error: str, tool: str, code: str
+    env: SessionEnv, method: str, slack_error: str, tool: str, code: str
 ) -> None:
     """Slack's refusals come back as the mapped error code, naming the method, after exactly one attempt."""
     posted = await env.session.call("channel_reply", {"text": "mine"})
-    env.fake.fail(method, error=slack_error)
+    env.slack.fail(method, error=slack_error)
     args = (
         {"message": posted["message"], "text": "new"}
         if tool == "channel_edit"
@@ -249,16 +205,16 @@ async def test_slack_refusals_of_edit_and_retract_are_clear_errors(
     result = await env.session.call(tool, args)
     assert error_code(result) == code
     assert method in result["error"]["message"] and "xoxb" not in result["error"]["message"]
-    assert env.fake.count(method) == 1
-    assert [p["text"] for p in env.bot_posts()] == ["mine"]
+    assert env.slack.count(method) == 1
+    assert [p["text"] for p in bot_posts(env)] == ["mine"]
 
 
-async def test_edit_longer_than_one_message_is_refused(env: Env) -> None:
+async def test_edit_longer_than_one_message_is_refused(env: SessionEnv) -> None:
     """An edit longer than one post allows is invalid_arguments and is not sent."""
     posted = await env.session.call("channel_reply", {"text": "short"})
     long_text = "x" * (env.adapter.max_post_chars + 1)
     result = await env.session.call("channel_edit", {"message": posted["message"], "text": long_text})
-    assert error_code(result) == "invalid_arguments" and env.fake.count("chat.update") == 0
+    assert error_code(result) == "invalid_arguments" and env.slack.count("chat.update") == 0
 
 
 # -- long replies and mass mentions --------------------------------------------------------------
@@ -285,59 +241,59 @@ def fences_balanced(part: str) -> bool:
     return sum(1 for line in part.splitlines() if line.startswith("```")) % 2 == 0
 
 
-async def test_long_reply_is_split_into_ordered_posts_in_the_thread(env: Env) -> None:
+async def test_long_reply_is_split_into_ordered_posts_in_the_thread(env: SessionEnv) -> None:
     """A ~30k-character reply goes out as consecutive thread posts, each within the limit with balanced
     fences, in order, listed in `parts`, each recorded as the bot's own."""
     text = long_markdown()
     assert 28_000 < len(text) < 40_000
     result = await env.session.call("channel_reply", {"text": text})
-    posts = env.bot_posts()
+    posts = bot_posts(env)
     assert len(posts) >= 4 and len(result["parts"]) == len(posts)
     assert result["message"] == result["parts"][0]
     bodies = [p["blocks"][0]["text"] for p in posts]
     assert all(len(b) <= env.adapter.max_post_chars for b in bodies)
     assert all(fences_balanced(b) for b in bodies)
     assert all(p["thread_ts"] == env.root for p in posts)
-    assert [c.params.get("thread_ts") for c in env.fake.calls_to("chat.postMessage")] == [env.root] * len(
+    assert [c.params.get("thread_ts") for c in env.slack.calls_to("chat.postMessage")] == [env.root] * len(
         posts
     )
     markers = re.findall(r"marker-[\w-]+", "\n".join(bodies))
     assert markers == re.findall(r"marker-[\w-]+", text)  # every piece once, in the original order
     # Each part is the bot's own: editing part 2 by its handle edits exactly that post.
     await env.session.call("channel_edit", {"message": result["parts"][1], "text": "part two, revised"})
-    after = [p["blocks"][0]["text"] for p in env.bot_posts()]
+    after = [p["blocks"][0]["text"] for p in bot_posts(env)]
     assert after[1] == "part two, revised" and after[:1] + after[2:] == bodies[:1] + bodies[2:]
 
 
-async def test_mass_mentions_are_neutralised(env: Env) -> None:
+async def test_mass_mentions_are_neutralised(env: SessionEnv) -> None:
     """<!channel>, <!here> and @everyone reach Slack as harmless text, in blocks and fallback text alike."""
     await env.session.call(
         "channel_reply", {"text": "Ping <!channel>, <!here|here>, <!everyone> and @everyone"}
     )
-    [post] = env.bot_posts()
+    [post] = bot_posts(env)
     for field_text in (post["text"], post["blocks"][0]["text"]):
         assert "<!" not in field_text
         assert not {"@everyone", "@here", "@channel"} & set(re.findall(r"@\w+", field_text))
         assert "@\u200beveryone" in field_text and "@\u200bhere" in field_text
 
 
-async def test_blank_reply_is_an_error_not_a_crash(env: Env) -> None:
+async def test_blank_reply_is_an_error_not_a_crash(env: SessionEnv) -> None:
     """A reply of only whitespace is invalid_arguments and posts nothing."""
     result = await env.session.call("channel_reply", {"text": "  \n "})
-    assert error_code(result) == "invalid_arguments" and env.fake.count("chat.postMessage") == 0
+    assert error_code(result) == "invalid_arguments" and env.slack.count("chat.postMessage") == 0
 
 
 # -- channel_read ---------------------------------------------------------------------------------------
 
 
-async def test_read_rows_have_handles_authors_rendered_text_and_files(env: Env) -> None:
+async def test_read_rows_have_handles_authors_rendered_text_and_files(env: SessionEnv) -> None:
     """Rows carry a handle, the author's name and flags, text without raw ids, and file handles."""
-    env.fake.add_file("F1", "plan.pdf", "application/pdf", b"%PDF-1.7 plan")
-    env.fake.add_message(
-        "C1", "here is the plan", "U2", thread_ts=env.root, files=[env.fake.file_object("F1")]
+    env.slack.add_file("F1", "plan.pdf", "application/pdf", b"%PDF-1.7 plan")
+    env.slack.add_message(
+        "C1", "here is the plan", "U2", thread_ts=env.root, files=[env.slack.file_object("F1")]
     )
     await env.session.call("channel_reply", {"text": "Thanks, **Bob**"})
-    root, bob, mine = await env.rows(await env.open_session(env.root))  # a new run reads afresh
+    root, bob, mine = await all_rows(env, await env.open_session(env.root))  # a new run reads afresh
     assert set(root) == {"message", "author", "text", "time", "files"}
     assert root["author"] == {"display_name": "Alice", "is_bot": False, "is_you": False}
     assert root["text"] == "@threadbound can you help @Bob? See #random"
@@ -355,25 +311,25 @@ async def test_read_rows_have_handles_authors_rendered_text_and_files(env: Env) 
     assert not RAW_IDS.search(" ".join(r["text"] for r in (root, bob, mine)))
 
 
-async def test_reading_again_returns_the_same_handles(env: Env) -> None:
+async def test_reading_again_returns_the_same_handles(env: SessionEnv) -> None:
     """The same messages keep their handles on a second read and in a later session of the same task."""
-    first = [r["message"] for r in await env.rows()]
-    again = [r["message"] for r in await env.rows()]
-    later = [r["message"] for r in await env.rows(await env.open_session(env.root))]
+    first = [r["message"] for r in await all_rows(env)]
+    again = [r["message"] for r in await all_rows(env)]
+    later = [r["message"] for r in await all_rows(env, await env.open_session(env.root))]
     assert first == again == later and len(set(first)) == len(first)
 
 
-async def test_read_pages_backward_and_refuses_bad_cursors(env: Env) -> None:
+async def test_read_pages_backward_and_refuses_bad_cursors(env: SessionEnv) -> None:
     """The newest page comes first (oldest-first within it); next_cursor pages back; bad cursors fail."""
     for i in range(39):
-        env.fake.add_message("C1", f"reply {i}", ("U1", "U2")[i % 2], thread_ts=env.root)
+        env.slack.add_message("C1", f"reply {i}", ("U1", "U2")[i % 2], thread_ts=env.root)
     first = await env.session.call("channel_read", {})
     assert [r["text"] for r in first["messages"]] == [f"reply {i}" for i in range(24, 39)]
     second = await env.session.call("channel_read", {"cursor": first["next_cursor"], "limit": 10})
     assert [r["text"] for r in second["messages"]] == [f"reply {i}" for i in range(14, 24)]
-    rows = await env.rows()
+    rows = await all_rows(env)
     assert len(rows) == 40 and rows[0]["author"]["display_name"] == "Alice"
-    assert env.fake.count("conversations.replies") == 1
+    assert env.slack.count("conversations.replies") == 1
     for cursor in ("garbage", "before_0", "before_999", "x" * 100):
         result = await env.session.call("channel_read", {"cursor": cursor})
         assert error_code(result) == "invalid_arguments", cursor
