@@ -88,9 +88,8 @@ class AppHarness:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets
-        self.port = int(server.sockets[0].getsockname()[1])
+        # aiohttp exposes the OS-chosen port only through the runner's bound addresses.
+        self.port = int(self._runner.addresses[0][1])
         self._http = aiohttp.ClientSession()
         return self
 
