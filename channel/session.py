@@ -432,7 +432,7 @@ class ChannelSession:
         data = json.loads(record.data or "{}")
         meta = FileMeta(
             ref=record.ref,
-            name=str(data.get("name") or record.ref),
+            name=str(data.get("name") or "file"),
             media_type=str(data.get("media_type") or "application/octet-stream"),
             size=int(data.get("size") or 0),
             data={k: v for k, v in data.items() if k not in ("name", "media_type", "size")},

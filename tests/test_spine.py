@@ -365,3 +365,26 @@ async def test_run_command_posts_a_root_that_later_replies_resume(
             await app.idle()
         assert len(histories) == 1 and "announce the release" in histories[0]
         assert [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")][-1] == "following up"
+
+
+async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> None:
+    """Files on the inbound message appear as file_ handles; no Slack file id reaches the model."""
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            prompts.append(turn.prompt)
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.add_file("F0PLAIN", "notes.txt", "text/plain", b"hello")
+        files = [slack.file_object("F0PLAIN"), {"id": "F0CONNECT", "file_access": "check_file_info"}]
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+            ts = slack.add_message("C1", "<@UBOT> see attached", user="U1", files=files)
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> see attached", ts, files=files))
+            await app.idle()
+        assert len(prompts) == 1
+        assert prompts[0].count("attached file_") == 2
+        assert "notes.txt" in prompts[0]
+        assert "F0PLAIN" not in prompts[0] and "F0CONNECT" not in prompts[0]

@@ -61,7 +61,7 @@ def meta(raw: Mapping[str, Any]) -> FileMeta:
         data["mp4_low"] = str(raw["mp4_low"])
     return FileMeta(
         ref=str(raw.get("id") or ""),
-        name=str(raw.get("name") or raw.get("title") or raw.get("id") or "file"),
+        name=str(raw.get("name") or raw.get("title") or "file"),
         media_type=str(raw.get("mimetype") or "application/octet-stream"),
         size=int(raw.get("size") or 0),
         data=data,
