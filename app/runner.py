@@ -79,6 +79,7 @@ class TaskRunner:
         data_dir: Path,
         run_timeout: float = 300.0,
         lease_ttl: float = 60.0,
+        history_limit: int = 400,
         owner: str | None = None,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
@@ -91,6 +92,7 @@ class TaskRunner:
         self.data_dir = data_dir
         self.run_timeout = run_timeout
         self.lease_ttl = lease_ttl
+        self.history_limit = history_limit
         self.owner = owner or f"instance-{uuid.uuid4().hex[:12]}"
         self.hooks = hooks or RunHooks()
         self.clock = clock
@@ -232,7 +234,7 @@ class TaskRunner:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
         consumed = [i.item_id for i in items]
-        history = _load_history(task.transcript)
+        history = trim_history(_load_history(task.transcript), self.history_limit)
         self.active_runs.add(task.task_id)
         status = "failed"
         output = ""
@@ -316,6 +318,21 @@ class TaskRunner:
             return await self.execute(session, prompt, [])
         finally:
             await self.store.release_lease(task.task_id, owner=self.owner)
+
+
+def trim_history(messages: list[ModelMessage], limit: int) -> list[ModelMessage]:
+    """The newest part of a transcript of at most ``limit`` messages, starting at a person's prompt.
+
+    A conversation that goes on for months (a DM's top level) must not outgrow the model's context
+    and end every run in an error; cutting only before a user prompt keeps tool calls with their results.
+    """
+    if len(messages) <= limit:
+        return messages
+    for start in range(len(messages) - limit, len(messages)):
+        message = messages[start]
+        if isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts):
+            return messages[start:]
+    return []
 
 
 def _load_history(transcript: bytes) -> list[ModelMessage]:

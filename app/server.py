@@ -196,6 +196,7 @@ class Service:
             data_dir=settings.data_dir,
             run_timeout=settings.run_timeout,
             lease_ttl=settings.lease_ttl,
+            history_limit=settings.history_limit,
             owner=owner,
             hooks=run_hooks,
         )
