@@ -1,0 +1,144 @@
+"""threadbound's benchmarks: ``python -m bench [--quick|--tiny] [--out PATH] [--only NAME ...]``.
+
+Each benchmark module exposes ``ROWS`` (the row names it produces) and
+``async def run(scale: Scale) -> list[Row]``. ``python -m bench`` runs every
+module in a fresh child process (so one benchmark's heap, threads and sockets
+never distort the next one's RSS or timings), prints a table and writes
+``bench/results.json``.
+
+A row compares ``ours`` with a ``baseline`` measured in the same run, on the same
+machine, with the same client: ``ratio = ours / baseline`` and ``target`` says
+which direction is good (``">= 0.7"``, ``"<= 1.5"``). Absolute targets have no
+baseline (``"<= 150 KiB"``). ``met`` is computed, never edited.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Mode = Literal["full", "quick", "tiny"]
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+_TARGET = re.compile(r"^\s*(>=|<=|>|<)\s*([0-9.]+)")
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big each benchmark is; ``--quick`` must finish in under 3 minutes on 2 cores."""
+
+    mode: Mode
+    #: Deliveries per ingress round, rounds per side (ours and baseline alternate), in flight.
+    ingress_deliveries: int
+    ingress_rounds: int
+    ingress_in_flight: int = 100
+    #: Turns per concurrency level.
+    turns: int = 200
+    turn_concurrency: tuple[int, ...] = (1, 50)
+    #: The thread read: messages, distinct authors, page size.
+    thread_messages: int = 2000
+    thread_authors: int = 25
+    page: int = 15
+    #: Conversations waiting on the slow model.
+    conversations: int = 1000
+    #: File size and how many fetches per side.
+    file_bytes: int = 100 * 2**20
+    file_rounds: int = 3
+    #: Claims per round, rounds per side.
+    claims: int = 2000
+    claim_rounds: int = 3
+    #: Wall-clock cap of one load phase (seconds): every load test stops by itself.
+    time_cap: float = 60.0
+
+
+SCALES: dict[Mode, Scale] = {
+    "full": Scale("full", ingress_deliveries=2000, ingress_rounds=3),
+    "quick": Scale(
+        "quick",
+        ingress_deliveries=300,
+        ingress_rounds=2,
+        turns=60,
+        conversations=1000,
+        file_rounds=2,
+        claims=500,
+        claim_rounds=2,
+        time_cap=20.0,
+    ),
+    "tiny": Scale(
+        "tiny",
+        ingress_deliveries=20,
+        ingress_rounds=1,
+        ingress_in_flight=10,
+        turns=4,
+        thread_messages=60,
+        thread_authors=5,
+        conversations=10,
+        file_bytes=2 * 2**20,
+        file_rounds=1,
+        claims=20,
+        claim_rounds=1,
+        time_cap=10.0,
+    ),
+}
+
+
+@dataclass
+class Row:
+    """One line of the results table (and of ``results.json``)."""
+
+    name: str
+    ours: float | None
+    baseline: float | None
+    unit: str
+    #: ``"<op> <number>"`` on the ratio when there is a baseline (and not ``absolute``), else on
+    #: ``ours``; words after the number are for the reader ("<= 2.0 and ours < 3 s").
+    target: str
+    ratio: float | None = None
+    met: bool = False
+    #: The target bounds ``ours`` itself even though a baseline is shown (e.g. "<= 2 calls").
+    absolute: bool = False
+    #: Not measured in this run (e.g. no Postgres configured): shown as skipped, never as met.
+    skipped: bool = False
+    #: Extra conditions that must hold too (e.g. the absolute p99 bound): name → held.
+    also: dict[str, bool] = field(default_factory=dict)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ours is not None and self.baseline:
+            self.ratio = self.ours / self.baseline
+        self.met = self._evaluate()
+
+    def _evaluate(self) -> bool:
+        match = _TARGET.match(self.target)
+        if match is None or self.ours is None:
+            return False
+        value = self.ours if self.absolute or self.baseline is None else self.ratio
+        if value is None:
+            return False
+        return _OPS[match.group(1)](value, float(match.group(2))) and all(self.also.values())
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("also")
+        out.pop("absolute")
+        if not out["skipped"]:
+            out.pop("skipped")
+        if not out["note"]:
+            out.pop("note")
+        return out
+
+
+def failed(name: str, unit: str, target: str, why: str) -> Row:
+    """A row for a benchmark that could not produce a number: printed as not met, with the reason."""
+    return Row(name, None, None, unit, target, note=f"error: {why}")
+
+
+__all__ = ["SCALES", "Mode", "Row", "Scale", "failed"]

@@ -1,0 +1,125 @@
+"""task_memory: RSS growth per conversation with 1,000 conversations waiting on a slow model.
+
+Setup. The app runs in this process (``AppHarness``: the real ``Service`` over real HTTP, SQLite
+store, model built from ``MODEL=openai-chat:fake`` as in production), so its RSS is this process's.
+The slow model is FakeOpenAI with an hour's delay in a helper child process (``bench.fakes``): each
+waiting run holds what it holds in production — its agent graph, its prompt, an HTTP request in
+flight on the OpenAI client's pool — while the parked server side is not counted. FakeSlack runs
+here (its per-conversation state, one stored message and a status, is small and counted against us).
+
+Measurement. Warm-up conversations first (imports, caches, connections), also left waiting; then
+RSS (after ``gc.collect()``); then N more mentions, each a new conversation, until every run is
+active and the model has received their requests (past the ``openai`` client's 1,000-connection
+pool, the rest wait in the pool, unsent); ``gc.collect()``; RSS again. The row is the growth / N.
+Shutdown cancels the waiting runs (``SHUTDOWN_GRACE`` is short); their inboxes stay pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+from testing import events
+from testing.fake_slack import FakeSlack
+from testing.harness import SIGNING_SECRET, AppHarness
+
+from . import Row, Scale
+from .common import rss
+from .fakes import helper
+
+ROWS = ("task_memory",)
+WARM = 10
+CHANNELS = 20
+KIB = 1024
+#: The ``openai`` client's default connection limit: requests past it wait in its pool, unsent.
+OPENAI_POOL = 1000
+#: Seconds all runs may take to reach the model (starting 1,000 runs on 2 cores takes ~30 s).
+WAIT_CAP = 120.0
+
+
+async def run(scale: Scale) -> list[Row]:
+    n = scale.conversations
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        async with helper({"model_delay": 3600}) as fakes, FakeSlack() as slack:
+            for c in range(CHANNELS):
+                slack.add_channel(f"C{c:04d}", f"bench-{c}")
+            slack.add_user("U1", "alice", display_name="Alice")
+            envelopes = []
+            for i in range(WARM + n):
+                channel = f"C{i % CHANNELS:04d}"
+                text = f"<@UBOT> please wait {i}"
+                envelopes.append(
+                    events.app_mention(channel, "U1", text, slack.add_message(channel, text, "U1"))
+                )
+            app = AppHarness(
+                slack,
+                model=None,
+                model_name="openai-chat:fake",
+                openai_base_url=fakes["model_base_url"],
+                openai_api_key="bench",
+                data_dir=Path(tmp),
+                shutdown_grace=0.5,
+                run_timeout=3600.0,
+            )
+            async with app, aiohttp.ClientSession() as http:
+                await _deliver(app, envelopes[:WARM])
+                await _wait_for_requests(app, http, fakes["model_count_url"], WARM, WAIT_CAP)
+                gc.collect()
+                before = rss()
+                await _deliver(app, envelopes[WARM:])
+                waiting = await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, WAIT_CAP)
+                gc.collect()
+                after = rss()
+    per = (after - before) / n / KIB
+    note = f"{n} conversations; RSS {before / 2**20:.0f} → {after / 2**20:.0f} MiB"
+    if waiting < WARM + n:
+        note += f"; only {waiting - WARM} of {n} were waiting when the time cap ({WAIT_CAP:.0f} s) passed"
+    return [
+        Row(
+            "task_memory",
+            round(per, 1),
+            None,
+            "KiB/conversation",
+            "<= 150 KiB",
+            also={"every conversation waiting": waiting >= WARM + n},
+            note=note,
+        )
+    ]
+
+
+async def _deliver(app: AppHarness, envelopes: list[dict[str, object]], in_flight: int = 50) -> None:
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one(envelope: dict[str, object]) -> None:
+        async with gate:
+            response = await app.deliver(envelope)
+            if response.status != 200:
+                raise RuntimeError(f"delivery answered {response.status}")
+
+    await asyncio.gather(*(one(e) for e in envelopes))
+
+
+async def _wait_for_requests(
+    app: AppHarness, http: aiohttp.ClientSession, url: str, expected: int, cap: float
+) -> int:
+    """Runs waiting on the model, once ``expected`` runs are active and the model received all their
+    requests — or as many as the OpenAI client's pool lets out; the rest wait in the pool (or the
+    cap passed)."""
+    assert app.service is not None
+    runner = app.service.runner
+    deadline = time.monotonic() + cap
+    while True:
+        async with http.get(url) as response:
+            arrived = int((await response.json())["count"])
+        active = len(runner.active_runs)
+        if (active >= expected and arrived >= min(expected, OPENAI_POOL)) or time.monotonic() > deadline:
+            return min(active, expected)
+        await asyncio.sleep(0.1)
+
+
+__all__ = ["ROWS", "SIGNING_SECRET", "run"]

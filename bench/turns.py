@@ -1,0 +1,144 @@
+"""turn_overhead: delivery → ``chat.postMessage`` with an instant fake model, ours vs a minimal Bolt bot.
+
+Setup. Ours is the real ``python -m app serve`` (child process, SQLite, ``MODEL=openai-chat:fake``);
+the baseline is ``bench.bolt_baseline turn``: a Bolt listener that calls the same FakeOpenAI over
+HTTP with the ``openai`` client and posts the answer with ``chat_postMessage`` (no storage, no
+agent runtime). The bench process runs the client, FakeSlack and FakeOpenAI (default script: the
+first request answers ``channel_reply("echo: …")``; ours then makes a second request after the tool
+result, after the post, which is outside the measured span).
+
+Measurement. Each turn is a signed ``app_mention`` of a new message; its latency runs from just
+before the POST to the moment FakeSlack receives the ``chat.postMessage`` in that message's thread
+(both clocks are this process's ``perf_counter``). ``c`` conversations are in flight at once: a
+worker sends the next mention only once its previous one was answered (at ``c = 1`` after a
+short pause too, so each turn starts on an idle server: ours keeps working after the post).
+Rounds alternate baseline / ours; the row is the median over every turn of a side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from testing import events
+from testing.fake_model import FakeOpenAI
+from testing.fake_slack import FakeSlack
+
+from . import Row, Scale
+from .common import SIGNING_SECRET, ServerProcess, bolt_server, median, our_server
+
+ROWS = ("turn_overhead_c1", "turn_overhead_c50")
+CHANNELS = 10
+WARM_TURNS = 3
+#: Pause after each answered turn at concurrency 1 (seconds), outside the measured span.
+SETTLE = 0.06
+
+
+class TimedSlack(FakeSlack):
+    """FakeSlack that notes when each thread receives its first ``chat.postMessage``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answered: dict[tuple[str, str], asyncio.Future[float]] = {}
+
+    def expect(self, channel: str, ts: str) -> asyncio.Future[float]:
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.answered[(channel, ts)] = future
+        return future
+
+    def _chat_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        now = time.perf_counter()
+        answer = super()._chat_post_message(params)
+        future = self.answered.get((str(params.get("channel")), str(params.get("thread_ts"))))
+        if future is not None and not future.done():
+            future.set_result(now)
+        return answer
+
+
+class _Turns:
+    def __init__(self, slack: TimedSlack) -> None:
+        self.slack = slack
+        self.serial = 0
+        for c in range(CHANNELS):
+            slack.add_channel(f"C{c:04d}", f"bench-{c}")
+        slack.add_user("U1", "alice", display_name="Alice")
+
+    async def run(self, server: ServerProcess, turns: int, concurrency: int, cap: float) -> list[float]:
+        """``turns`` turns, ``concurrency`` at a time; the latency of each answered one (seconds)."""
+        latencies: list[float] = []
+        left = turns
+        deadline = time.perf_counter() + cap
+        url = f"{server.url}/slack/events"
+
+        async def worker(http: aiohttp.ClientSession) -> None:
+            nonlocal left
+            while left > 0 and time.perf_counter() < deadline:
+                left -= 1
+                self.serial += 1
+                channel = f"C{self.serial % CHANNELS:04d}"
+                text = f"<@UBOT> question {self.serial}"
+                ts = self.slack.add_message(channel, text, user="U1")
+                answered = self.slack.expect(channel, ts)
+                t0 = time.perf_counter()
+                response = await events.deliver(
+                    http, url, events.app_mention(channel, "U1", text, ts), SIGNING_SECRET
+                )
+                if response.status != 200:
+                    continue
+                try:
+                    done = await asyncio.wait_for(answered, max(deadline - time.perf_counter(), 0.1))
+                except TimeoutError:
+                    return
+                latencies.append(done - t0)
+                if concurrency == 1:
+                    # One conversation at a time: let ours finish the turn's tail (second model request,
+                    # transcript save) before the next delivery, as the baseline has no tail.
+                    await asyncio.sleep(SETTLE)
+
+        async with aiohttp.ClientSession() as http:
+            await asyncio.gather(*(worker(http) for _ in range(concurrency)))
+        return latencies
+
+
+async def run(scale: Scale) -> list[Row]:
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-turns-") as tmp:
+        root = Path(tmp)
+        slack = TimedSlack()
+        async with slack, FakeOpenAI() as llm:
+            turns = _Turns(slack)
+            ours = our_server(slack, llm.base_url, root / "data", root / "ours.log")
+            base = bolt_server(slack, "turn", root / "bolt.log", root, model_base_url=llm.base_url)
+            async with ours, base:
+                for server in (base, ours):
+                    await turns.run(server, WARM_TURNS, 1, scale.time_cap)
+                for concurrency in scale.turn_concurrency:
+                    samples: dict[str, list[float]] = {"ours": [], "base": []}
+                    # Two halves per side, alternating, so a slow patch of the machine hits both.
+                    half = max(1, scale.turns // 2)
+                    for _ in range(2):
+                        for side, server in (("base", base), ("ours", ours)):
+                            samples[side] += await turns.run(server, half, concurrency, scale.time_cap)
+                    rows.append(_row(concurrency, samples, 2 * half))
+    return rows
+
+
+def _row(concurrency: int, samples: dict[str, list[float]], expected: int) -> Row:
+    missing = {side: expected - len(v) for side, v in samples.items() if len(v) < expected}
+    note = f"median of {expected} turns per side, {concurrency} conversation(s) at a time"
+    if missing:
+        note += f"; unanswered turns: {missing}"
+    return Row(
+        f"turn_overhead_c{concurrency}",
+        round(median(samples["ours"]) * 1000, 2),
+        round(median(samples["base"]) * 1000, 2),
+        "ms",
+        "<= 1.5",
+        also={"every turn answered": not missing},
+        note=note,
+    )
