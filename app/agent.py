@@ -56,6 +56,8 @@ class ChannelToolset(AbstractToolset[RunDeps]):
     def __init__(self, on_start: ToolStarted | None = None, on_end: ToolFinished | None = None) -> None:
         self._on_start = on_start
         self._on_end = on_end
+        # Tool definitions never change for a spec; building schemas on every step showed up in profiles.
+        self._tools: dict[str, ToolsetTool[RunDeps]] = {}
 
     @property
     def id(self) -> str | None:
@@ -65,6 +67,12 @@ class ChannelToolset(AbstractToolset[RunDeps]):
         return {spec.name: self._tool(spec) for spec in ctx.deps.session.active_specs()}
 
     def _tool(self, spec: ToolSpec) -> ToolsetTool[RunDeps]:
+        tool = self._tools.get(spec.name)
+        if tool is None:
+            tool = self._tools[spec.name] = self._build(spec)
+        return tool
+
+    def _build(self, spec: ToolSpec) -> ToolsetTool[RunDeps]:
         return ToolsetTool(
             toolset=self,
             tool_def=ToolDefinition(

@@ -12,6 +12,8 @@ A failure here never fails a run: it is logged and the indicator gives up for th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -64,6 +66,7 @@ class Progress:
         self.emoji = emoji.strip(":")
         # Per run; weak so a run that never reached on_end (cancelled at shutdown) leaves nothing behind.
         self._runs: WeakKeyDictionary[ChannelSession, _Indicator] = WeakKeyDictionary()
+        self._starting: WeakKeyDictionary[ChannelSession, asyncio.Task[None]] = WeakKeyDictionary()
 
     def hooks(self) -> RunHooks:
         if self.mode == "off":
@@ -71,6 +74,16 @@ class Progress:
         return RunHooks(on_start=self.on_start, on_tool=self.on_tool, on_end=self.on_end)
 
     async def on_start(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
+        # Shown in the background: the first model request must not wait for a Slack round trip.
+        self._starting[session] = asyncio.create_task(self._begin(session, items), name="progress")
+
+    async def _settled(self, session: ChannelSession) -> None:
+        starting = self._starting.pop(session, None)
+        if starting is not None:
+            with contextlib.suppress(Exception):
+                await starting
+
+    async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         adapter, origin = session.adapter, session.origin
         if self.mode in ("auto", "status") and adapter.features.status and origin.thread_ts:
             if await self._status(adapter, origin, THINKING):
@@ -82,6 +95,7 @@ class Progress:
                 self._runs[session] = _Indicator("reaction", origin, ref)
 
     async def on_tool(self, session: ChannelSession, tool: str) -> None:
+        await self._settled(session)
         indicator = self._runs.get(session)
         text = TOOL_STATUS.get(tool)
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:
@@ -90,6 +104,7 @@ class Progress:
             indicator.broken = True  # one failure is enough: stop calling for the rest of the run
 
     async def on_end(self, session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
+        await self._settled(session)
         indicator = self._runs.pop(session, None)
         if indicator is None:
             return

@@ -80,6 +80,7 @@ class TaskRunner:
         run_timeout: float = 300.0,
         lease_ttl: float = 60.0,
         history_limit: int = 400,
+        max_concurrent_runs: int = 64,
         owner: str | None = None,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
@@ -93,6 +94,8 @@ class TaskRunner:
         self.run_timeout = run_timeout
         self.lease_ttl = lease_ttl
         self.history_limit = history_limit
+        # Bursts queue in the durable inbox instead of starting hundreds of runs that starve the acks.
+        self._slots = asyncio.Semaphore(max_concurrent_runs)
         self.owner = owner or f"instance-{uuid.uuid4().hex[:12]}"
         self.hooks = hooks or RunHooks()
         self.clock = clock
@@ -153,6 +156,10 @@ class TaskRunner:
 
     # -- driving one task ------------------------------------------------------------------
     async def _drive(self, task_id: str) -> None:
+        async with self._slots:
+            await self._drive_leased(task_id)
+
+    async def _drive_leased(self, task_id: str) -> None:
         while self._accepting:
             if not await self.store.acquire_lease(
                 task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
@@ -290,10 +297,13 @@ class TaskRunner:
         async with self.agent.iter(
             prompt, message_history=history, deps=RunDeps(session), instructions=instructions
         ) as run:
-            async for _node in run:
-                # Steering: show messages that arrived mid-run before the next model request.
+            async for node in run:
                 if run.result is not None:
                     break  # the run ended; anything newer starts the next run
+                # Steering: before each model request (and before a final answer is accepted),
+                # show messages that arrived mid-run. Other nodes need no look at the inbox.
+                if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
+                    continue
                 fresh = [i for i in await self.store.pending_inbox(task_id) if i.item_id not in seen]
                 if fresh:
                     run.enqueue(await self.prompt(session, fresh), priority="asap")

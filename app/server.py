@@ -197,6 +197,7 @@ class Service:
             run_timeout=settings.run_timeout,
             lease_ttl=settings.lease_ttl,
             history_limit=settings.history_limit,
+            max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
             hooks=run_hooks,
         )

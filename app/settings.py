@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     shutdown_grace: float = 20.0
     #: Seconds one agent run may take before it ends with an apology.
     run_timeout: float = 300.0
+    #: Agent runs one instance works on at once; more conversations wait in the durable inbox.
+    max_concurrent_runs: int = 64
     #: Most transcript messages sent to the model (older turns are dropped at a prompt boundary).
     history_limit: int = 400
     #: Seconds a conversation lease lives without a heartbeat.

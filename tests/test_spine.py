@@ -388,3 +388,28 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
         assert prompts[0].count("attached file_") == 2
         assert "notes.txt" in prompts[0]
         assert "F0PLAIN" not in prompts[0] and "F0CONNECT" not in prompts[0]
+
+
+async def test_max_concurrent_runs_queues_conversations_durably(tmp_path: Path) -> None:
+    """With MAX_CONCURRENT_RUNS=1, two conversations run one after the other and both are answered."""
+    in_flight = 0
+    peak = 0
+
+    async def script(turn: Turn) -> list[Any]:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await asyncio.sleep(0.05)
+            return [call("channel_reply", text="done")] if turn.prompt else [""]
+        finally:
+            in_flight -= 1
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, max_concurrent_runs=1) as app:
+            await _mention(app, "first conversation")
+            await _mention(app, "second conversation", user="U2")
+            await app.idle()
+        assert peak == 1
+        assert [m["text"] for m in slack.bot_messages("C1")] == ["done", "done"]
