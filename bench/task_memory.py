@@ -65,6 +65,9 @@ async def run(scale: Scale) -> list[Row]:
                 data_dir=Path(tmp),
                 shutdown_grace=0.5,
                 run_timeout=3600.0,
+                # Every conversation really waits on the model (the default cap would queue most of
+                # them in the inbox, which costs far less and would flatter the number).
+                max_concurrent_runs=WARM + n,
             )
             async with app, aiohttp.ClientSession() as http:
                 await _deliver(app, envelopes[:WARM])
