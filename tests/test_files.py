@@ -4,8 +4,10 @@ ChannelSession and the Slack adapter, against the fake Slack over real HTTP."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import resource
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 from channel.contract import FileMeta
 from channel.errors import ChannelError
+from channel.slack import files as slack_files
 from channel.slack.files import MAX_BYTES, download, safe_name
 from testing import FakeSlack
 from testing.sessions import SessionEnv, slack_session
@@ -195,6 +198,98 @@ async def test_fetch_100_mib_streams_with_flat_memory(env: SessionEnv) -> None:
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
     assert result["size"] == MAX_BYTES and result["sha256"] == env.slack.file_sha256("F1")
     assert grown_mib < 40
+
+
+async def test_fetch_disk_error_midway_leaves_nothing(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write failing in the worker thread after some batches ends the fetch as a disk error, and the
+    partial file is removed."""
+    handle = await posted_file(env, "big.bin", "application/octet-stream", None, size=16 * 2**20)
+    put = slack_files._Sink._put
+    batches = 0
+
+    def failing_put(sink: slack_files._Sink, batch: list[bytes]) -> None:
+        nonlocal batches
+        batches += 1
+        if batches == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        put(sink, batch)
+
+    monkeypatch.setattr(slack_files._Sink, "_put", failing_put)
+    result = await env.session.call("channel_fetch_file", {"file": handle})
+    assert error_code(result) == "slack_error" and "No space left" in result["error"]["message"]
+    assert batches == 2 and on_disk(env.task_dir) == []
+
+
+async def test_fetch_cancelled_during_write_waits_for_it(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling while a batch is being written lets that write finish before the file is closed
+    and removed: nothing is left, whatever the thread was doing."""
+    handle = await posted_file(env, "big.bin", "application/octet-stream", None, size=64 * 2**20)
+    put = slack_files._Sink._put
+    writing, release = threading.Event(), threading.Event()
+
+    def slow_put(sink: slack_files._Sink, batch: list[bytes]) -> None:
+        writing.set()
+        release.wait(5)
+        put(sink, batch)
+
+    monkeypatch.setattr(slack_files._Sink, "_put", slow_put)
+    fetch = asyncio.create_task(env.session.call("channel_fetch_file", {"file": handle}))
+    while not writing.is_set():
+        assert not fetch.done()
+        await asyncio.sleep(0.001)
+    fetch.cancel()
+    done, _ = await asyncio.wait([fetch], timeout=0.05)
+    assert not done  # still waiting for the write in flight
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await fetch
+    assert on_disk(env.task_dir) == []
+
+
+async def test_fetch_without_hard_links_still_places(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a file system without hard links the file is placed by a rename over a reserved name."""
+    content = b"no links here"
+    handle = await posted_file(env, "notes.txt", "text/plain", content)
+
+    async def no_link(src: object, dst: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(slack_files.aiofiles.os, "link", no_link)
+    first = await env.session.call("channel_fetch_file", {"file": handle})
+    second = await env.session.call("channel_fetch_file", {"file": handle})
+    assert (first["path"], second["path"]) == ("files/notes.txt", "files/notes-1.txt")
+    assert (env.task_dir / second["path"]).read_bytes() == content
+    assert on_disk(env.task_dir) == ["notes-1.txt", "notes.txt"]
+
+
+async def test_fetch_cancelled_while_placing_leaves_nothing(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancellation that arrives while the file is being named, after the link was made, still
+    leaves nothing: the claim is waited out and given up."""
+    handle = await posted_file(env, "notes.txt", "text/plain", b"almost placed")
+    link = slack_files.aiofiles.os.link
+    linked = asyncio.Event()
+
+    async def slow_link(src: Path, dst: Path) -> None:
+        await link(src, dst)
+        linked.set()
+        await asyncio.sleep(0.05)
+
+    monkeypatch.setattr(slack_files.aiofiles.os, "link", slow_link)
+    fetch = asyncio.create_task(env.session.call("channel_fetch_file", {"file": handle}))
+    await asyncio.wait_for(linked.wait(), 5)
+    assert on_disk(env.task_dir) != []
+    fetch.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await fetch
+    assert on_disk(env.task_dir) == []
 
 
 @pytest.mark.parametrize(
