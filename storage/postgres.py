@@ -2,10 +2,13 @@
 
 The pool is created on first use (``migrate()`` on start). Atomicity comes from
 transactions and unique keys: a claim inserts its claim keys with
-``ON CONFLICT DO NOTHING`` first, so a concurrent claim of the same message waits
+``ON CONFLICT DO NOTHING``, so a concurrent claim of the same message waits
 on the first one's uncommitted row and then sees it as a duplicate (or proceeds,
-if the first rolled back). Leases and handles are single upserts. Transactions
-that Postgres aborts as deadlocked or unserializable are rerun.
+if the first rolled back). The hot paths are one round trip each: a claim is one
+call of a server-side function (``tb_claim_message``, schema v2), saves, leases
+and handles are single statements, and released connections skip asyncpg's
+session reset query. Transactions (or statements) that Postgres aborts as
+deadlocked or unserializable are rerun.
 
 ``schema=`` (or ``?schema=NAME`` in the URL) puts every table in that schema,
 created by ``migrate()`` if missing; tests use it for isolation.
@@ -68,12 +71,11 @@ _TX_ATTEMPTS = 3
 _CLOSE_TIMEOUT = 10.0
 
 
-class _Rollback(Exception):
-    """Raised inside a transaction to roll it back and return ``outcome`` instead."""
-
-    def __init__(self, outcome: ClaimOutcome) -> None:
-        super().__init__(outcome.status)
-        self.outcome = outcome
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release, in place of asyncpg's default (a ``RESET ALL; UNLISTEN *; …``
+    query, one more round trip per operation). The store leaves no session state to reset: no
+    SET, LISTEN, cursors or session advisory locks (the migration lock is transaction-scoped), and
+    asyncpg still rolls back a transaction left open before calling this."""
 
 
 def split_schema(url: str) -> tuple[str, str | None]:
@@ -134,6 +136,7 @@ class PostgresStore:
                             max_size=self._max_size,
                             timeout=self._connect_timeout,
                             server_settings=settings,
+                            reset=_keep_session,
                         )
                     except (*_DRIVER_ERRORS, ValueError) as exc:
                         # The message names the failure, never the URL (it may carry a password).
@@ -152,14 +155,18 @@ class PostgresStore:
         except _DRIVER_ERRORS as exc:
             raise StoreError(f"postgres: {exc}") from exc
 
-    async def _transact(self, work: Callable[[Any], Awaitable[T]]) -> T:
+    async def _transact(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool = True) -> T:
         """Run ``work(conn)`` in a transaction, rerunning it when Postgres aborts it as a
-        deadlock or serialization failure (nothing of it was committed then)."""
+        deadlock or serialization failure (nothing of it was committed then). With
+        ``transaction=False`` ``work`` is one statement, atomic on its own: no BEGIN/COMMIT trips."""
         for attempt in range(1, _TX_ATTEMPTS + 1):
             pool = await self._get_pool()
             try:
-                async with pool.acquire() as conn, conn.transaction():
-                    return await work(conn)
+                async with pool.acquire() as conn:
+                    if not transaction:
+                        return await work(conn)
+                    async with conn.transaction():
+                        return await work(conn)
             except asyncpg.TransactionRollbackError as exc:
                 if attempt == _TX_ATTEMPTS:
                     raise StoreError(f"postgres: {exc}") from exc
@@ -258,56 +265,30 @@ class PostgresStore:
         payload: str,
         now: float,
     ) -> ClaimOutcome:
+        # One round trip: the whole claim is the server-side function of schema v2 (see schema.py),
+        # run in the statement's own transaction.
         async def claim(conn: Any) -> ClaimOutcome:
-            # Claim keys first: a concurrent claim of the same key blocks here until we finish.
-            fresh_event = await conn.fetchval(
-                "INSERT INTO event_claims (event_id, channel, ts, claimed_at) VALUES ($1, $2, $3, $4)"
-                " ON CONFLICT DO NOTHING RETURNING true",
+            row = await conn.fetchrow(
+                "SELECT status, task_id, item_id, created"
+                " FROM tb_claim_message($1, $2, $3, $4, $5, $6, $7, $8)",
                 event_id,
-                channel,
-                ts,
-                now,
-            )
-            fresh_message = fresh_event and await conn.fetchval(
-                "INSERT INTO message_claims (channel, ts, event_id, claimed_at) VALUES ($1, $2, $3, $4)"
-                " ON CONFLICT DO NOTHING RETURNING true",
-                channel,
-                ts,
-                event_id,
-                now,
-            )
-            if not (fresh_event and fresh_message):
-                # Committed as is: a new event_id of an already-claimed message stays recorded.
-                prior = await conn.fetchval(
-                    "SELECT task_id FROM message_claims WHERE channel = $1 AND ts = $2", channel, ts
-                )
-                return ClaimOutcome("duplicate", task_id=prior)
-            task_id = await self._find(conn, channel, thread_ts)
-            created = False
-            if task_id is None:
-                if not create:
-                    raise _Rollback(ClaimOutcome("no_task"))  # records nothing, claim keys included
-                # Mapped even when thread_ts is "": a DM's top level is one conversation.
-                task_id, created = await self._create(conn, channel, thread_ts, now, map_key=True)
-            await conn.execute(
-                "UPDATE message_claims SET task_id = $3 WHERE channel = $1 AND ts = $2", channel, ts, task_id
-            )
-            item_id = await conn.fetchval(
-                "INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6) RETURNING item_id",
-                task_id,
                 channel,
                 ts,
                 thread_ts,
+                create,
                 payload,
                 now,
+                new_task_id(),
             )
-            return ClaimOutcome("claimed", task_id=task_id, item_id=int(item_id), created=created)
+            item_id = row["item_id"]
+            return ClaimOutcome(
+                row["status"],
+                task_id=row["task_id"],
+                item_id=None if item_id is None else int(item_id),
+                created=bool(row["created"]),
+            )
 
-        try:
-            return await self._transact(claim)
-        except _Rollback as rollback:
-            return rollback.outcome
+        return await self._transact(claim, transaction=False)
 
     # -- tasks -------------------------------------------------------------------------
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:
@@ -349,24 +330,27 @@ class PostgresStore:
         consumed: Sequence[int],
         enabled_tools: Sequence[str] | None = None,
     ) -> None:
-        async def save(conn: Any) -> None:
-            found = await conn.fetchval(
-                "UPDATE tasks SET transcript = $2, enabled_tools = COALESCE($3, enabled_tools)"
-                " WHERE task_id = $1 RETURNING true",
-                task_id,
-                transcript,
-                None if enabled_tools is None else list(enabled_tools),
-            )
-            if not found:
-                raise StoreError(f"unknown task {task_id!r}")
+        async def save(conn: Any) -> bool:
+            # One statement, atomic on its own: the delete only sees a task the update found.
             # Scoped by task: an id of another task's item is ignored, never consumed.
-            await conn.execute(
-                "DELETE FROM inbox WHERE task_id = $1 AND item_id = ANY($2::bigint[])",
-                task_id,
-                list(consumed),
+            return bool(
+                await conn.fetchval(
+                    "WITH saved AS ("
+                    " UPDATE tasks SET transcript = $2, enabled_tools = COALESCE($3, enabled_tools)"
+                    " WHERE task_id = $1 RETURNING task_id"
+                    "), consumed AS ("
+                    " DELETE FROM inbox WHERE task_id IN (SELECT task_id FROM saved)"
+                    " AND item_id = ANY($4::bigint[])"
+                    ") SELECT EXISTS (SELECT 1 FROM saved)",
+                    task_id,
+                    transcript,
+                    None if enabled_tools is None else list(enabled_tools),
+                    list(consumed),
+                )
             )
 
-        await self._transact(save)
+        if not await self._transact(save, transaction=False):
+            raise StoreError(f"unknown task {task_id!r}")
 
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None:
         async with self._conn() as conn:

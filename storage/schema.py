@@ -175,9 +175,89 @@ _V1_POSTGRES: Final[tuple[str, ...]] = (
     "CREATE INDEX effects_open ON effects (task_id, seq) WHERE state = 'open'",
 )
 
+#: v2: a claim in one round trip on Postgres (``PostgresStore.claim_message``). Inside a plpgsql
+#: function each statement takes a fresh snapshot (READ COMMITTED), so after ``ON CONFLICT`` waited
+#: for a concurrent transaction, the next statement sees what it committed; one plain statement
+#: could not. Keys in a fixed order: the event id (a redelivery waits on the first delivery), the
+#: conversation (claims starting one thread wait on the first, whose task they then join), the
+#: message (deliveries of one message under two event ids: the second waits, then is a duplicate).
+#: ``no_task`` writes nothing; a ``duplicate`` keeps only its event id. The message key is taken
+#: once the task is known, so its row is written whole (no UPDATE of it afterwards).
+#: Tables resolve through the caller's search_path (the store's schema). SQLite needs nothing.
+_V2_POSTGRES: Final[tuple[str, ...]] = (
+    """CREATE FUNCTION tb_claim_message(
+        p_event_id TEXT, p_channel TEXT, p_ts TEXT, p_thread_ts TEXT, p_create BOOLEAN,
+        p_payload TEXT, p_now DOUBLE PRECISION, p_new_task_id TEXT,
+        OUT status TEXT, OUT task_id TEXT, OUT item_id BIGINT, OUT created BOOLEAN
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        v_task TEXT;
+    BEGIN
+        created := false;
+        SELECT c.task_id INTO v_task FROM conversations c
+            WHERE c.channel = p_channel AND c.thread_ts = p_thread_ts;
+        -- Unknown conversation and nothing to create: no_task without a write, unless a key was
+        -- claimed before (then the claim is a duplicate, below).
+        IF v_task IS NULL AND NOT p_create
+            AND NOT EXISTS (SELECT 1 FROM event_claims e WHERE e.event_id = p_event_id)
+            AND NOT EXISTS (SELECT 1 FROM message_claims m WHERE m.channel = p_channel AND m.ts = p_ts)
+        THEN
+            status := 'no_task';
+            RETURN;
+        END IF;
+        INSERT INTO event_claims (event_id, channel, ts, claimed_at)
+            VALUES (p_event_id, p_channel, p_ts, p_now) ON CONFLICT DO NOTHING;
+        -- On with a fresh event id and a task to join or create; else (no task and no create: the
+        -- message key was seen taken) it is a duplicate.
+        IF FOUND AND (v_task IS NOT NULL OR p_create) THEN
+            IF v_task IS NULL THEN
+                -- The key first (its foreign key is deferred).
+                WITH mapped AS (
+                    INSERT INTO conversations (channel, thread_ts, task_id)
+                        VALUES (p_channel, p_thread_ts, p_new_task_id) ON CONFLICT DO NOTHING RETURNING 1
+                )
+                INSERT INTO tasks (task_id, channel, thread_ts, created_at)
+                    SELECT p_new_task_id, p_channel, p_thread_ts, p_now FROM mapped;
+                IF FOUND THEN
+                    v_task := p_new_task_id;
+                    created := true;
+                ELSE  -- mapped by a claim that committed meanwhile: its task it is
+                    SELECT c.task_id INTO STRICT v_task FROM conversations c
+                        WHERE c.channel = p_channel AND c.thread_ts = p_thread_ts;
+                END IF;
+            END IF;
+            WITH claimed AS (
+                INSERT INTO message_claims (channel, ts, event_id, task_id, claimed_at)
+                    VALUES (p_channel, p_ts, p_event_id, v_task, p_now) ON CONFLICT DO NOTHING RETURNING 1
+            )
+            INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)
+                SELECT v_task, p_channel, p_ts, p_thread_ts, p_payload, p_now FROM claimed
+                RETURNING inbox.item_id INTO item_id;
+            IF FOUND THEN
+                task_id := v_task;
+                status := 'claimed';
+                RETURN;
+            END IF;
+        END IF;
+        -- A duplicate: of its event id, or of its message under another event id. The event id
+        -- stays recorded; a task created above for it is dropped again.
+        IF created THEN
+            DELETE FROM conversations c
+                WHERE c.channel = p_channel AND c.thread_ts = p_thread_ts AND c.task_id = v_task;
+            DELETE FROM tasks t WHERE t.task_id = v_task;
+            created := false;
+        END IF;
+        item_id := NULL;
+        status := 'duplicate';
+        SELECT m.task_id INTO task_id FROM message_claims m WHERE m.channel = p_channel AND m.ts = p_ts;
+    END
+    $$""",
+)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[Dialect, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
+    (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -257,6 +260,142 @@ async def test_concurrent_claims_in_one_new_thread_share_one_task(store_factory:
     assert sum(o.created for o in outcomes) == 1
     assert len({o.task_id for o in outcomes}) == 1
     assert (await stores[0].stats()).tasks == 1
+
+
+@pytest.fixture
+def claim_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the claim batches a SQLiteStore commits (stays empty on Postgres, which has none)."""
+    import storage.sqlite
+
+    sizes: list[int] = []
+    batch = storage.sqlite._claim_batch
+
+    def spy(db: Any, claims: Sequence[Any]) -> Any:
+        sizes.append(len(claims))
+        return batch(db, claims)
+
+    monkeypatch.setattr(storage.sqlite, "_claim_batch", spy)
+    return sizes
+
+
+async def test_concurrent_claims_on_one_store_with_duplicates_in_a_batch(
+    store: Store, claim_batches: list[int]
+) -> None:
+    """Claims queued together on one store (SQLite: committed as one batch behind the first) each get
+    their own outcome: of two deliveries of one message, or two of one event, one is claimed."""
+    outcomes = await asyncio.gather(
+        claim(store, event_id="EvX", ts="1.1", thread_ts="1.1"),
+        claim(store, event_id="EvMention", ts="2.1", thread_ts="2.1"),
+        claim(store, event_id="EvMessage", ts="2.1", thread_ts="2.1"),
+        claim(store, event_id="EvRetried", ts="3.1", thread_ts="3.1"),
+        claim(store, event_id="EvRetried", ts="3.1", thread_ts="3.1"),
+        claim(store, event_id="EvReply", ts="2.2", thread_ts="2.1", create=False),
+    )
+    assert outcomes[0].status == "claimed" and outcomes[0].created
+    for pair in (outcomes[1:3], outcomes[3:5]):
+        [winner] = [o for o in pair if o.status == "claimed"]
+        [loser] = [o for o in pair if o.status == "duplicate"]
+        assert winner.created and loser.task_id == winner.task_id and loser.item_id is None
+    # A reply queued after its thread's first message: claimed into that task (Postgres may run it first).
+    reply = outcomes[5]
+    assert reply.status in ("claimed", "no_task")
+    if reply.status == "claimed":
+        assert reply.task_id == outcomes[1].task_id or reply.task_id == outcomes[2].task_id
+    stats = await store.stats()
+    assert stats.tasks == 3 and stats.pending_inbox == 3 + (reply.status == "claimed")
+    if isinstance(store, SQLiteStore):
+        assert claim_batches == [1, 5]
+
+
+async def test_many_concurrent_claims_on_one_store_get_their_own_outcomes(store: Store) -> None:
+    """Hundreds of concurrent claims on one store instance: replies, new threads, unknown threads,
+    redeliveries and second deliveries under other event ids, shuffled. Each call gets its own
+    correct outcome, and the store ends with exactly the claimed messages."""
+    roots = [await claim(store, event_id=f"Root{r}", ts=f"{r}.0", thread_ts=f"{r}.0") for r in range(5)]
+    calls: list[dict[str, Any]] = []
+    for i in range(100):  # replies into known threads, each delivered up to three times
+        reply = {"ts": f"{i % 5}.{i + 1}", "thread_ts": f"{i % 5}.0", "create": False}
+        calls.append({"event_id": f"Reply{i}", **reply})
+        if i % 2 == 0:
+            calls.append({"event_id": f"Reply{i}", **reply})  # redelivery of one event
+        if i % 3 == 0:
+            calls.append({"event_id": f"Other{i}", **reply})  # the same message under another event
+    for i in range(30):  # mentions starting new threads
+        calls.append({"event_id": f"New{i}", "ts": f"9{i}.0", "thread_ts": f"9{i}.0", "create": True})
+    for i in range(30):  # messages in threads no task knows
+        calls.append({"event_id": f"Stray{i}", "ts": f"7{i}.1", "thread_ts": f"7{i}.0", "create": False})
+    random.Random(7).shuffle(calls)
+
+    outcomes = await asyncio.gather(*(claim(store, **kwargs) for kwargs in calls))
+
+    by_message: dict[str, list[ClaimOutcome]] = {}
+    for kwargs, outcome in zip(calls, outcomes, strict=True):
+        by_message.setdefault(kwargs["ts"], []).append(outcome)
+    root_tasks = {f"{r}.0": roots[r].task_id for r in range(5)}
+    thread_of = {kwargs["ts"]: kwargs["thread_ts"] for kwargs in calls}
+    for ts, group in by_message.items():
+        if ts.startswith("7"):
+            assert group == [ClaimOutcome("no_task")]
+            continue
+        [winner] = [o for o in group if o.status == "claimed"]
+        assert all(o.status == "duplicate" and o.task_id == winner.task_id for o in group if o is not winner)
+        if ts.startswith("9"):
+            assert winner.created
+        else:
+            assert not winner.created and winner.task_id == root_tasks[thread_of[ts]]
+    claimed = [o for o in outcomes if o.status == "claimed"]
+    assert len(claimed) == 130 and len({o.item_id for o in claimed}) == 130
+    stats = await store.stats()
+    assert (stats.tasks, stats.pending_inbox) == (35, 135)
+    for root in roots:
+        assert root.task_id is not None
+        items = await store.pending_inbox(root.task_id)
+        assert len(items) == 21 and [i.item_id for i in items] == sorted(i.item_id for i in items)
+
+
+async def test_a_failing_claim_among_concurrent_ones_fails_alone(
+    store: Store, claim_batches: list[int]
+) -> None:
+    """A claim the database refuses (here: a NULL payload) raises StoreError; the claims committed
+    with it (SQLite: in the same batch, then one by one) are unaffected, and it records nothing."""
+    bad_payload: Any = None
+    results = await asyncio.gather(
+        claim(store, event_id="Ev0", ts="1.0", thread_ts="1.0"),
+        claim(store, event_id="Ev1", ts="2.0", thread_ts="2.0"),
+        claim(store, event_id="Ev2", ts="3.0", thread_ts="3.0", payload=bad_payload),
+        claim(store, event_id="Ev3", ts="4.0", thread_ts="4.0"),
+        return_exceptions=True,
+    )
+    assert isinstance(results[2], StoreError)
+    good = [r for i, r in enumerate(results) if i != 2]
+    assert all(isinstance(r, ClaimOutcome) and r.status == "claimed" for r in good)
+    stats = await store.stats()
+    assert (stats.tasks, stats.pending_inbox) == (3, 3)
+    # Nothing of the failed claim stayed behind: claiming it properly now succeeds.
+    assert (await claim(store, event_id="Ev2", ts="3.0", thread_ts="3.0")).status == "claimed"
+    if isinstance(store, SQLiteStore):
+        assert claim_batches[:2] == [1, 3]
+
+
+async def test_cancelled_claim_does_not_strand_concurrent_ones(store: Store) -> None:
+    """Cancelling one caller while its claim is in flight leaves the claims queued behind it to finish."""
+    first = asyncio.create_task(claim(store, event_id="Ev0", ts="100.0", thread_ts="100.0"))
+    others = [
+        asyncio.create_task(claim(store, event_id=f"Ev{i}", ts=f"{i}.0", thread_ts=f"{i}.0"))
+        for i in range(1, 6)
+    ]
+    await asyncio.sleep(0)  # every claim started: the first is in flight, the others queued behind it
+    first.cancel()
+    outcomes = await asyncio.wait_for(asyncio.gather(*others), timeout=30)
+    assert all(o.status == "claimed" for o in outcomes)
+    with contextlib.suppress(asyncio.CancelledError):
+        await first
+    # The cancelled claim either happened or not at all.
+    assert (await claim(store, event_id="Ev0", ts="100.0", thread_ts="100.0")).status in (
+        "claimed",
+        "duplicate",
+    )
+    assert (await store.stats()).tasks == 6
 
 
 # -- tasks ---------------------------------------------------------------------------
