@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
 import signal
@@ -238,7 +239,10 @@ class Service:
             return web.json_response({"ok": False, "store": str(exc)}, status=503)
         return web.json_response({"ok": True})
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def _metrics(self, request: web.Request) -> web.Response:
+        token = self.settings.metrics_token.get_secret_value()
+        if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
+            return web.Response(status=401, text="metrics need Authorization: Bearer $METRICS_TOKEN")
         return web.Response(
             body=self.observer.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

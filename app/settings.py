@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     progress_emoji: str = "eyes"
     #: Include a short preview of message text in logs.
     log_previews: bool = True
+    #: When set, GET /metrics requires ``Authorization: Bearer <token>``.
+    metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"
 
     @field_validator("slack_file_origins", "allowed_channels", "allowed_users", mode="before")

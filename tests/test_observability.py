@@ -168,3 +168,17 @@ async def test_message_preview_is_logged_by_default_and_removed_by_log_previews_
             else:
                 assert "preview" not in delivery
                 assert "pineapple" not in captured.text
+
+
+async def test_metrics_token_guards_the_metrics_endpoint(tmp_path: Path) -> None:
+    """With METRICS_TOKEN set, /metrics answers 401 without the bearer token and 200 with it."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, metrics_token="m-secret") as app:
+            assert (await app.get("/metrics")).status == 401
+            assert app._http is not None
+            async with app._http.get(
+                f"{app.url}/metrics", headers={"Authorization": "Bearer m-secret"}
+            ) as ok:
+                assert ok.status == 200
+                assert "threadbound_deliveries_received_total" in await ok.text()
