@@ -55,6 +55,7 @@ def _secrets(settings: Settings) -> list[str]:
         settings.slack_signing_secret.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
+        settings.metrics_token.get_secret_value(),
     ]
     try:
         values.append(urlsplit(settings.database_url).password or "")

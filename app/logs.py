@@ -100,6 +100,7 @@ def _secrets(settings: Settings) -> tuple[str, ...]:
         settings.slack_signing_secret.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
+        settings.metrics_token.get_secret_value(),
     )
 
 
