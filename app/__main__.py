@@ -9,6 +9,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from .settings import Settings
 
 
@@ -46,7 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(json.dumps(manifest, indent=2))
         return 0
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        print(f"threadbound: invalid configuration: {problems}", file=sys.stderr)
+        return 2
     from .logs import configure_logging
 
     configure_logging(settings)

@@ -46,6 +46,9 @@ from .agent import AgentFile, RunDeps, instructions_for
 
 log = logging.getLogger(__name__)
 
+#: Seconds between prunes of old claim keys by the sweep.
+PRUNE_INTERVAL = 3600.0
+
 APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
 
 
@@ -84,6 +87,7 @@ class TaskRunner:
         owner: str | None = None,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
+        claim_retention: float = 604_800.0,
     ) -> None:
         self.store = store
         self.adapter = adapter
@@ -99,6 +103,9 @@ class TaskRunner:
         self.owner = owner or f"instance-{uuid.uuid4().hex[:12]}"
         self.hooks = hooks or RunHooks()
         self.clock = clock
+        #: Seconds claim keys (ingress dedupe) are kept; the sweep prunes older ones.
+        self.claim_retention = claim_retention
+        self._last_prune: float | None = None
         self._drivers: dict[str, asyncio.Task[None]] = {}
         self._accepting = True
         #: Runs in progress right now, by task id (for tests and shutdown).
@@ -136,7 +143,24 @@ class TaskRunner:
                 await self.sweep()
             except Exception:
                 log.exception("sweep failed")
+            try:
+                await self.prune_claims()
+            except Exception:
+                log.exception("pruning claim keys failed")
             await asyncio.sleep(interval)
+
+    async def prune_claims(self) -> int | None:
+        """Drop claim keys older than ``claim_retention``, at most once per ``PRUNE_INTERVAL``
+        (the first sweep prunes); None when it was not time yet. Slack retries a delivery for
+        minutes only, so older keys dedupe nothing (see ``Store.prune_claims``)."""
+        now = self.clock()
+        if self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL:
+            return None
+        self._last_prune = now  # a failed prune waits for the next interval too
+        deleted = await self.store.prune_claims(older_than=now - self.claim_retention)
+        if deleted > 0:
+            log.info("pruned %d claim keys older than %.0f s", deleted, self.claim_retention)
+        return deleted
 
     async def idle(self) -> None:
         """Wait until no driver is running (tests, the `run` command)."""

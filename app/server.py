@@ -201,6 +201,7 @@ class Service:
             max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
             hooks=run_hooks,
+            claim_retention=settings.claim_retention_days * 86_400,
         )
         ingress = Ingress(
             store=store,

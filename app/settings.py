@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     lease_ttl: float = 60.0
     #: Seconds between sweeps for conversations whose owner died.
     sweep_interval: float = 30.0
+    #: Days ingress dedupe keys are kept (Slack retries for minutes); the sweep prunes older ones hourly.
+    # At least an hour: Slack retries a delivery for minutes, and a pruned key could be claimed twice.
+    claim_retention_days: float = Field(default=7.0, ge=1 / 24)
     #: Largest request body accepted on /slack/events, in bytes.
     max_body_bytes: int = 1_048_576
 
@@ -94,4 +97,4 @@ def load_settings(**overrides: object) -> Settings:
     return Settings(**overrides)  # type: ignore[arg-type]
 
 
-__all__ = ["Field", "Settings", "load_settings"]
+__all__ = ["Settings", "load_settings"]

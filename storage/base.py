@@ -158,6 +158,19 @@ class Store(Protocol):
         yield exactly one ``claimed``, on every backend and across processes.
         """
 
+    async def prune_claims(self, *, older_than: float) -> int:
+        """Delete the claim keys (by event id and by ``(channel, ts)``) with ``claimed_at <
+        older_than``; return how many rows were deleted (both kinds together).
+
+        Safe for any cutoff well beyond Slack's retry window: Slack re-delivers an event for at
+        most about five minutes, and the second delivery of one message under another event id
+        (``app_mention`` and ``message``) arrives within seconds, so a key that old can no longer
+        stop anything. A claimed message's inbox item, if still pending, is not touched: it is
+        run and consumed as usual. The consequence of pruning is that a pruned message could be
+        claimed again, as new, were it ever delivered again. Deletes in bounded batches, each its
+        own transaction, so a large backlog never holds the database's write lock for long.
+        """
+
     # -- tasks -----------------------------------------------------------------
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:
         """Create a task outside ingress (``python -m app run``). A non-empty

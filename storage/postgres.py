@@ -22,6 +22,7 @@ import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -69,6 +70,22 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _MIGRATE_LOCK_CLASS = 0x7462
 _TX_ATTEMPTS = 3
 _CLOSE_TIMEOUT = 10.0
+#: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
+_PRUNE_BATCH = 10_000
+#: One prune batch per claim table, one statement each (``$1`` the cutoff, ``$2`` the batch size).
+#: ``SKIP LOCKED``: instances pruning at the same time split the rows instead of waiting on each other.
+_PRUNE_SQL = (
+    "WITH doomed AS ("
+    " SELECT event_id FROM event_claims WHERE claimed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED"
+    "), gone AS ("
+    " DELETE FROM event_claims e USING doomed d WHERE e.event_id = d.event_id RETURNING 1"
+    ") SELECT COUNT(*) FROM gone",
+    "WITH doomed AS ("
+    " SELECT channel, ts FROM message_claims WHERE claimed_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED"
+    "), gone AS ("
+    " DELETE FROM message_claims m USING doomed d WHERE m.channel = d.channel AND m.ts = d.ts RETURNING 1"
+    ") SELECT COUNT(*) FROM gone",
+)
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -289,6 +306,23 @@ class PostgresStore:
             )
 
         return await self._transact(claim, transaction=False)
+
+    @staticmethod
+    async def _prune_batch(conn: Any, sql: str, older_than: float) -> int:
+        return int(await conn.fetchval(sql, older_than, _PRUNE_BATCH))
+
+    async def prune_claims(self, *, older_than: float) -> int:
+        deleted = 0
+        for sql in _PRUNE_SQL:
+            while True:
+                # One statement per batch, committed on its own: row locks are held only that long.
+                count = await self._transact(
+                    partial(self._prune_batch, sql=sql, older_than=older_than), transaction=False
+                )
+                deleted += count
+                if count < _PRUNE_BATCH:  # done, or the rest is locked by a concurrent prune
+                    break
+        return deleted
 
     # -- tasks -------------------------------------------------------------------------
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:

@@ -12,7 +12,7 @@ Tables (same shape on both dialects):
 - ``conversations``: conversation key ``(channel, thread_ts)`` → task. Its foreign key is
   deferred so a new task can claim its key before the task row exists (see PostgresStore._create).
 - ``event_claims`` / ``message_claims``: the two claim keys of ingress; their primary
-  keys are what makes a claim happen once. ``claimed_at`` is there for a future retention sweep.
+  keys are what makes a claim happen once. ``claimed_at`` lets ``prune_claims`` drop old keys.
 - ``inbox``: claimed messages not yet consumed; a saved run deletes what it consumed.
   Ids are never reused (``AUTOINCREMENT`` / identity) so a stale id cannot consume a newer item.
 - ``leases``: at most one owner per task.

@@ -7,7 +7,8 @@ and operations of this process never interleave on the shared connection (the th
 one after the other). Across processes the database does the work: multi-statement transactions
 (claims, task creation, saves, migrations) start with ``BEGIN IMMEDIATE``, taking SQLite's write
 lock up front (another store on the same file waits up to ``busy_timeout`` instead of failing on
-a read-to-write upgrade); leases, handle mints and effects are single statements.
+a read-to-write upgrade); leases, handle mints and effects are single statements. ``prune_claims``
+is one such transaction (and one trip) per batch of ``_PRUNE_BATCH`` keys.
 
 Claims are group-committed: concurrent ``claim_message`` calls queue up while a batch is on the
 thread and the next batch (at most ``_CLAIM_BATCH``) commits in one transaction, one WAL sync
@@ -67,6 +68,16 @@ Db = sqlite3.Connection
 
 #: Most claims committed in one transaction: bounds how long one batch holds the write lock.
 _CLAIM_BATCH = 64
+#: Most claim keys of one table a prune transaction deletes: a backlog goes in short transactions.
+_PRUNE_BATCH = 10_000
+#: One prune batch per claim table; ``?1`` is the cutoff, ``?2`` the batch size. No ``DELETE …
+#: LIMIT`` (a compile-time option of SQLite): the keys to delete come from a limited subquery.
+_PRUNE_SQL = (
+    "DELETE FROM event_claims WHERE event_id IN"
+    " (SELECT event_id FROM event_claims WHERE claimed_at < ?1 LIMIT ?2)",
+    "DELETE FROM message_claims WHERE (channel, ts) IN"
+    " (SELECT channel, ts FROM message_claims WHERE claimed_at < ?1 LIMIT ?2)",
+)
 
 
 async def _on_db_thread(conn: aiosqlite.Connection, fn: Callable[[Db], T]) -> T:
@@ -469,6 +480,19 @@ class SQLiteStore:
             await self._run(lambda db: None)
         interrupted = StoreError("claim interrupted; it may or may not be recorded")
         _answer(futures, done[0] if done else [interrupted] * len(futures))
+
+    async def prune_claims(self, *, older_than: float) -> int:
+        # One trip and one BEGIN IMMEDIATE transaction per batch, not per prune: between batches
+        # the write lock is free for other processes, and this process's claims (queued on the
+        # same database thread) get their turn instead of waiting for a whole backlog.
+        deleted = 0
+        for sql in _PRUNE_SQL:
+            while True:
+                count = await self._write(partial(_rowcount, sql=sql, params=(older_than, _PRUNE_BATCH)))
+                deleted += count
+                if count < _PRUNE_BATCH:
+                    break
+        return deleted
 
     # -- tasks -------------------------------------------------------------------------
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:

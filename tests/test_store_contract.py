@@ -398,6 +398,81 @@ async def test_cancelled_claim_does_not_strand_concurrent_ones(store: Store) -> 
     assert (await store.stats()).tasks == 6
 
 
+# -- retention -----------------------------------------------------------------------
+
+DAY = 86_400.0
+
+
+async def _keys_present(store: Store, *, event_id: str, ts: str) -> bool:
+    """Whether a claim key of ``event_id`` or ``("C1", ts)`` is recorded. A claim into an unknown
+    conversation with create=False is a duplicate if a key is taken (recording ``event_id``, dated
+    after every cutoff here), else no_task, which records nothing."""
+    probe = await claim(
+        store, event_id=event_id, ts=ts, thread_ts="no-such-thread", create=False, now=T0 + 100 * DAY
+    )
+    assert probe.status in ("duplicate", "no_task")
+    return probe.status == "duplicate"
+
+
+async def test_prune_claims_drops_old_keys_and_keeps_recent(store: Store) -> None:
+    """Keys claimed before the cutoff go (both tables, counted); keys at or after it stay."""
+    old = await claim(store, event_id="EvMention", ts="100.000001", now=T0)
+    assert (await claim(store, event_id="EvMessage", ts="100.000001", now=T0 + 1)).status == "duplicate"
+    edge = await claim(store, event_id="EvEdge", ts="101.000001", create=False, now=T0 + 7 * DAY)
+    recent = await claim(store, event_id="EvRecent", ts="102.000001", create=False, now=T0 + 9 * DAY)
+    assert {old.status, edge.status, recent.status} == {"claimed"}
+
+    # Two event keys and one message key are older than the cutoff; EvEdge is exactly at it.
+    assert await store.prune_claims(older_than=T0 + 7 * DAY) == 3
+    assert not await _keys_present(store, event_id="EvMention", ts="999.1")
+    assert not await _keys_present(store, event_id="EvMessage", ts="999.1")
+    assert not await _keys_present(store, event_id="EvUnknown", ts="100.000001")
+    for event_id, ts in (("EvEdge", "101.000001"), ("EvRecent", "102.000001")):
+        assert await _keys_present(store, event_id=event_id, ts="999.1")
+        assert await _keys_present(store, event_id=f"EvProbe{ts}", ts=ts)
+    assert await store.prune_claims(older_than=T0 + 7 * DAY) == 0
+
+
+async def test_pruned_message_can_be_claimed_again_and_pending_inbox_is_untouched(store: Store) -> None:
+    """Pruning leaves inbox, tasks and conversation keys alone; the documented consequence is that
+    a pruned message, delivered again, is claimed again (into its existing task)."""
+    first = await claim(store, now=T0)
+    assert first.task_id is not None and first.item_id is not None
+    assert await store.prune_claims(older_than=T0 + DAY) == 2
+    assert [i.item_id for i in await store.pending_inbox(first.task_id)] == [first.item_id]
+    assert await store.find_task("C1", "100.000001") == first.task_id
+    assert await store.tasks_with_pending_inbox(now=T0 + DAY) == [first.task_id]
+
+    again = await claim(store, now=T0 + DAY)
+    assert again.status == "claimed" and not again.created and again.task_id == first.task_id
+    items = await store.pending_inbox(first.task_id)
+    assert [i.item_id for i in items] == [first.item_id, again.item_id]
+    assert (await store.stats()).tasks == 1
+
+
+async def test_prune_claims_in_batches_and_concurrently(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog larger than one batch is deleted in full, also by two stores pruning at once."""
+    import storage.postgres
+    import storage.sqlite
+
+    monkeypatch.setattr(storage.sqlite, "_PRUNE_BATCH", 2)
+    monkeypatch.setattr(storage.postgres, "_PRUNE_BATCH", 2)
+    first, second = await store_factory(), await store_factory()
+    for i in range(7):
+        assert (await claim(first, event_id=f"Ev{i}", ts=f"100.{i}", now=T0 + i)).status == "claimed"
+    await claim(first, event_id="EvNew", ts="200.1", now=T0 + DAY)
+    assert await first.prune_claims(older_than=T0 + 3) == 6  # three messages, two keys each
+    deleted = await asyncio.gather(
+        first.prune_claims(older_than=T0 + DAY), second.prune_claims(older_than=T0 + DAY)
+    )
+    assert sum(deleted) == 8
+    for i in range(7):
+        assert not await _keys_present(first, event_id=f"Ev{i}", ts=f"100.{i}")
+    assert await _keys_present(second, event_id="EvNew", ts="200.1")
+
+
 # -- tasks ---------------------------------------------------------------------------
 
 
