@@ -303,9 +303,12 @@ class TaskRunner:
         finally:
             self.active_runs.discard(task.task_id)
             if self.hooks.on_end:
-                # Progress indicators and metrics must close even when the save failed or we were cancelled.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self.hooks.on_end(session, items, status))
+                # Progress indicators and metrics must close even when the save failed or we were
+                # cancelled. Awaited in this task (no shield): hooks reset context variables they set.
+                try:
+                    await self.hooks.on_end(session, items, status)
+                except Exception:
+                    log.warning("run end hook failed", exc_info=True)
         return RunOutcome(task.task_id, status, session.replied, output, consumed)
 
     async def _agent_run(
