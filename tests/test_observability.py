@@ -182,3 +182,16 @@ async def test_metrics_token_guards_the_metrics_endpoint(tmp_path: Path) -> None
             ) as ok:
                 assert ok.status == 200
                 assert "threadbound_deliveries_received_total" in await ok.text()
+
+
+async def test_a_run_leaves_no_log_fields_behind(tmp_path: Path) -> None:
+    """The task and run fields bound for a run are gone from the caller's log context when it ends."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            assert app.service is not None
+            task = await app.service.store.create_task(channel="C1", thread_ts="", now=0.0)
+            before = dict(logs._FIELDS.get())
+            outcome = await app.service.runner.run_prompt(task, "hello", adopt_first_root=True)
+            assert outcome.status == "ok"
+            assert dict(logs._FIELDS.get()) == before
