@@ -329,3 +329,12 @@ __all__ = [
     "rss",
     "warm_up",
 ]
+
+
+def bench_workspace(slack: FakeSlack, channels: int) -> list[str]:
+    """Channels ``C0000``… named ``bench-N`` and the one person who mentions the bot; the channel ids."""
+    ids = [f"C{c:04d}" for c in range(channels)]
+    for c, channel in enumerate(ids):
+        slack.add_channel(channel, f"bench-{c}")
+    slack.add_user("U1", "alice", display_name="Alice")
+    return ids

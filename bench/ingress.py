@@ -33,6 +33,7 @@ from . import Row, Scale
 from .common import (
     LoadStats,
     ServerProcess,
+    bench_workspace,
     bolt_server,
     deliver_all,
     median,
@@ -54,9 +55,7 @@ class _Mentions:
     def __init__(self, slack: FakeSlack) -> None:
         self.slack = slack
         self.serial = 0
-        for c in range(CHANNELS):
-            slack.add_channel(f"C{c:04d}", f"bench-{c}")
-        slack.add_user("U1", "alice", display_name="Alice")
+        bench_workspace(slack, CHANNELS)
 
     def replies(self, root: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """``n`` thread replies (no mention) under the mention ``root``: claims into one conversation."""

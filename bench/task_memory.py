@@ -29,7 +29,7 @@ from testing.fake_slack import FakeSlack
 from testing.harness import SIGNING_SECRET, AppHarness
 
 from . import Row, Scale
-from .common import rss
+from .common import bench_workspace, rss
 from .fakes import helper
 
 ROWS = ("task_memory",)
@@ -46,9 +46,7 @@ async def run(scale: Scale) -> list[Row]:
     n = scale.conversations
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         async with helper({"model_delay": 3600}) as fakes, FakeSlack() as slack:
-            for c in range(CHANNELS):
-                slack.add_channel(f"C{c:04d}", f"bench-{c}")
-            slack.add_user("U1", "alice", display_name="Alice")
+            bench_workspace(slack, CHANNELS)
             envelopes = []
             for i in range(WARM + n):
                 channel = f"C{i % CHANNELS:04d}"

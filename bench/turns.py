@@ -30,7 +30,7 @@ from testing.fake_model import FakeOpenAI
 from testing.fake_slack import FakeSlack
 
 from . import Row, Scale
-from .common import SIGNING_SECRET, ServerProcess, bolt_server, median, our_server
+from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, median, our_server
 
 ROWS = ("turn_overhead_c1", "turn_overhead_c50")
 CHANNELS = 10
@@ -64,9 +64,7 @@ class _Turns:
     def __init__(self, slack: TimedSlack) -> None:
         self.slack = slack
         self.serial = 0
-        for c in range(CHANNELS):
-            slack.add_channel(f"C{c:04d}", f"bench-{c}")
-        slack.add_user("U1", "alice", display_name="Alice")
+        bench_workspace(slack, CHANNELS)
 
     async def run(self, server: ServerProcess, turns: int, concurrency: int, cap: float) -> list[float]:
         """``turns`` turns, ``concurrency`` at a time; the latency of each answered one (seconds)."""
