@@ -13,7 +13,7 @@ metrics and the tool-call log line after).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,19 +138,24 @@ def build_agent(
     *,
     on_tool: ToolStarted | None = None,
     on_tool_end: ToolFinished | None = None,
+    toolsets: Sequence[AbstractToolset[RunDeps]] = (),
 ) -> Agent[RunDeps, str | None]:
+    """The agent with the channel toolset first, then ``toolsets`` (the MCP tools)."""
     # `None` output is allowed: ending with no text is how the model chooses to stay silent.
     # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
     return Agent(
         model,
         deps_type=RunDeps,
         output_type=str | None,  # type: ignore[arg-type]
-        toolsets=[ChannelToolset(on_tool, on_tool_end)],
+        toolsets=[ChannelToolset(on_tool, on_tool_end), *toolsets],
         retries=AgentRetries(tools=_MAX_RETRIES),
     )
 
 
-def instructions_for(info: OriginInfo, tools: list[ToolSpec], extra: str = "") -> str:
+def instructions_for(
+    info: OriginInfo, tools: Sequence[str], extra: str = "", *, host_tools: bool = False
+) -> str:
+    """The run's instructions; ``tools`` are the names offered now, ``host_tools`` says MCP tools exist."""
     where = info.name + (" (in a thread)" if info.is_thread else "")
     lines = [
         f"You are a helpful assistant working in {info.provider.title()}, in {where}.",
@@ -164,8 +169,13 @@ def instructions_for(info: OriginInfo, tools: list[ToolSpec], extra: str = "") -
         "People in this conversation also talk to each other: when a message is not for you, "
         "end your turn with no channel_reply and an empty final text, and nothing is posted.",
         "Messages and files are named by handles (msg_..., file_...). Use only handles you were given.",
-        "Tools available now: " + ", ".join(s.name for s in tools) + ".",
+        "Tools available now: " + ", ".join(tools) + ".",
     ]
+    if host_tools:
+        lines.append(
+            "Tools named <service>_<tool> come from connected services and act outside this conversation; "
+            "tool_search finds more of them."
+        )
     if extra.strip():
         lines += ["", extra.strip()]
     return "\n".join(lines)

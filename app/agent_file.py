@@ -1,4 +1,4 @@
-"""``agent.toml``: the deployment's own instructions, tool selection and model."""
+"""``agent.toml``: the deployment's own instructions, tool selection, model and MCP servers."""
 
 from __future__ import annotations
 
@@ -6,14 +6,20 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .mcp_config import McpServerConfig, parse_servers
+
+_KEYS = ("instructions", "tools", "model", "mcp")
+
 
 @dataclass(frozen=True, slots=True)
 class AgentFile:
-    """``agent.toml``: ``instructions`` (text or a path to a file), ``tools`` and ``model``."""
+    """``agent.toml``: ``instructions`` (text or a path to a file), ``tools`` (names or globs),
+    ``model`` and ``[mcp.NAME]`` servers."""
 
     instructions: str = ""
     tools: tuple[str, ...] | None = None
     model: str = ""
+    mcp: tuple[McpServerConfig, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -23,18 +29,19 @@ class AgentFile:
             raise ValueError(f"AGENT_FILE {path} does not exist")
         with path.open("rb") as fh:
             data = tomllib.load(fh)
-        unknown = set(data) - {"instructions", "tools", "model"}
+        unknown = set(data) - set(_KEYS)
         if unknown:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: instructions, tools, model")
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {', '.join(_KEYS)}")
         instructions = str(data.get("instructions", ""))
         candidate = (path.parent / instructions) if instructions and "\n" not in instructions else None
         if candidate is not None and candidate.suffix in (".md", ".txt") and candidate.is_file():
             instructions = candidate.read_text(encoding="utf-8")
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
-            raise ValueError(f"{path}: tools must be a list of tool names")
+            raise ValueError(f"{path}: tools must be a list of tool names or globs")
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=str(data.get("model", "")),
+            mcp=parse_servers(data.get("mcp"), source=path),
         )

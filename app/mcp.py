@@ -140,7 +140,9 @@ class McpServer:
                 continue
             name = f"{self.name}_{tool.name}"
             if not _TOOL_NAME.match(name):
-                log.warning("MCP server %s: tool %r left out, %r is not a valid tool name", self.name, tool.name, name)
+                log.warning(
+                    "MCP server %s: tool %r left out, %r is not a valid tool name", self.name, tool.name, name
+                )
                 continue
             tools.append(
                 McpTool(

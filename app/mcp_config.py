@@ -86,11 +86,15 @@ def parse_servers(raw: Any, *, source: Path) -> tuple[McpServerConfig, ...]:
 def _parse_server(name: str, table: Any, source: Path) -> McpServerConfig:
     where = f"{source} [mcp.{name}]"
     if not SERVER_NAME.match(name):
-        raise McpConfigError(f"{where}: a server name is lower-case letters, digits and _, starting with a letter")
+        raise McpConfigError(
+            f"{where}: a server name is lower-case letters, digits and _, starting with a letter"
+        )
     if name in RESERVED_NAMES:
-        raise McpConfigError(f"{where}: the name {name!r} is reserved for threadbound's own tools; pick another")
+        raise McpConfigError(
+            f"{where}: the name {name!r} is reserved for threadbound's own tools; pick another"
+        )
     if not isinstance(table, dict):
-        raise McpConfigError(f"{where}: must be a table with command = [...] or url = \"...\"")
+        raise McpConfigError(f'{where}: must be a table with command = [...] or url = "..."')
     unknown = sorted(set(table) - set(_KEYS))
     if unknown:
         raise McpConfigError(f"{where}: unknown keys {unknown}; allowed: {', '.join(_KEYS)}")
@@ -101,7 +105,9 @@ def _parse_server(name: str, table: Any, source: Path) -> McpServerConfig:
     if command is not None and (
         not isinstance(command, list) or not command or not all(isinstance(c, str) and c for c in command)
     ):
-        raise McpConfigError(f"{where}: command must be a non-empty list of strings, e.g. [\"python\", \"server.py\"]")
+        raise McpConfigError(
+            f'{where}: command must be a non-empty list of strings, e.g. ["python", "server.py"]'
+        )
     if url is not None:
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
@@ -120,8 +126,10 @@ def _parse_server(name: str, table: Any, source: Path) -> McpServerConfig:
         exclude=_globs(table.get("exclude", []), f"{where} exclude"),
         eager=_globs(table.get("eager", []), f"{where} eager"),
         timeout=_seconds(table.get("timeout", DEFAULT_TIMEOUT), f"{where} timeout"),
-        startup_timeout=_seconds(table.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT), f"{where} startup_timeout"),
-        cwd=source.parent,
+        startup_timeout=_seconds(
+            table.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT), f"{where} startup_timeout"
+        ),
+        cwd=source.resolve().parent,
     )
 
 
@@ -129,7 +137,7 @@ def _string_table(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-        raise McpConfigError(f"{where} must be a table of strings, e.g. {{ KEY = \"${{KEY}}\" }}")
+        raise McpConfigError(f'{where} must be a table of strings, e.g. {{ KEY = "${{KEY}}" }}')
     return tuple(raw.items())
 
 

@@ -58,8 +58,8 @@ class McpToolset(AbstractToolset[RunDeps]):
         return "mcp"
 
     async def get_tools(self, ctx: RunContext[RunDeps]) -> dict[str, ToolsetTool[RunDeps]]:
-        session = ctx.deps.session
-        return {t.name: self._tool(t) for t in self._servers.tools if session.offered(t.name)}
+        offered = {t.name for t in ctx.deps.session.active_host_tools()}
+        return {t.name: self._tool(t) for t in self._servers.tools if t.name in offered}
 
     def _tool(self, tool: McpTool) -> ToolsetTool[RunDeps]:
         built = self._tools.get(tool.name)
@@ -129,7 +129,7 @@ async def readable(value: Any, task_dir: Path, tool_name: str) -> Any:
 async def _save(content: BinaryContent, task_dir: Path, tool_name: str) -> str:
     """Write ``content`` under ``task_dir/files/``; returns its path relative to ``task_dir``."""
     extension = mimetypes.guess_extension(content.media_type.split(";")[0].strip()) or ".bin"
-    # Named by the content's hash: the same image returned twice is one file, two different ones never collide.
+    # Named by the content's hash: the same image twice is one file, two different ones never collide.
     name = _SAFE.sub("_", f"{tool_name}-{content.identifier}")[:120] + extension
     relative = Path("files") / name
 

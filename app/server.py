@@ -38,6 +38,8 @@ from storage import Store, StoreError, open_store
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .ingress import Ingress
+from .mcp import McpServers
+from .mcp_toolset import McpToolset
 from .metrics import CONTENT_TYPE_LATEST
 from .observe import Observer, TimedModel, combine
 from .paas import ephemeral_disk_warning
@@ -114,6 +116,8 @@ class Service:
     ingress: Ingress
     bolt: AsyncApp
     observer: Observer = field(default_factory=Observer)
+    #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
+    mcp: McpServers = field(default_factory=lambda: McpServers([]))
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -143,6 +147,8 @@ class Service:
             log.warning(ephemeral)
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
+            # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
+            mcp = McpServers(agent_file.mcp)
         except (ValueError, OSError) as exc:
             raise StartupError(str(exc)) from exc
         if model is None:
@@ -176,11 +182,16 @@ class Service:
             if missing:
                 raise StartupError(f"adapter claims features it does not implement: {missing}")
             skills = SkillLibrary.load(settings.resolved_skills_dir)
+            # A server that does not start only makes its own tools absent (logged); the app serves.
+            await mcp.start()
             try:
-                tools = select_tools(adapter.features.enabled(), agent_file.tools, skills)
+                tools = select_tools(
+                    adapter.features.enabled(), agent_file.tools, skills, mcp.tools, mcp.unavailable()
+                )
             except ValueError as exc:
                 raise StartupError(str(exc)) from exc
         except StartupError:
+            await mcp.stop()
             await adapter.close()
             await store.close()
             raise
@@ -189,7 +200,10 @@ class Service:
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
         agent = build_agent(
-            TimedModel(model, observer), on_tool=run_hooks.on_tool, on_tool_end=observer.tool_end
+            TimedModel(model, observer),
+            on_tool=run_hooks.on_tool,
+            on_tool_end=observer.tool_end,
+            toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
         )
         executor = RunExecutor(
             store=store,
@@ -218,7 +232,7 @@ class Service:
             on_result=observer.delivery,
         )
         bolt = build_bolt(settings, adapter, ingress)
-        return cls(settings, store, adapter, runner, ingress, bolt, observer=observer)
+        return cls(settings, store, adapter, runner, ingress, bolt, observer=observer, mcp=mcp)
 
     def _web_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes)
@@ -273,6 +287,7 @@ class Service:
     async def close(self) -> None:
         self.observer.detach()
         await self.drain(0)
+        await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
 
@@ -299,6 +314,7 @@ async def serve(
     log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
     await site.stop()  # stop accepting first
     await runner.cleanup()  # runs on_shutdown → drain
+    await service.mcp.stop()
     await service.adapter.close()
     await service.store.close()
     log.info("stopped after %.1fs", time.monotonic() - started)

@@ -63,7 +63,7 @@ def ticket_chart() -> ToolResult:
     return ToolResult(
         content=[
             types.TextContent(type="text", text="Tickets by status"),
-            types.ImageContent(type="image", data=base64.b64encode(_png()).decode(), mimeType="image/png"),
+            types.ImageContent(type="image", data=base64.b64encode(_png()).decode(), mime_type="image/png"),
         ]
     )
 
@@ -113,7 +113,9 @@ def _png() -> bytes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp")
+    parser.add_argument(
+        "--http", type=int, metavar="PORT", help="serve Streamable HTTP on 127.0.0.1:PORT/mcp"
+    )
     args = parser.parse_args()
     if args.http:
         server.run(transport="http", host="127.0.0.1", port=args.http, show_banner=False)

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from app.mcp import McpServer, McpServers
+from app.mcp import McpServer, McpServers, McpTool
 from app.mcp_config import McpConfigError, McpServerConfig, parse_servers
 from app.mcp_toolset import readable
+from channel import tool_search
+from channel.selection import select_tools
+from channel.skills import SkillLibrary
+from channel.tools import CATALOG
 from testing.harness import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +46,12 @@ async def http_url() -> AsyncIterator[str]:
     """The tickets server over Streamable HTTP on 127.0.0.1, as a separate process."""
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        *TICKETS, "--http", str(port), cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        *TICKETS,
+        "--http",
+        str(port),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         for _ in range(300):
@@ -64,6 +73,16 @@ async def http_url() -> AsyncIterator[str]:
 
 def tool(server: McpServer, name: str):  # type: ignore[no-untyped-def]
     return next(t for t in server.tools if t.remote_name == name)
+
+
+async def gone(pid: int) -> None:
+    """Wait until process ``pid`` has ended (the test's timeout bounds the wait)."""
+    import psutil
+
+    try:
+        await asyncio.to_thread(psutil.Process(pid).wait)
+    except psutil.NoSuchProcess:
+        pass
 
 
 def alive(pid: int) -> bool:
@@ -138,14 +157,28 @@ async def test_stdio_environment_is_built_from_scratch() -> None:
     assert seen["TICKETS_DB"] == "/srv/tickets.db"
     assert "SLACK_BOT_TOKEN" not in seen["names"] and "OPENAI_API_KEY" not in seen["names"]
     assert "LANG" in seen["names"]
-    assert set(seen["names"]) <= {"TICKETS_DB", "LANG", "LC_CTYPE", "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
+    assert set(seen["names"]) <= {
+        "TICKETS_DB",
+        "LANG",
+        "LC_CTYPE",
+        "HOME",
+        "LOGNAME",
+        "PATH",
+        "SHELL",
+        "TERM",
+        "USER",
+    }
 
 
 def test_missing_variable_is_named() -> None:
     """A ${VAR} that is not set is a start-up error naming the variable and where it is used."""
-    with pytest.raises(McpConfigError, match=r"\[mcp.tickets\] env.TICKETS_DB uses \$\{NOPE\}.*NOPE is not set"):
+    with pytest.raises(
+        McpConfigError, match=r"\[mcp.tickets\] env.TICKETS_DB uses \$\{NOPE\}.*NOPE is not set"
+    ):
         McpServer(tickets(env=(("TICKETS_DB", "${NOPE}"),)), {})
-    assert McpServer(tickets(env=(("TICKETS_DB", "${NOPE:-fallback}"),)), {})._env == {"TICKETS_DB": "fallback"}
+    assert McpServer(tickets(env=(("TICKETS_DB", "${NOPE:-fallback}"),)), {})._env == {
+        "TICKETS_DB": "fallback"
+    }
 
 
 async def test_servers_that_do_not_start_are_absent_and_contained() -> None:
@@ -155,7 +188,9 @@ async def test_servers_that_do_not_start_are_absent_and_contained() -> None:
             tickets(),
             McpServerConfig(name="missing", command=("no-such-mcp-command",), startup_timeout=10.0),
             McpServerConfig(
-                name="silent", command=(sys.executable, "-c", "import time; time.sleep(60)"), startup_timeout=1.0
+                name="silent",
+                command=(sys.executable, "-c", "import time; time.sleep(60)"),
+                startup_timeout=1.0,
             ),
         ],
         {},
@@ -190,17 +225,20 @@ async def test_a_hanging_call_fails_at_its_timeout_and_the_server_still_answers(
         await server.stop()
 
 
-async def test_a_stdio_server_that_died_between_calls_is_restarted_on_next_use(stdio_server: McpServer) -> None:
+async def test_a_stdio_server_that_died_between_calls_is_restarted_on_next_use(
+    stdio_server: McpServer,
+) -> None:
     """A stdio server killed between calls is restarted by the next call, which then succeeds."""
     first = (await stdio_server.call(tool(stdio_server, "whoami"), {}))["pid"]
     os.kill(first, 9)
-    while alive(first):
-        await asyncio.sleep(0.05)
+    await gone(first)
     second = (await stdio_server.call(tool(stdio_server, "whoami"), {}))["pid"]
     assert second != first and alive(second)
 
 
-async def test_a_stdio_server_that_dies_during_a_call_fails_it_and_comes_back(stdio_server: McpServer) -> None:
+async def test_a_stdio_server_that_dies_during_a_call_fails_it_and_comes_back(
+    stdio_server: McpServer,
+) -> None:
     """A server that dies while answering fails that call with a reason; the next call restarts it."""
     from app.mcp import McpCallFailed
 
@@ -215,7 +253,7 @@ async def test_a_tool_error_is_a_bounded_failure(stdio_server: McpServer) -> Non
     """An error the tool raises comes back as a short reason naming the tool."""
     from app.mcp import McpCallFailed
 
-    with pytest.raises(McpCallFailed, match="tickets_get_ticket failed: .*no ticket #99") as caught:
+    with pytest.raises(McpCallFailed, match=r"tickets_get_ticket failed: .*no ticket #99") as caught:
         await stdio_server.call(tool(stdio_server, "get_ticket"), {"ticket_id": 99})
     assert len(str(caught.value).encode()) <= 512
 
@@ -226,14 +264,12 @@ async def test_stop_ends_the_stdio_process() -> None:
     await server.start()
     pid = (await server.call(tool(server, "whoami"), {}))["pid"]
     await server.stop()
-    for _ in range(100):
-        if not alive(pid):
-            break
-        await asyncio.sleep(0.05)
-    assert not alive(pid)
+    await gone(pid)
 
 
-async def test_an_image_result_is_saved_in_the_task_directory(stdio_server: McpServer, tmp_path: Path) -> None:
+async def test_an_image_result_is_saved_in_the_task_directory(
+    stdio_server: McpServer, tmp_path: Path
+) -> None:
     """An image an MCP tool returns lands in the task directory and the result names it."""
     value = await stdio_server.call(tool(stdio_server, "ticket_chart"), {})
     result = await readable(value, tmp_path, "tickets_ticket_chart")
@@ -255,7 +291,8 @@ def test_parse_servers_reports_bad_tables(tmp_path: Path) -> None:
     """Each malformed [mcp.NAME] table fails with the table and the fix named."""
     source = tmp_path / "agent.toml"
     good = parse_servers(
-        {"tickets": {"command": ["python", "t.py"], "env": {"A": "${A}"}, "eager": ["search_*"]}}, source=source
+        {"tickets": {"command": ["python", "t.py"], "env": {"A": "${A}"}, "eager": ["search_*"]}},
+        source=source,
     )
     assert good[0].transport == "stdio" and good[0].cwd == tmp_path and good[0].eager == ("search_*",)
     bad = {
@@ -272,3 +309,54 @@ def test_parse_servers_reports_bad_tables(tmp_path: Path) -> None:
     for name, table in bad.items():
         with pytest.raises(McpConfigError, match=rf"\[mcp.{name}\]"):
             parse_servers({name: table}, source=source)
+
+
+def _mcp_tool(remote: str, description: str, starts: str = "deferred") -> McpTool:
+    return McpTool(
+        name=f"tickets_{remote}",
+        server="tickets",
+        remote_name=remote,
+        description=description,
+        schema={
+            "type": "object",
+            "properties": {"ticket_id": {"type": "integer", "description": "Ticket number"}},
+        },
+        starts=starts,
+    )
+
+
+HOST = (
+    _mcp_tool("search_tickets", "Search the ticket tracker by words in a ticket's title."),
+    _mcp_tool("close_ticket", "Close a ticket by its number."),
+    _mcp_tool("get_ticket", "Read one ticket by its number.", "active"),
+)
+
+
+def test_tool_search_ranks_mcp_and_channel_tools_together() -> None:
+    """One ranking serves both families: each query finds its own tool first, whichever family it is in."""
+    deferred = [*[s for s in CATALOG.values() if s.starts == "deferred"], *HOST]
+    assert tool_search.rank(deferred, "close a ticket", 3)[0].name == "tickets_close_ticket"
+    assert tool_search.rank(deferred, "search_tickets", 3)[0].name == "tickets_search_tickets"
+    assert tool_search.rank(deferred, "edit my message", 3)[0].name == "channel_edit"
+    assert tool_search.rank(deferred, "teleport", 3) == []
+
+
+def test_select_tools_narrows_mcp_tools_with_globs(caplog: pytest.LogCaptureFixture) -> None:
+    """`tools` globs narrow MCP tools like channel tools; a tool of a server that is down only warns."""
+    features = frozenset({"read", "react", "edit", "retract", "fetch_file", "attach", "documents"})
+    chosen = select_tools(
+        features, ["channel_re*", "tickets_*_ticket", "other_x"], SkillLibrary([]), HOST, {"other": "down"}
+    )
+    assert [s.name for s in chosen.channel_tools] == [
+        "channel_reply",
+        "channel_read",
+        "channel_react",
+        "channel_retract",
+    ]
+    assert [t.name for t in chosen.host_tools] == ["tickets_close_ticket", "tickets_get_ticket"]
+    assert "tool_search" in chosen.names() and "mcp_search" in chosen.names()
+    assert "MCP server other is unavailable" in caplog.text
+    with pytest.raises(ValueError, match=r"unknown tool 'tickets_x'; known tools: .*tickets_search_tickets"):
+        select_tools(features, ["tickets_x"], SkillLibrary([]), HOST)
+    everything = select_tools(features, None, SkillLibrary([]), HOST)
+    assert everything.host_tools == HOST
