@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from app.check import run_checks
@@ -183,3 +185,24 @@ async def test_check_shows_one_line_per_mcp_server(tmp_path: Path, monkeypatch: 
     failed = [line for line in lines if line.startswith("FAIL")]
     assert code == 1 and len(failed) == 1, lines
     assert "'tickets_nope'" in failed[0] and "tickets_search_tickets" in failed[0]
+
+
+async def test_stdio_servers_start_with_the_app_and_stop_with_it(tmp_path: Path) -> None:
+    """The app starts each stdio server before it serves and ends its process when it shuts down."""
+    async with FakeSlack() as slack:
+        harness = AppHarness(
+            slack, model=scripted(lambda t: [""]), data_dir=tmp_path, agent_file=agent_file(tmp_path, TICKETS)
+        )
+        await harness.start()
+        try:
+            assert harness.service is not None
+            [server] = harness.service.mcp.servers
+            found = harness.service.mcp.lookup("tickets_whoami")
+            assert found is not None
+            pid = (await server.call(found[1], {}))["pid"]
+        finally:
+            await harness.stop()
+    try:
+        await asyncio.to_thread(psutil.Process(pid).wait)  # the test's timeout bounds the wait
+    except psutil.NoSuchProcess:
+        pass
