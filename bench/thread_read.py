@@ -21,8 +21,8 @@ from channel.contract import Origin
 from channel.session import ChannelSession, select_tools
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
+from emulator import FakeSlack
 from storage import open_store
-from testing.fake_slack import FakeSlack
 
 from . import Row, Scale
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import aiohttp
 
+from emulator import FakeSlack
 from testing import events
 from testing.fake_model import FakeOpenAI
-from testing.fake_slack import FakeSlack
 
 from . import Row, Scale
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, median, our_server

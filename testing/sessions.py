@@ -16,9 +16,8 @@ from channel.contract import Origin
 from channel.session import ChannelSession, ToolSelection, select_tools
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
+from emulator import FakeSlack
 from storage import Store, TaskRecord, open_store
-
-from .fake_slack import FakeSlack
 
 
 @dataclass
