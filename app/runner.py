@@ -42,7 +42,8 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession, ToolSelection
 from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
 
-from .agent import AgentFile, RunDeps, instructions_for
+from .agent import RunDeps, instructions_for
+from .agent_file import AgentFile
 
 log = logging.getLogger(__name__)
 

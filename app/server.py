@@ -35,7 +35,8 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
 
-from .agent import AgentFile, build_agent, build_model
+from .agent import build_agent, build_model
+from .agent_file import AgentFile
 from .ingress import Ingress
 from .metrics import CONTENT_TYPE_LATEST
 from .observe import Observer, TimedModel, combine

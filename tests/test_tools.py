@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic_ai.models import Model
 
-from app.agent import AgentFile
+from app.agent_file import AgentFile
 from app.server import Service, StartupError
 from channel import tool_search
 from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, missing_implementations
