@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ class Call:
     params: dict[str, Any]
     #: The JSON answer (``None`` while the call is held, or if it was dropped before answering).
     response: JSON | None = None
+    #: The call was handled: answered, failed or dropped (not while it is held).
+    handled: bool = False
 
 
 class FakeSlack(Workspace):
@@ -62,6 +64,9 @@ class FakeSlack(Workspace):
             bot_name=bot_name,
         )
         self.calls: list[Call] = []
+        self._observers: list[Callable[[Call], object]] = []
+        #: Set (and replaced) whenever a call has been handled, to wake ``wait_for_calls``.
+        self._handled = asyncio.Event()
         self.faults = Faults()
         self._host = FileHost(self)
         self._runner: web.AppRunner | None = None
@@ -129,6 +134,24 @@ class FakeSlack(Workspace):
     def calls_to(self, method: str) -> list[Call]:
         """The recorded calls of one method, in arrival order."""
         return [call for call in self.calls if call.method == method]
+
+    def observe(self, callback: Callable[[Call], object]) -> None:
+        """Call ``callback(call)`` as each Web API call arrives, before it is handled."""
+        self._observers.append(callback)
+
+    async def wait_for_calls(self, method: str, count: int = 1) -> list[Call]:
+        """Wait until ``count`` calls of ``method`` have been handled (answered, failed or
+        dropped); returns every handled call of ``method``. Bound it with ``asyncio.timeout``."""
+        while True:
+            handled = [c for c in self.calls_to(method) if c.handled]
+            if len(handled) >= count:
+                return handled
+            await self._handled.wait()
+
+    def _done(self, call: Call) -> None:
+        call.handled = True
+        self._handled.set()
+        self._handled = asyncio.Event()
 
     # ------------------------------------------------------------------ faults
 
@@ -207,14 +230,23 @@ class FakeSlack(Workspace):
         return web.json_response(body, status=status, headers=all_headers)
 
     async def _api(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["method"]
+        call = Call(request.match_info["method"], {})
+        try:
+            return await self._handle(request, call)
+        finally:
+            self._done(call)
+
+    async def _handle(self, request: web.Request, call: Call) -> web.StreamResponse:
+        name = call.method
         params = await self._params(request)
         token = params.pop("token", None)
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
             token = auth[len("Bearer ") :]
-        call = Call(name, params)
+        call.params = params
         self.calls.append(call)
+        for observer in self._observers:
+            observer(call)
         if token != self.token:
             return self._answer(call, {"ok": False, "error": "invalid_auth"})
         method = METHODS.get(name)
