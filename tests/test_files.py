@@ -16,8 +16,8 @@ import pytest
 
 from channel.contract import FileMeta
 from channel.errors import ChannelError
-from channel.slack import files as slack_files
-from channel.slack.files import MAX_BYTES, download, safe_name
+from channel.slack import downloads as slack_files
+from channel.slack.downloads import MAX_BYTES, download, safe_name
 from testing import FakeSlack
 from testing.sessions import SessionEnv, slack_session
 
