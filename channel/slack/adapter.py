@@ -2,7 +2,8 @@
 
 It knows Slack and nothing about the agent. Author names and permalinks are
 resolved here, in trusted code, and cached; message refs are ``CHANNEL:TS`` and
-file refs are file ids — the session turns both into opaque handles.
+file refs are file ids — the session turns both into opaque handles. Outgoing
+text loses Slack's mass-mention syntax here (``render.strip_mass_mentions``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .canvases import create_canvas
 from .downloads import download, http_session
 from .errors import SlackCallObserver, slack_call
 from .file_meta import file_meta
-from .render import display_name, render_text, user_ids_in
+from .render import display_name, render_text, strip_mass_mentions, user_ids_in
 from .scopes import features_from_scopes
 from .transport import read_client, write_client
 from .uploads import upload
@@ -273,6 +274,7 @@ class SlackAdapter(AdapterBase):
 
     # -- writing --------------------------------------------------------------------------------
     async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+        markdown = strip_mass_mentions(markdown)
         kwargs: dict[str, Any] = {
             "channel": origin.channel,
             "text": fallback_text(markdown),
@@ -321,6 +323,7 @@ class SlackAdapter(AdapterBase):
                 await self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji)
 
     async def edit(self, ref: str, markdown: str) -> None:
+        markdown = strip_mass_mentions(markdown)
         channel, ts = _split_ref(ref)
         async with self._call("chat.update"):
             await self.writes.chat_update(
@@ -360,9 +363,11 @@ class SlackAdapter(AdapterBase):
         )
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
+        comment = strip_mass_mentions(comment) if comment else comment
         return await upload(self.writes, origin, path, title=title, comment=comment, observer=self.on_call)
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
+        markdown = strip_mass_mentions(markdown)
         return await create_canvas(
             self.writes, origin, title, markdown, permalink_of=self._file_permalink, observer=self.on_call
         )
