@@ -22,7 +22,7 @@ from pydantic_ai.usage import RunUsage
 
 from app.agent import build_model
 from app.model_settings import cache_key, prompt_cache_settings
-from app.runner import APOLOGY
+from app.run import APOLOGY
 from app.settings import Settings
 from testing import events
 from testing.fake_slack import FakeSlack
