@@ -10,7 +10,8 @@ Tree::
     ├── code "file_refused"        a download or upload refused for safety (origin, size, type, path)
     ├── code "not_found"           the provider says the object is gone
     ├── code "rate_limited"        the provider kept refusing for rate limits
-    └── code "slack_error"         any other provider failure (the code is in the message)
+    ├── code "slack_error"         any other provider failure (the code is in the message)
+    └── code "tool_failed"         our side failed (storage, the task's disk), not the provider
 
 Adapters map provider exceptions into ``ChannelError`` at one place each
 (``channel.slack.errors``); the session turns it into
@@ -30,6 +31,7 @@ ErrorCode = Literal[
     "not_found",
     "rate_limited",
     "slack_error",
+    "tool_failed",
 ]
 
 #: Bound on any message shown to the model, in bytes of UTF-8.

@@ -30,6 +30,7 @@ from channel.contract import Document, Fetched, FileMeta, Origin, Uploaded
 from channel.errors import ChannelError, bounded
 
 from .errors import map_slack_error, slack_call
+from .outbound import Outbound
 
 if TYPE_CHECKING:
     from .adapter import SlackAdapter
@@ -130,11 +131,16 @@ async def _download_errors() -> AsyncIterator[None]:
     except ChannelError:
         raise
     except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both can be OSErrors
-        raise map_slack_error(exc, "file download") from exc
+        error = map_slack_error(exc, "file download")
+        if error is None:  # pragma: no cover - these types always map
+            raise
+        raise error from exc
     except OSError as exc:
+        # Our disk, not Slack: the model must not be told Slack failed.
         reason = exc.strerror or type(exc).__name__
+        log.error("saving a download failed: %s", reason)
         raise ChannelError(
-            "slack_error", f"could not save the file in the task directory ({reason})."
+            "tool_failed", f"could not save the file in the task directory ({reason})."
         ) from exc
 
 
@@ -187,7 +193,10 @@ async def _stream(
         "Accept-Encoding": "identity",
     }
     # Never follow a redirect: the Authorization header would go along to wherever it points.
-    async with http.get(url, headers=headers, allow_redirects=False, read_bufsize=READ_BYTES) as response:
+    # Its own timeout: the shared session's total bound is sized for API calls, not 100 MiB.
+    async with http.get(
+        url, headers=headers, allow_redirects=False, read_bufsize=READ_BYTES, timeout=_TIMEOUT
+    ) as response:
         _check_response(response, media_type=media_type, limit=limit)
         sink = await _Sink.create(part)
         try:
@@ -312,7 +321,7 @@ async def _place(part: Path, files_dir: Path, name: str) -> Path:
         except FileExistsError:
             continue
         return candidate
-    raise ChannelError("slack_error", "too many files with that name in your task directory.")
+    raise ChannelError("tool_failed", "too many files with that name in your task directory.")
 
 
 async def _claim(part: Path, candidate: Path) -> None:
@@ -373,9 +382,19 @@ def _mib(size: int) -> str:
 
 
 async def upload(
-    client: AsyncWebClient, origin: Origin, path: Path, *, title: str | None, comment: str | None
+    client: AsyncWebClient,
+    origin: Origin,
+    path: Path,
+    *,
+    title: str | None,
+    comment: str | None,
+    outbound: Outbound | None = None,
 ) -> Uploaded:
-    """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete)."""
+    """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete).
+
+    Through ``outbound`` (paced as a post): a 429 at any step means the file was not shared, and
+    the whole upload is made again; an abandoned upload URL is never completed, so nothing doubles.
+    """
     try:
         size = (await aiofiles.os.stat(path)).st_size
         if size > MAX_BYTES:
@@ -390,15 +409,19 @@ async def upload(
         raise ChannelError(
             "not_found", f"could not read {path.name} ({exc.strerror or type(exc).__name__})."
         ) from exc
-    async with slack_call("files.upload_v2"):
-        response = await client.files_upload_v2(
+    response = await (outbound or Outbound()).write(
+        "files.upload_v2",
+        lambda: client.files_upload_v2(
             channel=origin.channel,
             thread_ts=origin.thread_ts or None,
             file=data,
             filename=path.name,
             title=title,
             initial_comment=comment,
-        )
+        ),
+        channel=origin.channel,
+        post=True,
+    )
     raw = response.get("file") or (response.get("files") or [{}])[0]
     share_ts = _share_ts(raw, origin.channel)
     return Uploaded(file=meta(raw), message_ref=f"{origin.channel}:{share_ts}" if share_ts else None)
@@ -423,26 +446,34 @@ def _share_ts(raw: Mapping[str, Any], channel: str) -> str | None:
 
 async def create_canvas(adapter: SlackAdapter, origin: Origin, title: str, markdown: str) -> Document:
     """Create a canvas, share it read-only with the conversation and link it in the thread."""
-    async with slack_call("canvases.create"):
-        created = await adapter.writes.canvases_create(
+    outbound, writes = adapter.outbound, adapter.writes
+    created = await outbound.write(
+        "canvases.create",
+        lambda: writes.canvases_create(
             title=title, document_content={"type": "markdown", "markdown": markdown}
-        )
+        ),
+    )
     canvas_id = str(created["canvas_id"])
     try:
-        async with slack_call("canvases.access.set"):
-            await adapter.writes.canvases_access_set(
+        await outbound.write(
+            "canvases.access.set",
+            lambda: writes.canvases_access_set(
                 canvas_id=canvas_id, access_level="read", channel_ids=[origin.channel]
-            )
+            ),
+        )
         async with slack_call("files.info"):
             info = await adapter.reads.files_info(file=canvas_id)
         permalink = str((info.get("file") or {}).get("permalink") or "") or None
         if permalink:
-            async with slack_call("chat.postMessage"):
-                await adapter.writes.chat_postMessage(
-                    channel=origin.channel,
-                    thread_ts=origin.thread_ts or None,
-                    text=f"📄 <{permalink}|{_escape(title)}>",
-                )
+            link = f"📄 <{permalink}|{_escape(title)}>"
+            await outbound.write(
+                "chat.postMessage",
+                lambda: writes.chat_postMessage(
+                    channel=origin.channel, thread_ts=origin.thread_ts or None, text=link
+                ),
+                channel=origin.channel,
+                post=True,
+            )
     except ChannelError as exc:
         # The canvas exists already: say so, or the model would create a duplicate on retry.
         exc.message = bounded(f"{exc.message} (the canvas itself was created: do not create it again)")
