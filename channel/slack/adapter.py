@@ -2,7 +2,8 @@
 
 It knows Slack and nothing about the agent. Author names and permalinks are
 resolved here, in trusted code, and cached; message refs are ``CHANNEL:TS`` and
-file refs are file ids — the session turns both into opaque handles.
+file refs are file ids — the session turns both into opaque handles. Outgoing
+text loses Slack's mass-mention syntax here (``render.strip_mass_mentions``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,12 +36,15 @@ from channel.contract import (
 from channel.errors import ChannelError
 from channel.markdown import plain_fallback
 
-from . import files as slack_files
-from .errors import slack_call
+from .canvases import create_canvas
+from .downloads import download
+from .errors import SlackCallObserver, slack_call
+from .file_meta import file_meta
 from .outbound import DEFAULT_DEADLINE, Outbound
-from .render import display_name, render_text, user_ids_in
+from .render import display_name, render_text, strip_mass_mentions, user_ids_in
 from .scopes import features_from_scopes
 from .transport import http_session, read_client, write_client
+from .uploads import upload
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +87,17 @@ class SlackAdapter(AdapterBase):
         features: ChannelFeatures | None = None,
         write_deadline: float = DEFAULT_DEADLINE,
         http: aiohttp.ClientSession | None = None,
+        on_call: SlackCallObserver | None = None,
     ) -> None:
         self._token = token
+        #: Told of every Slack call this adapter makes (method, outcome, seconds); the host's metrics.
+        self.on_call = on_call
         # One session (made here, so inside the running loop) for API calls, uploads and downloads.
         self.http = http if http is not None else http_session()
         self.reads: AsyncWebClient = read_client(token, api_url, self.http)
         self.writes: AsyncWebClient = write_client(token, api_url, self.http)
         #: Every write goes through it: paced per channel, 429s waited out until ``write_deadline``.
-        self.outbound = Outbound(deadline=write_deadline)
+        self.outbound = Outbound(deadline=write_deadline, observer=on_call)
         self.identity = identity
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
@@ -110,11 +118,12 @@ class SlackAdapter(AdapterBase):
         api_url: str,
         file_origins: Sequence[str],
         write_deadline: float = DEFAULT_DEADLINE,
+        on_call: SlackCallObserver | None = None,
     ) -> SlackAdapter:
         """Call ``auth.test`` once, learn the bot's identity and granted scopes, derive features."""
         http = http_session()
         try:
-            identity = await fetch_identity(token, api_url, http=http)
+            identity = await fetch_identity(token, api_url, http=http, on_call=on_call)
         except BaseException:
             await http.close()
             raise
@@ -125,7 +134,12 @@ class SlackAdapter(AdapterBase):
             file_origins=file_origins,
             write_deadline=write_deadline,
             http=http,
+            on_call=on_call,
         )
+
+    def _call(self, method: str) -> AbstractAsyncContextManager[None]:
+        """:func:`slack_call` reporting to this adapter's ``on_call``."""
+        return slack_call(method, self.on_call)
 
     async def close(self) -> None:
         """Stop lookups in flight and close the HTTP session (its pooled connections with it)."""
@@ -151,7 +165,7 @@ class SlackAdapter(AdapterBase):
 
     async def _look_up_user(self, user_id: str) -> tuple[str, bool]:
         try:
-            async with slack_call("users.info"):
+            async with self._call("users.info"):
                 response = await self.reads.users_info(user=user_id)
         except ChannelError:
             # Not cached: the next lookup may succeed. A name is cosmetic, so degrade instead of failing.
@@ -177,7 +191,7 @@ class SlackAdapter(AdapterBase):
         if cached is not None:
             return cached
         try:
-            async with slack_call("conversations.info"):
+            async with self._call("conversations.info"):
                 response = await self.reads.conversations_info(channel=channel)
         except ChannelError:
             return {"id": channel}
@@ -222,7 +236,7 @@ class SlackAdapter(AdapterBase):
         messages: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            async with slack_call("conversations.replies"):
+            async with self._call("conversations.replies"):
                 response = await self.reads.conversations_replies(
                     channel=origin.channel,
                     ts=origin.thread_ts,
@@ -241,7 +255,7 @@ class SlackAdapter(AdapterBase):
         newest_first: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(newest_first) < cap:
-            async with slack_call("conversations.history"):
+            async with self._call("conversations.history"):
                 response = await self.reads.conversations_history(
                     channel=origin.channel,
                     limit=min(HISTORY_PAGE, cap - len(newest_first)),
@@ -280,7 +294,7 @@ class SlackAdapter(AdapterBase):
             author=author,
             text=render_text(_message_text(message), names),
             time=_iso(ts),
-            files=tuple(slack_files.meta(f) for f in message.get("files") or [] if f.get("id")),
+            files=tuple(file_meta(f) for f in message.get("files") or [] if f.get("id")),
             reactions=reactions,
         )
 
@@ -290,6 +304,7 @@ class SlackAdapter(AdapterBase):
 
     # -- writing --------------------------------------------------------------------------------
     async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+        markdown = strip_mass_mentions(markdown)
         kwargs: dict[str, Any] = {
             "channel": origin.channel,
             "text": fallback_text(markdown),
@@ -345,6 +360,7 @@ class SlackAdapter(AdapterBase):
             )
 
     async def edit(self, ref: str, markdown: str) -> None:
+        markdown = strip_mass_mentions(markdown)
         channel, ts = _split_ref(ref)
         await self.outbound.write(
             "chat.update",
@@ -371,12 +387,12 @@ class SlackAdapter(AdapterBase):
 
     # -- files and documents --------------------------------------------------------------------
     async def file_info(self, ref: str) -> FileMeta:
-        async with slack_call("files.info"):
+        async with self._call("files.info"):
             response = await self.reads.files_info(file=ref)
-        return slack_files.meta(response.get("file") or {"id": ref})
+        return file_meta(response.get("file") or {"id": ref})
 
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
-        return await slack_files.download(
+        return await download(
             meta,
             dest_dir,
             variant=variant,
@@ -386,21 +402,32 @@ class SlackAdapter(AdapterBase):
         )
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
-        return await slack_files.upload(
-            self.writes, origin, path, title=title, comment=comment, outbound=self.outbound
-        )
+        comment = strip_mass_mentions(comment) if comment else comment
+        return await upload(self.writes, origin, path, title=title, comment=comment, outbound=self.outbound)
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
-        return await slack_files.create_canvas(self, origin, title, markdown)
+        markdown = strip_mass_mentions(markdown)
+        return await create_canvas(
+            self.writes, origin, title, markdown, permalink_of=self._file_permalink, outbound=self.outbound
+        )
+
+    async def _file_permalink(self, file_id: str) -> str | None:
+        async with self._call("files.info"):
+            info = await self.reads.files_info(file=file_id)
+        return str((info.get("file") or {}).get("permalink") or "") or None
 
 
 async def fetch_identity(
-    token: str, api_url: str, *, http: aiohttp.ClientSession | None = None
+    token: str,
+    api_url: str,
+    *,
+    http: aiohttp.ClientSession | None = None,
+    on_call: SlackCallObserver | None = None,
 ) -> SlackIdentity:
     """``auth.test``, over ``http`` when given (the adapter's session), else a session of its own."""
     session = http if http is not None else http_session()
     try:
-        async with slack_call("auth.test"):
+        async with slack_call("auth.test", on_call):
             response = await read_client(token, api_url, session).auth_test()
     finally:
         if http is None:

@@ -30,7 +30,7 @@ from slack_sdk.errors import SlackApiError
 
 from channel.errors import ChannelError
 
-from .errors import slack_call
+from .errors import SlackCallObserver, slack_call
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class Outbound:
         burst: int = POST_BURST,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        observer: SlackCallObserver | None = None,
     ) -> None:
         if deadline <= 0 or rate <= 0 or burst < 1:
             raise ValueError("deadline and rate must be positive and burst at least 1")
@@ -81,6 +82,8 @@ class Outbound:
         self._tolerance = (burst - 1) * self._interval
         self._clock = clock
         self._sleep = sleep
+        #: Told of every attempt (method, outcome, seconds), 429s included: the adapter's ``on_call``.
+        self.observer = observer
         self._posts: dict[str, _Lane] = {}
         self._others: dict[str, _Lane] = {}
 
@@ -107,7 +110,7 @@ class Outbound:
             while True:
                 await self._wait_turn(lane, method, started, give_up, paced=post, limited=limited)
                 try:
-                    async with slack_call(method):
+                    async with slack_call(method, self.observer):
                         result = await call()
                 except ChannelError as exc:
                     wait = _retry_after(exc)
