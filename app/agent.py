@@ -25,10 +25,12 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from channel.contract import OriginInfo
+from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from channel.tools import ToolSpec
 
 from .logs import bind
+from .model_settings import run_model_settings
 from .settings import Settings
 
 # Accept any JSON object: the session validates with the tool's model and answers with an error result.
@@ -36,6 +38,8 @@ _ANY_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), 
 # Only malformed JSON and calls of tools not offered now (a deferred tool before tool_search enabled it)
 # reach pydantic-ai's retry path; be generous so such a slip never ends a task.
 _MAX_RETRIES = 10
+# Deferred tools named in the instructions; MCP servers can bring hundreds (tool_search finds the rest).
+_NAMED_DEFERRED = 40
 
 #: Called before each tool call with the session and tool name (``RunHooks.on_tool``: progress).
 ToolStarted = Callable[[ChannelSession, str], Awaitable[None]]
@@ -149,13 +153,17 @@ def build_agent(
         output_type=str | None,  # type: ignore[arg-type]
         toolsets=[ChannelToolset(on_tool, on_tool_end), *toolsets],
         retries=AgentRetries(tools=_MAX_RETRIES),
+        model_settings=run_model_settings,  # prompt caching, per provider (app/model_settings.py)
     )
 
 
-def instructions_for(
-    info: OriginInfo, tools: Sequence[str], extra: str = "", *, host_tools: bool = False
-) -> str:
-    """The run's instructions; ``tools`` are the names offered now, ``host_tools`` says MCP tools exist."""
+def instructions_for(info: OriginInfo, tools: ToolSelection, extra: str = "") -> str:
+    """The run's instructions: the same text for every request of a conversation (a cacheable prefix).
+
+    They name the tools a conversation *starts* with and the ones ``tool_search`` can enable, which
+    depend only on the deployment; what a search enabled is told in its result, never here, so the
+    instructions do not change when it does.
+    """
     where = info.name + (" (in a thread)" if info.is_thread else "")
     lines = [
         f"You are a helpful assistant working in {info.provider.title()}, in {where}.",
@@ -169,13 +177,33 @@ def instructions_for(
         "People in this conversation also talk to each other: when a message is not for you, "
         "end your turn with no channel_reply and an empty final text, and nothing is posted.",
         "Messages and files are named by handles (msg_..., file_...). Use only handles you were given.",
-        "Tools available now: " + ", ".join(tools) + ".",
+        "Tools you start with: " + ", ".join(_starting_tools(tools)) + ".",
     ]
-    if host_tools:
+    deferred = [s.name for s in tools.deferred] + [t.name for t in tools.host_deferred]
+    if deferred:
+        more = f" and {len(deferred) - _NAMED_DEFERRED} more" if len(deferred) > _NAMED_DEFERRED else ""
         lines.append(
-            "Tools named <service>_<tool> come from connected services and act outside this conversation; "
-            "tool_search finds more of them."
+            "tool_search can enable more: "
+            + ", ".join(deferred[:_NAMED_DEFERRED])
+            + more
+            + ". Its result lists what it enabled; enabled tools stay enabled in this conversation."
+        )
+    if tools.host_tools:
+        lines.append(
+            "Tools named <service>_<tool> come from connected services and act outside this conversation."
         )
     if extra.strip():
         lines += ["", extra.strip()]
     return "\n".join(lines)
+
+
+def _starting_tools(tools: ToolSelection) -> list[str]:
+    names = [s.name for s in tools.channel_tools if s.starts == "active"]
+    names += [t.name for t in tools.host_tools if t.starts == "active"]
+    if tools.deferred or tools.host_deferred:
+        names.append("tool_search")
+    if tools.host_deferred:
+        names.append("mcp_search")
+    if tools.skills:
+        names.append("skills")
+    return names

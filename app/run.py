@@ -175,12 +175,7 @@ class RunExecutor:
                 await self.hooks.on_start(session, items)
             try:
                 info = await session.describe()
-                instructions = instructions_for(
-                    info,
-                    session.offered_names(),
-                    self.agent_file.instructions,
-                    host_tools=bool(session.tools.host_tools),
-                )
+                instructions = instructions_for(info, self.tools, self.agent_file.instructions)
                 async with asyncio.timeout(self.run_timeout):
                     messages, output = await self._agent_run(
                         session, prompt, history, instructions, consumed, inbox

@@ -13,7 +13,8 @@ import pytest
 
 from app.check import run_checks
 from app.server import StartupError
-from testing import FakeSlack, events
+from emulator import FakeSlack
+from testing import events
 from testing.harness import AppHarness, settings_for
 from testing.models import Turn, call, scripted
 
