@@ -34,8 +34,9 @@ from channel.errors import ChannelError
 from channel.markdown import plain_fallback
 
 from . import files as slack_files
+from .content import References, message_files, references, render_message
 from .errors import slack_call
-from .render import display_name, render_text, user_ids_in
+from .render import Names, display_name
 from .scopes import features_from_scopes
 from .transport import read_client, write_client
 
@@ -85,6 +86,9 @@ class SlackAdapter(AdapterBase):
         self._user_names: dict[str, tuple[str, bool]] = {}
         self._user_lookups: dict[str, asyncio.Future[tuple[str, bool]]] = {}
         self._channels: dict[str, dict[str, Any]] = {}
+        # Names of channels a message refers to; "" when Slack would not say (another
+        # workspace, a private channel): cosmetic, so a failed lookup is not retried.
+        self._channel_names: dict[str, str] = {}
         # Downloads share one HTTP session, made on first use (it needs the running loop).
         self._file_http: aiohttp.ClientSession | None = None
         if identity.user_id and identity.bot_name:
@@ -218,20 +222,44 @@ class SlackAdapter(AdapterBase):
         return list(reversed(newest_first[:cap]))
 
     async def _views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
-        ids: set[str] = set()
+        refs = References()
         for message in raw:
-            if message.get("user"):
-                ids.add(str(message["user"]))
-            ids |= user_ids_in(str(message.get("text") or ""))
-        names = await self._names(ids)
+            refs.add(references(message))
+        names = await self._resolve(refs)
         return [self._view(channel, m, names) for m in raw]
 
-    def _view(self, channel: str, message: Mapping[str, Any], names: Mapping[str, str]) -> MessageView:
+    async def _resolve(self, refs: References) -> Names:
+        """Names for every reference, looked up (cached) where the message gave no label."""
+        users = await self._names(refs.users)
+        lookups = sorted(refs.channels)
+        found = await asyncio.gather(*(self._channel_name(c) for c in lookups))
+        channels = {c: n for c, n in zip(lookups, found, strict=True) if n}
+        channels.update(refs.channel_labels)
+        return Names(users=users, channels=channels, groups=refs.group_labels)
+
+    async def _channel_name(self, channel: str) -> str:
+        if channel in self._channel_names:
+            return self._channel_names[channel]
+        info = self._channels.get(channel)
+        if info is None:
+            try:
+                async with slack_call("conversations.info"):
+                    response = await self.reads.conversations_info(channel=channel)
+                info = dict(response.get("channel") or {})
+                self._channels[channel] = info
+            except ChannelError:
+                info = {}
+        # A DM has no name worth showing; "#a-channel" is what the model sees for it.
+        name = "" if info.get("is_im") else str(info.get("name") or "")
+        self._channel_names[channel] = name
+        return name
+
+    def _view(self, channel: str, message: Mapping[str, Any], names: Names) -> MessageView:
         user = str(message.get("user") or "")
         bot_id = message.get("bot_id")
         is_you = user == self.identity.user_id or (bool(bot_id) and bot_id == self.identity.bot_id)
         if user:
-            name = names.get(user, "someone")
+            name = names.users.get(user, "someone")
         else:
             profile = message.get("bot_profile") or {}
             name = str(message.get("username") or profile.get("name") or "a bot")
@@ -241,9 +269,9 @@ class SlackAdapter(AdapterBase):
         return MessageView(
             ref=f"{channel}:{ts}",
             author=author,
-            text=render_text(_message_text(message), names),
+            text=render_message(message, names),
             time=_iso(ts),
-            files=tuple(slack_files.meta(f) for f in message.get("files") or [] if f.get("id")),
+            files=tuple(slack_files.meta(f) for f in message_files(message)),
             reactions=reactions,
         )
 
@@ -368,16 +396,6 @@ async def fetch_identity(token: str, api_url: str) -> SlackIdentity:
         scopes=scopes,
         bot_name=str(response.get("user") or ""),
     )
-
-
-def _message_text(message: Mapping[str, Any]) -> str:
-    # The bot posts Markdown in `markdown` blocks; `text` is only its shortened plain fallback.
-    markdown = [
-        str(b.get("text") or "")
-        for b in message.get("blocks") or []
-        if isinstance(b, Mapping) and b.get("type") == "markdown"
-    ]
-    return "\n\n".join(markdown) if markdown else str(message.get("text") or "")
 
 
 def fallback_text(markdown: str) -> str:
