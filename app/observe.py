@@ -36,7 +36,7 @@ from storage.base import InboxItem
 from . import logs
 from .ingress import IngressResult
 from .metrics import Metrics
-from .runner import RunHooks
+from .run import RunHooks
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from pydantic_ai.models import Model
 
-from app.agent import AgentFile
+from app.agent_file import AgentFile
 from app.server import Service, StartupError
 from channel import tool_search
 from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, missing_implementations
 from channel.fake import ALL_FEATURES, FakeAdapter
-from channel.session import ChannelSession, ToolSelection, select_tools
+from channel.selection import ToolSelection, select_tools
+from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.tools import CHANNEL_TOOLS, ReplyArgs, ToolSpec
 from storage import open_store
@@ -706,7 +707,7 @@ async def built_model_name(slack: FakeSlack, data_dir: Path, agent_file: Path, m
         settings_for(slack, data_dir, agent_file=agent_file, model=model), model=None
     )
     try:
-        built = service.runner.agent.model
+        built = service.runner.executor.agent.model
         assert isinstance(built, Model)
         return built.model_name
     finally:
