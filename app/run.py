@@ -175,7 +175,7 @@ class RunExecutor:
                 await self.hooks.on_start(session, items)
             try:
                 info = await session.describe()
-                instructions = instructions_for(info, session.active_specs(), self.agent_file.instructions)
+                instructions = instructions_for(info, self.tools, self.agent_file.instructions)
                 async with asyncio.timeout(self.run_timeout):
                     messages, output = await self._agent_run(
                         session, prompt, history, instructions, consumed, inbox

@@ -132,7 +132,7 @@ class ChannelSession:
         except StoreError:
             log.exception("store failure in tool %s", name)
             return ChannelError(
-                "slack_error", "Internal storage error; the action may not have happened."
+                "tool_failed", "Internal storage error; the action may not have happened."
             ).as_result()
 
     # -- replies ------------------------------------------------
