@@ -130,6 +130,7 @@ class ChannelSession:
         except ChannelError as exc:
             return exc.as_result()
         except StoreError:
+            # Our storage, not Slack: say so, or the model would blame (and retry against) Slack.
             log.exception("store failure in tool %s", name)
             return ChannelError(
                 "tool_failed", "Internal storage error; the action may not have happened."
