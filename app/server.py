@@ -162,11 +162,14 @@ class Service:
         except StoreError as exc:
             await store.close()
             raise StartupError(f"database unavailable: {exc}") from exc
+        observer = Observer()
         try:
             adapter = await SlackAdapter.connect(
                 token=settings.slack_bot_token.get_secret_value(),
                 api_url=settings.slack_api_url,
                 file_origins=settings.slack_file_origins,
+                write_deadline=settings.write_deadline,
+                on_call=observer.slack_call,
             )
         except Exception as exc:
             await store.close()
@@ -184,8 +187,6 @@ class Service:
             await adapter.close()
             await store.close()
             raise
-        observer = Observer()
-        observer.attach()
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
         agent = build_agent(
@@ -271,7 +272,6 @@ class Service:
         await self.runner.shutdown(grace)
 
     async def close(self) -> None:
-        self.observer.detach()
         await self.drain(0)
         await self.adapter.close()
         await self.store.close()

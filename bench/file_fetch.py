@@ -31,7 +31,7 @@ from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
-from channel.slack.files import CHUNK_BYTES
+from channel.slack.downloads import CHUNK_BYTES
 from storage import open_store
 
 from . import Row, Scale

@@ -4,6 +4,7 @@ the agent path through the real HTTP app with scripted models, and the provider-
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,8 +24,9 @@ from channel.selection import ToolSelection, select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.tools import CHANNEL_TOOLS, ReplyArgs, ToolSpec
+from emulator import DEFAULT_SCOPES, FakeSlack
 from storage import open_store
-from testing import DEFAULT_SCOPES, FakeSlack, events
+from testing import events
 from testing.harness import AppHarness, settings_for
 from testing.models import Turn, call, scripted
 from testing.sessions import SessionEnv, slack_session
@@ -276,6 +278,18 @@ async def test_mass_mentions_are_neutralised(env: SessionEnv) -> None:
         assert "<!" not in field_text
         assert not {"@everyone", "@here", "@channel"} & set(re.findall(r"@\w+", field_text))
         assert "@\u200beveryone" in field_text and "@\u200bhere" in field_text
+
+
+async def test_an_edit_reaches_slack_with_group_mentions_neutralised(env: SessionEnv) -> None:
+    """An edit's <!subteam^…> and <!here> reach chat.update as harmless text, with no group id."""
+    posted = await env.session.call("channel_reply", {"text": "draft"})
+    await env.session.call(
+        "channel_edit", {"message": posted["message"], "text": "<!subteam^S0123ABCD> <!here>"}
+    )
+    [update] = env.slack.calls_to("chat.update")
+    for field_text in (update.params["text"], json.dumps(update.params["blocks"])):
+        assert "<!" not in field_text and "S0123ABCD" not in field_text
+    assert bot_posts(env)[0]["blocks"][0]["text"] == "@\u200bgroup @\u200bhere"
 
 
 async def test_blank_reply_is_an_error_not_a_crash(env: SessionEnv) -> None:
