@@ -31,7 +31,7 @@ from pathlib import Path
 import aiohttp
 
 from testing import events
-from testing.fake_slack import FakeSlack
+from emulator import FakeSlack
 
 from . import Row, Scale
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, our_server
