@@ -30,8 +30,8 @@ from pathlib import Path
 
 import aiohttp
 
-from testing import events
 from emulator import FakeSlack
+from testing import events
 
 from . import Row, Scale
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, our_server
