@@ -1,8 +1,9 @@
 """store_claims: ``Store.claim_message`` per second, against a raw single-row INSERT loop.
 
-SQLite (always): our ``SQLiteStore`` on a temp file vs a raw ``aiosqlite`` loop on another temp
-file of the same directory with the store's durability settings (``journal_mode=WAL``,
-``synchronous=FULL``, autocommit: one commit, one WAL sync, per row).
+SQLite (always): our ``SQLiteStore`` on a temp file vs a raw ``sqlite3`` loop on one worker thread
+(each INSERT awaited from the event loop, as an async driver would) on another temp file of the
+same directory with the store's durability settings (``journal_mode=WAL``, ``synchronous=FULL``,
+autocommit: one commit, one WAL sync, per row).
 
 Postgres (when ``BENCH_DATABASE_URL`` or ``TEST_DATABASE_URL`` is set): our ``PostgresStore`` in
 a fresh schema vs a raw ``asyncpg`` single-row INSERT loop on one connection, in a second fresh
@@ -15,15 +16,16 @@ ours on the same database; the row is the median rate.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sqlite3
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import aiosqlite
 
 from storage import Store, open_store
 
@@ -79,28 +81,42 @@ async def _sqlite(scale: Scale) -> Row:
     base: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-claims-") as tmp:
         store = open_store(f"sqlite:///{tmp}/store.db")
-        raw = await aiosqlite.connect(Path(tmp) / "raw.db", isolation_level=None)
+        thread = ThreadPoolExecutor(max_workers=1)
+        loop = asyncio.get_running_loop()
+
+        def on_thread(sql: str, *params: object) -> Awaitable[object]:
+            return loop.run_in_executor(thread, raw.execute, sql, params)
+
+        raw = await loop.run_in_executor(
+            thread,
+            lambda: sqlite3.connect(Path(tmp) / "raw.db", isolation_level=None, check_same_thread=False),
+        )
         try:
             await store.migrate()
             # The store's settings (storage/sqlite.py): WAL, synchronous=FULL, autocommit per statement.
-            await raw.execute("PRAGMA journal_mode = WAL")
-            await raw.execute("PRAGMA synchronous = FULL")
-            await raw.execute(RAW_TABLE.format(table="claims", real="REAL"))
+            await on_thread("PRAGMA journal_mode = WAL")
+            await on_thread("PRAGMA synchronous = FULL")
+            await on_thread(RAW_TABLE.format(table="claims", real="REAL"))
 
             async def insert() -> None:
                 event_id, ts = keys.next()
-                await raw.execute(
+                await on_thread(
                     "INSERT INTO claims (event_id, channel, ts, payload, claimed_at) VALUES (?, ?, ?, ?, ?)",
-                    (event_id, "C1", ts, PAYLOAD, time.time()),
+                    event_id,
+                    "C1",
+                    ts,
+                    PAYLOAD,
+                    time.time(),
                 )
 
             for _ in range(scale.claim_rounds):
                 base.append(await _rate(scale.claims, insert))
                 ours.append(await _ours(store, keys, scale.claims))
         finally:
-            await raw.close()
+            await loop.run_in_executor(thread, raw.close)
+            thread.shutdown()
             await store.close()
-    return _row("store_claims_sqlite", ours, base, scale, "aiosqlite")
+    return _row("store_claims_sqlite", ours, base, scale, "sqlite3")
 
 
 def _postgres_url() -> str:
