@@ -19,7 +19,7 @@ from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, features_from_scop
 from channel.tools import CATALOG
 from storage import StoreError, open_store, sqlite_path
 
-from .agent import AgentFile
+from .agent_file import AgentFile
 from .paas import ephemeral_disk_warning
 from .settings import Settings
 

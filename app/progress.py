@@ -26,7 +26,7 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
-from .runner import RunHooks
+from .run import RunHooks
 
 log = logging.getLogger(__name__)
 

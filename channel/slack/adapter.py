@@ -2,13 +2,15 @@
 
 It knows Slack and nothing about the agent. Author names and permalinks are
 resolved here, in trusted code, and cached; message refs are ``CHANNEL:TS`` and
-file refs are file ids — the session turns both into opaque handles.
+file refs are file ids — the session turns both into opaque handles. Outgoing
+text loses Slack's mass-mention syntax here (``render.strip_mass_mentions``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +35,14 @@ from channel.contract import (
 from channel.errors import ChannelError
 from channel.markdown import plain_fallback
 
-from . import files as slack_files
-from .errors import slack_call
-from .render import display_name, render_text, user_ids_in
+from .canvases import create_canvas
+from .downloads import download, http_session
+from .errors import SlackCallObserver, slack_call
+from .file_meta import file_meta
+from .render import display_name, render_text, strip_mass_mentions, user_ids_in
 from .scopes import features_from_scopes
 from .transport import read_client, write_client
+from .uploads import upload
 
 #: Metadata event type that carries the effect id of a post (see the effect journal).
 EFFECT_EVENT = "threadbound_effect"
@@ -74,8 +79,11 @@ class SlackAdapter(AdapterBase):
         identity: SlackIdentity,
         file_origins: Sequence[str],
         features: ChannelFeatures | None = None,
+        on_call: SlackCallObserver | None = None,
     ) -> None:
         self._token = token
+        #: Told of every Slack call this adapter makes (method, outcome, seconds); the host's metrics.
+        self.on_call = on_call
         self.reads: AsyncWebClient = read_client(token, api_url)
         self.writes: AsyncWebClient = write_client(token, api_url)
         self.identity = identity
@@ -92,10 +100,23 @@ class SlackAdapter(AdapterBase):
             self._user_names[identity.user_id] = (identity.bot_name, True)
 
     @classmethod
-    async def connect(cls, *, token: str, api_url: str, file_origins: Sequence[str]) -> SlackAdapter:
+    async def connect(
+        cls,
+        *,
+        token: str,
+        api_url: str,
+        file_origins: Sequence[str],
+        on_call: SlackCallObserver | None = None,
+    ) -> SlackAdapter:
         """Call ``auth.test`` once, learn the bot's identity and granted scopes, derive features."""
-        identity = await fetch_identity(token, api_url)
-        return cls(token=token, api_url=api_url, identity=identity, file_origins=file_origins)
+        identity = await fetch_identity(token, api_url, on_call=on_call)
+        return cls(
+            token=token, api_url=api_url, identity=identity, file_origins=file_origins, on_call=on_call
+        )
+
+    def _call(self, method: str) -> AbstractAsyncContextManager[None]:
+        """:func:`slack_call` reporting to this adapter's ``on_call``."""
+        return slack_call(method, self.on_call)
 
     async def close(self) -> None:
         if self._file_http is not None:
@@ -117,7 +138,7 @@ class SlackAdapter(AdapterBase):
         future: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
         self._user_lookups[user_id] = future
         try:
-            async with slack_call("users.info"):
+            async with self._call("users.info"):
                 response = await self.reads.users_info(user=user_id)
             info = response.get("user") or {}
             found = (display_name(info), bool(info.get("is_bot")))
@@ -140,7 +161,7 @@ class SlackAdapter(AdapterBase):
         if cached is not None:
             return cached
         try:
-            async with slack_call("conversations.info"):
+            async with self._call("conversations.info"):
                 response = await self.reads.conversations_info(channel=channel)
         except ChannelError:
             return {"id": channel}
@@ -185,7 +206,7 @@ class SlackAdapter(AdapterBase):
         messages: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            async with slack_call("conversations.replies"):
+            async with self._call("conversations.replies"):
                 response = await self.reads.conversations_replies(
                     channel=origin.channel,
                     ts=origin.thread_ts,
@@ -204,7 +225,7 @@ class SlackAdapter(AdapterBase):
         newest_first: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(newest_first) < cap:
-            async with slack_call("conversations.history"):
+            async with self._call("conversations.history"):
                 response = await self.reads.conversations_history(
                     channel=origin.channel,
                     limit=min(HISTORY_PAGE, cap - len(newest_first)),
@@ -243,7 +264,7 @@ class SlackAdapter(AdapterBase):
             author=author,
             text=render_text(_message_text(message), names),
             time=_iso(ts),
-            files=tuple(slack_files.meta(f) for f in message.get("files") or [] if f.get("id")),
+            files=tuple(file_meta(f) for f in message.get("files") or [] if f.get("id")),
             reactions=reactions,
         )
 
@@ -253,6 +274,7 @@ class SlackAdapter(AdapterBase):
 
     # -- writing --------------------------------------------------------------------------------
     async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+        markdown = strip_mass_mentions(markdown)
         kwargs: dict[str, Any] = {
             "channel": origin.channel,
             "text": fallback_text(markdown),
@@ -262,7 +284,7 @@ class SlackAdapter(AdapterBase):
         }
         if origin.thread_ts:
             kwargs["thread_ts"] = origin.thread_ts
-        async with slack_call("chat.postMessage"):
+        async with self._call("chat.postMessage"):
             response = await self.writes.chat_postMessage(**kwargs)
         ts = str(response["ts"])
         return Posted(
@@ -294,15 +316,16 @@ class SlackAdapter(AdapterBase):
     async def react(self, ref: str, emoji: str, *, add: bool) -> None:
         channel, ts = _split_ref(ref)
         method = "reactions.add" if add else "reactions.remove"
-        async with slack_call(method):
+        async with self._call(method):
             if add:
                 await self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
             else:
                 await self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji)
 
     async def edit(self, ref: str, markdown: str) -> None:
+        markdown = strip_mass_mentions(markdown)
         channel, ts = _split_ref(ref)
-        async with slack_call("chat.update"):
+        async with self._call("chat.update"):
             await self.writes.chat_update(
                 channel=channel,
                 ts=ts,
@@ -312,25 +335,25 @@ class SlackAdapter(AdapterBase):
 
     async def retract(self, ref: str) -> None:
         channel, ts = _split_ref(ref)
-        async with slack_call("chat.delete"):
+        async with self._call("chat.delete"):
             await self.writes.chat_delete(channel=channel, ts=ts)
 
     async def set_status(self, origin: Origin, status: str) -> None:
-        async with slack_call("assistant.threads.setStatus"):
+        async with self._call("assistant.threads.setStatus"):
             await self.writes.assistant_threads_setStatus(
                 channel_id=origin.channel, thread_ts=origin.thread_ts, status=status
             )
 
     # -- files and documents --------------------------------------------------------------------
     async def file_info(self, ref: str) -> FileMeta:
-        async with slack_call("files.info"):
+        async with self._call("files.info"):
             response = await self.reads.files_info(file=ref)
-        return slack_files.meta(response.get("file") or {"id": ref})
+        return file_meta(response.get("file") or {"id": ref})
 
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
         if self._file_http is None or self._file_http.closed:
-            self._file_http = slack_files.http_session()
-        return await slack_files.download(
+            self._file_http = http_session()
+        return await download(
             meta,
             dest_dir,
             variant=variant,
@@ -340,16 +363,27 @@ class SlackAdapter(AdapterBase):
         )
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
-        return await slack_files.upload(self.writes, origin, path, title=title, comment=comment)
+        comment = strip_mass_mentions(comment) if comment else comment
+        return await upload(self.writes, origin, path, title=title, comment=comment, observer=self.on_call)
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
-        return await slack_files.create_canvas(self, origin, title, markdown)
+        markdown = strip_mass_mentions(markdown)
+        return await create_canvas(
+            self.writes, origin, title, markdown, permalink_of=self._file_permalink, observer=self.on_call
+        )
+
+    async def _file_permalink(self, file_id: str) -> str | None:
+        async with self._call("files.info"):
+            info = await self.reads.files_info(file=file_id)
+        return str((info.get("file") or {}).get("permalink") or "") or None
 
 
-async def fetch_identity(token: str, api_url: str) -> SlackIdentity:
+async def fetch_identity(
+    token: str, api_url: str, *, on_call: SlackCallObserver | None = None
+) -> SlackIdentity:
     client = read_client(token, api_url)
     try:
-        async with slack_call("auth.test"):
+        async with slack_call("auth.test", on_call):
             response = await client.auth_test()
     finally:
         session = getattr(client, "session", None)
