@@ -168,6 +168,7 @@ class Service:
                 token=settings.slack_bot_token.get_secret_value(),
                 api_url=settings.slack_api_url,
                 file_origins=settings.slack_file_origins,
+                write_deadline=settings.write_deadline,
                 on_call=observer.slack_call,
             )
         except Exception as exc:

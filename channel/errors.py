@@ -12,7 +12,7 @@ Tree::
     ├── code "rate_limited"        the provider kept refusing for rate limits
     ├── code "provider_error"      any other provider failure (the provider's code is in the message)
     ├── code "slack_error"         the Slack adapter's name for provider_error (the contract's code)
-    └── code "tool_failed"         the tool failed inside threadbound (e.g. its storage), not the provider
+    └── code "tool_failed"         failed inside threadbound (its storage, the task's disk), not the provider
 
 Adapters map provider exceptions into ``ChannelError`` at one place each
 (``channel.slack.errors``); the session turns it into

@@ -5,6 +5,8 @@ arguments are validated by the tool's own model, handles are resolved for this
 task only, edit/retract check authorship, writes go through the effect journal,
 and every failure becomes an ``{"error": ...}`` result instead of an exception.
 
+The deployment's tools come from ``channel.selection``, writes are journalled by
+``channel.journal``, and the store is reached only through ``channel.store.SessionStore``.
 A host builds one session per run::
 
     session = ChannelSession(adapter=..., store=..., task=task, origin=origin, tools=selection, task_dir=...)
@@ -130,6 +132,7 @@ class ChannelSession:
         except ChannelError as exc:
             return exc.as_result()
         except StoreError:
+            # Our storage, not Slack: say so, or the model would blame (and retry against) Slack.
             log.exception("store failure in tool %s", name)
             return ChannelError(
                 "tool_failed", "Internal storage error; the action may not have happened."

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from app.check import run_checks
-from testing import DEFAULT_SCOPES, FakeOpenAI, FakeSlack
+from emulator import DEFAULT_SCOPES, FakeSlack
+from testing import FakeOpenAI
 from testing.harness import SIGNING_SECRET, settings_for
 
 TOKEN = "xoxb-1111-2222-very-secret-token"

@@ -18,7 +18,7 @@ from channel.contract import FileMeta
 from channel.errors import ChannelError
 from channel.slack import downloads as slack_files
 from channel.slack.downloads import MAX_BYTES, download, safe_name
-from testing import FakeSlack
+from emulator import FakeSlack
 from testing.sessions import SessionEnv, slack_session
 
 DEFERRED = ["channel_fetch_file", "channel_attach", "channel_post_document"]
@@ -218,7 +218,7 @@ async def test_fetch_disk_error_midway_leaves_nothing(
 
     monkeypatch.setattr(slack_files._Sink, "_put", failing_put)
     result = await env.session.call("channel_fetch_file", {"file": handle})
-    assert error_code(result) == "slack_error" and "No space left" in result["error"]["message"]
+    assert error_code(result) == "tool_failed" and "No space left" in result["error"]["message"]
     assert batches == 2 and on_disk(env.task_dir) == []
 
 

@@ -103,11 +103,16 @@ async def _download_errors() -> AsyncIterator[None]:
     except ChannelError:
         raise
     except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both can be OSErrors
-        raise map_slack_error(exc, "file download") from exc
+        error = map_slack_error(exc, "file download")
+        if error is None:  # pragma: no cover - these types always map
+            raise
+        raise error from exc
     except OSError as exc:
+        # Our disk, not Slack: the model must not be told Slack failed.
         reason = exc.strerror or type(exc).__name__
+        log.error("saving a download failed: %s", reason)
         raise ChannelError(
-            "slack_error", f"could not save the file in the task directory ({reason})."
+            "tool_failed", f"could not save the file in the task directory ({reason})."
         ) from exc
 
 
@@ -160,7 +165,10 @@ async def _stream(
         "Accept-Encoding": "identity",
     }
     # Never follow a redirect: the Authorization header would go along to wherever it points.
-    async with http.get(url, headers=headers, allow_redirects=False, read_bufsize=READ_BYTES) as response:
+    # Its own timeout: the shared session's total bound is sized for API calls, not 100 MiB.
+    async with http.get(
+        url, headers=headers, allow_redirects=False, read_bufsize=READ_BYTES, timeout=_TIMEOUT
+    ) as response:
         _check_response(response, media_type=media_type, limit=limit)
         sink = await _Sink.create(part)
         try:
@@ -285,7 +293,7 @@ async def _place(part: Path, files_dir: Path, name: str) -> Path:
         except FileExistsError:
             continue
         return candidate
-    raise ChannelError("slack_error", "too many files with that name in your task directory.")
+    raise ChannelError("tool_failed", "too many files with that name in your task directory.")
 
 
 async def _claim(part: Path, candidate: Path) -> None:

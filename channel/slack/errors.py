@@ -1,7 +1,9 @@
 """The one place Slack failures become ``ChannelError``s.
 
-``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429 after retries) maps by
-its error string; transport failures (aiohttp, timeouts) become ``slack_error``.
+``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429) maps by its error
+string; transport failures (aiohttp, timeouts) become ``slack_error``. Anything
+else raised inside a Slack call is a bug in our code, not Slack's answer: it is
+not mapped, so it propagates with its traceback (the run logs it and apologises).
 Messages name the method and Slack's error code, never the token or a payload.
 
 Every call through :func:`slack_call` is also reported to the observer it is given
@@ -51,7 +53,8 @@ _CODES: dict[str, tuple[ErrorCode, str]] = {
 }
 
 
-def map_slack_error(exc: Exception, method: str) -> ChannelError:
+def map_slack_error(exc: Exception, method: str) -> ChannelError | None:
+    """The ``ChannelError`` for a Slack or transport failure; None for anything else (a bug)."""
     if isinstance(exc, SlackApiError):
         response = exc.response
         code = str(response.get("error") or "unknown_error") if response is not None else "unknown_error"
@@ -65,7 +68,7 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError:
             f"{method}: could not reach Slack ({type(exc).__name__})",
             provider_code="transport",
         )
-    return ChannelError("slack_error", f"{method}: unexpected failure ({type(exc).__name__})")
+    return None
 
 
 def _observe(observer: SlackCallObserver | None, method: str, outcome: str, started: float) -> None:
@@ -89,6 +92,9 @@ async def slack_call(method: str, observer: SlackCallObserver | None = None) -> 
         raise
     except Exception as exc:
         error = map_slack_error(exc, method)
+        if error is None:
+            _observe(observer, method, "bug", started)
+            raise  # a programming error: keep its type and traceback
         _observe(observer, method, error.provider_code or error.code, started)
         raise error from exc
     _observe(observer, method, "ok", started)

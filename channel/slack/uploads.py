@@ -13,8 +13,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from channel.contract import Origin, Uploaded
 from channel.errors import ChannelError
 
-from .errors import SlackCallObserver, slack_call
 from .file_meta import MAX_BYTES, file_meta, mib
+from .outbound import Outbound
 
 
 async def upload(
@@ -24,9 +24,14 @@ async def upload(
     *,
     title: str | None,
     comment: str | None,
-    observer: SlackCallObserver | None = None,
+    outbound: Outbound | None = None,
 ) -> Uploaded:
-    """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete)."""
+    """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete).
+
+    Through ``outbound`` (the adapter's; paced as a post): a 429 at any step means the file was
+    not shared, and the whole upload is made again; an abandoned upload URL is never completed,
+    so nothing doubles.
+    """
     try:
         size = (await aiofiles.os.stat(path)).st_size
         if size > MAX_BYTES:
@@ -41,15 +46,19 @@ async def upload(
         raise ChannelError(
             "not_found", f"could not read {path.name} ({exc.strerror or type(exc).__name__})."
         ) from exc
-    async with slack_call("files.upload_v2", observer):
-        response = await client.files_upload_v2(
+    response = await (outbound or Outbound()).write(
+        "files.upload_v2",
+        lambda: client.files_upload_v2(
             channel=origin.channel,
             thread_ts=origin.thread_ts or None,
             file=data,
             filename=path.name,
             title=title,
             initial_comment=comment,
-        )
+        ),
+        channel=origin.channel,
+        post=True,
+    )
     raw = response.get("file") or (response.get("files") or [{}])[0]
     share_ts = _share_ts(raw, origin.channel)
     return Uploaded(file=file_meta(raw), message_ref=f"{origin.channel}:{share_ts}" if share_ts else None)
