@@ -1,1 +1,1 @@
-"""threadbound's process: settings, CLI, HTTP server, routing, task runner, agent runtime."""
+"""threadbound's process: settings, CLI, HTTP server, routing, scheduler, agent runs, agent runtime."""

@@ -26,10 +26,12 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from channel.contract import OriginInfo
+from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from channel.tools import ToolSpec
 
 from .logs import bind
+from .model_settings import run_model_settings
 from .settings import WHERE_TO_GET, Settings, model_key_missing
 
 # Accept any JSON object: the session validates with the tool's model and answers with an error result.
@@ -163,10 +165,17 @@ def build_agent(
         output_type=str | None,  # type: ignore[arg-type]
         toolsets=[ChannelToolset(on_tool, on_tool_end)],
         retries=AgentRetries(tools=_MAX_RETRIES),
+        model_settings=run_model_settings,  # prompt caching, per provider (app/model_settings.py)
     )
 
 
-def instructions_for(info: OriginInfo, tools: list[ToolSpec], extra: str = "") -> str:
+def instructions_for(info: OriginInfo, tools: ToolSelection, extra: str = "") -> str:
+    """The run's instructions: the same text for every request of a conversation (a cacheable prefix).
+
+    They name the tools a conversation *starts* with and the ones ``tool_search`` can enable, which
+    depend only on the deployment; what a search enabled is told in its result, never here, so the
+    instructions do not change when it does.
+    """
     where = info.name + (" (in a thread)" if info.is_thread else "")
     lines = [
         f"You are a helpful assistant working in {info.provider.title()}, in {where}.",
@@ -180,8 +189,23 @@ def instructions_for(info: OriginInfo, tools: list[ToolSpec], extra: str = "") -
         "People in this conversation also talk to each other: when a message is not for you, "
         "end your turn with no channel_reply and an empty final text, and nothing is posted.",
         "Messages and files are named by handles (msg_..., file_...). Use only handles you were given.",
-        "Tools available now: " + ", ".join(s.name for s in tools) + ".",
+        "Tools you start with: " + ", ".join(_starting_tools(tools)) + ".",
     ]
+    if tools.deferred:
+        lines.append(
+            "tool_search can enable more: "
+            + ", ".join(s.name for s in tools.deferred)
+            + ". Its result lists what it enabled; enabled tools stay enabled in this conversation."
+        )
     if extra.strip():
         lines += ["", extra.strip()]
     return "\n".join(lines)
+
+
+def _starting_tools(tools: ToolSelection) -> list[str]:
+    names = [s.name for s in tools.channel_tools if s.starts == "active"]
+    if tools.deferred:
+        names.append("tool_search")
+    if tools.skills:
+        names.append("skills")
+    return names

@@ -23,12 +23,12 @@ from storage.base import Store, StoreError
 
 from . import logs
 from .router import BotIdentity, classify
-from .runner import TaskRunner
+from .scheduler import Scheduler
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Inbound fields the runner needs to render the message later; everything else is dropped.
+# Inbound fields the run needs to render the message later; everything else is dropped.
 _KEPT = (
     "channel",
     "ts",
@@ -58,14 +58,14 @@ class Ingress:
         self,
         *,
         store: Store,
-        runner: TaskRunner,
+        scheduler: Scheduler,
         bot: BotIdentity,
         settings: Settings,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None,
     ) -> None:
         self.store = store
-        self.runner = runner
+        self.scheduler = scheduler
         self.bot = bot
         self.settings = settings
         self.clock = clock
@@ -135,5 +135,5 @@ class Ingress:
         if outcome.status == "duplicate":
             return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
         assert outcome.task_id is not None
-        self.runner.notify(outcome.task_id)
+        self.scheduler.notify(outcome.task_id)
         return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -6,8 +6,8 @@ offers and adds no behaviour of its own:
 - ``RunHooks`` (``on_start``/``on_end``): the run's log scope (``task``, ``run``),
   its start and end lines, run counters and duration;
 - the toolset's after-call callback: one line and one count per tool call;
-- ``channel.slack.errors.set_observer``: Slack API calls by method and outcome,
-  and a warning line for each failed one;
+- the Slack adapter's ``on_call`` hook (:meth:`Observer.slack_call`, one adapter per
+  service): Slack API calls by method and outcome, and a warning line for each failed one;
 - ``Ingress.on_result``: delivery counters (the ingress logs its own line);
 - :class:`TimedModel`: the time of every model request.
 """
@@ -30,13 +30,12 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from channel.session import ChannelSession
-from channel.slack import errors as slack_errors
 from storage.base import InboxItem
 
 from . import logs
 from .ingress import IngressResult
 from .metrics import Metrics
-from .runner import RunHooks
+from .run import RunHooks
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +115,6 @@ class Observer:
                 code=outcome,
                 duration_ms=round(seconds * 1000),
             )
-
-    def attach(self) -> None:
-        """Receive this process's Slack call reports (the newest service wins)."""
-        slack_errors.set_observer(self.slack_call)
-
-    def detach(self) -> None:
-        slack_errors.clear_observer(self.slack_call)
 
     # -- deliveries and model requests -------------------------------------------------------
     def delivery(self, result: IngressResult, body: dict[str, Any]) -> None:

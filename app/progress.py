@@ -8,12 +8,13 @@ reaction (``PROGRESS_EMOJI``, default ``eyes``), removed when the run ends.
 
 ``PROGRESS``: ``auto`` (status, else reaction), ``status``, ``reaction`` or ``off``.
 A failure here never fails a run: it is logged and the indicator gives up for that run.
+Nor does it hold a run up: showing the indicator may take ``SETTLE_S`` before the
+run's first tool or its end stops waiting for it, and clearing it ``CLEAR_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
-from .runner import RunHooks
+from .run import RunHooks
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ TOOL_STATUS: dict[str, str] = {
     "skills": "is reading its skills…",
     # channel_reply is absent: Slack clears the status when the app posts, a moment later.
 }
+#: Seconds a tool step or the run's end waits for the indicator to appear before giving up on it.
+SETTLE_S = 5.0
+#: Seconds the run's end spends clearing the indicator (a status Slack clears itself on the next post).
+CLEAR_S = 10.0
 # Our own reaction already there (a crashed run left it) or already gone is what we wanted.
 _HARMLESS = frozenset({"already_reacted", "no_reaction"})
 
@@ -79,9 +84,16 @@ class Progress:
 
     async def _settled(self, session: ChannelSession) -> None:
         starting = self._starting.pop(session, None)
-        if starting is not None:
-            with contextlib.suppress(Exception):
-                await starting
+        if starting is None:
+            return
+        # Bounded: a Slack call stuck behind rate limits must not keep the run (and its lease) alive.
+        await asyncio.wait([starting], timeout=SETTLE_S)
+        if not starting.done():
+            log.debug("progress: indicator not shown in time; giving up for this run")
+            starting.cancel()
+            await asyncio.wait([starting])
+        if not starting.cancelled() and starting.exception() is not None:
+            log.warning("progress: showing the indicator failed", exc_info=starting.exception())
 
     async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         adapter, origin = session.adapter, session.origin
@@ -108,10 +120,14 @@ class Progress:
         indicator = self._runs.pop(session, None)
         if indicator is None:
             return
-        if indicator.kind == "status":
-            await self._status(session.adapter, indicator.origin, "")
-        else:
-            await self._react(session.adapter, indicator.ref, add=False)
+        try:
+            async with asyncio.timeout(CLEAR_S):
+                if indicator.kind == "status":
+                    await self._status(session.adapter, indicator.origin, "")
+                else:
+                    await self._react(session.adapter, indicator.ref, add=False)
+        except TimeoutError:
+            log.debug("progress: indicator not cleared in time")
 
     async def _newest_ref(self, adapter: ChannelAdapter, items: Sequence[InboxItem]) -> str:
         try:

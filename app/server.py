@@ -1,4 +1,4 @@
-"""The process: store, Slack adapter, agent, runner and the aiohttp web app, wired together.
+"""The process: store, Slack adapter, agent, scheduler and the aiohttp web app, wired together.
 
 Bolt's ``AsyncApp`` stays at the edge: it verifies signatures (401), answers
 ``url_verification`` and ``ssl_check``, then our middleware turns every
@@ -30,7 +30,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from channel.contract import missing_implementations
-from channel.session import select_tools
+from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
@@ -43,7 +43,8 @@ from .observe import Observer, TimedModel, combine
 from .paas import ephemeral_disk_warning
 from .progress import Progress
 from .router import BotIdentity
-from .runner import RunHooks, TaskRunner
+from .run import RunExecutor, RunHooks
+from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,8 @@ class Service:
     settings: Settings
     store: Store
     adapter: SlackAdapter
-    runner: TaskRunner
+    #: The scheduler (named for what it does for the process: it runs tasks).
+    runner: Scheduler
     ingress: Ingress
     bolt: AsyncApp
     observer: Observer = field(default_factory=Observer)
@@ -181,11 +183,14 @@ class Service:
             except ValueError as exc:
                 raise StartupError(str(exc)) from exc
         store = await open_ready_store(settings)
+        observer = Observer()
         try:
             adapter = await SlackAdapter.connect(
                 token=settings.slack_bot_token.get_secret_value(),
                 api_url=settings.slack_api_url,
                 file_origins=settings.slack_file_origins,
+                write_deadline=settings.write_deadline,
+                on_call=observer.slack_call,
             )
         except Exception as exc:
             await store.close()
@@ -203,14 +208,12 @@ class Service:
             await adapter.close()
             await store.close()
             raise
-        observer = Observer()
-        observer.attach()
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
         agent = build_agent(
             TimedModel(model, observer), on_tool=run_hooks.on_tool, on_tool_end=observer.tool_end
         )
-        runner = TaskRunner(
+        executor = RunExecutor(
             store=store,
             adapter=adapter,
             agent=agent,
@@ -218,16 +221,20 @@ class Service:
             agent_file=agent_file,
             data_dir=settings.data_dir,
             run_timeout=settings.run_timeout,
-            lease_ttl=settings.lease_ttl,
             history_limit=settings.history_limit,
+            hooks=run_hooks,
+        )
+        runner = Scheduler(
+            store=store,
+            executor=executor,
+            lease_ttl=settings.lease_ttl,
             max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
-            hooks=run_hooks,
             claim_retention=settings.claim_retention_days * 86_400,
         )
         ingress = Ingress(
             store=store,
-            runner=runner,
+            scheduler=runner,
             bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
             settings=settings,
             on_result=observer.delivery,
@@ -286,7 +293,6 @@ class Service:
         await self.runner.shutdown(grace)
 
     async def close(self) -> None:
-        self.observer.detach()
         await self.drain(0)
         await self.adapter.close()
         await self.store.close()

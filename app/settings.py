@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(default=64, ge=1)
     #: Most transcript messages sent to the model (older turns are dropped at a prompt boundary).
     history_limit: int = Field(default=400, ge=1)
+    #: Seconds one Slack write may keep waiting out rate limits (429) before it fails ``rate_limited``.
+    write_deadline: float = Field(default=300.0, gt=0)
     #: Seconds a conversation lease lives without a heartbeat.
     lease_ttl: float = Field(default=60.0, gt=0)
     #: Seconds between sweeps for conversations whose owner died.

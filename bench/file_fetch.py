@@ -25,10 +25,11 @@ from typing import Any
 import aiohttp
 
 from channel.contract import Origin
-from channel.session import ChannelSession, select_tools
+from channel.selection import select_tools
+from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
-from channel.slack.files import CHUNK_BYTES
+from channel.slack.downloads import CHUNK_BYTES
 from storage import open_store
 
 from . import Row, Scale

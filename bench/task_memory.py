@@ -117,7 +117,7 @@ async def _wait_for_requests(
     while True:
         async with http.get(url) as response:
             arrived = int((await response.json())["count"])
-        active = len(runner.active_runs)
+        active = len(runner.executor.active_runs)
         if (active >= expected and arrived >= min(expected, OPENAI_POOL)) or time.monotonic() > deadline:
             return min(active, expected)
         await asyncio.sleep(0.1)

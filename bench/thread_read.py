@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from channel.contract import Origin
-from channel.session import ChannelSession, select_tools
+from channel.selection import select_tools
+from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
 from storage import open_store

@@ -10,7 +10,9 @@ Tree::
     ├── code "file_refused"        a download or upload refused for safety (origin, size, type, path)
     ├── code "not_found"           the provider says the object is gone
     ├── code "rate_limited"        the provider kept refusing for rate limits
-    └── code "slack_error"         any other provider failure (the code is in the message)
+    ├── code "provider_error"      any other provider failure (the provider's code is in the message)
+    ├── code "slack_error"         the Slack adapter's name for provider_error (the contract's code)
+    └── code "tool_failed"         failed inside threadbound (its storage, the task's disk), not the provider
 
 Adapters map provider exceptions into ``ChannelError`` at one place each
 (``channel.slack.errors``); the session turns it into
@@ -29,7 +31,9 @@ ErrorCode = Literal[
     "file_refused",
     "not_found",
     "rate_limited",
+    "provider_error",
     "slack_error",
+    "tool_failed",
 ]
 
 #: Bound on any message shown to the model, in bytes of UTF-8.

@@ -291,11 +291,11 @@ class FakeAdapter(AdapterBase):
         who = message.reactions.setdefault(emoji, [])
         if add:
             if self.bot_name in who:
-                raise ChannelError("slack_error", "Already reacted.", provider_code="already_reacted")
+                raise ChannelError("provider_error", "Already reacted.", provider_code="already_reacted")
             who.append(self.bot_name)
         else:
             if self.bot_name not in who:
-                raise ChannelError("slack_error", "No such reaction.", provider_code="no_reaction")
+                raise ChannelError("provider_error", "No such reaction.", provider_code="no_reaction")
             who.remove(self.bot_name)
 
     async def edit(self, ref: str, markdown: str) -> None:

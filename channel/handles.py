@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import secrets
 
-from storage.base import HandleKind, HandleRecord, Store
+from storage.base import HandleKind, HandleRecord
 
 from .errors import ChannelError
+from .store import SessionStore
 
 _PREFIX: dict[HandleKind, str] = {"msg": "msg_", "file": "file_"}
 _SHAPE = re.compile(r"^(msg|file)_[A-Za-z0-9_-]{8,40}$")
@@ -26,7 +27,7 @@ def new_handle(kind: HandleKind) -> str:
 class HandleRegistry:
     """Mints and resolves handles for one task."""
 
-    def __init__(self, store: Store, task_id: str) -> None:
+    def __init__(self, store: SessionStore, task_id: str) -> None:
         self._store = store
         self._task_id = task_id
         # Read-through cache: a page of rows re-read in one run costs no store round trip.

@@ -341,31 +341,20 @@ class _Splitter:
         return len(window)
 
 
-_ZWSP = "\u200b"
-_SPECIAL_MENTION = re.compile(r"<!(channel|here|everyone|subteam\^[^>|]*)(?:\|([^>]*))?>", re.IGNORECASE)
+#: ZERO WIDTH SPACE: after an ``@`` it keeps the word readable but stops it pinging anyone.
+ZWSP = "\u200b"
 # A bare word after "@", not part of an e-mail address or a longer word.
 _BARE_MENTION = re.compile(r"(?<![\w.+-])@(channel|here|everyone)\b", re.IGNORECASE)
 
 
 def strip_mass_mentions(text: str) -> str:
-    """Neutralise every construct that could notify a whole channel or group.
+    """Neutralise the provider-neutral mass mentions: bare ``@here``/``@channel``/``@everyone``
+    become ``@`` + ZERO WIDTH SPACE + the word, which reads the same but pings nobody.
 
-    ``<!here>``, ``<!channel>``, ``<!everyone>`` (with or without a ``|label``) and
-    bare ``@here``/``@channel``/``@everyone`` become ``@`` + ZERO WIDTH SPACE +
-    the word, which reads the same but pings nobody; ``<!subteam^ID|@team>``
-    becomes ``@``+ZWSP+``team`` (``group`` without a label), dropping the ID.
-    Applied everywhere, code included, because a ping is never wanted. Idempotent.
+    Applied everywhere, code included, because a ping is never wanted. Idempotent. A provider's
+    own mention syntax is its adapter's business (Slack: ``channel.slack.render.strip_mass_mentions``).
     """
-    text = _SPECIAL_MENTION.sub(_neutral_special, text)
-    return _BARE_MENTION.sub(lambda m: "@" + _ZWSP + m.group(1), text)
-
-
-def _neutral_special(match: re.Match[str]) -> str:
-    keyword, label = match.group(1), match.group(2)
-    if keyword.lower().startswith("subteam"):
-        name = (label or "").strip().lstrip("@").strip() or "group"
-        return "@" + _ZWSP + name
-    return "@" + _ZWSP + keyword.lower()
+    return _BARE_MENTION.sub(lambda m: "@" + ZWSP + m.group(1), text)
 
 
 def plain_fallback(markdown: str, limit: int = 3000) -> str:

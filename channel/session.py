@@ -18,22 +18,22 @@ import json
 import logging
 import re
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from storage.base import EffectRecord, Store, StoreError, TaskRecord
+from storage.base import EffectRecord, StoreError, TaskRecord
 
 from . import tool_search
-from .contract import ChannelAdapter, FileMeta, MessageView, Origin, Posted
+from .contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo, Posted
 from .errors import ChannelError, bounded
 from .handles import HandleRegistry
+from .journal import EffectJournal, reconcile
 from .markdown import split_markdown, strip_mass_mentions
-from .skills import SkillLibrary
+from .selection import ToolSelection
+from .store import SessionStore
 from .tools import (
     CATALOG,
     SKILLS,
@@ -57,63 +57,12 @@ Result = dict[str, Any]
 _CURSOR = re.compile(r"^before_(\d{1,7})$")
 
 
-@dataclass(slots=True)
-class ToolSelection:
-    """The tools a deployment offers, after the agent file narrowed the catalog and the
-    adapter's features filtered it (see :func:`select_tools`)."""
-
-    channel_tools: tuple[ToolSpec, ...]
-    skills: SkillLibrary = field(default_factory=lambda: SkillLibrary([]))
-
-    @property
-    def deferred(self) -> tuple[ToolSpec, ...]:
-        return tuple(s for s in self.channel_tools if s.starts == "deferred")
-
-    def names(self) -> list[str]:
-        names = [s.name for s in self.channel_tools]
-        if self.deferred:
-            names.append(TOOL_SEARCH.name)
-        if self.skills:
-            names.append(SKILLS.name)
-        return names
-
-
-def select_tools(
-    features: frozenset[str], requested: Sequence[str] | None, skills: SkillLibrary
-) -> ToolSelection:
-    """The catalog narrowed to ``requested`` (None: every tool the adapter supports).
-
-    Raises ``ValueError`` naming the tool when ``requested`` holds an unknown tool or one
-    the adapter does not support, so a misconfigured deployment fails at start-up.
-    """
-    channel = [s for s in CATALOG.values() if s.name not in (TOOL_SEARCH.name, SKILLS.name)]
-    if requested is None:
-        chosen = [s for s in channel if s.feature is None or s.feature in features]
-        return ToolSelection(tuple(chosen), skills)
-    chosen = []
-    for name in requested:
-        spec = CATALOG.get(name)
-        if spec is None:
-            raise ValueError(f"agent file selects unknown tool {name!r}; known tools: {', '.join(CATALOG)}")
-        if spec in (TOOL_SEARCH, SKILLS) or spec in chosen:
-            continue  # offered automatically when there is something to search or read; or a repeat
-        if spec.feature is not None and spec.feature not in features:
-            raise ValueError(
-                f"agent file selects tool {name!r}, but this install does not support it "
-                f"(feature {spec.feature!r} is missing; see `python -m app check`)"
-            )
-        chosen.append(spec)
-    if not any(s.name == "channel_reply" for s in chosen):
-        chosen.insert(0, CATALOG["channel_reply"])  # the only way an answer reaches a person
-    return ToolSelection(tuple(chosen), skills)
-
-
 class ChannelSession:
     def __init__(
         self,
         *,
         adapter: ChannelAdapter,
-        store: Store,
+        store: SessionStore,
         task: TaskRecord,
         origin: Origin,
         tools: ToolSelection,
@@ -128,6 +77,7 @@ class ChannelSession:
         self.tools = tools
         self.task_dir = task_dir
         self.handles = HandleRegistry(store, task.task_id)
+        self.journal = EffectJournal(store, task.task_id, clock)
         selectable = {s.name for s in tools.deferred}
         self.enabled: set[str] = {t for t in task.enabled_tools if t in selectable}
         #: Handles of every message the bot posted in this run.
@@ -137,7 +87,6 @@ class ChannelSession:
         # A `run` without --thread posts a new root; its later posts go into that root's thread.
         self._adopt_first_root = adopt_first_root
         self._conversation: list[MessageView] | None = None
-        self._clock = clock
         self._handlers: dict[str, Callable[[Any], Awaitable[Result]]] = {
             "channel_reply": self._reply,
             "channel_read": self._read,
@@ -181,12 +130,13 @@ class ChannelSession:
         except ChannelError as exc:
             return exc.as_result()
         except StoreError:
+            # Our storage, not Slack: say so, or the model would blame (and retry against) Slack.
             log.exception("store failure in tool %s", name)
             return ChannelError(
-                "slack_error", "Internal storage error; the action may not have happened."
+                "tool_failed", "Internal storage error; the action may not have happened."
             ).as_result()
 
-    # -- replies and the effect journal ------------------------------------------------
+    # -- replies ------------------------------------------------
     async def _reply(self, args: ReplyArgs) -> Result:
         return await self.post_markdown(args.text)
 
@@ -200,20 +150,14 @@ class ChannelSession:
         first_permalink: str | None = None
         bridge_error: str | None = None
         for index, part in enumerate(parts):
-            effect_id = uuid.uuid4().hex
-            await self.store.open_effect(
-                effect_id=effect_id,
-                task_id=self.task.task_id,
-                tool="channel_reply",
-                args=json.dumps(
-                    {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index}
-                ),
-                now=self._clock(),
+            effect_id = await self.journal.open(
+                "channel_reply",
+                {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index},
             )
             try:
                 posted = await self._post_once(part, effect_id)
             except ChannelError as exc:
-                await self.store.close_effect(effect_id, result=json.dumps(exc.as_result()))
+                await self.journal.close(effect_id, exc.as_result())
                 if handles:
                     exc.message = bounded(
                         f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})"
@@ -221,11 +165,12 @@ class ChannelSession:
                 raise
             try:
                 handle = await self._record_post(posted)
-                await self.store.close_effect(effect_id, result=json.dumps({"message": handle}))
+                await self.journal.close(effect_id, {"message": handle})
             except StoreError as exc:
-                # Slack has the post; never post again. Tell the model what we know.
-                log.exception("recording a post failed after Slack accepted it")
-                handle = f"unrecorded:{posted.ref.rsplit(':', 1)[-1]}"
+                # The provider has the post; never post again. Tell the model what we know (its
+                # permalink is in the result; the ref is the adapter's and never shown).
+                log.exception("recording a post failed after the provider accepted it")
+                handle = "unrecorded"
                 bridge_error = bounded(f"posted, but recording it failed: {exc}")
             handles.append(handle)
             if first_permalink is None:
@@ -267,69 +212,17 @@ class ChannelSession:
         return handle
 
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
-        """Settle effects a crashed run left open, never repeating a post.
+        """Settle effects a crashed run left open (see :func:`channel.journal.reconcile`)."""
+        return await reconcile(self.journal, self.adapter, self.origin, effects, self._record_post)
 
-        - A post is looked up by the effect id it carries; found, its result is recovered,
-          otherwise it is reported unavailable (and not posted again).
-        - Reactions, edits and retractions are idempotent, so they are re-attempted:
-          ``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done.
-        Returns one line per effect for the model (each reason bounded to 512 bytes).
-        """
-        notes: list[str] = []
-        for effect in effects:
-            args = json.loads(effect.args)
-            try:
-                result, note = await self._settle(effect.tool, effect.effect_id, args)
-            except ChannelError as exc:
-                result, note = exc.as_result(), f"is unavailable: {exc.message}"
-            await self.store.close_effect(effect.effect_id, result=json.dumps(result))
-            notes.append(f"- an interrupted {effect.tool} {bounded(note)}")
-        return notes
+    # -- what the host needs about the conversation ----------------------------------------
+    async def describe(self) -> OriginInfo:
+        """Names and permalink of this conversation, for the run's instructions."""
+        return await self.adapter.describe(self.origin)
 
-    async def _settle(self, tool: str, effect_id: str, args: dict[str, Any]) -> tuple[Result, str]:
-        done_codes = {"already_reacted", "no_reaction", "message_not_found"}
-        if tool == "channel_reply":
-            origin = Origin(
-                args.get("channel", self.origin.channel), args.get("thread_ts", self.origin.thread_ts)
-            )
-            found = await self.adapter.find_posted(origin, effect_id)
-            if not found:
-                error = ChannelError("not_found", "the interrupted reply is not in the conversation")
-                return error.as_result(), "was not posted; post it again if it is still needed"
-            handle = await self._record_post(found[0])
-            return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
-        try:
-            if tool == "channel_react":
-                await self.adapter.react(str(args["ref"]), str(args["emoji"]), add=bool(args["add"]))
-            elif tool == "channel_edit":
-                await self.adapter.edit(str(args["ref"]), str(args["text"]))
-            elif tool == "channel_retract":
-                await self.adapter.retract(str(args["ref"]))
-            else:
-                # Uploads and documents carry no marker to look for: report, never repeat.
-                error = ChannelError("not_found", "the interrupted action's result is unavailable")
-                return error.as_result(), "has an unavailable result; check before doing it again"
-        except ChannelError as exc:
-            if exc.provider_code not in done_codes:
-                raise
-        return {"ok": True}, "was completed"
-
-    async def _journalled(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
-        effect_id = uuid.uuid4().hex
-        await self.store.open_effect(
-            effect_id=effect_id,
-            task_id=self.task.task_id,
-            tool=tool,
-            args=json.dumps(args),
-            now=self._clock(),
-        )
-        try:
-            result = await action()
-        except ChannelError as exc:
-            await self.store.close_effect(effect_id, result=json.dumps(exc.as_result()))
-            raise
-        await self.store.close_effect(effect_id, result=json.dumps(result))
-        return result
+    async def inbound_row(self, raw: Mapping[str, Any]) -> Result:
+        """An inbound message (as the ingress stored it) as the model sees it, like a channel_read row."""
+        return await self.row(await self.adapter.view(raw))
 
     # -- reading ----------------------------------------------------------------------
     async def conversation(self) -> list[MessageView]:
@@ -391,7 +284,7 @@ class ChannelSession:
                 raise
             return {"ok": True}
 
-        return await self._journalled("channel_react", {"ref": record.ref, "emoji": emoji, "add": add}, act)
+        return await self.journal.write("channel_react", {"ref": record.ref, "emoji": emoji, "add": add}, act)
 
     async def _own(self, handle: str) -> str:
         record = await self.handles.resolve(handle, "msg")
@@ -415,7 +308,7 @@ class ChannelSession:
             await self.adapter.edit(ref, text)
             return {"message": args.message}
 
-        return await self._journalled("channel_edit", {"ref": ref, "text": text}, act)
+        return await self.journal.write("channel_edit", {"ref": ref, "text": text}, act)
 
     async def _retract(self, args: RetractArgs) -> Result:
         ref = await self._own(args.message)
@@ -424,7 +317,7 @@ class ChannelSession:
             await self.adapter.retract(ref)
             return {"ok": True}
 
-        return await self._journalled("channel_retract", {"ref": ref}, act)
+        return await self.journal.write("channel_retract", {"ref": ref}, act)
 
     # -- files ----------------------------------------------------------------------------
     async def _fetch_file(self, args: FetchFileArgs) -> Result:
@@ -469,7 +362,7 @@ class ChannelSession:
                 result["message"] = await self.handles.mint("msg", uploaded.message_ref, authored=True)
             return result
 
-        return await self._journalled(
+        return await self.journal.write(
             "channel_attach", {"path": str(path.relative_to(self.task_dir.resolve()))}, act
         )
 
@@ -481,7 +374,7 @@ class ChannelSession:
             handle = await self.handles.mint("file", doc.ref, authored=True)
             return {"document": handle, "permalink": doc.permalink}
 
-        return await self._journalled("channel_post_document", {"title": args.title}, act)
+        return await self.journal.write("channel_post_document", {"title": args.title}, act)
 
     # -- discovery -----------------------------------------------------------------------
     async def _tool_search(self, args: ToolSearchArgs) -> Result:

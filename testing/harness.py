@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from pydantic_ai.models import Model
 
-from app.runner import RunHooks
+from app.run import RunHooks
 from app.server import Service
 from app.settings import Settings
 

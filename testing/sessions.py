@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channel.contract import Origin
-from channel.session import ChannelSession, ToolSelection, select_tools
+from channel.selection import ToolSelection, select_tools
+from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
 from storage import Store, TaskRecord, open_store

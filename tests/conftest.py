@@ -8,16 +8,25 @@ dropped afterwards, so tests never see each other's rows.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Protocol
+# The provider wire tests (test_provider_wire.py) mock the model SDKs with respx, which patches
+# `httpx`/`httpcore`; the openai and anthropic SDKs (and pydantic-ai) use `httpx2`/`httpcore2`.
+# Aliasing makes both names one library. It must run before anything imports httpx, and pydantic-ai
+# imports it when installed, so it runs here, first (respx's own pytest plugin, which would import
+# httpx even earlier, is off: `-p no:respx` in pyproject.toml). Nothing else in the suite uses httpx.
+import httpx2
 
-import asyncpg
-import pytest
+httpx2.alias_httpx()
 
-from storage import Store, open_store
+import os  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Protocol  # noqa: E402
+
+import asyncpg  # noqa: E402
+import pytest  # noqa: E402
+
+from storage import Store, open_store  # noqa: E402
 
 
 class StoreFactory(Protocol):

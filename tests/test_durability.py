@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -146,17 +147,50 @@ async def test_a_rate_limited_read_is_retried_after_retry_after(env: SessionEnv)
     assert time.monotonic() - started >= 1.0
 
 
-async def test_a_rate_limited_post_is_retried_exactly_once(env: SessionEnv) -> None:
-    """A 429 on chat.postMessage (nothing posted) is retried once; a second 429 is rate_limited."""
-    env.slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=1)
-    ok = await env.session.call("channel_reply", {"text": "hello"})
-    assert ok["message"].startswith("msg_")
-    assert env.slack.count("chat.postMessage") == 2
-    env.slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=2)
-    limited = await env.session.call("channel_reply", {"text": "again"})
-    assert limited["error"]["code"] == "rate_limited"
+async def test_a_rate_limited_post_is_retried_until_it_is_posted_once(
+    env: SessionEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """429s on chat.postMessage (nothing posted) are waited out and retried until the post goes
+    through: several 429s in a row still end in exactly one message, and the log says how long it waited."""
+    env.slack.fail("chat.postMessage", error="ratelimited", retry_after=0, times=3)
+    with caplog.at_level(logging.INFO, logger="channel.slack.outbound"):
+        ok = await env.session.call("channel_reply", {"text": "hello"})
+    assert ok["message"].startswith("msg_"), ok
     assert env.slack.count("chat.postMessage") == 4
     assert [m["text"] for m in env.slack.bot_messages("C1")] == ["hello"]
+    [line] = [r for r in caplog.records if r.getMessage().startswith("slack write waited")]
+    fields = line.fields  # type: ignore[attr-defined]
+    assert fields["method"] == "chat.postMessage" and fields["rate_limited"] == 3
+    assert fields["waited_ms"] >= 0
+
+
+async def test_a_write_still_rate_limited_at_its_deadline_is_rate_limited(env: SessionEnv) -> None:
+    """When waiting out Retry-After would pass the write deadline, the model gets rate_limited,
+    told the post was not done, and nothing was posted."""
+    env.adapter.outbound.deadline = 0.5
+    env.slack.fail("chat.postMessage", error="ratelimited", retry_after=30, times=None)
+    limited = await env.session.call("channel_reply", {"text": "again"})
+    assert limited["error"]["code"] == "rate_limited"
+    assert "not done" in limited["error"]["message"]
+    assert env.slack.count("chat.postMessage") == 1
+    assert env.slack.bot_messages("C1") == []
+    assert await env.store.open_effects(env.task.task_id) == []
+
+
+@pytest.mark.parametrize("method", ["reactions.add", "chat.update", "chat.delete"])
+async def test_every_write_waits_out_a_429(env: SessionEnv, method: str) -> None:
+    """Reactions, edits and retractions go through the same outbound path: a 429 is retried, not returned."""
+    posted = await env.session.call("channel_reply", {"text": "mine"})
+    env.session.enabled.update({"channel_edit", "channel_retract"})
+    env.slack.fail(method, error="ratelimited", retry_after=0, times=2)
+    tool, args = {
+        "reactions.add": ("channel_react", {"message": posted["message"], "emoji": "tada"}),
+        "chat.update": ("channel_edit", {"message": posted["message"], "text": "edited"}),
+        "chat.delete": ("channel_retract", {"message": posted["message"]}),
+    }[method]
+    result = await env.session.call(tool, args)
+    assert "error" not in result, result
+    assert env.slack.count(method) == 3
 
 
 async def test_a_dropped_post_is_not_retried_but_found(env: SessionEnv) -> None:

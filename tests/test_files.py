@@ -16,8 +16,8 @@ import pytest
 
 from channel.contract import FileMeta
 from channel.errors import ChannelError
-from channel.slack import files as slack_files
-from channel.slack.files import MAX_BYTES, download, safe_name
+from channel.slack import downloads as slack_files
+from channel.slack.downloads import MAX_BYTES, download, safe_name
 from testing import FakeSlack
 from testing.sessions import SessionEnv, slack_session
 
@@ -218,7 +218,7 @@ async def test_fetch_disk_error_midway_leaves_nothing(
 
     monkeypatch.setattr(slack_files._Sink, "_put", failing_put)
     result = await env.session.call("channel_fetch_file", {"file": handle})
-    assert error_code(result) == "slack_error" and "No space left" in result["error"]["message"]
+    assert error_code(result) == "tool_failed" and "No space left" in result["error"]["message"]
     assert batches == 2 and on_disk(env.task_dir) == []
 
 
@@ -382,3 +382,17 @@ async def test_post_document_creates_shares_and_links_canvas(env: SessionEnv) ->
     assert [c.params["file"] for c in env.slack.calls_to("files.info")] == [canvas.id]
     link = env.slack.messages("C1", env.root)[-1]
     assert link["text"] == f"📄 <{permalink}|Plan &lt;v1&gt;>" and link["thread_ts"] == env.root
+
+
+async def test_slack_mass_mentions_in_documents_and_upload_comments_are_neutralised(env: SessionEnv) -> None:
+    """The Slack adapter neutralises <!here>, <!channel> and <!subteam^…> in a canvas and an upload
+    comment, which the provider-neutral session leaves to it."""
+    await env.session.call(
+        "channel_post_document", {"title": "Plan", "markdown": "Hi <!here> and <!subteam^S0123ABCD|@devs>"}
+    )
+    [canvas] = env.slack.canvases.values()
+    assert canvas.markdown == "Hi @\u200bhere and @\u200bdevs"
+    (env.task_dir / "out.csv").write_bytes(b"a,b\n")
+    await env.session.call("channel_attach", {"path": "out.csv", "comment": "For <!channel|channel>"})
+    shared = env.slack.messages("C1", env.root)[-1]
+    assert shared["text"] == "For @\u200bchannel"

@@ -15,7 +15,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from app.runner import trim_history
+from app.run import trim_history
 from testing import events
 from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness

@@ -18,7 +18,8 @@ import pytest
 
 from channel.contract import Origin
 from channel.fake import FakeAdapter
-from channel.session import ChannelSession, select_tools
+from channel.selection import select_tools
+from channel.session import ChannelSession
 from channel.skills import Skill, SkillLibrary
 from channel.tools import CATALOG
 from storage import open_store

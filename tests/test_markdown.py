@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from channel.markdown import MIN_LIMIT, plain_fallback, split_markdown, strip_mass_mentions
+from channel.markdown import MIN_LIMIT, plain_fallback, split_markdown
+from channel.slack.render import strip_mass_mentions
 
 # A fence marker line, also after quote markers or a list item's marker.
 FENCE_LINE = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d+[.)])[ \t]+)?(`{3,}|~{3,})")

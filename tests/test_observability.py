@@ -77,6 +77,24 @@ async def test_metrics_count_deliveries_runs_tool_calls_slack_calls_and_model_ti
         assert _get(samples, "threadbound_model_request_duration_seconds_count", outcome="ok") == 4
 
 
+async def test_two_services_in_one_process_count_their_own_slack_calls(tmp_path: Path) -> None:
+    """Each service's /metrics counts the Slack calls of its own adapter only, whichever started last."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with (
+            AppHarness(slack, model=echo_model(), data_dir=tmp_path / "a") as first,
+            AppHarness(slack, model=echo_model(), data_dir=tmp_path / "b") as second,
+        ):
+            ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
+            await first.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
+            await first.idle()
+            ours, theirs = await _samples(first), await _samples(second)
+        slack_calls = "threadbound_slack_api_calls_total"
+        assert _get(ours, slack_calls, method="chat.postMessage", outcome="ok") == 1
+        assert _get(theirs, slack_calls, method="chat.postMessage", outcome="ok") == 0
+        assert _get(theirs, slack_calls, method="auth.test", outcome="ok") == 1
+
+
 async def test_readyz_is_503_while_the_store_is_unreachable(tmp_path: Path) -> None:
     """/readyz answers 200 with a working store and 503 once it cannot be reached; /healthz stays 200."""
     async with FakeSlack() as slack:

@@ -47,7 +47,7 @@ async def test_the_sweep_prunes_old_claim_keys_at_most_hourly(
 ) -> None:
     """CLAIM_RETENTION_DAYS reaches the runner; the sweep prunes keys older than it, at most once an
     hour by the runner's clock, keeps younger ones and logs how many it dropped."""
-    caplog.set_level(logging.INFO, logger="app.runner")
+    caplog.set_level(logging.INFO, logger="app.scheduler")
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")

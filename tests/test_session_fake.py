@@ -15,7 +15,8 @@ import pytest
 from channel.contract import ChannelFeatures, Origin
 from channel.errors import ChannelError
 from channel.fake import FakeAdapter
-from channel.session import ChannelSession, select_tools
+from channel.selection import select_tools
+from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from storage import Store, open_store
 

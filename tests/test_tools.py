@@ -4,6 +4,7 @@ the agent path through the real HTTP app with scripted models, and the provider-
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,7 +20,8 @@ from app.server import Service, StartupError
 from channel import tool_search
 from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, missing_implementations
 from channel.fake import ALL_FEATURES, FakeAdapter
-from channel.session import ChannelSession, ToolSelection, select_tools
+from channel.selection import ToolSelection, select_tools
+from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.tools import CHANNEL_TOOLS, ReplyArgs, ToolSpec
 from storage import open_store
@@ -275,6 +277,18 @@ async def test_mass_mentions_are_neutralised(env: SessionEnv) -> None:
         assert "<!" not in field_text
         assert not {"@everyone", "@here", "@channel"} & set(re.findall(r"@\w+", field_text))
         assert "@\u200beveryone" in field_text and "@\u200bhere" in field_text
+
+
+async def test_an_edit_reaches_slack_with_group_mentions_neutralised(env: SessionEnv) -> None:
+    """An edit's <!subteam^…> and <!here> reach chat.update as harmless text, with no group id."""
+    posted = await env.session.call("channel_reply", {"text": "draft"})
+    await env.session.call(
+        "channel_edit", {"message": posted["message"], "text": "<!subteam^S0123ABCD> <!here>"}
+    )
+    [update] = env.slack.calls_to("chat.update")
+    for field_text in (update.params["text"], json.dumps(update.params["blocks"])):
+        assert "<!" not in field_text and "S0123ABCD" not in field_text
+    assert bot_posts(env)[0]["blocks"][0]["text"] == "@\u200bgroup @\u200bhere"
 
 
 async def test_blank_reply_is_an_error_not_a_crash(env: SessionEnv) -> None:
@@ -707,7 +721,7 @@ async def built_model_name(slack: FakeSlack, data_dir: Path, agent_file: Path, m
         settings_for(slack, data_dir, agent_file=agent_file, model=model), model=None
     )
     try:
-        built = service.runner.agent.model
+        built = service.runner.executor.agent.model
         assert isinstance(built, Model)
         return built.model_name
     finally:
@@ -747,3 +761,24 @@ async def test_instructions_name_the_origin_without_raw_ids(tmp_path: Path) -> N
         assert "only through channel_reply" in text
         assert "https://fake.slack.com/archives/" in text
         assert not RAW_IDS.search(re.sub(r"https://\S+", "", text)), text
+
+
+async def test_instructions_do_not_change_when_tool_search_enables_a_tool(tmp_path: Path) -> None:
+    """The instructions are byte-identical before and after tool_search enables channel_edit, and in the
+    conversation's next run (a stable, cacheable prefix); they name the tools tool_search can enable,
+    and the search result, not the instructions, says what it enabled."""
+    seen = Seen()
+
+    def plan(n: int, turn: Turn) -> list[Any]:
+        return [call("tool_search", query="edit my message")] if n == 1 else [""]
+
+    async with FakeSlack() as slack:
+        workspace(slack)
+        async with AppHarness(slack, model=recorder(seen, plan), data_dir=tmp_path) as app:
+            root = await mention(app, "fix your last message")
+            await mention(app, "and again", thread_ts=root)
+    assert "channel_edit" not in seen.tools[0] and "channel_edit" in seen.tools[1]
+    assert len(set(seen.instructions)) == 1
+    assert "tool_search can enable more: channel_edit" in seen.instructions[0]
+    search = next(r for name, r in seen.results if name == "tool_search")
+    assert search["enabled"][0]["name"] == "channel_edit"

@@ -2,13 +2,16 @@
 
 It knows Slack and nothing about the agent. Author names and permalinks are
 resolved here, in trusted code, and cached; message refs are ``CHANNEL:TS`` and
-file refs are file ids — the session turns both into opaque handles.
+file refs are file ids — the session turns both into opaque handles. Outgoing
+text loses Slack's mass-mention syntax here (``render.strip_mass_mentions``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +36,17 @@ from channel.contract import (
 from channel.errors import ChannelError
 from channel.markdown import plain_fallback
 
-from . import files as slack_files
-from .errors import slack_call
-from .render import display_name, render_text, user_ids_in
+from .canvases import create_canvas
+from .downloads import download
+from .errors import SlackCallObserver, slack_call
+from .file_meta import file_meta
+from .outbound import DEFAULT_DEADLINE, Outbound
+from .render import display_name, render_text, strip_mass_mentions, user_ids_in
 from .scopes import features_from_scopes
-from .transport import read_client, write_client
+from .transport import http_session, read_client, write_client
+from .uploads import upload
+
+log = logging.getLogger(__name__)
 
 #: Metadata event type that carries the effect id of a post (see the effect journal).
 EFFECT_EVENT = "threadbound_effect"
@@ -48,6 +57,8 @@ HISTORY_PAGE = 999
 HISTORY_CAP = 1000
 # Comfortably under Slack's ~12,000-character limit for markdown blocks in one message.
 MAX_POST_CHARS = 8000
+#: Seconds a status line may wait out rate limits: shown minutes late it would be wrong.
+STATUS_DEADLINE = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,36 +85,69 @@ class SlackAdapter(AdapterBase):
         identity: SlackIdentity,
         file_origins: Sequence[str],
         features: ChannelFeatures | None = None,
+        write_deadline: float = DEFAULT_DEADLINE,
+        http: aiohttp.ClientSession | None = None,
+        on_call: SlackCallObserver | None = None,
     ) -> None:
         self._token = token
-        self.reads: AsyncWebClient = read_client(token, api_url)
-        self.writes: AsyncWebClient = write_client(token, api_url)
+        #: Told of every Slack call this adapter makes (method, outcome, seconds); the host's metrics.
+        self.on_call = on_call
+        # One session (made here, so inside the running loop) for API calls, uploads and downloads.
+        self.http = http if http is not None else http_session()
+        self.reads: AsyncWebClient = read_client(token, api_url, self.http)
+        self.writes: AsyncWebClient = write_client(token, api_url, self.http)
+        #: Every write goes through it: paced per channel, 429s waited out until ``write_deadline``.
+        self.outbound = Outbound(deadline=write_deadline, observer=on_call)
         self.identity = identity
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
-        # Caches of trusted lookups; the futures coalesce concurrent lookups of one id into one call.
+        # Caches of trusted lookups. A lookup runs in a task of its own, owned here, so concurrent
+        # lookups of one id share one call and a cancelled caller never strands the others.
         self._user_names: dict[str, tuple[str, bool]] = {}
-        self._user_lookups: dict[str, asyncio.Future[tuple[str, bool]]] = {}
+        self._user_lookups: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         self._channels: dict[str, dict[str, Any]] = {}
-        # Downloads share one HTTP session, made on first use (it needs the running loop).
-        self._file_http: aiohttp.ClientSession | None = None
         if identity.user_id and identity.bot_name:
             # auth.test already named the bot: mentions of it cost no users.info call.
             self._user_names[identity.user_id] = (identity.bot_name, True)
 
     @classmethod
-    async def connect(cls, *, token: str, api_url: str, file_origins: Sequence[str]) -> SlackAdapter:
+    async def connect(
+        cls,
+        *,
+        token: str,
+        api_url: str,
+        file_origins: Sequence[str],
+        write_deadline: float = DEFAULT_DEADLINE,
+        on_call: SlackCallObserver | None = None,
+    ) -> SlackAdapter:
         """Call ``auth.test`` once, learn the bot's identity and granted scopes, derive features."""
-        identity = await fetch_identity(token, api_url)
-        return cls(token=token, api_url=api_url, identity=identity, file_origins=file_origins)
+        http = http_session()
+        try:
+            identity = await fetch_identity(token, api_url, http=http, on_call=on_call)
+        except BaseException:
+            await http.close()
+            raise
+        return cls(
+            token=token,
+            api_url=api_url,
+            identity=identity,
+            file_origins=file_origins,
+            write_deadline=write_deadline,
+            http=http,
+            on_call=on_call,
+        )
+
+    def _call(self, method: str) -> AbstractAsyncContextManager[None]:
+        """:func:`slack_call` reporting to this adapter's ``on_call``."""
+        return slack_call(method, self.on_call)
 
     async def close(self) -> None:
-        if self._file_http is not None:
-            await self._file_http.close()
-        for client in (self.reads, self.writes):
-            session = getattr(client, "session", None)
-            if session is not None and not session.closed:
-                await session.close()
+        """Stop lookups in flight and close the HTTP session (its pooled connections with it)."""
+        lookups = list(self._user_lookups.values())
+        for lookup in lookups:
+            lookup.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
+        await self.http.close()
 
     # -- names, cached ---------------------------------------------------------------------
     async def user(self, user_id: str) -> tuple[str, bool]:
@@ -111,24 +155,31 @@ class SlackAdapter(AdapterBase):
         known = self._user_names.get(user_id)
         if known is not None:
             return known
-        pending = self._user_lookups.get(user_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
-        self._user_lookups[user_id] = future
+        lookup = self._user_lookups.get(user_id)
+        if lookup is None:
+            lookup = asyncio.create_task(self._look_up_user(user_id), name=f"users.info:{user_id}")
+            self._user_lookups[user_id] = lookup
+            lookup.add_done_callback(lambda done: self._lookup_done(user_id, done))
+        # Shielded: a cancelled caller leaves; the lookup (bounded by the HTTP timeout) finishes for the rest.
+        return await asyncio.shield(lookup)
+
+    async def _look_up_user(self, user_id: str) -> tuple[str, bool]:
         try:
-            async with slack_call("users.info"):
+            async with self._call("users.info"):
                 response = await self.reads.users_info(user=user_id)
-            info = response.get("user") or {}
-            found = (display_name(info), bool(info.get("is_bot")))
-            self._user_names[user_id] = found
         except ChannelError:
             # Not cached: the next lookup may succeed. A name is cosmetic, so degrade instead of failing.
-            found = ("someone", False)
-        finally:
-            del self._user_lookups[user_id]
-        future.set_result(found)
+            return ("someone", False)
+        info = response.get("user") or {}
+        found = (display_name(info), bool(info.get("is_bot")))
+        self._user_names[user_id] = found
         return found
+
+    def _lookup_done(self, user_id: str, lookup: asyncio.Task[tuple[str, bool]]) -> None:
+        if self._user_lookups.get(user_id) is lookup:
+            del self._user_lookups[user_id]
+        if not lookup.cancelled() and lookup.exception() is not None:
+            log.error("looking up user %s failed", user_id, exc_info=lookup.exception())
 
     async def _names(self, user_ids: set[str]) -> dict[str, str]:
         ids = sorted(user_ids)
@@ -140,7 +191,7 @@ class SlackAdapter(AdapterBase):
         if cached is not None:
             return cached
         try:
-            async with slack_call("conversations.info"):
+            async with self._call("conversations.info"):
                 response = await self.reads.conversations_info(channel=channel)
         except ChannelError:
             return {"id": channel}
@@ -185,7 +236,7 @@ class SlackAdapter(AdapterBase):
         messages: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            async with slack_call("conversations.replies"):
+            async with self._call("conversations.replies"):
                 response = await self.reads.conversations_replies(
                     channel=origin.channel,
                     ts=origin.thread_ts,
@@ -204,7 +255,7 @@ class SlackAdapter(AdapterBase):
         newest_first: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(newest_first) < cap:
-            async with slack_call("conversations.history"):
+            async with self._call("conversations.history"):
                 response = await self.reads.conversations_history(
                     channel=origin.channel,
                     limit=min(HISTORY_PAGE, cap - len(newest_first)),
@@ -243,7 +294,7 @@ class SlackAdapter(AdapterBase):
             author=author,
             text=render_text(_message_text(message), names),
             time=_iso(ts),
-            files=tuple(slack_files.meta(f) for f in message.get("files") or [] if f.get("id")),
+            files=tuple(file_meta(f) for f in message.get("files") or [] if f.get("id")),
             reactions=reactions,
         )
 
@@ -253,6 +304,7 @@ class SlackAdapter(AdapterBase):
 
     # -- writing --------------------------------------------------------------------------------
     async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+        markdown = strip_mass_mentions(markdown)
         kwargs: dict[str, Any] = {
             "channel": origin.channel,
             "text": fallback_text(markdown),
@@ -262,8 +314,12 @@ class SlackAdapter(AdapterBase):
         }
         if origin.thread_ts:
             kwargs["thread_ts"] = origin.thread_ts
-        async with slack_call("chat.postMessage"):
-            response = await self.writes.chat_postMessage(**kwargs)
+        response = await self.outbound.write(
+            "chat.postMessage",
+            lambda: self.writes.chat_postMessage(**kwargs),
+            channel=origin.channel,
+            post=True,
+        )
         ts = str(response["ts"])
         return Posted(
             ref=f"{origin.channel}:{ts}",
@@ -293,67 +349,88 @@ class SlackAdapter(AdapterBase):
 
     async def react(self, ref: str, emoji: str, *, add: bool) -> None:
         channel, ts = _split_ref(ref)
-        method = "reactions.add" if add else "reactions.remove"
-        async with slack_call(method):
-            if add:
-                await self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
-            else:
-                await self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji)
+        if add:
+            await self.outbound.write(
+                "reactions.add", lambda: self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
+            )
+        else:
+            await self.outbound.write(
+                "reactions.remove",
+                lambda: self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji),
+            )
 
     async def edit(self, ref: str, markdown: str) -> None:
+        markdown = strip_mass_mentions(markdown)
         channel, ts = _split_ref(ref)
-        async with slack_call("chat.update"):
-            await self.writes.chat_update(
+        await self.outbound.write(
+            "chat.update",
+            lambda: self.writes.chat_update(
                 channel=channel,
                 ts=ts,
                 text=fallback_text(markdown),
                 blocks=[{"type": "markdown", "text": markdown}],
-            )
+            ),
+        )
 
     async def retract(self, ref: str) -> None:
         channel, ts = _split_ref(ref)
-        async with slack_call("chat.delete"):
-            await self.writes.chat_delete(channel=channel, ts=ts)
+        await self.outbound.write("chat.delete", lambda: self.writes.chat_delete(channel=channel, ts=ts))
 
     async def set_status(self, origin: Origin, status: str) -> None:
-        async with slack_call("assistant.threads.setStatus"):
-            await self.writes.assistant_threads_setStatus(
+        await self.outbound.write(
+            "assistant.threads.setStatus",
+            lambda: self.writes.assistant_threads_setStatus(
                 channel_id=origin.channel, thread_ts=origin.thread_ts, status=status
-            )
+            ),
+            deadline=STATUS_DEADLINE,
+        )
 
     # -- files and documents --------------------------------------------------------------------
     async def file_info(self, ref: str) -> FileMeta:
-        async with slack_call("files.info"):
+        async with self._call("files.info"):
             response = await self.reads.files_info(file=ref)
-        return slack_files.meta(response.get("file") or {"id": ref})
+        return file_meta(response.get("file") or {"id": ref})
 
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
-        if self._file_http is None or self._file_http.closed:
-            self._file_http = slack_files.http_session()
-        return await slack_files.download(
+        return await download(
             meta,
             dest_dir,
             variant=variant,
             token=self._token,
             origins=self.file_origins,
-            session=self._file_http,
+            session=self.http,
         )
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
-        return await slack_files.upload(self.writes, origin, path, title=title, comment=comment)
+        comment = strip_mass_mentions(comment) if comment else comment
+        return await upload(self.writes, origin, path, title=title, comment=comment, outbound=self.outbound)
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
-        return await slack_files.create_canvas(self, origin, title, markdown)
+        markdown = strip_mass_mentions(markdown)
+        return await create_canvas(
+            self.writes, origin, title, markdown, permalink_of=self._file_permalink, outbound=self.outbound
+        )
+
+    async def _file_permalink(self, file_id: str) -> str | None:
+        async with self._call("files.info"):
+            info = await self.reads.files_info(file=file_id)
+        return str((info.get("file") or {}).get("permalink") or "") or None
 
 
-async def fetch_identity(token: str, api_url: str) -> SlackIdentity:
-    client = read_client(token, api_url)
+async def fetch_identity(
+    token: str,
+    api_url: str,
+    *,
+    http: aiohttp.ClientSession | None = None,
+    on_call: SlackCallObserver | None = None,
+) -> SlackIdentity:
+    """``auth.test``, over ``http`` when given (the adapter's session), else a session of its own."""
+    session = http if http is not None else http_session()
     try:
-        async with slack_call("auth.test"):
-            response = await client.auth_test()
+        async with slack_call("auth.test", on_call):
+            response = await read_client(token, api_url, session).auth_test()
     finally:
-        session = getattr(client, "session", None)
-        if session is not None and not session.closed:
+        if http is None:
             await session.close()
     headers = {k.lower(): v for k, v in (response.headers or {}).items()}
     raw_scopes = headers.get("x-oauth-scopes", "")

@@ -1,12 +1,15 @@
 """The one place Slack failures become ``ChannelError``s.
 
-``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429 after retries) maps by
-its error string; transport failures (aiohttp, timeouts) become ``slack_error``.
+``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429) maps by its error
+string; transport failures (aiohttp, timeouts) become ``slack_error``. Anything
+else raised inside a Slack call is a bug in our code, not Slack's answer: it is
+not mapped, so it propagates with its traceback (the run logs it and apologises).
 Messages name the method and Slack's error code, never the token or a payload.
 
-Every call through :func:`slack_call` is also reported to one optional observer
-(method, outcome, seconds), which the host registers with :func:`set_observer`
-for metrics and logs; this package stays free of any metrics library.
+Every call through :func:`slack_call` is also reported to the observer it is given
+(method, outcome, seconds): each adapter passes its own (``SlackAdapter.on_call``),
+so two services in one process count their calls apart. The host uses it for
+metrics and logs; this package stays free of any metrics library.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ log = logging.getLogger(__name__)
 
 #: ``(method, outcome, seconds)``; outcome is ``"ok"``, Slack's error string, or ``"transport"``.
 SlackCallObserver = Callable[[str, str, float], None]
-_observer: SlackCallObserver | None = None
 
 _CODES: dict[str, tuple[ErrorCode, str]] = {
     "ratelimited": ("rate_limited", "Slack is rate limiting this; wait a little before trying again."),
@@ -51,7 +53,8 @@ _CODES: dict[str, tuple[ErrorCode, str]] = {
 }
 
 
-def map_slack_error(exc: Exception, method: str) -> ChannelError:
+def map_slack_error(exc: Exception, method: str) -> ChannelError | None:
+    """The ``ChannelError`` for a Slack or transport failure; None for anything else (a bug)."""
     if isinstance(exc, SlackApiError):
         response = exc.response
         code = str(response.get("error") or "unknown_error") if response is not None else "unknown_error"
@@ -65,24 +68,10 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError:
             f"{method}: could not reach Slack ({type(exc).__name__})",
             provider_code="transport",
         )
-    return ChannelError("slack_error", f"{method}: unexpected failure ({type(exc).__name__})")
+    return None
 
 
-def set_observer(observer: SlackCallObserver | None) -> None:
-    """Report every later Slack call to ``observer`` (one per process: the newest host wins)."""
-    global _observer
-    _observer = observer
-
-
-def clear_observer(observer: SlackCallObserver) -> None:
-    """Stop reporting to ``observer``, unless another one replaced it meanwhile."""
-    global _observer
-    if _observer == observer:  # == not `is`: bound methods are new objects on every access
-        _observer = None
-
-
-def _observe(method: str, outcome: str, started: float) -> None:
-    observer = _observer
+def _observe(observer: SlackCallObserver | None, method: str, outcome: str, started: float) -> None:
     if observer is None:
         return
     try:
@@ -92,16 +81,20 @@ def _observe(method: str, outcome: str, started: float) -> None:
 
 
 @asynccontextmanager
-async def slack_call(method: str) -> AsyncIterator[None]:
-    """Map any Slack or transport failure inside the block to a ``ChannelError``, and report the outcome."""
+async def slack_call(method: str, observer: SlackCallObserver | None = None) -> AsyncIterator[None]:
+    """Map any Slack or transport failure inside the block to a ``ChannelError``, and report the
+    outcome to ``observer``."""
     started = time.perf_counter()
     try:
         yield
     except ChannelError as exc:
-        _observe(method, exc.provider_code or exc.code, started)
+        _observe(observer, method, exc.provider_code or exc.code, started)
         raise
     except Exception as exc:
         error = map_slack_error(exc, method)
-        _observe(method, error.provider_code or error.code, started)
+        if error is None:
+            _observe(observer, method, "bug", started)
+            raise  # a programming error: keep its type and traceback
+        _observe(observer, method, error.provider_code or error.code, started)
         raise error from exc
-    _observe(method, "ok", started)
+    _observe(observer, method, "ok", started)

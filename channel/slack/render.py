@@ -14,7 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["display_name", "render_text", "user_ids_in"]
+from channel import markdown
+
+__all__ = ["display_name", "render_text", "strip_mass_mentions", "user_ids_in"]
 
 # Slack IDs are upper-case letters and digits; W… IDs are Enterprise Grid users.
 _USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
@@ -23,6 +25,27 @@ _TOKEN = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
 _SPECIAL = frozenset({"here", "channel", "everyone"})
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_SPECIAL_MENTION = re.compile(r"<!(channel|here|everyone|subteam\^[^>|]*)(?:\|([^>]*))?>", re.IGNORECASE)
+
+
+def strip_mass_mentions(text: str) -> str:
+    """Neutralise everything in outgoing text that could make Slack notify a whole channel or group.
+
+    ``<!here>``, ``<!channel>``, ``<!everyone>`` (with or without a ``|label``) and, as
+    :func:`channel.markdown.strip_mass_mentions` does, bare ``@here``/``@channel``/``@everyone``
+    become ``@`` + ZERO WIDTH SPACE + the word, which reads the same but pings nobody;
+    ``<!subteam^ID|@team>`` becomes ``@``+ZWSP+``team`` (``group`` without a label), dropping
+    the ID. Applied everywhere, code included, because a ping is never wanted. Idempotent.
+    """
+    return markdown.strip_mass_mentions(_SPECIAL_MENTION.sub(_neutral_special, text))
+
+
+def _neutral_special(match: re.Match[str]) -> str:
+    keyword, label = match.group(1), match.group(2)
+    if keyword.lower().startswith("subteam"):
+        name = (label or "").strip().lstrip("@").strip() or "group"
+        return "@" + markdown.ZWSP + name
+    return "@" + markdown.ZWSP + keyword.lower()
 
 
 def user_ids_in(text: str) -> set[str]:

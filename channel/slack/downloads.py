@@ -1,10 +1,10 @@
-"""Slack files: metadata, safe downloads, uploads into the thread, canvases.
+"""Slack file downloads, fenced because the request carries the bot token (invariant 7).
 
-A download carries the bot token, so it is fenced (invariant 7): only from
-``SLACK_FILE_ORIGINS``, never through a redirect, at most 100 MiB and never more
-than the declared size, and never Slack's HTML sign-in page. Bytes stream to a
-temporary file that is renamed into place only when every check passed; any
-failure, cancellation included, removes it.
+Only from ``SLACK_FILE_ORIGINS``, never through a redirect, at most 100 MiB and
+never more than the declared size, and never Slack's HTML sign-in page. Bytes
+stream to a temporary file that is renamed into place only when every check
+passed; any failure, cancellation included, removes it. The adapter's
+``fetch_file`` is the caller.
 """
 
 from __future__ import annotations
@@ -16,28 +16,23 @@ import logging
 import re
 import unicodedata
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import BinaryIO
 
 import aiofiles
 import aiofiles.os
 import aiohttp
-from slack_sdk.web.async_client import AsyncWebClient
 from yarl import URL
 
-from channel.contract import Document, Fetched, FileMeta, Origin, Uploaded
-from channel.errors import ChannelError, bounded
+from channel.contract import Fetched, FileMeta
+from channel.errors import ChannelError
 
-from .errors import map_slack_error, slack_call
-
-if TYPE_CHECKING:
-    from .adapter import SlackAdapter
+from .errors import map_slack_error
+from .file_meta import MAX_BYTES, mib
 
 log = logging.getLogger(__name__)
 
-#: Largest file fetched or attached (invariant 7).
-MAX_BYTES = 100 * 2**20
 #: aiohttp's classic chunk size; the benchmark's plain download uses it.
 CHUNK_BYTES = 64 * 1024
 #: Largest single read of a download body (also the socket buffer it fills).
@@ -51,29 +46,7 @@ _UNSAFE_NAME = re.compile(r"[/\\:*?\"<>|]")
 _MAX_STEM = 120
 _MAX_SUFFIX = 16
 
-
-def meta(raw: Mapping[str, Any]) -> FileMeta:
-    """A file object from an event, ``files.info`` or a history row, as contract metadata.
-
-    Slack Connect events may carry only ``{id, file_access: "check_file_info"}``: then no
-    URL is kept and the session asks :meth:`SlackAdapter.file_info` before downloading.
-    """
-    data: dict[str, object] = {}
-    url = raw.get("url_private_download") or raw.get("url_private")
-    if url and raw.get("file_access") != "check_file_info":
-        data["url"] = str(url)
-    if raw.get("mp4_low"):
-        data["mp4_low"] = str(raw["mp4_low"])
-    return FileMeta(
-        ref=str(raw.get("id") or ""),
-        name=str(raw.get("name") or raw.get("title") or "file"),
-        media_type=str(raw.get("mimetype") or "application/octet-stream"),
-        size=int(raw.get("size") or 0),
-        data=data,
-    )
-
-
-# -- downloads -----------------------------------------------------------------------------------
+__all__ = ["BUFFER_BYTES", "CHUNK_BYTES", "MAX_BYTES", "READ_BYTES", "download", "http_session", "safe_name"]
 
 
 def http_session() -> aiohttp.ClientSession:
@@ -98,7 +71,7 @@ async def download(
     url, media_type, name = _source(meta, variant)
     _check_origin(url, origins)
     if meta.size > MAX_BYTES:
-        raise _refused(f"the file is {_mib(meta.size)}; files over {_mib(MAX_BYTES)} are not fetched.")
+        raise _refused(f"the file is {mib(meta.size)}; files over {mib(MAX_BYTES)} are not fetched.")
     # The declared size bounds the body; a low rendition is smaller than the original it derives from.
     limit = meta.size
     files_dir = dest_dir / "files"
@@ -130,11 +103,16 @@ async def _download_errors() -> AsyncIterator[None]:
     except ChannelError:
         raise
     except (aiohttp.ClientError, TimeoutError) as exc:  # before OSError: both can be OSErrors
-        raise map_slack_error(exc, "file download") from exc
+        error = map_slack_error(exc, "file download")
+        if error is None:  # pragma: no cover - these types always map
+            raise
+        raise error from exc
     except OSError as exc:
+        # Our disk, not Slack: the model must not be told Slack failed.
         reason = exc.strerror or type(exc).__name__
+        log.error("saving a download failed: %s", reason)
         raise ChannelError(
-            "slack_error", f"could not save the file in the task directory ({reason})."
+            "tool_failed", f"could not save the file in the task directory ({reason})."
         ) from exc
 
 
@@ -187,7 +165,10 @@ async def _stream(
         "Accept-Encoding": "identity",
     }
     # Never follow a redirect: the Authorization header would go along to wherever it points.
-    async with http.get(url, headers=headers, allow_redirects=False, read_bufsize=READ_BYTES) as response:
+    # Its own timeout: the shared session's total bound is sized for API calls, not 100 MiB.
+    async with http.get(
+        url, headers=headers, allow_redirects=False, read_bufsize=READ_BYTES, timeout=_TIMEOUT
+    ) as response:
         _check_response(response, media_type=media_type, limit=limit)
         sink = await _Sink.create(part)
         try:
@@ -312,7 +293,7 @@ async def _place(part: Path, files_dir: Path, name: str) -> Path:
         except FileExistsError:
             continue
         return candidate
-    raise ChannelError("slack_error", "too many files with that name in your task directory.")
+    raise ChannelError("tool_failed", "too many files with that name in your task directory.")
 
 
 async def _claim(part: Path, candidate: Path) -> None:
@@ -363,93 +344,3 @@ async def _discard(path: Path) -> None:
 
 def _refused(reason: str) -> ChannelError:
     return ChannelError("file_refused", f"Download refused: {reason}")
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
-
-
-# -- uploads -------------------------------------------------------------------------------------
-
-
-async def upload(
-    client: AsyncWebClient, origin: Origin, path: Path, *, title: str | None, comment: str | None
-) -> Uploaded:
-    """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete)."""
-    try:
-        size = (await aiofiles.os.stat(path)).st_size
-        if size > MAX_BYTES:
-            # slack_sdk holds the whole body in memory to POST it; the download bound keeps that sane.
-            raise ChannelError(
-                "file_refused", f"the file is {_mib(size)}; files over {_mib(MAX_BYTES)} are not attached."
-            )
-        # Read here, asynchronously: given a path, slack_sdk would read it with a blocking open().
-        async with aiofiles.open(path, "rb") as source:
-            data = await source.read()
-    except OSError as exc:
-        raise ChannelError(
-            "not_found", f"could not read {path.name} ({exc.strerror or type(exc).__name__})."
-        ) from exc
-    async with slack_call("files.upload_v2"):
-        response = await client.files_upload_v2(
-            channel=origin.channel,
-            thread_ts=origin.thread_ts or None,
-            file=data,
-            filename=path.name,
-            title=title,
-            initial_comment=comment,
-        )
-    raw = response.get("file") or (response.get("files") or [{}])[0]
-    share_ts = _share_ts(raw, origin.channel)
-    return Uploaded(file=meta(raw), message_ref=f"{origin.channel}:{share_ts}" if share_ts else None)
-
-
-def _share_ts(raw: Mapping[str, Any], channel: str) -> str | None:
-    """The ts of the message that shared the file in ``channel``, when the answer already has it.
-
-    Slack usually shares asynchronously and answers without ``shares``; then there is no ref
-    (no extra ``files.info`` call just to learn it).
-    """
-    shares = raw.get("shares") or {}
-    for bucket in ("public", "private"):
-        entries = (shares.get(bucket) or {}).get(channel) or []
-        if entries and entries[0].get("ts"):
-            return str(entries[0]["ts"])
-    return None
-
-
-# -- canvases ------------------------------------------------------------------------------------
-
-
-async def create_canvas(adapter: SlackAdapter, origin: Origin, title: str, markdown: str) -> Document:
-    """Create a canvas, share it read-only with the conversation and link it in the thread."""
-    async with slack_call("canvases.create"):
-        created = await adapter.writes.canvases_create(
-            title=title, document_content={"type": "markdown", "markdown": markdown}
-        )
-    canvas_id = str(created["canvas_id"])
-    try:
-        async with slack_call("canvases.access.set"):
-            await adapter.writes.canvases_access_set(
-                canvas_id=canvas_id, access_level="read", channel_ids=[origin.channel]
-            )
-        async with slack_call("files.info"):
-            info = await adapter.reads.files_info(file=canvas_id)
-        permalink = str((info.get("file") or {}).get("permalink") or "") or None
-        if permalink:
-            async with slack_call("chat.postMessage"):
-                await adapter.writes.chat_postMessage(
-                    channel=origin.channel,
-                    thread_ts=origin.thread_ts or None,
-                    text=f"📄 <{permalink}|{_escape(title)}>",
-                )
-    except ChannelError as exc:
-        # The canvas exists already: say so, or the model would create a duplicate on retry.
-        exc.message = bounded(f"{exc.message} (the canvas itself was created: do not create it again)")
-        raise
-    return Document(ref=canvas_id, permalink=permalink)
-
-
-def _escape(text: str) -> str:
-    # Slack's mrkdwn control characters; "<!channel>" in a title must not become a mention.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "¦")

@@ -1,0 +1,272 @@
+"""One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
+
+The scheduler (``app.scheduler``) decides *when* a task runs and holds its lease;
+this module does one run for a session it is given:
+
+- the prompt: the inbound messages as the session renders them (author, handle,
+  text, files), plus notes about effects a crashed run left open;
+- the history: the task's saved transcript, trimmed to ``history_limit`` messages;
+- steering: before each model request (and before a final answer is accepted) the
+  run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
+  into the running agent, so they are consumed with this run;
+- the end: the final text is posted when the model did not reply; a failure
+  apologises in the thread; the transcript is saved and the inbox items marked
+  consumed in one transaction (a crash before that re-runs them, and the effect
+  journal keeps the re-run from posting twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+)
+
+from channel.contract import ChannelAdapter, Origin
+from channel.errors import ChannelError
+from channel.selection import ToolSelection
+from channel.session import ChannelSession
+from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
+
+from .agent import RunDeps, instructions_for
+from .agent_file import AgentFile
+
+log = logging.getLogger(__name__)
+
+APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
+
+#: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
+Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
+
+
+@dataclass(slots=True)
+class RunHooks:
+    """Runtime effects around a run (progress indicators, metrics); failures are the hook's own business."""
+
+    on_start: Callable[[ChannelSession, Sequence[InboxItem]], Awaitable[None]] | None = None
+    on_tool: Callable[[ChannelSession, str], Awaitable[None]] | None = None
+    on_end: Callable[[ChannelSession, Sequence[InboxItem], str], Awaitable[None]] | None = None
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    task_id: str
+    status: str  # "ok" | "failed"
+    replied: bool
+    output: str = ""
+    consumed: list[int] = field(default_factory=list)
+
+
+class RunExecutor:
+    """Runs the agent for one task at a time it is handed; knows nothing of leases or wake-ups."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        adapter: ChannelAdapter,
+        agent: Agent[RunDeps, str | None],
+        tools: ToolSelection,
+        agent_file: AgentFile,
+        data_dir: Path,
+        run_timeout: float = 300.0,
+        history_limit: int = 400,
+        hooks: RunHooks | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.adapter = adapter
+        self.agent = agent
+        self.tools = tools
+        self.agent_file = agent_file
+        self.data_dir = data_dir
+        self.run_timeout = run_timeout
+        self.history_limit = history_limit
+        self.hooks = hooks or RunHooks()
+        self.clock = clock
+        #: Runs in progress right now, by task id (for tests and benchmarks).
+        self.active_runs: set[str] = set()
+
+    def session(self, task: TaskRecord, origin: Origin, *, adopt_first_root: bool = False) -> ChannelSession:
+        return ChannelSession(
+            adapter=self.adapter,
+            store=self.store,
+            task=task,
+            origin=origin,
+            tools=self.tools,
+            task_dir=self.data_dir / "tasks" / task.task_id,
+            adopt_first_root=adopt_first_root,
+            clock=self.clock,
+        )
+
+    async def run_prompt(
+        self, task: TaskRecord, prompt: str, *, adopt_first_root: bool, inbox: Inbox
+    ) -> RunOutcome:
+        """Run a prompt given directly (the `run` command) rather than taken from the inbox."""
+        session = self.session(task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root)
+        return await self.execute(session, prompt, [], inbox)
+
+    async def run_inbox(
+        self,
+        task_id: str,
+        items: Sequence[InboxItem],
+        effects: Sequence[EffectRecord],
+        inbox: Inbox,
+    ) -> RunOutcome:
+        """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages."""
+        task = await self.store.get_task(task_id)
+        if task is None:
+            raise StoreError(f"task {task_id} has inbox items but no record")
+        thread_ts = items[-1].thread_ts if items else task.thread_ts
+        session = self.session(task, Origin(task.channel, thread_ts))
+        notes = await session.reconcile(effects) if effects else []
+        prompt = await self.prompt(session, items, notes)
+        return await self.execute(session, prompt, list(items), inbox)
+
+    async def prompt(
+        self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
+    ) -> str:
+        """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
+        lines: list[str] = []
+        for item in items:
+            try:
+                row = await session.inbound_row(json.loads(item.payload))
+            except ChannelError as exc:
+                log.warning("could not render inbound message %s: %s", item.ts, exc.message)
+                lines.append(f"(a message that could not be shown: {exc.message})")
+                continue
+            lines.append(f"{row['author']['display_name']} ({row['message']}): {row['text']}")
+            for f in row["files"]:
+                lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
+        if notes:
+            lines += ["", "Your previous run was interrupted before it finished:", *notes]
+        return "\n".join(lines)
+
+    async def execute(
+        self,
+        session: ChannelSession,
+        prompt: str,
+        items: list[InboxItem],
+        inbox: Inbox,
+    ) -> RunOutcome:
+        """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
+        task = session.task
+        consumed = [i.item_id for i in items]
+        history = trim_history(_load_history(task.transcript), self.history_limit)
+        self.active_runs.add(task.task_id)
+        status = "failed"
+        output = ""
+        try:
+            if self.hooks.on_start:
+                await self.hooks.on_start(session, items)
+            try:
+                info = await session.describe()
+                instructions = instructions_for(info, self.tools, self.agent_file.instructions)
+                async with asyncio.timeout(self.run_timeout):
+                    messages, output = await self._agent_run(
+                        session, prompt, history, instructions, consumed, inbox
+                    )
+                if not session.replied and output.strip():
+                    await session.post_markdown(output)
+                run_status = "ok"
+            except asyncio.CancelledError:
+                status = "cancelled"
+                raise  # shutdown: leave the inbox pending for the next owner
+            except Exception as exc:
+                run_status = "failed"
+                log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
+                with contextlib.suppress(Exception):
+                    await session.post_markdown(APOLOGY)
+                messages = [
+                    *history,
+                    ModelRequest(parts=[UserPromptPart(prompt)]),
+                    ModelResponse(parts=[TextPart(APOLOGY)]),
+                ]
+            await self.store.save_run(
+                task.task_id,
+                transcript=ModelMessagesTypeAdapter.dump_json(messages),
+                consumed=consumed,
+                enabled_tools=sorted(session.enabled),
+            )
+            status = run_status
+        finally:
+            self.active_runs.discard(task.task_id)
+            if self.hooks.on_end:
+                # Progress indicators and metrics must close even when the save failed or we were
+                # cancelled. Awaited in this task (no shield): hooks reset context variables they set.
+                try:
+                    await self.hooks.on_end(session, items, status)
+                except Exception:
+                    log.warning("run end hook failed", exc_info=True)
+        return RunOutcome(task.task_id, status, session.replied, output, consumed)
+
+    async def _agent_run(
+        self,
+        session: ChannelSession,
+        prompt: str,
+        history: list[ModelMessage],
+        instructions: str,
+        consumed: list[int],
+        inbox: Inbox,
+    ) -> tuple[list[ModelMessage], str]:
+        seen = set(consumed)
+        async with self.agent.iter(
+            prompt, message_history=history, deps=RunDeps(session), instructions=instructions
+        ) as run:
+            async for node in run:
+                if run.result is not None:
+                    break  # the run ended; anything newer starts the next run
+                # Steering: before each model request (and before a final answer is accepted),
+                # show messages that arrived mid-run. Other nodes need no look at the inbox.
+                if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
+                    continue
+                fresh = [i for i in await inbox() if i.item_id not in seen]
+                if fresh:
+                    run.enqueue(await self.prompt(session, fresh), priority="asap")
+                    for item in fresh:
+                        seen.add(item.item_id)
+                        consumed.append(item.item_id)
+            result = run.result
+            if result is None:  # pragma: no cover - iter always ends with a result
+                raise RuntimeError("agent run ended without a result")
+            return list(result.all_messages()), result.output or ""
+
+
+def trim_history(messages: list[ModelMessage], limit: int) -> list[ModelMessage]:
+    """The newest part of a transcript of at most ``limit`` messages, starting at a person's prompt.
+
+    A conversation that goes on for months (a DM's top level) must not outgrow the model's context
+    and end every run in an error; cutting only before a user prompt keeps tool calls with their results.
+    """
+    if len(messages) <= limit:
+        return messages
+    for start in range(len(messages) - limit, len(messages)):
+        message = messages[start]
+        if isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts):
+            return messages[start:]
+    return []
+
+
+def _load_history(transcript: bytes) -> list[ModelMessage]:
+    if not transcript:
+        return []
+    try:
+        return list(ModelMessagesTypeAdapter.validate_json(transcript))
+    except ValueError:
+        # A transcript from an incompatible pydantic-ai version must not brick the task.
+        log.warning("discarding an unreadable transcript")
+        return []

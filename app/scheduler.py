@@ -1,0 +1,185 @@
+"""Scheduling: at most one agent run per conversation, fed from the durable inbox.
+
+Which task runs when, and nothing about the run itself (that is ``app.run``):
+leases, their heartbeat, the sweep, the concurrency cap, wake-ups and the hourly
+prune of claim keys. Ordering rules that keep messages from being lost or run twice:
+
+- Ingress appends to the inbox *before* it asks the scheduler to drive a task.
+- A driver takes the task's lease in the store (so this holds across instances),
+  runs until the inbox is empty, releases the lease and then looks at the inbox
+  once more: a message appended while another owner held the lease is picked up
+  by that owner's post-release check, by the next delivery, or by the sweep.
+- During a run the run polls the task's inbox (handed to it as an ``Inbox``) for
+  steering messages, which are consumed with the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+
+from storage.base import Store, StoreError, TaskRecord
+
+from .run import RunExecutor, RunOutcome
+
+log = logging.getLogger(__name__)
+
+#: Seconds between prunes of old claim keys by the sweep.
+PRUNE_INTERVAL = 3600.0
+
+
+class Scheduler:
+    """Drives tasks with pending work through a :class:`RunExecutor`, one run per task at a time."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        executor: RunExecutor,
+        lease_ttl: float = 60.0,
+        max_concurrent_runs: int = 64,
+        owner: str | None = None,
+        clock: Callable[[], float] = time.time,
+        claim_retention: float = 604_800.0,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.lease_ttl = lease_ttl
+        # Bursts queue in the durable inbox instead of starting hundreds of runs that starve the acks.
+        self._slots = asyncio.Semaphore(max_concurrent_runs)
+        self.owner = owner or f"instance-{uuid.uuid4().hex[:12]}"
+        self.clock = clock
+        #: Seconds claim keys (ingress dedupe) are kept; the sweep prunes older ones.
+        self.claim_retention = claim_retention
+        self._last_prune: float | None = None
+        self._drivers: dict[str, asyncio.Task[None]] = {}
+        self._accepting = True
+
+    # -- wake-ups --------------------------------------------------------------------------
+    def notify(self, task_id: str) -> None:
+        """Make sure a driver for ``task_id`` is running in this process (it may find the lease taken)."""
+        if not self._accepting:
+            return
+        driver = self._drivers.get(task_id)
+        if driver is not None and not driver.done():
+            return  # its run polls the inbox at every step and it looks again before it lets go
+        driver = asyncio.create_task(self._drive(task_id), name=f"drive:{task_id}")
+        self._drivers[task_id] = driver
+        driver.add_done_callback(self._driver_done)
+
+    def _driver_done(self, driver: asyncio.Task[None]) -> None:
+        task_id = driver.get_name().removeprefix("drive:")
+        if self._drivers.get(task_id) is driver:
+            del self._drivers[task_id]
+        if not driver.cancelled() and driver.exception() is not None:
+            log.error("driver for task %s failed", task_id, exc_info=driver.exception())
+
+    async def sweep(self) -> int:
+        """Drive every task whose inbox or effects are pending and whose lease is free or expired."""
+        task_ids = await self.store.tasks_with_pending_inbox(now=self.clock())
+        for task_id in task_ids:
+            self.notify(task_id)
+        return len(task_ids)
+
+    async def sweep_forever(self, interval: float) -> None:
+        while self._accepting:
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("sweep failed")
+            try:
+                await self.prune_claims()
+            except Exception:
+                log.exception("pruning claim keys failed")
+            await asyncio.sleep(interval)
+
+    async def prune_claims(self) -> int | None:
+        """Drop claim keys older than ``claim_retention``, at most once per ``PRUNE_INTERVAL``
+        (the first sweep prunes); None when it was not time yet. Slack retries a delivery for
+        minutes only, so older keys dedupe nothing (see ``Store.prune_claims``)."""
+        now = self.clock()
+        if self._last_prune is not None and now - self._last_prune < PRUNE_INTERVAL:
+            return None
+        self._last_prune = now  # a failed prune waits for the next interval too
+        deleted = await self.store.prune_claims(older_than=now - self.claim_retention)
+        if deleted > 0:
+            log.info("pruned %d claim keys older than %.0f s", deleted, self.claim_retention)
+        return deleted
+
+    async def idle(self) -> None:
+        """Wait until no driver is running (tests, the `run` command)."""
+        while self._drivers:
+            await asyncio.gather(*list(self._drivers.values()), return_exceptions=True)
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop taking work, let running turns finish for ``grace`` seconds, then cancel the rest.
+        Cancelled runs leave their inbox pending and release their leases, so the next start resumes them."""
+        self._accepting = False
+        drivers = list(self._drivers.values())
+        if drivers:
+            _done, pending = await asyncio.wait(drivers, timeout=grace)
+            for driver in pending:
+                driver.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- driving one task under its lease ----------------------------------------------------
+    async def _drive(self, task_id: str) -> None:
+        async with self._slots:
+            await self._drive_leased(task_id)
+
+    async def _drive_leased(self, task_id: str) -> None:
+        inbox = partial(self.store.pending_inbox, task_id)
+        while self._accepting:
+            if not await self.store.acquire_lease(
+                task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+            ):
+                return  # another instance runs it; it will see our inbox item
+            heartbeat = asyncio.create_task(self._heartbeat(task_id), name=f"lease:{task_id}")
+            try:
+                while self._accepting:
+                    items = await self.store.pending_inbox(task_id)
+                    effects = await self.store.open_effects(task_id)
+                    if not items and not effects:
+                        break
+                    await self.executor.run_inbox(task_id, items, effects, inbox)
+            finally:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.store.release_lease(task_id, owner=self.owner))
+            if not self._accepting or not await self.store.pending_inbox(task_id):
+                return
+
+    async def _heartbeat(self, task_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                if not await self.store.renew_lease(
+                    task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+                ):
+                    log.warning("lost the lease of task %s", task_id)
+            except StoreError:
+                log.exception("lease heartbeat failed for task %s", task_id)
+
+    # -- direct use (the `run` command) ----------------------------------------------------
+    async def run_prompt(self, task: TaskRecord, prompt: str, *, adopt_first_root: bool) -> RunOutcome:
+        """Run ``prompt`` on ``task`` under its lease; raises when another run holds it."""
+        if not await self.store.acquire_lease(
+            task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+        ):
+            raise RuntimeError("that conversation is busy with another run; try again when it finishes")
+        try:
+            return await self.executor.run_prompt(
+                task,
+                prompt,
+                adopt_first_root=adopt_first_root,
+                inbox=partial(self.store.pending_inbox, task.task_id),
+            )
+        finally:
+            await self.store.release_lease(task.task_id, owner=self.owner)

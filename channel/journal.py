@@ -1,0 +1,117 @@
+"""The effect journal: every channel write is recorded before it is made, so a crash never repeats it.
+
+A write opens an effect (tool and arguments) in the store *before* the provider
+call and closes it with the result after. Effects a crashed run left open are
+settled by :func:`reconcile` at the start of the next run:
+
+- a post is looked up by the effect id it carries; found, its result is recovered,
+  otherwise it is reported unavailable (and not posted again);
+- reactions, edits and retractions are idempotent, so they are re-attempted
+  (``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done);
+- uploads and documents carry no marker to look for: they are reported, never repeated.
+
+The session (``channel.session``) is the only caller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from storage.base import EffectRecord
+
+from .contract import ChannelAdapter, Origin, Posted
+from .errors import ChannelError, bounded
+from .store import SessionStore
+
+Result = dict[str, Any]
+
+#: Provider codes that mean an idempotent write had already taken effect.
+_DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
+
+
+class EffectJournal:
+    """One task's journal of writes."""
+
+    def __init__(self, store: SessionStore, task_id: str, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._task_id = task_id
+        self._clock = clock
+
+    async def open(self, tool: str, args: Result) -> str:
+        """Record that ``tool`` is about to write with ``args``; returns the new effect's id."""
+        effect_id = uuid.uuid4().hex
+        await self._store.open_effect(
+            effect_id=effect_id, task_id=self._task_id, tool=tool, args=json.dumps(args), now=self._clock()
+        )
+        return effect_id
+
+    async def close(self, effect_id: str, result: Result) -> None:
+        await self._store.close_effect(effect_id, result=json.dumps(result))
+
+    async def write(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
+        """Run ``action`` inside an effect; its result (or its error result) closes the effect."""
+        effect_id = await self.open(tool, args)
+        try:
+            result = await action()
+        except ChannelError as exc:
+            await self.close(effect_id, exc.as_result())
+            raise
+        await self.close(effect_id, result)
+        return result
+
+
+async def reconcile(
+    journal: EffectJournal,
+    adapter: ChannelAdapter,
+    origin: Origin,
+    effects: Sequence[EffectRecord],
+    record_post: Callable[[Posted], Awaitable[str]],
+) -> list[str]:
+    """Settle effects a crashed run left open, never repeating a post; ``record_post`` mints the
+    handle of a recovered post. Returns one line per effect for the model (reasons bounded to 512 bytes)."""
+    notes: list[str] = []
+    for effect in effects:
+        args = json.loads(effect.args)
+        try:
+            result, note = await _settle(adapter, origin, effect.tool, effect.effect_id, args, record_post)
+        except ChannelError as exc:
+            result, note = exc.as_result(), f"is unavailable: {exc.message}"
+        await journal.close(effect.effect_id, result)
+        notes.append(f"- an interrupted {effect.tool} {bounded(note)}")
+    return notes
+
+
+async def _settle(
+    adapter: ChannelAdapter,
+    origin: Origin,
+    tool: str,
+    effect_id: str,
+    args: dict[str, Any],
+    record_post: Callable[[Posted], Awaitable[str]],
+) -> tuple[Result, str]:
+    if tool == "channel_reply":
+        where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
+        found = await adapter.find_posted(where, effect_id)
+        if not found:
+            error = ChannelError("not_found", "the interrupted reply is not in the conversation")
+            return error.as_result(), "was not posted; post it again if it is still needed"
+        handle = await record_post(found[0])
+        return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
+    try:
+        if tool == "channel_react":
+            await adapter.react(str(args["ref"]), str(args["emoji"]), add=bool(args["add"]))
+        elif tool == "channel_edit":
+            await adapter.edit(str(args["ref"]), str(args["text"]))
+        elif tool == "channel_retract":
+            await adapter.retract(str(args["ref"]))
+        else:
+            error = ChannelError("not_found", "the interrupted action's result is unavailable")
+            return error.as_result(), "has an unavailable result; check before doing it again"
+    except ChannelError as exc:
+        if exc.provider_code not in _DONE_CODES:
+            raise
+    return {"ok": True}, "was completed"

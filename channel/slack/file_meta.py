@@ -1,0 +1,40 @@
+"""Slack file objects as contract metadata, and the size bound every file transfer keeps.
+
+The adapter, downloads and uploads all read Slack's file objects through :func:`file_meta`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from channel.contract import FileMeta
+
+#: Largest file fetched or attached (invariant 7).
+MAX_BYTES = 100 * 2**20
+
+
+def file_meta(raw: Mapping[str, Any]) -> FileMeta:
+    """A file object from an event, ``files.info`` or a history row, as contract metadata.
+
+    Slack Connect events may carry only ``{id, file_access: "check_file_info"}``: then no
+    URL is kept and the session asks :meth:`SlackAdapter.file_info` before downloading.
+    """
+    data: dict[str, object] = {}
+    url = raw.get("url_private_download") or raw.get("url_private")
+    if url and raw.get("file_access") != "check_file_info":
+        data["url"] = str(url)
+    if raw.get("mp4_low"):
+        data["mp4_low"] = str(raw["mp4_low"])
+    return FileMeta(
+        ref=str(raw.get("id") or ""),
+        name=str(raw.get("name") or raw.get("title") or "file"),
+        media_type=str(raw.get("mimetype") or "application/octet-stream"),
+        size=int(raw.get("size") or 0),
+        data=data,
+    )
+
+
+def mib(size: int) -> str:
+    """``size`` in MiB for messages to the model."""
+    return f"{size / 2**20:.1f} MiB"

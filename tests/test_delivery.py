@@ -1,0 +1,134 @@
+"""Delivery plumbing: shared lookups survive a cancelled caller, progress never holds a run,
+one HTTP session carries every Slack call, and errors say what they are."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+
+from app import progress
+from channel.slack.adapter import SlackAdapter
+from storage.base import StoreError
+from testing import events
+from testing.fake_slack import FakeSlack
+from testing.harness import AppHarness
+from testing.models import echo_model
+from testing.sessions import SessionEnv, identity_of, slack_session
+
+# A guard against hanging forever in a broken build, far above anything these tests wait for.
+GUARD_S = 20.0
+
+
+def _workspace(slack: FakeSlack) -> None:
+    slack.add_channel("C1", "general")
+    slack.add_user("U1", "alice", display_name="Alice")
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[SessionEnv]:
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        root = slack.add_message("C1", "root", user="U1")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            yield env
+
+
+async def test_a_cancelled_first_lookup_does_not_strand_the_other_waiters(env: SessionEnv) -> None:
+    """When the caller that started a users.info lookup is cancelled, the others waiting for the
+    same name still get it, from the one call."""
+    env.slack.hold("users.info")
+    first = asyncio.create_task(env.adapter.user("U1"))
+    await env.slack.held("users.info").wait()
+    second = asyncio.create_task(env.adapter.user("U1"))
+    await asyncio.sleep(0)  # let it join the lookup in flight
+    first.cancel()
+    env.slack.release("users.info")
+    async with asyncio.timeout(GUARD_S):
+        assert await second == ("Alice", False)
+    assert first.cancelled()
+    assert env.slack.count("users.info") == 1
+
+
+async def test_a_stuck_progress_indicator_does_not_hold_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status call Slack never answers delays the run's end by a bounded wait, not until it answers."""
+    monkeypatch.setattr(progress, "SETTLE_S", 0.2)
+    monkeypatch.setattr(progress, "CLEAR_S", 0.2)
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.hold("assistant.threads.setStatus")
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
+            async with asyncio.timeout(GUARD_S):  # the held call would answer only after 30 s
+                await app.idle()
+            assert len(slack.bot_messages("C1")) == 1
+            slack.release("assistant.threads.setStatus")
+
+
+async def test_every_slack_call_shares_one_http_session(env: SessionEnv, tmp_path: Path) -> None:
+    """Reads, posts and file downloads reuse the adapter's one session's connections, and closing
+    the adapter closes it."""
+    opened = 0
+
+    async def on_connection(*_: Any) -> None:
+        nonlocal opened
+        opened += 1
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(on_connection)
+    http = aiohttp.ClientSession(trace_configs=[trace])
+    adapter = SlackAdapter(
+        token=env.slack.token,
+        api_url=env.slack.api_url,
+        identity=identity_of(env.slack),
+        file_origins=[env.slack.files_origin],
+        http=http,
+    )
+    env.adapter = adapter
+    env.slack.add_file("F1", "notes.txt", "text/plain", b"hello " * 100)
+    env.slack.add_message("C1", "a file", user="U1", thread_ts=env.root, files=[env.slack.file_object("F1")])
+    for _ in range(3):  # each new session reads the thread afresh
+        session = env.new_session()
+        read = await session.call("channel_read", {})
+    file_handle = read["messages"][-1]["files"][0]["file"]
+    for n in range(3):
+        assert "message" in await session.call("channel_reply", {"text": f"reply {n}"})
+    session.enabled.add("channel_fetch_file")
+    assert "path" in await session.call("channel_fetch_file", {"file": file_handle})
+    calls = len(env.slack.calls) + len(env.slack.file_requests)
+    assert calls >= 8 and opened == 1
+    await adapter.close()
+    assert http.closed
+
+
+async def test_a_programming_error_in_a_slack_call_is_not_a_slack_error(env: SessionEnv) -> None:
+    """A bug inside a Slack call keeps its type and traceback instead of becoming slack_error."""
+
+    async def broken(**_: Any) -> None:
+        raise TypeError("a bug in our code")
+
+    env.adapter.writes = SimpleNamespace(chat_postMessage=broken)  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="a bug in our code"):
+        await env.session.call("channel_reply", {"text": "hello"})
+
+
+async def test_a_storage_failure_is_not_reported_as_a_slack_error(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the store fails during a tool, the model reads tool_failed, not a Slack error."""
+
+    async def failing(**_: Any) -> None:
+        raise StoreError("disk I/O error")
+
+    monkeypatch.setattr(env.store, "open_effect", failing)
+    result = await env.session.call("channel_reply", {"text": "hello"})
+    assert result["error"]["code"] == "tool_failed"
+    assert env.slack.bot_messages("C1") == []
