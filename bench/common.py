@@ -25,8 +25,8 @@ from typing import Any
 import aiohttp
 import psutil
 
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import free_port
 
 SIGNING_SECRET = "bench-signing-secret"

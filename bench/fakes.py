@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from emulator import FakeSlack
 from testing.fake_model import FakeOpenAI
-from testing.fake_slack import FakeSlack
 
 from .common import LOOPBACK, REPO
 

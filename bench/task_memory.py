@@ -24,8 +24,8 @@ from pathlib import Path
 
 import aiohttp
 
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import SIGNING_SECRET, AppHarness
 
 from . import Row, Scale

@@ -21,13 +21,12 @@ import asyncio
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
+from emulator import Call, FakeSlack
 from testing import events
 from testing.fake_model import FakeOpenAI
-from testing.fake_slack import FakeSlack
 
 from . import Row, Scale
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, median, our_server
@@ -45,19 +44,19 @@ class TimedSlack(FakeSlack):
     def __init__(self) -> None:
         super().__init__()
         self.answered: dict[tuple[str, str], asyncio.Future[float]] = {}
+        self.observe(self._arrived)
 
     def expect(self, channel: str, ts: str) -> asyncio.Future[float]:
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self.answered[(channel, ts)] = future
         return future
 
-    def _chat_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
-        now = time.perf_counter()
-        answer = super()._chat_post_message(params)
-        future = self.answered.get((str(params.get("channel")), str(params.get("thread_ts"))))
+    def _arrived(self, call: Call) -> None:
+        if call.method != "chat.postMessage":
+            return
+        future = self.answered.get((str(call.params.get("channel")), str(call.params.get("thread_ts"))))
         if future is not None and not future.done():
-            future.set_result(now)
-        return answer
+            future.set_result(time.perf_counter())
 
 
 class _Turns:

@@ -5,6 +5,8 @@ arguments are validated by the tool's own model, handles are resolved for this
 task only, edit/retract check authorship, writes go through the effect journal,
 and every failure becomes an ``{"error": ...}`` result instead of an exception.
 
+The deployment's tools come from ``channel.selection``, writes are journalled by
+``channel.journal``, and the store is reached only through ``channel.store.SessionStore``.
 A host builds one session per run::
 
     session = ChannelSession(adapter=..., store=..., task=task, origin=origin, tools=selection, task_dir=...)

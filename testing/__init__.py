@@ -1,22 +1,13 @@
-"""Test doubles for threadbound: a fake Slack, a fake OpenAI-compatible model, Events API deliveries.
+"""Test doubles for threadbound: a fake OpenAI-compatible model, Events API deliveries, harnesses.
 
-They ship with the project so tests and benchmarks share them::
+They ship with the project so tests and benchmarks share them (the Slack emulator
+is its own package, ``emulator``)::
 
-    from testing import FakeSlack, FakeOpenAI, events
+    from emulator import FakeSlack
+    from testing import FakeOpenAI, events
 """
 
 from testing import events
 from testing.fake_model import FakeOpenAI, Reply, ToolCall
-from testing.fake_slack import DEFAULT_SCOPES, Call, FakeSlack, FileRequest, Status
 
-__all__ = [
-    "DEFAULT_SCOPES",
-    "Call",
-    "FakeOpenAI",
-    "FakeSlack",
-    "FileRequest",
-    "Reply",
-    "Status",
-    "ToolCall",
-    "events",
-]
+__all__ = ["FakeOpenAI", "Reply", "ToolCall", "events"]

@@ -20,9 +20,9 @@ from pydantic_ai.models import Model
 from app.run import RunHooks
 from app.server import Service
 from app.settings import Settings
+from emulator import FakeSlack
 
 from . import events
-from .fake_slack import FakeSlack
 
 SIGNING_SECRET = "test-signing-secret"
 

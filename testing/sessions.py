@@ -17,9 +17,8 @@ from channel.selection import ToolSelection, select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
+from emulator import FakeSlack
 from storage import Store, TaskRecord, open_store
-
-from .fake_slack import FakeSlack
 
 
 @dataclass

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 from testing.models import Turn, call, scripted
 

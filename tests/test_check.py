@@ -11,7 +11,8 @@ import pytest
 
 from app.check import _Report, _secrets, run_checks
 from app.settings import Settings
-from testing import DEFAULT_SCOPES, FakeOpenAI, FakeSlack
+from emulator import DEFAULT_SCOPES, FakeSlack
+from testing import FakeOpenAI
 from testing.harness import SIGNING_SECRET, settings_for
 
 TOKEN = "xoxb-1111-2222-very-secret-token"

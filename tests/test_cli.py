@@ -17,8 +17,8 @@ import pytest
 
 from app.__main__ import main
 from app.settings import Settings, missing_settings
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 from testing.models import echo_model
 

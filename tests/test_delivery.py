@@ -14,9 +14,9 @@ import pytest
 
 from app import progress
 from channel.slack.adapter import SlackAdapter
+from emulator import FakeSlack
 from storage.base import StoreError
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 from testing.models import echo_model
 from testing.sessions import SessionEnv, identity_of, slack_session

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 
 from channel.contract import Origin
+from emulator import FakeSlack
 from testing import events
 from testing.fake_model import FakeOpenAI, Reply, last_user_text
-from testing.fake_slack import FakeSlack
 from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, scripted
 from testing.process import ServerProcess

@@ -18,7 +18,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from testing import FakeOpenAI, FakeSlack, events
+from emulator import FakeSlack
+from testing import FakeOpenAI, events
 from testing.fake_model import Reply
 
 SECRET = "shhh"

@@ -18,7 +18,7 @@ from channel.contract import FileMeta
 from channel.errors import ChannelError
 from channel.slack import downloads as slack_files
 from channel.slack.downloads import MAX_BYTES, download, safe_name
-from testing import FakeSlack
+from emulator import FakeSlack
 from testing.sessions import SessionEnv, slack_session
 
 DEFERRED = ["channel_fetch_file", "channel_attach", "channel_post_document"]

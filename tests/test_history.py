@@ -16,8 +16,8 @@ from pydantic_ai.messages import (
 )
 
 from app.run import trim_history
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 from testing.models import Turn, call, scripted
 

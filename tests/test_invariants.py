@@ -22,8 +22,9 @@ from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import Skill, SkillLibrary
 from channel.tools import CATALOG
+from emulator import FakeSlack
 from storage import open_store
-from testing import FakeSlack, events
+from testing import events
 from testing.harness import AppHarness
 from testing.models import Turn, call, scripted
 from testing.sessions import slack_session

@@ -12,7 +12,7 @@ from app.manifest import BOT_EVENTS, PLACEHOLDER_URL, build_manifest
 from channel.slack import features_from_scopes
 from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes, wanted_scopes
 from channel.tools import CATALOG
-from testing import DEFAULT_SCOPES
+from emulator import DEFAULT_SCOPES
 
 ROOT = Path(__file__).resolve().parent.parent
 URL = "https://bot.example.com/slack/events"

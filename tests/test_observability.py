@@ -9,8 +9,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import logs
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, echo_model, scripted
 

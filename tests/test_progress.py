@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.server import StartupError
+from emulator import DEFAULT_SCOPES, FakeSlack
 from testing import events
-from testing.fake_slack import DEFAULT_SCOPES, FakeSlack
 from testing.harness import AppHarness
 from testing.models import Turn, call, echo_model, scripted
 

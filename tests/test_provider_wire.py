@@ -24,8 +24,8 @@ from app.agent import build_model
 from app.model_settings import cache_key, prompt_cache_settings
 from app.run import APOLOGY
 from app.settings import Settings
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 
 JSON = dict[str, Any]

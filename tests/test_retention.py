@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from emulator import FakeSlack
 from storage import Store
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 from testing.models import echo_model
 

@@ -12,8 +12,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from emulator import FakeSlack
 from testing import events
-from testing.fake_slack import FakeSlack
 from testing.harness import AppHarness
 from testing.models import Turn, call, scripted
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from app.__main__ import main
+from emulator import FakeSlack
 from testing import events
 from testing.fake_model import FakeOpenAI
-from testing.fake_slack import FakeSlack
 from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, echo_model, scripted
 

@@ -24,8 +24,9 @@ from channel.selection import ToolSelection, select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.tools import CHANNEL_TOOLS, ReplyArgs, ToolSpec
+from emulator import DEFAULT_SCOPES, FakeSlack
 from storage import open_store
-from testing import DEFAULT_SCOPES, FakeSlack, events
+from testing import events
 from testing.harness import AppHarness, settings_for
 from testing.models import Turn, call, scripted
 from testing.sessions import SessionEnv, slack_session

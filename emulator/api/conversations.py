@@ -1,0 +1,101 @@
+"""``conversations.*``: thread replies and channel history with Slack's cursor paging, and info.
+
+The scope each needs depends on the kind of conversation (``channels``/``groups``/``im``/``mpim``).
+"""
+
+from __future__ import annotations
+
+from ..wire import JSON, Method, Params, SlackError, as_int, decode_cursor, encode_cursor, truthy, ts_key
+from ..workspace import Workspace
+
+
+def replies(ws: Workspace, params: Params) -> JSON:
+    chan = ws.channel(params)
+    ts = str(params.get("ts") or "")
+    thread = ws.thread(chan.id, ts)
+    if not thread:
+        raise SlackError("thread_not_found")
+    limit = as_int(params.get("limit"), 1000)
+    limit = 1000 if limit <= 0 else min(limit, 1000)
+    start = 0
+    cursor = params.get("cursor")
+    if cursor:
+        key = decode_cursor(str(cursor))
+        start = next((i for i, m in enumerate(thread) if ts_key(m["ts"]) >= key), len(thread))
+    page = thread[start : start + limit]
+    rest = thread[start + limit :]
+    if start > 0 and ws.replies_repeat_root:
+        page = [thread[0], *page]
+    metadata = truthy(params.get("include_all_metadata"))
+    return {
+        "messages": [ws.render(m, metadata) for m in page],
+        "has_more": bool(rest),
+        "response_metadata": {"next_cursor": encode_cursor(rest[0]["ts"]) if rest else ""},
+    }
+
+
+def history(ws: Workspace, params: Params) -> JSON:
+    chan = ws.channel(params)
+    top = [m for m in reversed(ws.stored(chan.id)) if not ws.is_reply(m)]
+    limit = as_int(params.get("limit"), 100)
+    limit = 100 if limit <= 0 else min(limit, 999)
+    start = 0
+    cursor = params.get("cursor")
+    if cursor:
+        key = decode_cursor(str(cursor))
+        start = next((i for i, m in enumerate(top) if ts_key(m["ts"]) <= key), len(top))
+    page = top[start : start + limit]
+    rest = top[start + limit :]
+    metadata = truthy(params.get("include_all_metadata"))
+    return {
+        "messages": [ws.render(m, metadata) for m in page],
+        "has_more": bool(rest),
+        "pin_count": 0,
+        "response_metadata": {"next_cursor": encode_cursor(rest[0]["ts"]) if rest else ""},
+    }
+
+
+def info(ws: Workspace, params: Params) -> JSON:
+    chan = ws.channel(params)
+    out: JSON = {
+        "id": chan.id,
+        "name": chan.name,
+        "is_channel": not chan.is_private,
+        "is_group": chan.is_private and not chan.is_im and not chan.is_mpim,
+        "is_im": chan.is_im,
+        "is_mpim": chan.is_mpim,
+        "is_private": chan.is_private,
+        "is_archived": False,
+        "is_member": True,
+        "context_team_id": ws.team_id,
+        "created": 1_600_000_000,
+    }
+    if chan.is_im:
+        out["user"] = chan.user
+    return {"channel": out}
+
+
+def _kind(ws: Workspace, params: Params) -> str:
+    chan = ws.channels.get(str(params.get("channel", "")))
+    if chan is not None and chan.is_im:
+        return "im"
+    if chan is not None and chan.is_mpim:
+        return "mpim"
+    if chan is not None and chan.is_private:
+        return "groups"
+    return "channels"
+
+
+def _history_scope(ws: Workspace, params: Params) -> str:
+    return f"{_kind(ws, params)}:history"
+
+
+def _read_scope(ws: Workspace, params: Params) -> str:
+    return f"{_kind(ws, params)}:read"
+
+
+METHODS = {
+    "conversations.replies": Method(replies, _history_scope),
+    "conversations.history": Method(history, _history_scope),
+    "conversations.info": Method(info, _read_scope),
+}

@@ -1,0 +1,51 @@
+"""``auth.test`` and ``users.info``: who the bot is, and who the workspace's people are."""
+
+from __future__ import annotations
+
+from ..wire import JSON, Method, Params, SlackError
+from ..workspace import FAKE_HOST, Workspace
+
+
+def auth_test(ws: Workspace, params: Params) -> JSON:
+    return {
+        "url": f"{FAKE_HOST}/",
+        "team": ws.team,
+        "user": ws.bot_name,
+        "team_id": ws.team_id,
+        "user_id": ws.bot_user_id,
+        "bot_id": ws.bot_id,
+        "is_enterprise_install": False,
+    }
+
+
+def info(ws: Workspace, params: Params) -> JSON:
+    user = ws.users.get(str(params.get("user") or ""))
+    if user is None:
+        raise SlackError("user_not_found")
+    profile: JSON = {
+        "display_name": user.display_name,
+        "real_name": user.real_name,
+        "display_name_normalized": user.display_name,
+        "real_name_normalized": user.real_name,
+        "team": ws.team_id,
+    }
+    if user.bot_id:
+        profile["bot_id"] = user.bot_id
+    return {
+        "user": {
+            "id": user.id,
+            "team_id": ws.team_id,
+            "name": user.name,
+            "real_name": user.real_name,
+            "deleted": False,
+            "is_bot": user.is_bot,
+            "is_app_user": False,
+            "profile": profile,
+        }
+    }
+
+
+METHODS = {
+    "auth.test": Method(auth_test),
+    "users.info": Method(info, "users:read"),
+}
