@@ -41,6 +41,7 @@ def settings_for(slack: FakeSlack, data_dir: Path, **overrides: Any) -> Settings
         "slack_file_origins": (slack.files_origin,),
         "data_dir": data_dir,
         "model": "openai-chat:unused",
+        "openai_api_key": "sk-unused-in-tests",  # an OpenAI model without a key is refused at start-up
         "sweep_interval": 3600.0,
         "shutdown_grace": 5.0,
         "agent_file": None,
