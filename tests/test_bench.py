@@ -17,7 +17,7 @@ from bench.__main__ import MODULES
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(360)
 def test_tiny_run_writes_every_row(tmp_path: Path) -> None:
     """Every benchmark row is present with a number, a target and a boolean verdict."""
     out = tmp_path / "results.json"
@@ -26,7 +26,7 @@ def test_tiny_run_writes_every_row(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=350,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,3 +48,41 @@ def test_tiny_run_writes_every_row(tmp_path: Path) -> None:
         if row["baseline"] is not None:
             assert row["ratio"] == pytest.approx(row["ours"] / row["baseline"])
     assert "NOT MET" in proc.stdout or "yes" in proc.stdout  # the table was printed
+
+
+def _request(messages: list[str], *, marks: bool) -> dict[str, object]:
+    """An Anthropic request with a 5,000-character system prompt and ``messages`` as user turns."""
+    mark = {"cache_control": {"type": "ephemeral"}} if marks else {}
+    body: dict[str, object] = {
+        "system": [{"type": "text", "text": "s" * 5000, **mark}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": m}]} for m in messages],
+    }
+    if marks:
+        body["messages"][-1]["content"][-1].update(mark)  # type: ignore[index]
+    return body
+
+
+def test_fake_anthropic_bills_cache_reads_only_at_breakpoints() -> None:
+    """The benchmark's fake Anthropic reads a prefix written at a breakpoint of an earlier request,
+    bills reads at 0.1x and writes at 1.25x, and never caches a request without breakpoints."""
+    from bench.fake_anthropic import PromptCache
+
+    cache = PromptCache()
+    first = cache.bill(_request(["a" * 400], marks=True))
+    assert (first.cache_read, first.cache_write) == (0, first.total)
+    second = cache.bill(_request(["a" * 400, "b" * 400], marks=True))
+    assert second.cache_read == first.total and second.cache_write == second.total - first.total
+    assert second.billed == pytest.approx(0.1 * first.total + 1.25 * (second.total - first.total))
+    plain = PromptCache()
+    for n in (1, 2):
+        bill = plain.bill(_request(["a" * 400] * n, marks=False))
+        assert (bill.cache_read, bill.cache_write, bill.billed) == (0, 0, bill.total)
+
+
+def test_common_prefix_share_counts_the_repeated_start() -> None:
+    """A request that repeats all of the previous one and adds as much again shares half its bytes."""
+    from bench.fake_anthropic import common_prefix_share
+
+    assert common_prefix_share(["ab", "cd"], ["ab", "cd", "efgh"]) == 0.5
+    assert common_prefix_share(["ab", "cx"], ["ab", "cd"]) == 0.75
+    assert common_prefix_share(["zz"], ["ab"]) == 0.0
