@@ -22,21 +22,25 @@ from typing import Any
 from storage.base import Store, StoreError
 
 from . import logs
-from .router import BotIdentity, classify
+from .router import BotIdentity, classify, edited_message
 from .scheduler import Scheduler
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Inbound fields the run needs to render the message later; everything else is dropped.
+# Inbound fields the run needs to render the message later as a person sees it (blocks hold
+# rich text, attachments hold forwarded messages and link previews); everything else is dropped.
 _KEPT = (
     "channel",
     "ts",
     "thread_ts",
     "user",
     "text",
+    "blocks",
+    "attachments",
     "files",
     "bot_id",
+    "bot_profile",
     "channel_type",
     "subtype",
     "username",
@@ -116,7 +120,10 @@ class Ingress:
         decision = classify(event, self.bot, self.settings)
         if decision.action == "ignore":
             return IngressResult(200, "ignored", decision.reason)
-        payload = json.dumps({k: event[k] for k in _KEPT if k in event})
+        # An edit that adds the bot's mention is answered as the message now reads.
+        message = edited_message(event) if event.get("subtype") == "message_changed" else event
+        message = message if message is not None else event
+        payload = json.dumps({k: message[k] for k in _KEPT if k in message})
         try:
             outcome = await self.store.claim_message(
                 event_id=event_id,

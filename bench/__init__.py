@@ -55,6 +55,8 @@ class Scale:
     #: Claims per round, rounds per side.
     claims: int = 2000
     claim_rounds: int = 3
+    #: Turns of the scripted conversation (tokens_per_turn, cacheable_prefix, slack_calls_per_turn).
+    conversation_turns: int = 30
     #: Wall-clock cap of one load phase (seconds): every load test stops by itself.
     time_cap: float = 60.0
 
@@ -85,6 +87,7 @@ SCALES: dict[Mode, Scale] = {
         file_rounds=1,
         claims=20,
         claim_rounds=1,
+        conversation_turns=4,
         time_cap=10.0,
     ),
 }

@@ -24,7 +24,15 @@ from typing import Any
 
 from . import SCALES, Mode, Row, failed
 
-MODULES = ("ingress", "turns", "thread_read", "task_memory", "file_fetch", "store_claims")
+MODULES = (
+    "ingress",
+    "turns",
+    "conversation",
+    "thread_read",
+    "task_memory",
+    "file_fetch",
+    "store_claims",
+)
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 #: Wall-clock cap of one module's child process, by mode (seconds).
 MODULE_CAP: dict[Mode, float] = {"full": 1200.0, "quick": 150.0, "tiny": 90.0}

@@ -1,36 +1,91 @@
-"""The baseline servers: a bare Bolt ``AsyncApp`` on aiohttp, as a Bolt tutorial writes it.
+"""The baseline servers: a Bolt ``AsyncApp`` on aiohttp, as a Bolt tutorial or Slack's samples write it.
 
 ``python -m bench.bolt_baseline noop``  acks every event; its ``app_mention`` listener does nothing.
-``python -m bench.bolt_baseline turn``  acks, then calls the model (Chat Completions over HTTP with
-                                        the ``openai`` client, as pydantic-ai does) and posts the
-                                        answer with ``chat_postMessage`` into the mention's thread.
+``python -m bench.bolt_baseline turn``  the Slack AI bot people actually run (ChatGPT-in-Slack, Slack's
+                                        bolt-python assistant template): on every mention it sets the
+                                        assistant status, rebuilds the conversation from
+                                        ``conversations.replies`` (bot posts as the assistant's turns,
+                                        everyone else's as "<@U…>: text"), and runs a pydantic-ai
+                                        ``Agent`` (the same library and model wire as ours) whose one
+                                        tool, ``channel_reply``, posts into the thread. No prompt-cache
+                                        settings, as in those samples.
 
 Environment: ``PORT``, ``HOST``, ``SLACK_SIGNING_SECRET``, ``SLACK_BOT_TOKEN``, ``SLACK_API_URL``,
-``OPENAI_BASE_URL``, ``OPENAI_API_KEY``. ``GET /healthz`` answers 200 once serving. Stops on SIGTERM.
-Nothing is stored: this is what the work costs without durability, leases or an agent runtime.
+``MODEL`` (``openai-chat:NAME`` with ``OPENAI_BASE_URL``/``OPENAI_API_KEY``, or ``anthropic:NAME``
+with ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``). ``GET /healthz`` answers 200 once serving.
+Stops on SIGTERM. Nothing is stored: no durability, leases, handles or effect journal.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
-REPLY_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "channel_reply",
-        "description": "Reply in the thread.",
-        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-    },
-}
+INSTRUCTIONS = (
+    "You are a helpful assistant in a Slack workspace. Answer the latest message in the thread by "
+    "calling channel_reply with your answer in Markdown."
+)
+
+
+@dataclass
+class Thread:
+    client: AsyncWebClient
+    channel: str
+    thread_ts: str
+
+
+def model_from_env() -> Model:
+    provider, _, name = os.environ.get("MODEL", "openai-chat:fake").partition(":")
+    if provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel(
+            name, provider=AnthropicProvider(api_key=os.environ.get("ANTHROPIC_API_KEY", "x"))
+        )
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    oai = OpenAIProvider(
+        base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "x")
+    )
+    return OpenAIChatModel(name, provider=oai)
+
+
+def build_agent(model: Model) -> Agent[Thread, str]:
+    agent = Agent(model, deps_type=Thread, instructions=INSTRUCTIONS)
+
+    @agent.tool
+    async def channel_reply(ctx: RunContext[Thread], text: str) -> str:
+        """Post your answer (Markdown) in the thread."""
+        thread = ctx.deps
+        await thread.client.chat_postMessage(channel=thread.channel, thread_ts=thread.thread_ts, text=text)
+        return "posted"
+
+    return agent
+
+
+def history_from_replies(messages: list[dict[str, Any]]) -> list[ModelMessage]:
+    """The thread as model messages: the bot's posts as its answers, the rest as people's messages."""
+    history: list[ModelMessage] = []
+    for message in messages:
+        text = str(message.get("text") or "")
+        if message.get("bot_id"):
+            history.append(ModelResponse(parts=[TextPart(text)]))
+        else:
+            history.append(ModelRequest(parts=[UserPromptPart(f"<@{message.get('user')}>: {text}")]))
+    return history
 
 
 def build(mode: str) -> AsyncApp:
@@ -48,22 +103,20 @@ def build(mode: str) -> AsyncApp:
 
         return app
 
-    from openai import AsyncOpenAI
-
-    llm = AsyncOpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "x"))
+    agent = build_agent(model_from_env())
 
     @app.event("app_mention")
     async def turn(event: dict[str, Any], client: AsyncWebClient) -> None:
-        completion = await llm.chat.completions.create(
-            model="fake",
-            messages=[{"role": "user", "content": str(event.get("text") or "")}],
-            tools=[REPLY_TOOL],  # type: ignore[list-item]
+        channel = event["channel"]
+        thread_ts = event.get("thread_ts") or event["ts"]
+        await client.assistant_threads_setStatus(
+            channel_id=channel, thread_ts=thread_ts, status="is thinking…"
         )
-        message = completion.choices[0].message
-        text = message.content or ""
-        for call in message.tool_calls or []:
-            text = json.loads(call.function.arguments).get("text", text)  # type: ignore[union-attr]
-        await client.chat_postMessage(channel=event["channel"], thread_ts=event["ts"], text=text or "ok")
+        replies = await client.conversations_replies(channel=channel, ts=thread_ts, limit=1000)
+        history = history_from_replies(list(replies.get("messages") or []))
+        prompt = history.pop() if history and isinstance(history[-1], ModelRequest) else None
+        latest = prompt.parts[0].content if prompt is not None else str(event.get("text") or "")
+        await agent.run(str(latest), message_history=history, deps=Thread(client, channel, thread_ts))
 
     return app
 

@@ -69,15 +69,17 @@ def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path,
 
 
 def bolt_server(
-    slack: FakeSlack, mode: str, log: Path, cwd: Path, *, model_base_url: str = ""
+    slack: FakeSlack, mode: str, log: Path, cwd: Path, *, model_base_url: str = "", **env: str
 ) -> ServerProcess:
-    """The baseline: a bare Bolt ``AsyncApp`` on aiohttp (see ``bench.bolt_baseline``)."""
+    """The baseline: a Bolt ``AsyncApp`` on aiohttp (see ``bench.bolt_baseline``); ``env`` as for ours."""
     values = {
         "SLACK_BOT_TOKEN": slack.token,
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
         "SLACK_API_URL": slack.api_url,
+        "MODEL": "openai-chat:fake",
         "OPENAI_BASE_URL": model_base_url,
         "OPENAI_API_KEY": "bench",
+        **env,
     }
     argv = [sys.executable, "-m", "bench.bolt_baseline", mode]
     return ServerProcess(

@@ -48,7 +48,7 @@ def test_met_follows_the_target() -> None:
     assert row["absolute"] is True and row["also"] == {"ok": True} and _verdict(row) is False
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(360)
 def test_a_tiny_run_measures_every_row_consistently(tmp_path: Path) -> None:
     """Every row of a tiny run has a finite number, ratio == ours / baseline, met as its target says,
     and the printed table shows those verdicts."""
@@ -58,7 +58,7 @@ def test_a_tiny_run_measures_every_row_consistently(tmp_path: Path) -> None:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=350,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -84,3 +84,41 @@ def test_a_tiny_run_measures_every_row_consistently(tmp_path: Path) -> None:
         if row.get("skipped"):
             assert row["met"] is False, row
     assert table(results) in proc.stdout
+
+
+def _request(messages: list[str], *, marks: bool) -> dict[str, object]:
+    """An Anthropic request with a 5,000-character system prompt and ``messages`` as user turns."""
+    mark = {"cache_control": {"type": "ephemeral"}} if marks else {}
+    body: dict[str, object] = {
+        "system": [{"type": "text", "text": "s" * 5000, **mark}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": m}]} for m in messages],
+    }
+    if marks:
+        body["messages"][-1]["content"][-1].update(mark)  # type: ignore[index]
+    return body
+
+
+def test_fake_anthropic_bills_cache_reads_only_at_breakpoints() -> None:
+    """The benchmark's fake Anthropic reads a prefix written at a breakpoint of an earlier request,
+    bills reads at 0.1x and writes at 1.25x, and never caches a request without breakpoints."""
+    from bench.fake_anthropic import PromptCache
+
+    cache = PromptCache()
+    first = cache.bill(_request(["a" * 400], marks=True))
+    assert (first.cache_read, first.cache_write) == (0, first.total)
+    second = cache.bill(_request(["a" * 400, "b" * 400], marks=True))
+    assert second.cache_read == first.total and second.cache_write == second.total - first.total
+    assert second.billed == pytest.approx(0.1 * first.total + 1.25 * (second.total - first.total))
+    plain = PromptCache()
+    for n in (1, 2):
+        bill = plain.bill(_request(["a" * 400] * n, marks=False))
+        assert (bill.cache_read, bill.cache_write, bill.billed) == (0, 0, bill.total)
+
+
+def test_common_prefix_share_counts_the_repeated_start() -> None:
+    """A request that repeats all of the previous one and adds as much again shares half its bytes."""
+    from bench.fake_anthropic import common_prefix_share
+
+    assert common_prefix_share(["ab", "cd"], ["ab", "cd", "efgh"]) == 0.5
+    assert common_prefix_share(["ab", "cx"], ["ab", "cd"]) == 0.75
+    assert common_prefix_share(["zz"], ["ab"]) == 0.0

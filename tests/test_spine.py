@@ -204,7 +204,9 @@ async def test_own_posts_other_bots_and_edits_start_nothing(tmp_path: Path) -> N
             ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
             await app.deliver(events.message("C1", "UBOT", "<@UBOT> my own", ts + "1", bot_id="BBOT"))
             await app.deliver(events.message("C1", "UOTHER", "<@UBOT> from a bot", ts + "2", bot_id="BOTHER"))
-            await app.deliver(events.message_changed("C1", "U1", "<@UBOT> edited", ts))
+            await app.deliver(
+                events.message_changed("C1", "U1", "<@UBOT> edited", ts, previous_text="<@UBOT> hi")
+            )
             await app.deliver(events.message_deleted("C1", ts))
             await app.deliver(events.message("C1", "U1", "<@UBOT> joined", ts + "3", subtype="channel_join"))
             await app.idle()

@@ -37,11 +37,12 @@ from channel.errors import ChannelError
 from channel.markdown import plain_fallback
 
 from .canvases import create_canvas
+from .content import References, message_files, references, render_message
 from .downloads import download
 from .errors import SlackCallObserver, slack_call
 from .file_meta import file_meta
 from .outbound import DEFAULT_DEADLINE, Outbound
-from .render import display_name, render_text, strip_mass_mentions, user_ids_in
+from .render import Names, display_name, strip_mass_mentions
 from .scopes import features_from_scopes
 from .transport import http_session, read_client, write_client
 from .uploads import upload
@@ -106,6 +107,9 @@ class SlackAdapter(AdapterBase):
         self._user_names: dict[str, tuple[str, bool]] = {}
         self._user_lookups: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         self._channels: dict[str, dict[str, Any]] = {}
+        # Names of channels a message refers to; "" when Slack would not say (another
+        # workspace, a private channel): cosmetic, so a failed lookup is not retried.
+        self._channel_names: dict[str, str] = {}
         if identity.user_id and identity.bot_name:
             # auth.test already named the bot: mentions of it cost no users.info call.
             self._user_names[identity.user_id] = (identity.bot_name, True)
@@ -269,20 +273,44 @@ class SlackAdapter(AdapterBase):
         return list(reversed(newest_first[:cap]))
 
     async def _views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
-        ids: set[str] = set()
+        refs = References()
         for message in raw:
-            if message.get("user"):
-                ids.add(str(message["user"]))
-            ids |= user_ids_in(str(message.get("text") or ""))
-        names = await self._names(ids)
+            refs.add(references(message))
+        names = await self._resolve(refs)
         return [self._view(channel, m, names) for m in raw]
 
-    def _view(self, channel: str, message: Mapping[str, Any], names: Mapping[str, str]) -> MessageView:
+    async def _resolve(self, refs: References) -> Names:
+        """Names for every reference, looked up (cached) where the message gave no label."""
+        users = await self._names(refs.users)
+        lookups = sorted(refs.channels)
+        found = await asyncio.gather(*(self._channel_name(c) for c in lookups))
+        channels = {c: n for c, n in zip(lookups, found, strict=True) if n}
+        channels.update(refs.channel_labels)
+        return Names(users=users, channels=channels, groups=refs.group_labels)
+
+    async def _channel_name(self, channel: str) -> str:
+        if channel in self._channel_names:
+            return self._channel_names[channel]
+        info = self._channels.get(channel)
+        if info is None:
+            try:
+                async with self._call("conversations.info"):
+                    response = await self.reads.conversations_info(channel=channel)
+                info = dict(response.get("channel") or {})
+                self._channels[channel] = info
+            except ChannelError:
+                info = {}
+        # A DM has no name worth showing; "#a-channel" is what the model sees for it.
+        name = "" if info.get("is_im") else str(info.get("name") or "")
+        self._channel_names[channel] = name
+        return name
+
+    def _view(self, channel: str, message: Mapping[str, Any], names: Names) -> MessageView:
         user = str(message.get("user") or "")
         bot_id = message.get("bot_id")
         is_you = user == self.identity.user_id or (bool(bot_id) and bot_id == self.identity.bot_id)
         if user:
-            name = names.get(user, "someone")
+            name = names.users.get(user, "someone")
         else:
             profile = message.get("bot_profile") or {}
             name = str(message.get("username") or profile.get("name") or "a bot")
@@ -292,9 +320,9 @@ class SlackAdapter(AdapterBase):
         return MessageView(
             ref=f"{channel}:{ts}",
             author=author,
-            text=render_text(_message_text(message), names),
+            text=render_message(message, names),
             time=_iso(ts),
-            files=tuple(file_meta(f) for f in message.get("files") or [] if f.get("id")),
+            files=tuple(file_meta(f) for f in message_files(message)),
             reactions=reactions,
         )
 
@@ -445,16 +473,6 @@ async def fetch_identity(
         scopes=scopes,
         bot_name=str(response.get("user") or ""),
     )
-
-
-def _message_text(message: Mapping[str, Any]) -> str:
-    # The bot posts Markdown in `markdown` blocks; `text` is only its shortened plain fallback.
-    markdown = [
-        str(b.get("text") or "")
-        for b in message.get("blocks") or []
-        if isinstance(b, Mapping) and b.get("type") == "markdown"
-    ]
-    return "\n\n".join(markdown) if markdown else str(message.get("text") or "")
 
 
 def fallback_text(markdown: str) -> str:

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from channel import markdown
 
-__all__ = ["display_name", "render_text", "strip_mass_mentions", "user_ids_in"]
+__all__ = [
+    "Names",
+    "display_name",
+    "labels_in",
+    "render_text",
+    "strip_mass_mentions",
+    "unlabelled_channels_in",
+    "user_ids_in",
+]
 
 # Slack IDs are upper-case letters and digits; W… IDs are Enterprise Grid users.
 _USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
@@ -25,6 +34,23 @@ _TOKEN = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
 _SPECIAL = frozenset({"here", "channel", "everyone"})
 _URL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+# Labelled references whose labels name things blocks only give by ID.
+_CHANNEL_LABEL = re.compile(r"<#([CGD][A-Z0-9]+)\|([^<>|]+)>")
+_GROUP_LABEL = re.compile(r"<!subteam\^([A-Z0-9]+)\|([^<>|]+)>")
+_CHANNEL_REF = re.compile(r"<#([CGD][A-Z0-9]+)(?:\|([^<>]*))?>")
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Names resolved in trusted code, by Slack ID: users (display names), channels (without
+    ``#``) and user groups (handles, without ``@``). An ID missing here renders as a neutral
+    placeholder, never as itself."""
+
+    users: Mapping[str, str] = field(default_factory=dict)
+    channels: Mapping[str, str] = field(default_factory=dict)
+    groups: Mapping[str, str] = field(default_factory=dict)
+
+
 _SPECIAL_MENTION = re.compile(r"<!(channel|here|everyone|subteam\^[^>|]*)(?:\|([^>]*))?>", re.IGNORECASE)
 
 
@@ -53,21 +79,36 @@ def user_ids_in(text: str) -> set[str]:
     return set(_USER_MENTION.findall(text))
 
 
-def render_text(text: str, users: Mapping[str, str]) -> str:
+def labels_in(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """``(channel names, group handles)`` by ID, from labelled ``<#C…|name>`` and
+    ``<!subteam^S…|@handle>`` references in ``text``; rich-text blocks name neither."""
+    channels = {cid: name.strip().lstrip("#") for cid, name in _CHANNEL_LABEL.findall(text) if name.strip()}
+    groups = {gid: name.strip().lstrip("@") for gid, name in _GROUP_LABEL.findall(text) if name.strip()}
+    return channels, groups
+
+
+def unlabelled_channels_in(text: str) -> set[str]:
+    """Channel IDs referenced as ``<#C…>`` or ``<#C…|>``: their names must be looked up."""
+    return {cid for cid, label in _CHANNEL_REF.findall(text) if not label.strip()}
+
+
+def render_text(text: str, users: Mapping[str, str] | Names) -> str:
     """Render Slack message text for the model.
 
-    ``users`` maps user ID → display name. Mentions become ``@Name`` (``@label``
-    or ``@someone`` when the ID is unknown), channels ``#name`` (``#a-channel``
-    without a name), user groups ``@handle`` (``@a-group``), ``<!here>`` and
-    friends ``@here``, dates their fallback text, links ``[label](url)`` or the
-    bare URL, mail links the address; then ``&lt;``/``&gt;``/``&amp;`` are unescaped.
+    ``users`` maps user ID → display name (or is a :class:`Names` with channels and
+    groups too). Mentions become ``@Name`` (``@label`` or ``@someone`` when the ID is
+    unknown), channels ``#name`` (``#a-channel`` without a name), user groups
+    ``@handle`` (``@a-group``), ``<!here>`` and friends ``@here``, dates their
+    fallback text, links ``[label](url)`` or the bare URL, mail links the address;
+    then ``&lt;``/``&gt;``/``&amp;`` are unescaped.
     """
+    names = users if isinstance(users, Names) else Names(users=users)
 
     def replace(match: re.Match[str]) -> str:
         entity = match.group(2)
         if entity is not None:
             return _ENTITIES[entity]
-        return _render_construct(match.group(1), users)
+        return _render_construct(match.group(1), names)
 
     return _TOKEN.sub(replace, text)
 
@@ -95,16 +136,17 @@ def _unescape(text: str) -> str:
     return re.sub(r"&(lt|gt|amp);", lambda m: _ENTITIES[m.group(1)], text)
 
 
-def _render_construct(inner: str, users: Mapping[str, str]) -> str:
+def _render_construct(inner: str, names: Names) -> str:
     target, bar, raw_label = inner.partition("|")
     label = _unescape(raw_label).strip() if bar else ""
     if target.startswith("@"):
-        name = users.get(target[1:], "").strip()
+        name = names.users.get(target[1:], "").strip()
         return "@" + (name or label.lstrip("@").strip() or "someone")
     if target.startswith("#"):
-        return "#" + (label.lstrip("#").strip() or "a-channel")
+        known = names.channels.get(target[1:], "").strip()
+        return "#" + (label.lstrip("#").strip() or known or "a-channel")
     if target.startswith("!"):
-        return _render_special(target[1:], label)
+        return _render_special(target[1:], label, names)
     url = _unescape(target)
     if url.lower().startswith("mailto:"):
         address = url[len("mailto:") :]
@@ -115,12 +157,14 @@ def _render_construct(inner: str, users: Mapping[str, str]) -> str:
     return label or url
 
 
-def _render_special(command: str, label: str) -> str:
-    keyword = command.split("^", 1)[0].lower()
+def _render_special(command: str, label: str, names: Names) -> str:
+    keyword, _, argument = command.partition("^")
+    keyword = keyword.lower()
     if keyword in _SPECIAL:
         return "@" + keyword
     if keyword == "subteam":
-        return "@" + (label.lstrip("@").strip() or "a-group")
+        known = names.groups.get(argument.split("^", 1)[0], "").strip()
+        return "@" + (label.lstrip("@").strip() or known or "a-group")
     if keyword == "date":
         return label or "a date"
     # Unknown special command (its arguments may hold IDs): the label only.
