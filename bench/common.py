@@ -7,12 +7,10 @@ requests and stops at a wall-clock cap, whichever comes first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +22,7 @@ import psutil
 
 from emulator import FakeSlack
 from testing import events
+from testing.memory import PeakRss
 from testing.process import LOOPBACK, REPO, ServerProcess
 
 SIGNING_SECRET = "bench-signing-secret"
@@ -180,40 +179,6 @@ async def warm_up(url: str, envelopes: Sequence[dict[str, Any]]) -> None:
 
 def rss(pid: int | None = None) -> int:
     return int(psutil.Process(pid).memory_info().rss)
-
-
-class PeakRss:
-    """Samples a process's RSS every ``interval`` seconds on a thread (reading /proc costs the event
-    loop nothing), keeping the peak. Use as a context manager around the measured work."""
-
-    def __init__(self, pid: int | None = None, interval: float = 0.002) -> None:
-        self._proc = psutil.Process(pid)
-        self.interval = interval
-        self.start = 0
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="peak-rss", daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(psutil.Error):
-                self.peak = max(self.peak, int(self._proc.memory_info().rss))
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> PeakRss:
-        self.start = self.peak = int(self._proc.memory_info().rss)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        with contextlib.suppress(psutil.Error):
-            self.peak = max(self.peak, int(self._proc.memory_info().rss))
-
-    @property
-    def growth(self) -> int:
-        return self.peak - self.start
 
 
 # -- statistics ---------------------------------------------------------------------------------------
