@@ -25,12 +25,14 @@ def test_checked_in_manifest_is_current() -> None:
 
 
 def test_manifest_delivers_every_event_the_router_handles_to_the_url() -> None:
-    """Events go to the given URL over HTTP (no socket mode): mentions, and messages in every kind of
-    conversation the bot can be in, so thread replies and DMs reach the router."""
+    """Events and clicks go to the given URL over HTTP (no socket mode): mentions, and messages in
+    every kind of conversation the bot can be in, so thread replies and DMs reach the router."""
     manifest = build_manifest(URL, name="helper")
     settings = manifest["settings"]
     subscriptions = settings["event_subscriptions"]
     assert subscriptions["request_url"] == URL and settings["socket_mode_enabled"] is False
+    # Clicks (approval and feedback buttons) are signed interactions posted to the same URL.
+    assert settings["interactivity"] == {"is_enabled": True, "request_url": URL}
     kinds = ("channels", "groups", "im", "mpim")  # public, private, DM, group DM
     assert {"app_mention", *(f"message.{kind}" for kind in kinds)} <= set(subscriptions["bot_events"])
     # People DM the bot in its messages tab; a read-only tab would refuse them.
