@@ -81,7 +81,7 @@ class Scheduler:
 
     async def sweep(self) -> int:
         """Drive every task whose inbox or effects are pending and whose lease is free or expired."""
-        task_ids = await self.store.tasks_with_pending_inbox(now=self.clock())
+        task_ids = await self.store.tasks_needing_a_run(now=self.clock())
         for task_id in task_ids:
             self.notify(task_id)
         return len(task_ids)
