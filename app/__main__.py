@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from .settings import Settings
+from .settings import Settings, explain
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
-        print(f"threadbound: invalid configuration: {problems}", file=sys.stderr)
+        for line in explain(exc):
+            print(f"threadbound: {line}", file=sys.stderr)
         return 2
     from .logs import configure_logging
 

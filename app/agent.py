@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import Agent, AgentRetries, RunContext
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset
@@ -31,7 +32,7 @@ from channel.tools import ToolSpec
 
 from .logs import bind
 from .model_settings import run_model_settings
-from .settings import Settings
+from .settings import WHERE_TO_GET, Settings, model_key_missing
 
 # Accept any JSON object: the session validates with the tool's model and answers with an error result.
 _ANY_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
@@ -106,12 +107,24 @@ def _outcome(result: Any) -> str:
 
 
 def build_model(name: str, settings: Settings) -> Model:
-    """A pydantic-ai model from ``openai-chat:NAME``, ``openai:NAME`` or ``anthropic:NAME``."""
+    """A pydantic-ai model from ``openai-chat:NAME``, ``openai:NAME`` or ``anthropic:NAME``.
+
+    Raises ValueError, naming the setting to fix, for a malformed name or a missing key."""
     provider, _, model_name = name.partition(":")
     if not model_name:
         raise ValueError(
             f"MODEL must look like 'openai-chat:NAME', 'openai:NAME' or 'anthropic:NAME', not {name!r}"
         )
+    key = model_key_missing(name, settings)
+    if key is not None:
+        raise ValueError(f"{key} is not set, and MODEL={name} needs it: {WHERE_TO_GET[key]}")
+    try:
+        return _provider_model(provider, model_name, settings)
+    except UserError as exc:  # pydantic-ai's word for a configuration mistake; say it in one line
+        raise ValueError(f"MODEL={name}: {exc}") from exc
+
+
+def _provider_model(provider: str, model_name: str, settings: Settings) -> Model:
     if provider in ("openai-chat", "openai"):
         from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
         from pydantic_ai.providers.openai import OpenAIProvider
@@ -132,7 +145,10 @@ def build_model(name: str, settings: Settings) -> Model:
             model_name,
             provider=AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value() or None),
         )
-    raise ValueError(f"unsupported model provider {provider!r} in MODEL={name!r}")
+    raise ValueError(
+        f"MODEL={provider}:{model_name} names an unknown provider {provider!r}: "
+        "use openai-chat:NAME, openai:NAME or anthropic:NAME"
+    )
 
 
 def build_agent(

@@ -5,11 +5,17 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+#: A one-line ``instructions`` value with one of these endings is a file path, not the text.
+INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
 
 
 @dataclass(frozen=True, slots=True)
 class AgentFile:
-    """``agent.toml``: ``instructions`` (text or a path to a file), ``tools`` and ``model``."""
+    """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` and ``model``.
+
+    :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
 
     instructions: str = ""
     tools: tuple[str, ...] | None = None
@@ -20,21 +26,55 @@ class AgentFile:
         if path is None:
             return cls()
         if not path.is_file():
-            raise ValueError(f"AGENT_FILE {path} does not exist")
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+            raise ValueError(f"AGENT_FILE {path} does not exist: create it or unset AGENT_FILE")
+        data = _read_toml(path)
         unknown = set(data) - {"instructions", "tools", "model"}
         if unknown:
             raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: instructions, tools, model")
-        instructions = str(data.get("instructions", ""))
-        candidate = (path.parent / instructions) if instructions and "\n" not in instructions else None
-        if candidate is not None and candidate.suffix in (".md", ".txt") and candidate.is_file():
-            instructions = candidate.read_text(encoding="utf-8")
+        for key in ("instructions", "model"):
+            if not isinstance(data.get(key, ""), str):
+                raise ValueError(f'{path}: {key} must be a string, e.g. {key} = "…"')
+        instructions = _instructions(path, data.get("instructions", ""))
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise ValueError(f"{path}: tools must be a list of tool names")
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
-            model=str(data.get("model", "")),
+            model=data.get("model", ""),
         )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's message ends "(at line L, column C)", or "(at end of document)" with no line.
+        where = str(exc).replace("(at end of document)", f"(at the end, line {_line_count(path)})")
+        raise ValueError(f"{path} is not valid TOML: {where}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read: {exc.strerror}") from exc
+
+
+def _line_count(path: Path) -> int:
+    return max(1, len(path.read_bytes().splitlines()))
+
+
+def _instructions(path: Path, value: str) -> str:
+    """The instructions text. A single line ending in ``.md`` or ``.txt`` names a file beside the
+    agent file, which must exist: a typo must not silently become the instructions themselves."""
+    if "\n" in value or not value.strip().lower().endswith(INSTRUCTION_FILE_SUFFIXES):
+        return value
+    file = path.parent / value.strip()
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(
+            f"{path}: instructions file {file} does not exist "
+            "(a one-line value ending in .md or .txt is a path; write inline instructions on several lines)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: instructions file {file} cannot be read: {exc}") from exc

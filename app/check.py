@@ -2,26 +2,29 @@
 
 One line per finding: ``PASS``, ``WARN``, ``FAIL`` or ``SKIP``, the check's name,
 and what was found or what to do. The exit code is 1 when anything FAILed.
-Secrets never reach the output: every line is scrubbed of the configured ones.
+Secrets never reach the output: every line is scrubbed of the configured ones (of
+:data:`MIN_SECRET_CHARS` or more) and of anything shaped like a Slack token or an API key.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
 from urllib.parse import urlsplit
 
 from channel.errors import ChannelError
+from channel.skills import SkillLibrary
 from channel.slack import SlackIdentity, fetch_identity
 from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, features_from_scopes, missing_scopes, purpose
 from channel.tools import CATALOG
-from storage import StoreError, open_store, sqlite_path
+from storage import StoreError, open_store
 
 from .agent_file import AgentFile
 from .paas import ephemeral_disk_warning
-from .settings import Settings
+from .settings import Settings, describe_database
 
 # Seconds before a hung service counts as failed (the Postgres driver and OpenAI client have their own).
 _DB_TIMEOUT = 30.0
@@ -31,6 +34,11 @@ _MODEL_MAX_TOKENS = 16
 _REINSTALL = "add it and reinstall the app (see slack-manifest.json)"
 _BAD_TOKEN_CODES = ("invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive")
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Real keys and tokens are far longer; masking a short value garbles ordinary text that happens to
+# equal it (a placeholder key "ollama" and MODEL=openai-chat:ollama), and hides nothing worth hiding.
+MIN_SECRET_CHARS = 12
+# Anything shaped like a Slack token or an OpenAI/Anthropic key, configured or not.
+_KEY_SHAPES = re.compile(r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})")
 
 
 @dataclass
@@ -43,6 +51,7 @@ class _Report:
     def line(self, status: str, name: str, detail: str) -> None:
         for secret in self.secrets:
             detail = detail.replace(secret, "***")
+        detail = _KEY_SHAPES.sub("***", detail)
         self.failed = self.failed or status == "FAIL"
         text = f"{status:<4}  {name:<14}  {detail}"
         self.lines.append(text)
@@ -62,7 +71,7 @@ def _secrets(settings: Settings) -> list[str]:
     except ValueError:
         pass
     # Longest first, so a secret containing another is replaced whole.
-    return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+    return sorted({v for v in values if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:
@@ -160,21 +169,6 @@ def _check_file_origins(settings: Settings, report: _Report) -> None:
         report.line("PASS", "file origins", ", ".join(origins))
 
 
-def _describe_database(url: str) -> str:
-    # Never the URL itself: it may carry a password.
-    if url.lower().startswith("sqlite:"):
-        try:
-            return f"SQLite {sqlite_path(url)}"
-        except ValueError:
-            return "SQLite"
-    try:
-        parts = urlsplit(url)
-        where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
-    except ValueError:
-        return "the database"
-    return f"Postgres {where}"
-
-
 async def _check_database(settings: Settings, report: _Report) -> None:
     url = settings.resolved_database_url
     try:
@@ -182,7 +176,7 @@ async def _check_database(settings: Settings, report: _Report) -> None:
     except ValueError as exc:
         report.line("FAIL", "database", f"{exc}")
         return
-    what = _describe_database(url)
+    what = describe_database(url)
     try:
         async with asyncio.timeout(_DB_TIMEOUT):
             await store.migrate()
@@ -228,6 +222,18 @@ def _load_agent_file(settings: Settings, report: _Report, identity: SlackIdentit
         checked = "" if enabled is not None else " (scopes not checked: no valid token)"
         report.line("PASS", "agent file", f"{path}: {len(agent_file.tools)} tools, all known{checked}")
     return agent_file
+
+
+def _check_skills(settings: Settings, report: _Report) -> None:
+    folder = settings.resolved_skills_dir
+    if folder is None:
+        report.line("SKIP", "skills", "none (SKILLS_DIR unset, no ./skills folder)")
+    elif not folder.is_dir():
+        detail = f"SKILLS_DIR {folder} is not a directory: create it or unset SKILLS_DIR"
+        report.line("FAIL", "skills", detail)
+    else:
+        count = len(SkillLibrary.load(folder).names())
+        report.line("PASS" if count else "WARN", "skills", f"{folder}: {count} skills (*.md)")
 
 
 async def _check_model(settings: Settings, report: _Report, agent_file: AgentFile | None) -> None:
@@ -291,6 +297,7 @@ async def run_checks(settings: Settings, *, model: bool = True, out: TextIO = sy
     _check_file_origins(settings, report)
     await _check_database(settings, report)
     agent_file = _load_agent_file(settings, report, identity)
+    _check_skills(settings, report)
     if model:
         await _check_model(settings, report, agent_file)
     else:

@@ -31,7 +31,7 @@ _TOKEN_SHAPE = re.compile(r"xox[abposr]-[A-Za-z0-9-]{6,}")
 #: Characters of message text a log line may carry.
 PREVIEW_CHARS = 40
 # Library chatter at INFO (or DEBUG) would log request details and message bodies; keep it to warnings.
-_NOISY = ("slack_bolt", "slack_sdk", "aiohttp.access", "aiosqlite", "httpx", "httpx2", "openai", "anthropic")
+_NOISY = ("slack_bolt", "slack_sdk", "aiohttp.access", "httpx", "httpx2", "openai", "anthropic")
 
 Scope = contextvars.Token[dict[str, Any]]
 

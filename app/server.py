@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import logging
-import os
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from aiohttp import web
 from pydantic_ai.models import Model
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
@@ -38,6 +38,7 @@ from storage import Store, StoreError, open_store
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .ingress import Ingress
+from .interactions import Interactions
 from .metrics import CONTENT_TYPE_LATEST
 from .observe import Observer, TimedModel, combine
 from .paas import ephemeral_disk_warning
@@ -45,7 +46,7 @@ from .progress import Progress
 from .router import BotIdentity
 from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
-from .settings import Settings
+from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,55 @@ class StartupError(Exception):
     """Configuration that cannot work; the message says what to fix."""
 
 
-class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item; nothing reaches Bolt's listeners."""
+#: Seconds start-up waits for the store to open and migrate before giving up with a reason.
+STORE_OPEN_TIMEOUT = 20.0
 
-    def __init__(self, handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]) -> None:
+
+def missing_report(missing: list[str]) -> str:
+    """Every missing required setting, each with where to get it, and what to do next."""
+    width = max(len(name) for name in missing)
+    count = f"{len(missing)} required setting{'s are' if len(missing) > 1 else ' is'} not set:"
+    rows = [f"  {name:<{width}}  {WHERE_TO_GET[name]}" for name in missing]
+    them = "them" if len(missing) > 1 else "it"
+    advice = f"Set {them} in the environment or in ./.env (NAME=value lines), then run `python -m app check`."
+    return "\n".join([count, *rows, advice])
+
+
+async def open_ready_store(settings: Settings) -> Store:
+    """The store, connected and migrated, or StartupError naming DATABASE_URL/DATA_DIR and the reason."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(
+            f"DATA_DIR {settings.data_dir} cannot be created ({exc.strerror}): "
+            "point DATA_DIR at a writable directory"
+        ) from exc
+    try:
+        store = open_store(settings.resolved_database_url)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
+    what = describe_database(settings.resolved_database_url)
+    try:
+        async with asyncio.timeout(STORE_OPEN_TIMEOUT):
+            await store.migrate()
+    except (StoreError, OSError, TimeoutError) as exc:
+        await store.close()
+        why = f"no answer within {STORE_OPEN_TIMEOUT:.0f}s" if isinstance(exc, TimeoutError) else str(exc)
+        raise StartupError(f"cannot open the store ({what}): {why}; check DATABASE_URL and DATA_DIR") from exc
+    return store
+
+
+class _Ingest(AsyncMiddleware):
+    """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
+    nothing reaches Bolt's listeners."""
+
+    def __init__(
+        self,
+        handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]],
+        interactions: Interactions | None = None,
+    ) -> None:
         self._handle = handle
+        self._interactions = interactions
 
     async def async_process(
         self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
@@ -71,33 +116,26 @@ class _Ingest(AsyncMiddleware):
             return BoltResponse(status=status, body=text)
         if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
             return await next()
-        # Interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
+        if body.get("type") == "block_actions" and self._interactions is not None:
+            status, text = await self._interactions.handle(body)
+            return BoltResponse(status=status, body=text)
+        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(settings: Settings, adapter: SlackAdapter, ingress: Ingress) -> AsyncApp:
-    identity = adapter.identity
-    token = settings.slack_bot_token.get_secret_value()
-
-    async def authorize(**_: Any) -> AuthorizeResult:
-        # The install is single-workspace and auth.test already ran at start-up: no call per request.
-        return AuthorizeResult(
-            enterprise_id=None,
-            team_id=identity.team_id,
-            bot_user_id=identity.user_id,
-            bot_id=identity.bot_id,
-            bot_token=token,
-            bot_scopes=list(identity.scopes),
-        )
-
+def build_bolt(settings: Settings, ingress: Ingress, interactions: Interactions | None = None) -> AsyncApp:
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
+    # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
+    # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
+    # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
+    # it, and url_verification and ssl_check need none.
     return AsyncApp(
+        token=settings.slack_bot_token.get_secret_value(),
         signing_secret=settings.slack_signing_secret.get_secret_value(),
-        authorize=authorize,
-        before_authorize=_Ingest(handle),
+        before_authorize=_Ingest(handle, interactions),
         process_before_response=True,
         ignoring_self_events_enabled=False,
         raise_error_for_unhandled_request=False,
@@ -114,6 +152,8 @@ class Service:
     ingress: Ingress
     bolt: AsyncApp
     observer: Observer = field(default_factory=Observer)
+    #: Click handlers by action id (``app.interactions``); features register theirs in ``create``.
+    interactions: Interactions = field(default_factory=Interactions)
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -130,38 +170,31 @@ class Service:
         owner: str | None = None,
     ) -> Service:
         """Build everything and fail early, with a message naming the fix, on bad configuration."""
-        if not settings.slack_bot_token.get_secret_value():
-            raise StartupError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-…)")
-        if not settings.slack_signing_secret.get_secret_value():
-            raise StartupError("SLACK_SIGNING_SECRET is not set (Basic Information → App Credentials)")
         try:
-            progress = Progress(settings.progress, settings.progress_emoji)
+            agent_file = AgentFile.load(settings.resolved_agent_file)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         ephemeral = ephemeral_disk_warning(settings)
         if ephemeral:
             log.warning(ephemeral)
+        model_name = settings.model or agent_file.model
+        missing = missing_settings(settings, None if model is not None else model_name)
+        if missing:
+            raise StartupError(missing_report(missing))
+        if settings.skills_dir is not None and not settings.skills_dir.is_dir():
+            raise StartupError(
+                f"SKILLS_DIR {settings.skills_dir} is not a directory: create it or unset SKILLS_DIR"
+            )
         try:
-            agent_file = AgentFile.load(settings.resolved_agent_file)
-        except (ValueError, OSError) as exc:
+            progress = Progress(settings.progress, settings.progress_emoji)
+        except ValueError as exc:
             raise StartupError(str(exc)) from exc
         if model is None:
-            name = settings.model or agent_file.model
-            if not name:
-                raise StartupError(
-                    "MODEL is not set (e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5)"
-                )
             try:
-                model = build_model(name, settings)
+                model = build_model(model_name, settings)
             except ValueError as exc:
                 raise StartupError(str(exc)) from exc
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        store = open_store(settings.resolved_database_url)
-        try:
-            await store.migrate()
-        except StoreError as exc:
-            await store.close()
-            raise StartupError(f"database unavailable: {exc}") from exc
+        store = await open_ready_store(settings)
         observer = Observer()
         try:
             adapter = await SlackAdapter.connect(
@@ -218,8 +251,11 @@ class Service:
             settings=settings,
             on_result=observer.delivery,
         )
-        bolt = build_bolt(settings, adapter, ingress)
-        return cls(settings, store, adapter, runner, ingress, bolt, observer=observer)
+        interactions = Interactions()
+        bolt = build_bolt(settings, ingress, interactions)
+        return cls(
+            settings, store, adapter, runner, ingress, bolt, observer=observer, interactions=interactions
+        )
 
     def _web_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes)
@@ -284,9 +320,15 @@ async def serve(
     service = await Service.create(settings, model=model)
     runner = web.AppRunner(service.web_app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host=os.environ.get("HOST", "0.0.0.0"), port=settings.port)
-    await site.start()
-    log.info("listening on port %s", settings.port)
+    site = web.TCPSite(runner, host=settings.host, port=settings.port)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        await service.adapter.close()
+        await service.store.close()
+        raise StartupError(_listen_error(settings, exc)) from exc
+    log.info("listening on %s port %s", settings.host, settings.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -302,3 +344,14 @@ async def serve(
     await service.adapter.close()
     await service.store.close()
     log.info("stopped after %.1fs", time.monotonic() - started)
+
+
+def _listen_error(settings: Settings, exc: OSError) -> str:
+    where = f"{settings.host}:{settings.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {settings.port} is already in use ({where}): stop the other server or set another PORT"
+    if exc.errno == errno.EACCES:
+        return f"no permission to listen on {where}: use a PORT above 1023"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return f"cannot listen on {where}: HOST is not an address of this machine (try 0.0.0.0 or 127.0.0.1)"
+    return f"cannot listen on {where}: {exc.strerror or exc}; check HOST and PORT"

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from storage import sqlite_path
+
 CSV = Annotated[tuple[str, ...], NoDecode]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# At least an hour: Slack retries a delivery for minutes, and a pruned key could be claimed twice.
+_MIN_RETENTION_DAYS = 1 / 24
+
+#: Where a newcomer finds each required setting; shown when it is missing.
+WHERE_TO_GET = {
+    "SLACK_BOT_TOKEN": "the Bot User OAuth Token (xoxb-…) on your Slack app's OAuth & Permissions page",
+    "SLACK_SIGNING_SECRET": "the Signing Secret under your Slack app's Basic Information → App Credentials",
+    "MODEL": "e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5 (or `model` in agent.toml)",
+    "OPENAI_API_KEY": "https://platform.openai.com/api-keys (only a custom OPENAI_BASE_URL may go without)",
+    "ANTHROPIC_API_KEY": "https://console.anthropic.com/settings/keys",
+}
 
 
 def _csv(value: object) -> object:
@@ -35,26 +51,27 @@ class Settings(BaseSettings):
     agent_file: Path | None = None
     skills_dir: Path | None = None
 
-    port: int = 3000
+    #: Interface the server listens on.
+    host: str = "0.0.0.0"
+    port: int = Field(default=3000, ge=1, le=65535)
     #: Seconds SIGTERM waits for running turns before leases are released (Heroku allows 30).
-    shutdown_grace: float = 20.0
+    shutdown_grace: float = Field(default=20.0, ge=0)
     #: Seconds one agent run may take before it ends with an apology.
-    run_timeout: float = 300.0
+    run_timeout: float = Field(default=300.0, gt=0)
     #: Agent runs one instance works on at once; more conversations wait in the durable inbox.
-    max_concurrent_runs: int = 64
+    max_concurrent_runs: int = Field(default=64, ge=1)
     #: Most transcript messages sent to the model (older turns are dropped at a prompt boundary).
-    history_limit: int = 400
+    history_limit: int = Field(default=400, ge=1)
     #: Seconds one Slack write may keep waiting out rate limits (429) before it fails ``rate_limited``.
     write_deadline: float = Field(default=300.0, gt=0)
     #: Seconds a conversation lease lives without a heartbeat.
-    lease_ttl: float = 60.0
+    lease_ttl: float = Field(default=60.0, gt=0)
     #: Seconds between sweeps for conversations whose owner died.
-    sweep_interval: float = 30.0
+    sweep_interval: float = Field(default=30.0, gt=0)
     #: Days ingress dedupe keys are kept (Slack retries for minutes); the sweep prunes older ones hourly.
-    # At least an hour: Slack retries a delivery for minutes, and a pruned key could be claimed twice.
-    claim_retention_days: float = Field(default=7.0, ge=1 / 24)
+    claim_retention_days: float = 7.0
     #: Largest request body accepted on /slack/events, in bytes.
-    max_body_bytes: int = 1_048_576
+    max_body_bytes: int = Field(default=1_048_576, ge=1)
 
     # Access control (empty means everyone).
     allowed_channels: CSV = ()
@@ -76,6 +93,23 @@ class Settings(BaseSettings):
     def _split(cls, value: object) -> object:
         return _csv(value)
 
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"use one of {', '.join(LOG_LEVELS)}")
+        return level
+
+    @field_validator("claim_retention_days")
+    @classmethod
+    def _retention(cls, value: float) -> float:
+        if value < _MIN_RETENTION_DAYS:
+            raise ValueError(
+                "must be at least 1 hour (0.042 days), since Slack retries a delivery for minutes"
+            )
+        return value
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'threadbound.db'}"
@@ -95,8 +129,100 @@ class Settings(BaseSettings):
         return default if default.is_dir() else None
 
 
+def model_key_missing(model: str, settings: Settings) -> str | None:
+    """The API key setting ``model`` needs and does not have, or None.
+
+    Anthropic always needs a key; OpenAI models need one unless ``OPENAI_BASE_URL`` names another
+    server (vLLM, Ollama and other local servers often take none)."""
+    provider = model.partition(":")[0]
+    if provider == "anthropic" and not settings.anthropic_api_key.get_secret_value():
+        return "ANTHROPIC_API_KEY"
+    if (
+        provider in ("openai", "openai-chat")
+        and not settings.openai_api_key.get_secret_value()
+        and not settings.openai_base_url
+    ):
+        return "OPENAI_API_KEY"
+    return None
+
+
+def missing_settings(settings: Settings, model: str | None) -> list[str]:
+    """Required settings that are empty, in the order a newcomer sets them up.
+
+    ``model`` is the model name in effect (``MODEL`` or the agent file's), or None when the caller
+    supplies a model object and none is required."""
+    missing = [
+        name
+        for name, value in (
+            ("SLACK_BOT_TOKEN", settings.slack_bot_token),
+            ("SLACK_SIGNING_SECRET", settings.slack_signing_secret),
+        )
+        if not value.get_secret_value()
+    ]
+    if model is not None:
+        key = model_key_missing(model, settings) if model else None
+        missing += ["MODEL"] if not model else [key] if key else []
+    return missing
+
+
+def describe_database(url: str) -> str:
+    """The database a URL names, for messages: never the URL itself, which may carry a password."""
+    if url.lower().startswith("sqlite:"):
+        try:
+            return f"SQLite {sqlite_path(url)}"
+        except ValueError:
+            return "SQLite"
+    try:
+        parts = urlsplit(url)
+        where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}{parts.path}"
+    except ValueError:
+        return "the database"
+    return f"Postgres {where}"
+
+
+# Pydantic's wording for the constraints above, said as a person would.
+_CONSTRAINTS = {
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be greater than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "int_parsing": "must be a whole number",
+    "float_parsing": "must be a number",
+    "bool_parsing": "must be true or false",
+}
+
+
+def explain(exc: ValidationError) -> list[str]:
+    """One line per invalid setting: ``NAME=value is invalid: what to do`` (secrets never echoed)."""
+    lines = []
+    for error in exc.errors():
+        name = ".".join(map(str, error["loc"])).upper()
+        field = Settings.model_fields.get(name.lower())
+        secret = field is not None and field.annotation is SecretStr
+        value = error.get("input")
+        shown = f"={value}" if isinstance(value, str) and not secret and len(value) <= 80 else ""
+        template = _CONSTRAINTS.get(error["type"])
+        if template is not None:
+            ctx = {k: f"{v:g}" if isinstance(v, float) else v for k, v in error.get("ctx", {}).items()}
+            why = template.format(**ctx)
+        elif error["type"] == "value_error":
+            why = str(error["ctx"]["error"])
+        else:
+            why = error["msg"]
+        lines.append(f"{name}{shown} is invalid: {why}")
+    return lines
+
+
 def load_settings(**overrides: object) -> Settings:
     return Settings(**overrides)  # type: ignore[arg-type]
 
 
-__all__ = ["Settings", "load_settings"]
+__all__ = [
+    "LOG_LEVELS",
+    "WHERE_TO_GET",
+    "Settings",
+    "describe_database",
+    "explain",
+    "load_settings",
+    "missing_settings",
+    "model_key_missing",
+]

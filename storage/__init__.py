@@ -5,11 +5,37 @@ Usage::
     store = open_store(settings.database_url)  # no I/O yet
     await store.migrate()                      # connects, creates/upgrades the schema
     ...
-    await store.close()                        # always: an open SQLite connection blocks process exit
+    await store.close()                        # ends the SQLite thread / the Postgres pool
 
 ``open_store`` only parses the URL and builds the backend; the connection (or
 pool) is opened on first use, normally ``migrate()`` at start-up. Connection
 failures surface as :class:`StoreError` from that first call.
+
+Where things are
+----------------
+- ``base.py``: the :class:`Store` protocol and its records, the contract every caller relies on.
+- ``schema.py``: the tables, as numbered migrations per dialect, and the one migration runner.
+- ``statements.py``: every statement and procedure the store runs, written once for both dialects.
+- ``sql.py``: how one statement becomes each dialect's SQL (placeholders, the few spellings that
+  differ) and how a procedure becomes a Postgres function.
+- ``sqlstore.py``: every Store method, once, over four primitives a backend supplies.
+- ``sqlite.py`` / ``postgres.py``: the backends, connection plumbing only (a database thread with
+  group commit; an asyncpg pool).
+- ``_rows.py``: result rows to records.
+
+Adding a table and its statements
+---------------------------------
+1. ``schema.py``: append a migration (next version) with the ``CREATE TABLE`` for each dialect
+   (types differ: ``REAL``/``DOUBLE PRECISION``, ``BLOB``/``BYTEA``, JSON text/arrays). Never
+   edit an applied migration.
+2. ``statements.py``: write each statement once with ``:named`` parameters. A write that needs
+   several statements in one transaction is a ``Procedure`` (writes first, then one query for the
+   result row); add it to ``PROCEDURES`` so ``migrate()`` creates its Postgres function.
+3. ``base.py``: declare the method on :class:`Store` (with its contract in the docstring);
+   ``sqlstore.py``: implement it once with ``self._one`` / ``self._fetch`` / ``self._execute`` /
+   ``self._call``; ``_rows.py``: a converter if it returns a record.
+4. ``tests/test_store_contract.py``: test it there; it runs on both backends.
+Neither backend module changes unless the database needs something new from its driver.
 """
 
 from __future__ import annotations

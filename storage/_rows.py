@@ -1,31 +1,15 @@
 """Rows → records, shared by both backends.
 
 A row is whatever the driver returns (``sqlite3.Row``, ``asyncpg.Record``): both are read by
-column name. Each ``*_COLUMNS`` list is what the matching converter reads.
+column name. Each converter reads the matching ``*_COLUMNS`` list of ``statements.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, Protocol
 
-from .base import EffectRecord, HandleRecord, InboxItem, LeaseRecord, TaskRecord
-
-TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at"
-INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
-LEASE_COLUMNS = "task_id, owner, expires_at"
-HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
-EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at"
-
-
-class Row(Protocol):
-    def __getitem__(self, key: str, /) -> Any: ...
-
-
-def tools_json(tools: Sequence[str]) -> str:
-    """``tasks.enabled_tools`` as SQLite stores it (JSON text; Postgres stores a ``text[]``)."""
-    return json.dumps(list(tools))
+from .base import ClaimOutcome, EffectRecord, HandleRecord, InboxItem, LeaseRecord, StoreStats, TaskRecord
+from .sql import Row
 
 
 def task_from_row(row: Row) -> TaskRecord:
@@ -77,3 +61,18 @@ def effect_from_row(row: Row) -> EffectRecord:
         result=row["result"],
         created_at=float(row["created_at"]),
     )
+
+
+def claim_from_row(row: Row) -> ClaimOutcome:
+    item_id = row["item_id"]
+    return ClaimOutcome(
+        row["status"],
+        task_id=row["task_id"],
+        item_id=None if item_id is None else int(item_id),
+        created=bool(row["created"]),
+    )
+
+
+def stats_from_row(row: Row) -> StoreStats:
+    values = {key: int(row[key]) for key in row.keys()}
+    return StoreStats(tasks=values.pop("tasks"), pending_inbox=values.pop("pending_inbox"), extra=values)

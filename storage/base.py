@@ -202,7 +202,7 @@ class Store(Protocol):
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:
         """Items not yet consumed by a saved run, oldest first."""
 
-    async def tasks_with_pending_inbox(self, *, now: float) -> list[str]:
+    async def tasks_needing_a_run(self, *, now: float) -> list[str]:
         """Tasks that have pending inbox items or open effects and no live lease (expired or none)."""
 
     # -- leases -----------------------------------------------------------------

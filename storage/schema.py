@@ -3,16 +3,17 @@
 Each migration is a numbered list of statements per dialect. ``migrate()`` applies
 the versions above the highest one recorded in ``schema_version``, in order, inside
 one transaction that also records them, so a crash mid-way leaves the old version.
-Append new migrations; never edit an applied one. Queries both backends share
-(modulo the parameter placeholder) live here too.
+Append new migrations; never edit an applied one. The statements the store runs on these tables
+live in ``statements.py``; :func:`migration` is the one runner both backends drive.
 
 Tables (same shape on both dialects):
 
 - ``tasks``: one row per task; ``enabled_tools`` is JSON text on SQLite, ``text[]`` on Postgres.
 - ``conversations``: conversation key ``(channel, thread_ts)`` → task. Its foreign key is
-  deferred so a new task can claim its key before the task row exists (see PostgresStore._create).
+  deferred so a new task can claim its key before the task row exists (see ``statements.CLAIM``).
 - ``event_claims`` / ``message_claims``: the two claim keys of ingress; their primary
-  keys are what makes a claim happen once. ``claimed_at`` lets ``prune_claims`` drop old keys.
+  keys are what makes a claim happen once. ``claimed_at`` lets ``prune_claims`` drop old keys;
+  ``claim_id`` (v3) names the claim call that took the key (``statements.CLAIM``).
 - ``inbox``: claimed messages not yet consumed; a saved run deletes what it consumed.
   Ids are never reused (``AUTOINCREMENT`` / identity) so a stale id cannot consume a newer item.
 - ``leases``: at most one owner per task.
@@ -22,15 +23,14 @@ Tables (same shape on both dialects):
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
-from typing import Any, Final, Literal
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
-from .base import StoreStats
+from .sql import Dialect, DialectName, Script, Statement
+from .statements import PROCEDURES, RECORD_VERSION, SCHEMA_VERSION
 
-Dialect = Literal["sqlite", "postgres"]
-
-SCHEMA_VERSION_DDL: Final[dict[Dialect, str]] = {
+SCHEMA_VERSION_DDL: Final[dict[DialectName, str]] = {
     "sqlite": (
         "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
     ),
@@ -175,7 +175,7 @@ _V1_POSTGRES: Final[tuple[str, ...]] = (
     "CREATE INDEX effects_open ON effects (task_id, seq) WHERE state = 'open'",
 )
 
-#: v2: a claim in one round trip on Postgres (``PostgresStore.claim_message``). Inside a plpgsql
+#: v2 (dropped again by v3): a claim in one round trip on Postgres, written in plpgsql. Inside a plpgsql
 #: function each statement takes a fresh snapshot (READ COMMITTED), so after ``ON CONFLICT`` waited
 #: for a concurrent transaction, the next statement sees what it committed; one plain statement
 #: could not. Keys in a fixed order: the event id (a redelivery waits on the first delivery), the
@@ -254,59 +254,48 @@ _V2_POSTGRES: Final[tuple[str, ...]] = (
     $$""",
 )
 
+#: v3: one definition of a claim for both backends (``statements.CLAIM``), which marks the keys it
+#: takes with its call's ``claim_id``; on Postgres it runs as a function generated from the same
+#: statements (``sql.Procedure``), so v2's hand-written function goes.
+_V3_SQLITE: Final[tuple[str, ...]] = (
+    "ALTER TABLE event_claims ADD COLUMN claim_id TEXT",
+    "ALTER TABLE message_claims ADD COLUMN claim_id TEXT",
+)
+_V3_POSTGRES: Final[tuple[str, ...]] = (
+    *_V3_SQLITE,
+    "DROP FUNCTION IF EXISTS tb_claim_message(TEXT, TEXT, TEXT, TEXT, BOOLEAN, TEXT, DOUBLE PRECISION, TEXT)",
+)
+
 #: ``(version, {dialect: statements})``, ascending.
-MIGRATIONS: Final[tuple[tuple[int, dict[Dialect, tuple[str, ...]]], ...]] = (
+MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
+    (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]
 
 
-def pending(dialect: Dialect, current: int) -> list[tuple[int, tuple[str, ...]]]:
+def pending(dialect: DialectName, current: int) -> list[tuple[int, tuple[str, ...]]]:
     """Migrations above ``current``, in order."""
     return [(version, steps[dialect]) for version, steps in MIGRATIONS if version > current]
 
 
-# -- shared by both backends ---------------------------------------------------------
-
-
-def new_task_id() -> str:
-    return uuid.uuid4().hex
-
-
-#: Tasks with pending inbox items or open effects and no live lease, longest-waiting first.
-#: ``{now}`` is the dialect's placeholder for the caller's clock.
-DUE_TASKS_SQL: Final[str] = """
-SELECT due.task_id FROM (
-    SELECT task_id, MIN(created_at) AS since FROM inbox GROUP BY task_id
-    UNION ALL
-    SELECT task_id, MIN(created_at) AS since FROM effects WHERE state = 'open' GROUP BY task_id
-) AS due
-WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.task_id = due.task_id AND l.expires_at > {now})
-GROUP BY due.task_id
-ORDER BY MIN(due.since), due.task_id
-"""
-
-#: Sets the origin thread only while it is still empty: the first posted root becomes the origin,
-#: later roots are only mapped (``record_root``). Returns a row iff the task exists.
-SET_THREAD_SQL: Final[str] = (
-    "UPDATE tasks SET thread_ts = CASE WHEN thread_ts = '' THEN {thread} ELSE thread_ts END"
-    " WHERE task_id = {task} RETURNING true"
-)
-
-#: One row of counts; ``tasks`` and ``pending_inbox`` are StoreStats fields, the rest go to ``extra``.
-STATS_SQL: Final[str] = """
-SELECT
-    (SELECT COUNT(*) FROM tasks) AS tasks,
-    (SELECT COUNT(*) FROM inbox) AS pending_inbox,
-    (SELECT COUNT(*) FROM effects WHERE state = 'open') AS open_effects,
-    (SELECT COUNT(*) FROM leases) AS leases,
-    (SELECT COUNT(*) FROM handles) AS handles,
-    (SELECT COUNT(*) FROM conversations) AS conversations
-"""
-
-
-def stats_from_counts(counts: Mapping[str, Any]) -> StoreStats:
-    values = {key: int(value) for key, value in counts.items()}
-    return StoreStats(tasks=values.pop("tasks"), pending_inbox=values.pop("pending_inbox"), extra=values)
+def migration(dialect: Dialect, prelude: Sequence[tuple[Statement, Mapping[str, Any]]] = ()) -> Script:
+    """The migration runner, a :data:`~storage.sql.Script` each backend drives in one transaction:
+    ``prelude`` (Postgres: its lock and schema), the version table, the pending migrations each
+    recorded, then (Postgres) the functions of the procedures, created or replaced."""
+    for step in prelude:  # noqa: UP028 (``yield from`` would forward send() to a list)
+        yield step
+    yield Statement(SCHEMA_VERSION_DDL[dialect.name], verbatim=True), {}
+    [row] = yield SCHEMA_VERSION, {}
+    # A newer schema than this code knows is left alone: migrations are additive,
+    # so an older instance keeps working during a rolling deploy.
+    for version, statements in pending(dialect.name, int(row["version"])):
+        for text in statements:
+            yield Statement(text, verbatim=True), {}
+        yield RECORD_VERSION, {"version": version, "applied_at": time.time()}
+    if dialect.name == "postgres":
+        for procedure in PROCEDURES:
+            _, create = procedure.function
+            yield Statement(create, verbatim=True), {}

@@ -41,6 +41,7 @@ def settings_for(slack: FakeSlack, data_dir: Path, **overrides: Any) -> Settings
         "slack_file_origins": (slack.files_origin,),
         "data_dir": data_dir,
         "model": "openai-chat:unused",
+        "openai_api_key": "sk-unused-in-tests",  # an OpenAI model without a key is refused at start-up
         "sweep_interval": 3600.0,
         "shutdown_grace": 5.0,
         "agent_file": None,
@@ -114,6 +115,13 @@ class AppHarness:
         assert self._http is not None
         return await events.deliver(
             self._http, f"{self.url}/slack/events", envelope, SIGNING_SECRET, retry_num=retry_num
+        )
+
+    async def click(self, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Deliver an interaction payload (``events.block_actions``), signed and form-encoded."""
+        assert self._http is not None
+        return await events.deliver_interaction(
+            self._http, f"{self.url}/slack/events", payload, SIGNING_SECRET
         )
 
     async def post_raw(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:

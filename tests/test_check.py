@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from app.check import run_checks
+from app.check import _Report, _secrets, run_checks
+from app.settings import Settings
 from emulator import DEFAULT_SCOPES, FakeSlack
 from testing import FakeOpenAI
 from testing.harness import SIGNING_SECRET, settings_for
@@ -61,7 +62,7 @@ async def test_good_configuration_passes(llm: FakeOpenAI, tmp_path: Path) -> Non
     async with FakeSlack(token=TOKEN) as slack:
         code, lines = await check(slack, llm, tmp_path)
     assert code == 0, lines
-    assert [line.split()[0] for line in lines] == ["PASS"] * 5 + ["SKIP", "PASS"], lines
+    assert [line.split()[0] for line in lines] == ["PASS"] * 5 + ["SKIP", "SKIP", "PASS"], lines
     assert lines_of(lines, "PASS", "token") and "@threadbound" in lines[0]
     assert llm.count == 1
     assert llm.requests[0]["max_completion_tokens"] <= 16
@@ -172,3 +173,57 @@ async def test_model_rejecting_the_key_fails_without_echoing_it(llm: FakeOpenAI,
     assert code == 1
     (line,) = lines_of(lines, "FAIL", "model")
     assert "openai-chat:fake" in line and wrong not in "\n".join(lines)
+
+
+async def test_a_short_key_does_not_mask_ordinary_text(tmp_path: Path) -> None:
+    """A placeholder key equal to part of the model name ("fake") leaves `openai-chat:fake` readable."""
+    async with FakeOpenAI(lambda request: FakeOpenAI.text("OK"), api_key="fake") as local:
+        async with FakeSlack(token=TOKEN) as slack:
+            code, lines = await check(slack, local, tmp_path, openai_api_key="fake")
+    assert code == 0, lines
+    assert lines_of(lines, "PASS", "model") == ["PASS  model           openai-chat:fake answered"]
+
+
+def test_report_masks_long_secrets_and_key_shapes_only() -> None:
+    """Configured secrets of 12+ characters and anything shaped like a Slack token or API key become ***."""
+    out = io.StringIO()
+    report = _Report(out, ["a-long-configured-secret"])
+    report.line(
+        "FAIL",
+        "model",
+        "gpt-4o said a-long-configured-secret, xoxp-123456-abcdef, sk-proj-abcdefghij0123456789",
+    )
+    report.line("PASS", "model", "openai-chat:gpt-4o, sk-short, xoxb-1")
+    assert out.getvalue().splitlines() == [
+        "FAIL  model           gpt-4o said ***, ***, ***",
+        "PASS  model           openai-chat:gpt-4o, sk-short, xoxb-1",
+    ]
+    assert _secrets(settings_for_keys("gpt-4o", "sk-a-real-looking-key-0123")) == [
+        "sk-a-real-looking-key-0123"
+    ]
+
+
+def settings_for_keys(openai: str, anthropic: str) -> Settings:
+    return Settings(_env_file=None, openai_api_key=openai, anthropic_api_key=anthropic)  # type: ignore[call-arg]
+
+
+async def test_missing_skills_dir_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """SKILLS_DIR naming no directory is a FAIL line saying what to do."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, skills_dir=tmp_path / "skils")
+    assert code == 1
+    assert lines_of(lines, "FAIL", "skills") == [
+        f"FAIL  skills          SKILLS_DIR {tmp_path / 'skils'} is not a directory: "
+        "create it or unset SKILLS_DIR"
+    ]
+
+
+async def test_broken_agent_file_fails_naming_the_line(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """A TOML error in the agent file is a FAIL line naming the file and the line."""
+    agent = tmp_path / "agent.toml"
+    agent.write_text('model = "openai-chat:fake"\ntools = [\n')
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, agent_file=agent)
+    assert code == 1
+    (line,) = lines_of(lines, "FAIL", "agent file")
+    assert line.endswith(f"{agent} is not valid TOML: Invalid value (at the end, line 2)"), line

@@ -25,7 +25,7 @@ def test_checked_in_manifest_is_current() -> None:
 
 
 def test_manifest_is_an_events_api_install() -> None:
-    """The manifest subscribes to the five message events at the URL, with no socket mode or interactivity."""
+    """The manifest subscribes to the five message events at the URL (clicks too), with no socket mode."""
     manifest = build_manifest(URL, name="helper")
     settings = manifest["settings"]
     assert settings["event_subscriptions"] == {
@@ -35,7 +35,7 @@ def test_manifest_is_an_events_api_install() -> None:
     assert settings["socket_mode_enabled"] is False
     assert settings["org_deploy_enabled"] is False
     assert settings["token_rotation_enabled"] is False
-    assert settings["interactivity"] == {"is_enabled": False}
+    assert settings["interactivity"] == {"is_enabled": True, "request_url": URL}
     assert manifest["display_information"]["name"] == "helper"
     assert manifest["features"]["bot_user"] == {"display_name": "helper", "always_online": True}
     home = manifest["features"]["app_home"]

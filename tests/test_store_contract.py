@@ -268,13 +268,13 @@ def claim_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     import storage.sqlite
 
     sizes: list[int] = []
-    batch = storage.sqlite._claim_batch
+    batch = storage.sqlite._run_batch
 
-    def spy(db: Any, claims: Sequence[Any]) -> Any:
-        sizes.append(len(claims))
-        return batch(db, claims)
+    def spy(db: Any, calls: Sequence[Any]) -> Any:
+        sizes.append(len(calls))
+        return batch(db, calls)
 
-    monkeypatch.setattr(storage.sqlite, "_claim_batch", spy)
+    monkeypatch.setattr(storage.sqlite, "_run_batch", spy)
     return sizes
 
 
@@ -441,7 +441,7 @@ async def test_pruned_message_can_be_claimed_again_and_pending_inbox_is_untouche
     assert await store.prune_claims(older_than=T0 + DAY) == 2
     assert [i.item_id for i in await store.pending_inbox(first.task_id)] == [first.item_id]
     assert await store.find_task("C1", "100.000001") == first.task_id
-    assert await store.tasks_with_pending_inbox(now=T0 + DAY) == [first.task_id]
+    assert await store.tasks_needing_a_run(now=T0 + DAY) == [first.task_id]
 
     again = await claim(store, now=T0 + DAY)
     assert again.status == "claimed" and not again.created and again.task_id == first.task_id
@@ -454,11 +454,9 @@ async def test_prune_claims_in_batches_and_concurrently(
     store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backlog larger than one batch is deleted in full, also by two stores pruning at once."""
-    import storage.postgres
-    import storage.sqlite
+    import storage.sqlstore
 
-    monkeypatch.setattr(storage.sqlite, "_PRUNE_BATCH", 2)
-    monkeypatch.setattr(storage.postgres, "_PRUNE_BATCH", 2)
+    monkeypatch.setattr(storage.sqlstore, "_PRUNE_BATCH", 2)
     first, second = await store_factory(), await store_factory()
     for i in range(7):
         assert (await claim(first, event_id=f"Ev{i}", ts=f"100.{i}", now=T0 + i)).status == "claimed"
@@ -578,7 +576,7 @@ async def test_save_run_unknown_task_fails_and_consumes_nothing(store: Store) ->
 # -- inbox scheduling ------------------------------------------------------------------
 
 
-async def test_tasks_with_pending_inbox_respects_leases_and_effects(store: Store) -> None:
+async def test_tasks_needing_a_run_respects_leases_and_effects(store: Store) -> None:
     """Due tasks have pending items or open effects and no live lease; drained tasks are not due."""
     busy = await claim(store, now=T0)
     idle_effect = await new_task(store)
@@ -586,15 +584,15 @@ async def test_tasks_with_pending_inbox_respects_leases_and_effects(store: Store
     assert busy.task_id and drained.task_id and drained.item_id is not None
     await store.save_run(drained.task_id, transcript=b"", consumed=[drained.item_id])
     await store.open_effect(effect_id="e1", task_id=idle_effect, tool="channel_reply", args="{}", now=T0 + 2)
-    assert await store.tasks_with_pending_inbox(now=T0 + 10) == [busy.task_id, idle_effect]
+    assert await store.tasks_needing_a_run(now=T0 + 10) == [busy.task_id, idle_effect]
 
     assert await store.acquire_lease(busy.task_id, owner="a", ttl=30, now=T0 + 10)
-    assert await store.tasks_with_pending_inbox(now=T0 + 20) == [idle_effect]
+    assert await store.tasks_needing_a_run(now=T0 + 20) == [idle_effect]
     # Expired at T0 + 40: due again.
-    assert await store.tasks_with_pending_inbox(now=T0 + 40) == [busy.task_id, idle_effect]
+    assert await store.tasks_needing_a_run(now=T0 + 40) == [busy.task_id, idle_effect]
 
     await store.close_effect("e1", result="{}")
-    assert await store.tasks_with_pending_inbox(now=T0 + 40) == [busy.task_id]
+    assert await store.tasks_needing_a_run(now=T0 + 40) == [busy.task_id]
 
 
 # -- leases --------------------------------------------------------------------------

@@ -458,7 +458,7 @@ async def test_tool_search_never_offers_what_the_agent_file_did_not_select(tmp_p
 
 
 async def test_skills_tool_is_offered_only_when_skills_exist(tmp_path: Path) -> None:
-    """A skills dir adds the skills tool to the first request; without one it is not offered."""
+    """A skills dir adds the skills tool to the first request; an empty one offers no skills tool."""
     skills_dir = tmp_path / "skills"
     skills_dir.mkdir()
     (skills_dir / "triage.md").write_text("# Triage a bug report\n")
@@ -469,11 +469,12 @@ async def test_skills_tool_is_offered_only_when_skills_exist(tmp_path: Path) -> 
             slack, model=recorder(seen, lambda n, t: [""]), data_dir=tmp_path / "a", skills_dir=skills_dir
         ) as app:
             await mention(app)
+        (tmp_path / "empty").mkdir()
         async with AppHarness(
             slack,
             model=recorder(seen, lambda n, t: [""]),
             data_dir=tmp_path / "b",
-            skills_dir=tmp_path / "none",
+            skills_dir=tmp_path / "empty",
         ) as app:
             await mention(app, "again")
     assert seen.tools[0] == [*ACTIVE, "skills"]

@@ -1,0 +1,292 @@
+"""Every statement the store runs, written once for both dialects (``storage/sql.py``).
+
+Single statements are atomic on their own. The three multi-statement writes (a claim, creating a
+task, saving a run) are :class:`~storage.sql.Procedure` s: one transaction, one database trip on
+either backend. Parameters are named after what they hold; each store method passes them by name.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .sql import Procedure, SqlType, Statement
+
+TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at"
+INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
+LEASE_COLUMNS = "task_id, owner, expires_at"
+HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
+EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at"
+
+PING: Final = Statement("SELECT 1")
+
+# -- schema version (the migration runner, ``migrations.py``) ---------------------------------
+
+SCHEMA_VERSION: Final = Statement("SELECT COALESCE(MAX(version), 0) AS version FROM schema_version")
+RECORD_VERSION: Final = Statement(
+    "INSERT INTO schema_version (version, applied_at) VALUES (:version, :applied_at)"
+)
+
+# -- ingress ---------------------------------------------------------------------------------
+
+FIND_TASK: Final = Statement(
+    "SELECT task_id FROM conversations WHERE channel = :channel AND thread_ts = :thread_ts"
+)
+
+_OURS_EVENT = "EXISTS (SELECT 1 FROM event_claims WHERE event_id = :event_id AND claim_id = :claim_id)"
+_OURS_MESSAGE = (
+    "EXISTS (SELECT 1 FROM message_claims WHERE channel = :channel AND ts = :ts AND claim_id = :claim_id)"
+)
+
+#: ``Store.claim_message``, the one definition of a claim. ``claim_id`` is fresh per call: it marks
+#: the claim keys this call took (so later statements tell "taken by us" from "taken before") and is
+#: the id of the task the call may create. Keys are taken in a fixed order, so concurrent claims on
+#: Postgres wait on each other instead of deadlocking: the event id (a redelivery waits for the
+#: first delivery), the conversation (claims starting one thread wait for the first, whose task
+#: they then join), the message (deliveries of one message under two event ids: the second waits,
+#: then is a duplicate). Each statement sees what the one it waited for committed (Procedure doc).
+#: ``no_task`` writes nothing; a ``duplicate`` records only its event id.
+CLAIM: Final = Procedure(
+    name="claim",
+    params=(
+        ("event_id", SqlType.TEXT),
+        ("channel", SqlType.TEXT),
+        ("ts", SqlType.TEXT),
+        ("thread_ts", SqlType.TEXT),
+        ("create", SqlType.BOOL),
+        ("payload", SqlType.TEXT),
+        ("now", SqlType.REAL),
+        ("claim_id", SqlType.TEXT),
+    ),
+    returns=(
+        ("status", SqlType.TEXT),
+        ("task_id", SqlType.TEXT),
+        ("item_id", SqlType.BIGINT),
+        ("created", SqlType.BOOL),
+    ),
+    steps=(
+        # The event id, unless the claim would be a no_task (which records nothing).
+        Statement(
+            "INSERT INTO event_claims (event_id, channel, ts, claimed_at, claim_id)"
+            " SELECT :event_id, :channel, :ts, :now, :claim_id"
+            " WHERE :create"
+            " OR EXISTS (SELECT 1 FROM conversations WHERE channel = :channel AND thread_ts = :thread_ts)"
+            " OR EXISTS (SELECT 1 FROM message_claims WHERE channel = :channel AND ts = :ts)"
+            " ON CONFLICT DO NOTHING"
+        ),
+        # A new conversation maps its key to a new task (the key first: its foreign key is deferred).
+        Statement(
+            "INSERT INTO conversations (channel, thread_ts, task_id)"
+            " SELECT :channel, :thread_ts, :claim_id"
+            f" WHERE :create AND {_OURS_EVENT}"
+            " AND NOT EXISTS (SELECT 1 FROM message_claims WHERE channel = :channel AND ts = :ts)"
+            " ON CONFLICT DO NOTHING"
+        ),
+        Statement(
+            "INSERT INTO tasks (task_id, channel, thread_ts, created_at)"
+            " SELECT :claim_id, :channel, :thread_ts, :now"
+            " WHERE EXISTS (SELECT 1 FROM conversations"
+            " WHERE channel = :channel AND thread_ts = :thread_ts AND task_id = :claim_id)"
+        ),
+        # The message, into the conversation's task (ours or another's), written whole.
+        Statement(
+            "INSERT INTO message_claims (channel, ts, event_id, task_id, claimed_at, claim_id)"
+            " SELECT :channel, :ts, :event_id, c.task_id, :now, :claim_id FROM conversations c"
+            f" WHERE c.channel = :channel AND c.thread_ts = :thread_ts AND {_OURS_EVENT}"
+            " ON CONFLICT DO NOTHING"
+        ),
+        Statement(
+            "INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)"
+            " SELECT m.task_id, :channel, :ts, :thread_ts, :payload, :now FROM message_claims m"
+            " WHERE m.channel = :channel AND m.ts = :ts AND m.claim_id = :claim_id"
+        ),
+        # A task created above for a message that turned out a duplicate is dropped again.
+        Statement(
+            "DELETE FROM conversations WHERE channel = :channel AND thread_ts = :thread_ts"
+            f" AND task_id = :claim_id AND NOT {_OURS_MESSAGE}"
+        ),
+        Statement(f"DELETE FROM tasks WHERE task_id = :claim_id AND NOT {_OURS_MESSAGE}"),
+        # The outcome. The inbox item is the newest of this message (an older one only exists if
+        # the message's claim keys were pruned and it was claimed again).
+        Statement(
+            "SELECT"
+            " CASE WHEN m.claim_id = :claim_id THEN 'claimed'"
+            " WHEN m.ts IS NOT NULL OR EXISTS (SELECT 1 FROM event_claims WHERE event_id = :event_id)"
+            " THEN 'duplicate' ELSE 'no_task' END AS status,"
+            " m.task_id AS task_id,"
+            " (SELECT MAX(i.item_id) FROM inbox i WHERE m.claim_id = :claim_id"
+            " AND i.task_id = m.task_id AND i.channel = :channel AND i.ts = :ts) AS item_id,"
+            " EXISTS (SELECT 1 FROM tasks WHERE task_id = :claim_id) AS created"
+            " FROM (SELECT 1 AS one) AS probe"
+            " LEFT JOIN message_claims m ON m.channel = :channel AND m.ts = :ts"
+        ),
+    ),
+)
+
+#: ``Store.prune_claims``: one batch per claim table (``:cutoff``, ``:batch``). The keys to delete
+#: come from a limited subquery (SQLite's ``DELETE … LIMIT`` is a compile-time option).
+PRUNE: Final = (
+    Statement(
+        "DELETE FROM event_claims WHERE event_id IN"
+        " (SELECT event_id FROM event_claims WHERE claimed_at < :cutoff LIMIT :batch{skip_locked})"
+    ),
+    Statement(
+        "DELETE FROM message_claims WHERE (channel, ts) IN"
+        " (SELECT channel, ts FROM message_claims WHERE claimed_at < :cutoff LIMIT :batch{skip_locked})"
+    ),
+)
+
+# -- tasks -----------------------------------------------------------------------------------
+
+#: ``Store.create_task``: a non-empty ``thread_ts`` is mapped to the new task ``:task_id``, unless
+#: already mapped (then that task is the result); ``""`` always makes a new, unmapped task.
+CREATE_TASK: Final = Procedure(
+    name="create_task",
+    params=(
+        ("channel", SqlType.TEXT),
+        ("thread_ts", SqlType.TEXT),
+        ("now", SqlType.REAL),
+        ("task_id", SqlType.TEXT),
+    ),
+    returns=(
+        ("task_id", SqlType.TEXT),
+        ("channel", SqlType.TEXT),
+        ("thread_ts", SqlType.TEXT),
+        ("transcript", SqlType.BYTES),
+        ("enabled_tools", SqlType.TEXTS),
+        ("created_at", SqlType.REAL),
+    ),
+    steps=(
+        Statement(
+            "INSERT INTO conversations (channel, thread_ts, task_id)"
+            " SELECT :channel, :thread_ts, :task_id WHERE :thread_ts <> '' ON CONFLICT DO NOTHING"
+        ),
+        Statement(
+            "INSERT INTO tasks (task_id, channel, thread_ts, created_at)"
+            " SELECT :task_id, :channel, :thread_ts, :now WHERE :thread_ts = ''"
+            " OR EXISTS (SELECT 1 FROM conversations"
+            " WHERE channel = :channel AND thread_ts = :thread_ts AND task_id = :task_id)"
+        ),
+        Statement(
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = CASE WHEN :thread_ts = '' THEN :task_id"
+            " ELSE (SELECT c.task_id FROM conversations c"
+            " WHERE c.channel = :channel AND c.thread_ts = :thread_ts) END"
+        ),
+    ),
+)
+
+GET_TASK: Final = Statement(f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = :task_id")
+
+#: Sets the origin thread only while it is still empty: the first posted root becomes the origin,
+#: later roots are only mapped (``record_root``). Returns a row iff the task exists.
+SET_TASK_THREAD: Final = Statement(
+    "UPDATE tasks SET thread_ts = CASE WHEN thread_ts = '' THEN :thread_ts ELSE thread_ts END"
+    " WHERE task_id = :task_id RETURNING task_id"
+)
+
+RECORD_ROOT: Final = Statement(
+    "INSERT INTO conversations (channel, thread_ts, task_id) VALUES (:channel, :thread_ts, :task_id)"
+    " ON CONFLICT (channel, thread_ts) DO NOTHING"
+)
+
+#: ``Store.save_run``: the transcript, the tools when given (``:tools`` NULL keeps them), and the
+#: consumed items, scoped by task (an id of another task's item is ignored, never consumed).
+SAVE_RUN: Final = Procedure(
+    name="save_run",
+    params=(
+        ("task_id", SqlType.TEXT),
+        ("transcript", SqlType.BYTES),
+        ("tools", SqlType.TEXTS),
+        ("consumed", SqlType.IDS),
+    ),
+    returns=(("saved", SqlType.BOOL),),
+    steps=(
+        Statement(
+            "UPDATE tasks SET transcript = :transcript, enabled_tools = COALESCE(:tools, enabled_tools)"
+            " WHERE task_id = :task_id"
+        ),
+        Statement("DELETE FROM inbox WHERE task_id = :task_id AND item_id IN {each:consumed}"),
+        Statement("SELECT EXISTS (SELECT 1 FROM tasks WHERE task_id = :task_id) AS saved"),
+    ),
+)
+
+SET_ENABLED_TOOLS: Final = Statement(
+    "UPDATE tasks SET enabled_tools = :tools WHERE task_id = :task_id RETURNING task_id"
+)
+
+# -- inbox -----------------------------------------------------------------------------------
+
+PENDING_INBOX: Final = Statement(
+    f"SELECT {INBOX_COLUMNS} FROM inbox WHERE task_id = :task_id ORDER BY item_id"
+)
+
+#: Tasks with pending inbox items or open effects and no live lease, longest-waiting first.
+TASKS_NEEDING_A_RUN: Final = Statement(
+    """SELECT due.task_id FROM (
+    SELECT task_id, MIN(created_at) AS since FROM inbox GROUP BY task_id
+    UNION ALL
+    SELECT task_id, MIN(created_at) AS since FROM effects WHERE state = 'open' GROUP BY task_id
+) AS due
+WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.task_id = due.task_id AND l.expires_at > :now)
+GROUP BY due.task_id
+ORDER BY MIN(due.since), due.task_id"""
+)
+
+# -- leases ----------------------------------------------------------------------------------
+
+#: One upsert: the conflict branch only fires for a free, expired or own lease (on Postgres, ON
+#: CONFLICT locks the row and re-checks the WHERE on its latest version: one of two takers wins).
+ACQUIRE_LEASE: Final = Statement(
+    "INSERT INTO leases (task_id, owner, expires_at) VALUES (:task_id, :owner, :expires_at)"
+    " ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
+    " WHERE leases.owner = excluded.owner OR leases.expires_at <= :now"
+    " RETURNING owner"
+)
+RENEW_LEASE: Final = Statement(
+    "UPDATE leases SET expires_at = :expires_at WHERE task_id = :task_id AND owner = :owner RETURNING owner"
+)
+RELEASE_LEASE: Final = Statement("DELETE FROM leases WHERE task_id = :task_id AND owner = :owner")
+GET_LEASE: Final = Statement(f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = :task_id")
+
+# -- handles ---------------------------------------------------------------------------------
+
+MINT_HANDLE: Final = Statement(
+    "INSERT INTO handles (task_id, handle, kind, ref, authored, data)"
+    " VALUES (:task_id, :handle, :kind, :ref, :authored, :data)"
+    " ON CONFLICT (task_id, kind, ref) DO UPDATE SET"
+    " authored = handles.authored OR excluded.authored,"
+    " data = CASE WHEN excluded.data = '{{}}' THEN handles.data ELSE excluded.data END"
+    f" RETURNING {HANDLE_COLUMNS}"
+)
+RESOLVE_HANDLE: Final = Statement(
+    f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = :task_id AND handle = :handle"
+)
+
+# -- effect journal --------------------------------------------------------------------------
+
+OPEN_EFFECT: Final = Statement(
+    "INSERT INTO effects (effect_id, task_id, tool, args, state, created_at)"
+    " VALUES (:effect_id, :task_id, :tool, :args, 'open', :now)"
+)
+CLOSE_EFFECT: Final = Statement(
+    "UPDATE effects SET state = 'done', result = :result WHERE effect_id = :effect_id RETURNING effect_id"
+)
+OPEN_EFFECTS: Final = Statement(
+    f"SELECT {EFFECT_COLUMNS} FROM effects WHERE task_id = :task_id AND state = 'open' ORDER BY seq"
+)
+GET_EFFECT: Final = Statement(f"SELECT {EFFECT_COLUMNS} FROM effects WHERE effect_id = :effect_id")
+
+# -- stats -----------------------------------------------------------------------------------
+
+#: One row of counts; ``tasks`` and ``pending_inbox`` are StoreStats fields, the rest go to ``extra``.
+STATS: Final = Statement(
+    """SELECT
+    (SELECT COUNT(*) FROM tasks) AS tasks,
+    (SELECT COUNT(*) FROM inbox) AS pending_inbox,
+    (SELECT COUNT(*) FROM effects WHERE state = 'open') AS open_effects,
+    (SELECT COUNT(*) FROM leases) AS leases,
+    (SELECT COUNT(*) FROM handles) AS handles,
+    (SELECT COUNT(*) FROM conversations) AS conversations"""
+)
+
+#: Every procedure; ``migrate()`` creates their Postgres functions.
+PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN)

@@ -1,0 +1,147 @@
+"""The storage layer's own machinery: SQL written once per dialect, the SQLite database thread,
+and the upgrade of an existing database to the one claim definition (schema v3)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+import storage.schema
+from storage import Store
+from storage.postgres import PostgresStore
+from storage.sql import POSTGRES, SQLITE, Statement
+from storage.sqlite import SQLiteStore
+from storage.statements import CLAIM, PROCEDURES
+
+#: The ``store_factory`` fixture: ``await factory(migrate=True)`` opens another store on the same database.
+StoreFactory = Callable[..., Awaitable[Store]]
+T0 = 1_700_000_000.0
+
+
+def test_statements_render_per_dialect() -> None:
+    """One statement gives SQLite its named parameters and Postgres ``$n`` by first appearance,
+    a repeated name reusing its number, and each dialect its own spelling of the template fields."""
+    statement = Statement(
+        "DELETE FROM inbox WHERE task_id = :task AND item_id IN {each:ids}"
+        " AND created_at < :cutoff AND task_id <> :task{skip_locked}"
+    )
+    assert SQLITE.sql(statement) == (
+        "DELETE FROM inbox WHERE task_id = :task AND item_id IN (SELECT value FROM json_each(:ids))"
+        " AND created_at < :cutoff AND task_id <> :task"
+    )
+    assert POSTGRES.sql(statement) == (
+        "DELETE FROM inbox WHERE task_id = $1 AND item_id IN (SELECT unnest($2::bigint[]))"
+        " AND created_at < $3 AND task_id <> $1 FOR UPDATE SKIP LOCKED"
+    )
+    params = {"cutoff": 5.0, "ids": [1, 2], "task": "t"}
+    assert POSTGRES.args(statement, params) == ("t", [1, 2], 5.0)
+    assert SQLITE.args(statement, params) is params
+
+
+def test_postgres_function_name_follows_its_statements() -> None:
+    """A procedure's Postgres function is named by a digest of its body: other statements, other name."""
+    name, create = CLAIM.function
+    assert name.startswith("tb_claim_") and f"FUNCTION {name}(" in create
+    other = type(CLAIM)(CLAIM.name, CLAIM.params, CLAIM.returns, CLAIM.steps[:-2] + CLAIM.steps[-1:])
+    assert other.function[0] != name
+    assert len({procedure.function[0] for procedure in PROCEDURES}) == len(PROCEDURES)
+
+
+async def test_sqlite_close_ends_its_database_thread(tmp_path: Path) -> None:
+    """A SQLite store runs its database work on one thread of its own, which close() ends."""
+    path = tmp_path / "t.db"
+    store = SQLiteStore(path)
+
+    def threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == f"threadbound-sqlite:{path}"]
+
+    assert threads() == []  # nothing before first use
+    await store.migrate()
+    await store.ping()
+    assert len(threads()) == 1
+    await store.close()
+    assert threads() == []
+
+
+def test_a_sqlite_store_never_closed_does_not_block_exit(tmp_path: Path) -> None:
+    """A process that used a SQLite store and never closed it still exits, with its claim kept."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from storage import open_store
+
+        async def main():
+            store = open_store("sqlite:///{tmp_path}/t.db")
+            await store.migrate()
+            outcome = await store.claim_message(
+                event_id="Ev1", channel="C1", ts="1.1", thread_ts="1.1", create=True, payload="{{}}", now=1.0
+            )
+            print(outcome.status)
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "claimed"), done.stderr
+
+
+async def _v2_database(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migrate ``store`` to schema v2 only and write one claimed message the way v2 code did."""
+    with monkeypatch.context() as patch:
+        patch.setattr(storage.schema, "MIGRATIONS", storage.schema.MIGRATIONS[:2])
+        await store.migrate()
+    assert isinstance(store, SQLiteStore | PostgresStore)
+    for sql, params in (
+        ("INSERT INTO tasks (task_id, channel, thread_ts, created_at) VALUES (:t, 'C1', '1.1', :now)", {}),
+        ("INSERT INTO conversations (channel, thread_ts, task_id) VALUES ('C1', '1.1', :t)", {}),
+        (
+            "INSERT INTO event_claims (event_id, channel, ts, claimed_at) VALUES ('Ev1', 'C1', '1.1', :now)",
+            {},
+        ),
+        (
+            "INSERT INTO message_claims (channel, ts, event_id, task_id, claimed_at)"
+            " VALUES ('C1', '1.1', 'Ev1', :t, :now)",
+            {},
+        ),
+    ):
+        await store._execute(Statement(sql), {"t": "old-task", "now": T0, **params})
+
+
+async def test_upgrade_to_one_claim_definition_keeps_earlier_claims(
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v2 database migrates to v3 with its claims intact: a redelivery of a message claimed under
+    v2 is a duplicate naming its task, a new reply joins that task, and on Postgres the hand-written
+    v2 claim function is gone while the generated ones exist."""
+    store = await store_factory(migrate=False)
+    await _v2_database(store, monkeypatch)
+    await store.migrate()
+
+    again = await store.claim_message(
+        event_id="Ev2", channel="C1", ts="1.1", thread_ts="1.1", create=True, payload="{}", now=T0
+    )
+    assert (again.status, again.task_id) == ("duplicate", "old-task")
+    reply = await store.claim_message(
+        event_id="Ev3", channel="C1", ts="1.2", thread_ts="1.1", create=False, payload="{}", now=T0
+    )
+    assert (reply.status, reply.task_id, reply.created) == ("claimed", "old-task", False)
+
+    if isinstance(store, PostgresStore):
+        rows = await store._fetch(
+            Statement(
+                "SELECT proname FROM pg_proc"
+                " WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = :schema)"
+            ),
+            {"schema": store.schema},
+        )
+        names = {row["proname"] for row in rows}
+        assert "tb_claim_message" not in names
+        assert {procedure.function[0] for procedure in PROCEDURES} <= names
