@@ -122,3 +122,24 @@ def test_common_prefix_share_counts_the_repeated_start() -> None:
     assert common_prefix_share(["ab", "cd"], ["ab", "cd", "efgh"]) == 0.5
     assert common_prefix_share(["ab", "cx"], ["ab", "cd"]) == 0.75
     assert common_prefix_share(["zz"], ["ab"]) == 0.0
+
+
+def test_help_is_plain_text_with_examples() -> None:
+    """`python -m bench --help` shows plain text (no reST markup) with a description and examples."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "``" not in proc.stdout
+    assert "Runs every benchmark" in proc.stdout and "\nexamples:\n  python -m bench" in proc.stdout
+
+
+def test_results_go_to_an_untracked_file_unless_saved() -> None:
+    """By default results go to the gitignored bench/results.local.json; only --save writes results.json."""
+    from bench.__main__ import DEFAULT_OUT, SAVED_OUT, _parser
+
+    assert _parser().parse_args(["--quick"]).out == DEFAULT_OUT == REPO / "bench" / "results.local.json"
+    assert "bench/results.local.json" in (REPO / ".gitignore").read_text().splitlines()
+    assert _parser().parse_args(["--save"]).out == SAVED_OUT == REPO / "bench" / "results.json"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--save", "--out", "elsewhere.json"])

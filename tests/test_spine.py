@@ -408,6 +408,7 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
     async with FakeSlack() as slack:
         _workspace(slack)
         slack.add_file("F0PLAIN", "notes.txt", "text/plain", b"hello")
+        slack.add_file("F0CONNECT", "shared.csv", "text/csv", b"a,b\n1,2\n")
         files = [slack.file_object("F0PLAIN"), {"id": "F0CONNECT", "file_access": "check_file_info"}]
         async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
             ts = slack.add_message("C1", "<@UBOT> see attached", user="U1", files=files)
@@ -416,6 +417,7 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
         assert len(prompts) == 1
         assert prompts[0].count("attached file_") == 2
         assert "notes.txt" in prompts[0]
+        assert "shared.csv (text/csv, 8 bytes)" in prompts[0]
         assert "F0PLAIN" not in prompts[0] and "F0CONNECT" not in prompts[0]
 
 
