@@ -80,7 +80,8 @@ def build_manifest(url: str, *, name: str = "threadbound") -> dict[str, Any]:
         "oauth_config": {"scopes": {"bot": scopes}},
         "settings": {
             "event_subscriptions": {"request_url": url, "bot_events": list(BOT_EVENTS)},
-            "interactivity": {"is_enabled": False},
+            # Clicks (feedback and approval buttons) are signed block_actions posted to the same URL.
+            "interactivity": {"is_enabled": True, "request_url": url},
             "org_deploy_enabled": False,
             "socket_mode_enabled": False,
             "token_rotation_enabled": False,

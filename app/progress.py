@@ -118,8 +118,8 @@ class Progress:
     async def on_end(self, session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
         await self._settled(session)
         indicator = self._runs.pop(session, None)
-        if indicator is None:
-            return
+        if indicator is None or status == "stopped":
+            return  # stopped: the conversation's new owner shows (and clears) its own indicator
         try:
             async with asyncio.timeout(CLEAR_S):
                 if indicator.kind == "status":

@@ -12,13 +12,16 @@ this module does one run for a session it is given:
 - the end: the final text is posted when the model did not reply; a failure
   apologises in the thread; the transcript is saved and the inbox items marked
   consumed in one transaction (a crash before that re-runs them, and the effect
-  journal keeps the re-run from posting twice).
+  journal keeps the re-run from posting twice);
+- a run handed a ``guard`` (the scheduler's lease check) awaits it before every
+  write and every model request: when it raises :class:`RunStopped` the run ends
+  at once, without posting (no fallback, no apology) and without saving, leaving
+  its inbox to the conversation's new owner.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -38,6 +41,7 @@ from pydantic_ai.messages import (
 
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
+from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
@@ -51,6 +55,10 @@ APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try agai
 
 #: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
 Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
+
+
+class RunStopped(Exception):
+    """The run may no longer act for its task (its lease was lost): it ends without writing or saving."""
 
 
 @dataclass(slots=True)
@@ -101,7 +109,14 @@ class RunExecutor:
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
-    def session(self, task: TaskRecord, origin: Origin, *, adopt_first_root: bool = False) -> ChannelSession:
+    def session(
+        self,
+        task: TaskRecord,
+        origin: Origin,
+        *,
+        adopt_first_root: bool = False,
+        guard: WriteGuard | None = None,
+    ) -> ChannelSession:
         return ChannelSession(
             adapter=self.adapter,
             store=self.store,
@@ -111,13 +126,22 @@ class RunExecutor:
             task_dir=self.data_dir / "tasks" / task.task_id,
             adopt_first_root=adopt_first_root,
             clock=self.clock,
+            guard=guard,
         )
 
     async def run_prompt(
-        self, task: TaskRecord, prompt: str, *, adopt_first_root: bool, inbox: Inbox
+        self,
+        task: TaskRecord,
+        prompt: str,
+        *,
+        adopt_first_root: bool,
+        inbox: Inbox,
+        guard: WriteGuard | None = None,
     ) -> RunOutcome:
         """Run a prompt given directly (the `run` command) rather than taken from the inbox."""
-        session = self.session(task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root)
+        session = self.session(
+            task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root, guard=guard
+        )
         return await self.execute(session, prompt, [], inbox)
 
     async def run_inbox(
@@ -126,14 +150,20 @@ class RunExecutor:
         items: Sequence[InboxItem],
         effects: Sequence[EffectRecord],
         inbox: Inbox,
+        guard: WriteGuard | None = None,
     ) -> RunOutcome:
-        """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages."""
+        """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages,
+        ``guard`` is awaited before every write (see the module docstring)."""
         task = await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts
-        session = self.session(task, Origin(task.channel, thread_ts))
-        notes = await session.reconcile(effects) if effects else []
+        session = self.session(task, Origin(task.channel, thread_ts), guard=guard)
+        try:
+            notes = await session.reconcile(effects) if effects else []
+        except RunStopped:
+            log.warning("run of task %s stopped before it began: its lease was lost", task_id)
+            return RunOutcome(task_id, "stopped", False)
         prompt = await self.prompt(session, items, notes)
         return await self.execute(session, prompt, list(items), inbox)
 
@@ -151,6 +181,9 @@ class RunExecutor:
                 continue
             lines.append(f"{row['author']['display_name']} ({row['message']}): {row['text']}")
             for f in row["files"]:
+                if "file" not in f:
+                    lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
+                    continue
                 lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
         if notes:
             lines += ["", "Your previous run was interrupted before it finished:", *notes]
@@ -166,6 +199,8 @@ class RunExecutor:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
         consumed = [i.item_id for i in items]
+        # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
+        steered: list[str] = []
         history = trim_history(_load_history(task.transcript), self.history_limit)
         self.active_runs.add(task.task_id)
         status = "failed"
@@ -178,7 +213,7 @@ class RunExecutor:
                 instructions = instructions_for(info, self.tools, self.agent_file.instructions)
                 async with asyncio.timeout(self.run_timeout):
                     messages, output = await self._agent_run(
-                        session, prompt, history, instructions, consumed, inbox
+                        session, prompt, history, instructions, consumed, steered, inbox
                     )
                 if not session.replied and output.strip():
                     await session.post_markdown(output)
@@ -187,15 +222,23 @@ class RunExecutor:
                 status = "cancelled"
                 raise  # shutdown: leave the inbox pending for the next owner
             except Exception as exc:
+                if _stopped(exc):
+                    raise RunStopped(str(exc)) from exc
                 run_status = "failed"
                 log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
-                with contextlib.suppress(Exception):
+                try:
                     await session.post_markdown(APOLOGY)
+                except RunStopped:
+                    raise
+                except Exception:
+                    log.warning("could not post the apology for task %s", task.task_id, exc_info=True)
+                # The steered messages are consumed with this run: they must stay part of the task.
                 messages = [
                     *history,
-                    ModelRequest(parts=[UserPromptPart(prompt)]),
+                    ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
                     ModelResponse(parts=[TextPart(APOLOGY)]),
                 ]
+            await session.journal.check()  # saving consumes the inbox: only the lease's holder may
             await self.store.save_run(
                 task.task_id,
                 transcript=ModelMessagesTypeAdapter.dump_json(messages),
@@ -203,6 +246,11 @@ class RunExecutor:
                 enabled_tools=sorted(session.enabled),
             )
             status = run_status
+        except RunStopped:
+            # Another owner has the task now: no apology, no transcript; the inbox stays theirs.
+            status = "stopped"
+            log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
+            return RunOutcome(task.task_id, status, session.replied, output, [])
         finally:
             self.active_runs.discard(task.task_id)
             if self.hooks.on_end:
@@ -221,6 +269,7 @@ class RunExecutor:
         history: list[ModelMessage],
         instructions: str,
         consumed: list[int],
+        steered: list[str],
         inbox: Inbox,
     ) -> tuple[list[ModelMessage], str]:
         seen = set(consumed)
@@ -234,9 +283,12 @@ class RunExecutor:
                 # show messages that arrived mid-run. Other nodes need no look at the inbox.
                 if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
                     continue
+                await session.journal.check()  # a run that lost its lease spends no more model calls
                 fresh = [i for i in await inbox() if i.item_id not in seen]
                 if fresh:
-                    run.enqueue(await self.prompt(session, fresh), priority="asap")
+                    steering = await self.prompt(session, fresh)
+                    run.enqueue(steering, priority="asap")
+                    steered.append(steering)
                     for item in fresh:
                         seen.add(item.item_id)
                         consumed.append(item.item_id)
@@ -244,6 +296,23 @@ class RunExecutor:
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output or ""
+
+
+def _stopped(exc: BaseException) -> bool:
+    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped`."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue  # chains can loop
+        seen.add(id(current))
+        if isinstance(current, RunStopped):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        if current.__cause__ is not None:
+            pending.append(current.__cause__)
+    return False
 
 
 def trim_history(messages: list[ModelMessage], limit: int) -> list[ModelMessage]:

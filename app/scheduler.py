@@ -11,6 +11,8 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
   by that owner's post-release check, by the next delivery, or by the sweep.
 - During a run the run polls the task's inbox (handed to it as an ``Inbox``) for
   steering messages, which are consumed with the run.
+- The lease is renewed by a heartbeat and checked before every write of the run
+  (``app.lease``): a driver that lost it stops its run and lets go of the task.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 
-from storage.base import Store, StoreError, TaskRecord
+from storage.base import Store, TaskRecord
 
+from .lease import Lease
 from .run import RunExecutor, RunOutcome
 
 log = logging.getLogger(__name__)
@@ -139,33 +142,27 @@ class Scheduler:
                 task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
             ):
                 return  # another instance runs it; it will see our inbox item
-            heartbeat = asyncio.create_task(self._heartbeat(task_id), name=f"lease:{task_id}")
+            lease = self._lease(task_id)
+            heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task_id}")
             try:
-                while self._accepting:
+                while self._accepting and not lease.lost.is_set():
                     items = await self.store.pending_inbox(task_id)
                     effects = await self.store.open_effects(task_id)
                     if not items and not effects:
                         break
-                    await self.executor.run_inbox(task_id, items, effects, inbox)
+                    await self.executor.run_inbox(task_id, items, effects, inbox, guard=lease.check)
             finally:
-                heartbeat.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeat
+                await _stop(heartbeat)
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self.store.release_lease(task_id, owner=self.owner))
+            if lease.lost.is_set():
+                return  # the new owner has the inbox
             if not self._accepting or not await self.store.pending_inbox(task_id):
                 return
 
-    async def _heartbeat(self, task_id: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease_ttl / 3)
-            try:
-                if not await self.store.renew_lease(
-                    task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
-                ):
-                    log.warning("lost the lease of task %s", task_id)
-            except StoreError:
-                log.exception("lease heartbeat failed for task %s", task_id)
+    def _lease(self, task_id: str) -> Lease:
+        """The lease just acquired for ``task_id``, as the heartbeat and the run's writes see it."""
+        return Lease(self.store, task_id, owner=self.owner, ttl=self.lease_ttl, clock=self.clock)
 
     # -- direct use (the `run` command) ----------------------------------------------------
     async def run_prompt(self, task: TaskRecord, prompt: str, *, adopt_first_root: bool) -> RunOutcome:
@@ -174,12 +171,22 @@ class Scheduler:
             task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
         ):
             raise RuntimeError("that conversation is busy with another run; try again when it finishes")
+        lease = self._lease(task.task_id)
+        heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task.task_id}")
         try:
             return await self.executor.run_prompt(
                 task,
                 prompt,
                 adopt_first_root=adopt_first_root,
                 inbox=partial(self.store.pending_inbox, task.task_id),
+                guard=lease.check,
             )
         finally:
+            await _stop(heartbeat)
             await self.store.release_lease(task.task_id, owner=self.owner)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

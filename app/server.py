@@ -38,6 +38,7 @@ from storage import Store, StoreError, open_store
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .ingress import Ingress
+from .interactions import Interactions
 from .metrics import CONTENT_TYPE_LATEST
 from .observe import Observer, TimedModel, combine
 from .paas import ephemeral_disk_warning
@@ -93,10 +94,16 @@ async def open_ready_store(settings: Settings) -> Store:
 
 
 class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item; nothing reaches Bolt's listeners."""
+    """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
+    nothing reaches Bolt's listeners."""
 
-    def __init__(self, handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]) -> None:
+    def __init__(
+        self,
+        handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]],
+        interactions: Interactions | None = None,
+    ) -> None:
         self._handle = handle
+        self._interactions = interactions
 
     async def async_process(
         self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
@@ -109,11 +116,14 @@ class _Ingest(AsyncMiddleware):
             return BoltResponse(status=status, body=text)
         if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
             return await next()
-        # Interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
+        if body.get("type") == "block_actions" and self._interactions is not None:
+            status, text = await self._interactions.handle(body)
+            return BoltResponse(status=status, body=text)
+        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(settings: Settings, ingress: Ingress) -> AsyncApp:
+def build_bolt(settings: Settings, ingress: Ingress, interactions: Interactions | None = None) -> AsyncApp:
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
@@ -125,7 +135,7 @@ def build_bolt(settings: Settings, ingress: Ingress) -> AsyncApp:
     return AsyncApp(
         token=settings.slack_bot_token.get_secret_value(),
         signing_secret=settings.slack_signing_secret.get_secret_value(),
-        before_authorize=_Ingest(handle),
+        before_authorize=_Ingest(handle, interactions),
         process_before_response=True,
         ignoring_self_events_enabled=False,
         raise_error_for_unhandled_request=False,
@@ -142,6 +152,8 @@ class Service:
     ingress: Ingress
     bolt: AsyncApp
     observer: Observer = field(default_factory=Observer)
+    #: Click handlers by action id (``app.interactions``); features register theirs in ``create``.
+    interactions: Interactions = field(default_factory=Interactions)
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -239,8 +251,11 @@ class Service:
             settings=settings,
             on_result=observer.delivery,
         )
-        bolt = build_bolt(settings, ingress)
-        return cls(settings, store, adapter, runner, ingress, bolt, observer=observer)
+        interactions = Interactions()
+        bolt = build_bolt(settings, ingress, interactions)
+        return cls(
+            settings, store, adapter, runner, ingress, bolt, observer=observer, interactions=interactions
+        )
 
     def _web_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_body_bytes)

@@ -10,6 +10,10 @@ settled by :func:`reconcile` at the start of the next run:
   (``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done);
 - uploads and documents carry no marker to look for: they are reported, never repeated.
 
+Before any write is recorded, the journal awaits the host's ``guard`` (if any): a host
+that may no longer act for the task (its lease was lost) raises there, so the write is
+neither recorded nor made.
+
 The session (``channel.session``) is the only caller.
 """
 
@@ -29,6 +33,9 @@ from .store import SessionStore
 
 Result = dict[str, Any]
 
+#: Awaited before every write; raises (the host's own exception) when the task may no longer write.
+WriteGuard = Callable[[], Awaitable[None]]
+
 #: Provider codes that mean an idempotent write had already taken effect.
 _DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 
@@ -36,13 +43,27 @@ _DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 class EffectJournal:
     """One task's journal of writes."""
 
-    def __init__(self, store: SessionStore, task_id: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        task_id: str,
+        clock: Callable[[], float] = time.time,
+        guard: WriteGuard | None = None,
+    ) -> None:
         self._store = store
         self._task_id = task_id
         self._clock = clock
+        self._guard = guard
+
+    async def check(self) -> None:
+        """Raise (the guard's exception) when the task may no longer write."""
+        if self._guard is not None:
+            await self._guard()
 
     async def open(self, tool: str, args: Result) -> str:
-        """Record that ``tool`` is about to write with ``args``; returns the new effect's id."""
+        """Record that ``tool`` is about to write with ``args``; returns the new effect's id.
+        The guard runs first: a write the host forbids is neither recorded nor made."""
+        await self.check()
         effect_id = uuid.uuid4().hex
         await self._store.open_effect(
             effect_id=effect_id, task_id=self._task_id, tool=tool, args=json.dumps(args), now=self._clock()
@@ -75,6 +96,7 @@ async def reconcile(
     handle of a recovered post. Returns one line per effect for the model (reasons bounded to 512 bytes)."""
     notes: list[str] = []
     for effect in effects:
+        await journal.check()  # settling may write again (reactions, edits, retractions)
         args = json.loads(effect.args)
         try:
             result, note = await _settle(adapter, origin, effect.tool, effect.effect_id, args, record_post)

@@ -32,7 +32,7 @@ from . import tool_search
 from .contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo, Posted
 from .errors import ChannelError, bounded
 from .handles import HandleRegistry
-from .journal import EffectJournal, reconcile
+from .journal import EffectJournal, WriteGuard, reconcile
 from .markdown import split_markdown, strip_mass_mentions
 from .selection import ToolSelection
 from .store import SessionStore
@@ -71,7 +71,9 @@ class ChannelSession:
         task_dir: Path,
         adopt_first_root: bool = False,
         clock: Callable[[], float] = time.time,
+        guard: WriteGuard | None = None,
     ) -> None:
+        """``guard`` is awaited before every write and may raise to stop it (see the journal)."""
         self.adapter = adapter
         self.store = store
         self.task = task
@@ -79,7 +81,7 @@ class ChannelSession:
         self.tools = tools
         self.task_dir = task_dir
         self.handles = HandleRegistry(store, task.task_id)
-        self.journal = EffectJournal(store, task.task_id, clock)
+        self.journal = EffectJournal(store, task.task_id, clock, guard)
         selectable = {s.name for s in tools.deferred}
         self.enabled: set[str] = {t for t in task.enabled_tools if t in selectable}
         #: Handles of every message the bot posted in this run.
@@ -265,6 +267,9 @@ class ChannelSession:
         return row
 
     async def _file_row(self, meta: FileMeta, *, authored: bool = False) -> Result:
+        if meta.unavailable:
+            # Listed so the model knows it is there, but with no handle: nothing could fetch it.
+            return {"name": meta.name, "unavailable": meta.unavailable}
         data = json.dumps({"name": meta.name, "media_type": meta.media_type, "size": meta.size, **meta.data})
         handle = await self.handles.mint("file", meta.ref, authored=authored, data=data)
         return {"file": handle, "name": meta.name, "media_type": meta.media_type, "size": meta.size}

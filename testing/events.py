@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -210,6 +211,76 @@ def url_verification(challenge: str) -> JSON:
     return {"token": VERIFICATION_TOKEN, "challenge": challenge, "type": "url_verification"}
 
 
+def block_actions(
+    *,
+    channel: str,
+    user: str,
+    message_ts: str,
+    action_id: str,
+    value: str,
+    thread_ts: str | None = None,
+    element: str = "button",
+    user_name: str = "",
+    block_id: str = "actions",
+    team_id: str = TEAM_ID,
+) -> JSON:
+    """A ``block_actions`` interaction payload: ``user`` clicked ``action_id`` (value ``value``)
+    on the bot's message ``message_ts`` in ``channel``, as Slack posts it."""
+    container: JSON = {
+        "type": "message",
+        "message_ts": message_ts,
+        "channel_id": channel,
+        "is_ephemeral": False,
+    }
+    message: JSON = {"type": "message", "ts": message_ts, "user": BOT_USER_ID, "bot_id": "BBOT"}
+    if thread_ts:
+        container["thread_ts"] = thread_ts
+        message["thread_ts"] = thread_ts
+    return {
+        "type": "block_actions",
+        "token": VERIFICATION_TOKEN,
+        "api_app_id": API_APP_ID,
+        "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:12]}",
+        "team": {"id": team_id, "domain": "fake"},
+        "user": {
+            "id": user,
+            "username": user_name or user.lower(),
+            "name": user_name or user.lower(),
+            "team_id": team_id,
+        },
+        "container": container,
+        "channel": {"id": channel, "name": channel.lower()},
+        "message": message,
+        "response_url": f"https://hooks.slack.com/actions/{team_id}/1/{uuid.uuid4().hex}",
+        "actions": [
+            {
+                "type": element,
+                "action_id": action_id,
+                "block_id": block_id,
+                "value": value,
+                "action_ts": f"{time.time():.6f}",
+            }
+        ],
+    }
+
+
+async def deliver_interaction(
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: JSON,
+    secret: str,
+    *,
+    timestamp: int | None = None,
+) -> aiohttp.ClientResponse:
+    """POST an interaction payload the way Slack does: form-encoded ``payload=<json>``, signed."""
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    headers = sign(body, secret, timestamp)
+    headers["Content-Type"] = "application/x-www-form-urlencoded"
+    response = await session.post(url, data=body, headers=headers)
+    await response.read()
+    return response
+
+
 async def deliver(
     session: aiohttp.ClientSession,
     url: str,
@@ -237,7 +308,9 @@ __all__ = [
     "BOT_USER_ID",
     "TEAM_ID",
     "app_mention",
+    "block_actions",
     "deliver",
+    "deliver_interaction",
     "message",
     "message_changed",
     "message_deleted",

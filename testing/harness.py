@@ -117,6 +117,13 @@ class AppHarness:
             self._http, f"{self.url}/slack/events", envelope, SIGNING_SECRET, retry_num=retry_num
         )
 
+    async def click(self, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Deliver an interaction payload (``events.block_actions``), signed and form-encoded."""
+        assert self._http is not None
+        return await events.deliver_interaction(
+            self._http, f"{self.url}/slack/events", payload, SIGNING_SECRET
+        )
+
     async def post_raw(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         assert self._http is not None
         response = await self._http.post(f"{self.url}/slack/events", data=body, headers=headers)

@@ -1,0 +1,125 @@
+"""Clicks on the bot's messages: signed ``block_actions`` interactions, routed by ``action_id``.
+
+Slack posts an interaction (form-encoded ``payload=``) to the same ``/slack/events``
+URL as events; Bolt verifies the signature and parses it, and the server's ingress
+middleware hands every ``block_actions`` body to :meth:`Interactions.handle`. Each
+feature registers the actions it owns (``interactions.on("threadbound_feedback",
+feedback.click)``); one click may carry several actions, each goes to its handler.
+
+Slack wants the 200 within 3 seconds: a handler does only durable, quick work (a
+store write, an inbox item) and leaves anything slow to a run. A handler that
+fails is logged and the click still gets its 200 — Slack would not retry a click
+anyway, and a non-2xx only shows the person a warning icon.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One clicked element of a ``block_actions`` payload, with where and by whom."""
+
+    action_id: str
+    #: The clicked element's value (a feedback button's value, an approval id).
+    value: str
+    #: The element type (``button``, ``feedback_buttons``…).
+    type: str
+    user_id: str
+    #: The person's name as Slack sent it (``user.name``/``username``), may be empty.
+    user_name: str
+    team_id: str
+    channel: str
+    #: ts of the message the clicked block belongs to (empty for a view, a modal).
+    message_ts: str
+    #: The thread that message is in (its own ts when it is a root), may be empty.
+    thread_ts: str
+    block_id: str = ""
+    #: Where Slack accepts a reply to this click (ephemeral), may be empty.
+    response_url: str = ""
+    #: The whole payload, for a handler that needs more.
+    payload: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+Handler = Callable[[Action], Awaitable[None]]
+
+
+class Interactions:
+    """The registry of action handlers, by ``action_id``."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def on(self, action_id: str, handler: Handler) -> None:
+        """Route clicks on elements with ``action_id`` to ``handler`` (one handler per id)."""
+        if action_id in self._handlers:
+            raise ValueError(f"action {action_id!r} already has a handler")
+        self._handlers[action_id] = handler
+
+    @property
+    def action_ids(self) -> frozenset[str]:
+        return frozenset(self._handlers)
+
+    async def handle(self, payload: Mapping[str, Any]) -> tuple[int, str]:
+        """Dispatch every action of one ``block_actions`` payload; ``(status, body)`` for Slack."""
+        if payload.get("type") != "block_actions":
+            return 200, ""  # view submissions, shortcuts: nothing here uses them yet
+        actions = payload.get("actions")
+        if not isinstance(actions, list):
+            return 400, "block_actions without actions"
+        for raw in actions:
+            if not isinstance(raw, Mapping):
+                continue
+            action = parse_action(payload, raw)
+            handler = self._handlers.get(action.action_id)
+            if handler is None:
+                log.info(
+                    "click on an action nobody handles", extra={"fields": {"action_id": action.action_id}}
+                )
+                continue
+            try:
+                await handler(action)
+            except Exception:
+                log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
+        return 200, ""
+
+
+def parse_action(payload: Mapping[str, Any], raw: Mapping[str, Any]) -> Action:
+    """One action of a ``block_actions`` payload as an :class:`Action` (missing fields empty)."""
+    user = _mapping(payload.get("user"))
+    team = _mapping(payload.get("team"))
+    channel = _mapping(payload.get("channel"))
+    container = _mapping(payload.get("container"))
+    message = _mapping(payload.get("message"))
+    message_ts = str(container.get("message_ts") or message.get("ts") or "")
+    thread_ts = str(container.get("thread_ts") or message.get("thread_ts") or "")
+    value = raw.get("value")
+    if value is None and isinstance(raw.get("selected_option"), Mapping):
+        value = raw["selected_option"].get("value")
+    return Action(
+        action_id=str(raw.get("action_id") or ""),
+        value=str(value or ""),
+        type=str(raw.get("type") or ""),
+        user_id=str(user.get("id") or ""),
+        user_name=str(user.get("name") or user.get("username") or ""),
+        team_id=str(team.get("id") or user.get("team_id") or ""),
+        channel=str(channel.get("id") or container.get("channel_id") or ""),
+        message_ts=message_ts,
+        thread_ts=thread_ts,
+        block_id=str(raw.get("block_id") or ""),
+        response_url=str(payload.get("response_url") or ""),
+        payload=payload,
+    )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+__all__ = ["Action", "Handler", "Interactions", "parse_action"]

@@ -1,0 +1,77 @@
+"""A conversation's lease as this process holds it: renewed by a heartbeat, checked before writes.
+
+The store's lease (owner, expiry) keeps one run per conversation across instances.
+While a run works, :meth:`Lease.heartbeat` renews it every third of ``ttl``. When a
+renewal finds another owner, or no renewal succeeded for ``ttl`` (a hung process, an
+unreachable database), the lease counts as lost: :attr:`Lease.lost` is set and
+:meth:`Lease.check` — awaited before every write of the run — raises
+:class:`~app.run.RunStopped`, so the run ends before it posts anything more. A
+check after a long pause without a renewal asks the store first, so even a
+process that was frozen past the expiry cannot write on an old belief.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from storage.base import Store, StoreError
+
+from .run import RunStopped
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    def __init__(
+        self, store: Store, task_id: str, *, owner: str, ttl: float, clock: Callable[[], float]
+    ) -> None:
+        self.store = store
+        self.task_id = task_id
+        self.owner = owner
+        self.ttl = ttl
+        self._clock = clock
+        #: Set once this process may no longer act for the task.
+        self.lost = asyncio.Event()
+        # The moment the store last confirmed the lease (acquired just before this object is made).
+        self._confirmed = clock()
+
+    async def renew(self) -> bool:
+        """Extend the lease in the store; False (and ``lost`` set) when it is someone else's now."""
+        now = self._clock()
+        if await self.store.renew_lease(self.task_id, owner=self.owner, ttl=self.ttl, now=now):
+            self._confirmed = now
+            return True
+        self._lose("another owner took it")
+        return False
+
+    async def heartbeat(self) -> None:
+        """Renew every third of ``ttl`` until cancelled or lost."""
+        while not self.lost.is_set():
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.renew()
+            except StoreError:
+                log.exception("lease heartbeat failed for task %s", self.task_id)
+                if self._clock() - self._confirmed >= self.ttl:
+                    self._lose("no renewal for a whole lease")
+
+    async def check(self) -> None:
+        """Raise ``RunStopped`` unless this process still holds the lease. Free while the heartbeat
+        is fresh; after half a lease without a renewal it asks the store."""
+        if not self.lost.is_set() and self._clock() - self._confirmed >= self.ttl / 2:
+            try:
+                await self.renew()
+            except StoreError:
+                if self._clock() - self._confirmed >= self.ttl:
+                    self._lose("no renewal for a whole lease")
+        if self.lost.is_set():
+            raise RunStopped(f"lost the lease of task {self.task_id}")
+
+    def _lose(self, why: str) -> None:
+        if not self.lost.is_set():
+            log.warning(
+                "lost the lease of task %s (%s); its run stops before the next write", self.task_id, why
+            )
+            self.lost.set()
