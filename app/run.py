@@ -181,6 +181,9 @@ class RunExecutor:
                 continue
             lines.append(f"{row['author']['display_name']} ({row['message']}): {row['text']}")
             for f in row["files"]:
+                if "file" not in f:
+                    lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
+                    continue
                 lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
         if notes:
             lines += ["", "Your previous run was interrupted before it finished:", *notes]

@@ -285,6 +285,9 @@ class ChannelSession:
         return row
 
     async def _file_row(self, meta: FileMeta, *, authored: bool = False) -> Result:
+        if meta.unavailable:
+            # Listed so the model knows it is there, but with no handle: nothing could fetch it.
+            return {"name": meta.name, "unavailable": meta.unavailable}
         data = json.dumps({"name": meta.name, "media_type": meta.media_type, "size": meta.size, **meta.data})
         handle = await self.handles.mint("file", meta.ref, authored=authored, data=data)
         return {"file": handle, "name": meta.name, "media_type": meta.media_type, "size": meta.size}

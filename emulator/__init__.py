@@ -19,7 +19,7 @@ from .faults import Fault, Faults
 from .filehost import FileRequest
 from .server import Call, FakeSlack
 from .wire import SlackError
-from .workspace import DEFAULT_SCOPES, FileMode, Status, Workspace
+from .workspace import DEFAULT_SCOPES, FileMode, Status, Stream, Workspace
 
 __all__ = [
     "DEFAULT_SCOPES",
@@ -31,5 +31,6 @@ __all__ = [
     "FileRequest",
     "SlackError",
     "Status",
+    "Stream",
     "Workspace",
 ]

@@ -56,6 +56,30 @@ class Status:
 
 
 @dataclass
+class Stream:
+    """One streamed message (``chat.startStream`` … ``chat.stopStream``), as the emulator saw it."""
+
+    channel: str
+    ts: str
+    recipient_user_id: str
+    recipient_team_id: str
+    #: ``time.monotonic()`` at start; the stream expires ``Workspace.stream_ttl`` seconds later.
+    started: float
+    #: ``streaming``, ``stopped`` or ``expired``.
+    state: str = "streaming"
+    #: The Markdown the message holds so far.
+    text: str = ""
+    #: The Markdown each call added (start, appends, stop), in order; ``""`` for a call without text.
+    appends: list[str] = field(default_factory=list)
+    #: Task updates by id: ``(title, latest status)``.
+    tasks: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Every ``(task id, status)`` update in arrival order.
+    task_updates: list[tuple[str, str]] = field(default_factory=list)
+    #: Blocks ``stopStream`` added under the text (feedback buttons).
+    blocks: list[JSON] = field(default_factory=list)
+
+
+@dataclass
 class Channel:
     id: str
     name: str
@@ -63,6 +87,8 @@ class Channel:
     is_private: bool = False
     is_mpim: bool = False
     user: str | None = None
+    #: Whether the bot is in it (``conversations.info``'s ``is_member``; lists private ones).
+    is_member: bool = True
 
 
 @dataclass
@@ -173,6 +199,14 @@ class Workspace:
         self.replies_repeat_root = False
 
         self.statuses: list[Status] = []
+        #: Streamed messages by ``(channel, ts)`` (``emulator.api.streams``).
+        self.streams: dict[tuple[str, str], Stream] = {}
+        #: Seconds a stream stays open (Slack: about five minutes); ``expire_streams`` ends them now.
+        self.stream_ttl = 300.0
+        #: ``assistant.threads.setTitle`` calls: ``(channel, thread_ts, title)``.
+        self.titles: list[tuple[str, str, str]] = []
+        #: ``assistant.threads.setSuggestedPrompts`` calls: ``(channel, thread_ts, prompts)``.
+        self.suggested_prompts: list[tuple[str, str, list[JSON]]] = []
         self.canvases: dict[str, Canvas] = {}
         self.users: dict[str, User] = {}
         self.channels: dict[str, Channel] = {}
@@ -237,9 +271,11 @@ class Workspace:
         *,
         is_private: bool = False,
         is_mpim: bool = False,
+        is_member: bool = True,
     ) -> None:
         """Add (or replace) a conversation; an IM names the other party in ``user``."""
-        self.channels[id] = Channel(id, name, is_im, is_private or is_im or is_mpim, is_mpim, user)
+        private = is_private or is_im or is_mpim
+        self.channels[id] = Channel(id, name, is_im, private, is_mpim, user, is_member)
         self._messages.setdefault(id, [])
 
     def add_message(
@@ -353,6 +389,13 @@ class Workspace:
             created=int(time.time()),
             block=pattern_block(id) if data is None and source is None else None,
         )
+
+    def expire_streams(self) -> int:
+        """End every open stream as Slack does after ~5 minutes (later appends fail); returns how many."""
+        open_streams = [s for s in self.streams.values() if s.state == "streaming"]
+        for stream in open_streams:
+            stream.state = "expired"
+        return len(open_streams)
 
     # ------------------------------------------------------------------ inspection
 

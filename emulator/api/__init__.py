@@ -8,11 +8,12 @@ answer's fields (``ok`` is added by the server) or raises ``SlackError``.
 from __future__ import annotations
 
 from ..wire import Method
-from . import assistant, canvases, chat, conversations, files, reactions, users
+from . import assistant, canvases, chat, conversations, files, reactions, streams, users
 
 METHODS: dict[str, Method] = {
     **users.METHODS,
     **chat.METHODS,
+    **streams.METHODS,
     **conversations.METHODS,
     **reactions.METHODS,
     **files.METHODS,

@@ -1,8 +1,8 @@
-"""``assistant.threads.setStatus``: the progress status shown under a thread, recorded in order."""
+"""``assistant.threads.*``: the status under a thread, its title, and suggested prompts, recorded in order."""
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError
+from ..wire import JSON, Method, Params, SlackError, as_json
 from ..workspace import Status, Workspace
 
 
@@ -15,6 +15,31 @@ def set_status(ws: Workspace, params: Params) -> JSON:
     return {}
 
 
+def set_title(ws: Workspace, params: Params) -> JSON:
+    chan = ws.channel(params, "channel_id")
+    thread_ts = str(params.get("thread_ts") or "")
+    title = str(params.get("title") or "")
+    if not thread_ts or not title:
+        raise SlackError("invalid_arguments")
+    ws.titles.append((chan.id, thread_ts, title))
+    return {}
+
+
+def set_suggested_prompts(ws: Workspace, params: Params) -> JSON:
+    chan = ws.channel(params, "channel_id")
+    thread_ts = str(params.get("thread_ts") or "")
+    prompts = as_json(params.get("prompts"), "invalid_arguments")
+    if not thread_ts or not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
+        raise SlackError("invalid_arguments")
+    for prompt in prompts:
+        if not isinstance(prompt, dict) or not prompt.get("title") or not prompt.get("message"):
+            raise SlackError("invalid_arguments")
+    ws.suggested_prompts.append((chan.id, thread_ts, prompts))
+    return {}
+
+
 METHODS = {
     "assistant.threads.setStatus": Method(set_status, "assistant:write"),
+    "assistant.threads.setTitle": Method(set_title, "assistant:write"),
+    "assistant.threads.setSuggestedPrompts": Method(set_suggested_prompts, "assistant:write"),
 }
