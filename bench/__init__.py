@@ -129,9 +129,12 @@ class Row:
         return _OPS[match.group(1)](value, float(match.group(2))) and all(self.also.values())
 
     def as_json(self) -> dict[str, Any]:
+        # ``absolute`` and ``also`` appear only when set: with them a reader can recompute ``met``.
         out = asdict(self)
-        out.pop("also")
-        out.pop("absolute")
+        if not out["also"]:
+            out.pop("also")
+        if not out["absolute"]:
+            out.pop("absolute")
         if not out["skipped"]:
             out.pop("skipped")
         if not out["note"]:
