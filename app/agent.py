@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai import Agent, AgentRetries, RunContext
+from pydantic_ai import Agent, AgentRetries, DeferredToolRequests, RunContext
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model
 from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
@@ -159,15 +159,22 @@ def build_agent(
     on_tool: ToolStarted | None = None,
     on_tool_end: ToolFinished | None = None,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
-) -> Agent[RunDeps, str | None]:
-    """The agent with the channel toolset first, then ``toolsets`` (the MCP tools)."""
+    gate: Callable[[AbstractToolset[RunDeps]], AbstractToolset[RunDeps]] | None = None,
+) -> Agent[RunDeps, Any]:
+    """The agent with the channel toolset first, then ``toolsets`` (the MCP tools). ``gate`` wraps
+    them all (``app.approvals.ApprovalGate``): gated calls end the run with ``DeferredToolRequests``."""
     # `None` output is allowed: ending with no text is how the model chooses to stay silent.
     # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
+    every: list[AbstractToolset[RunDeps]] = [ChannelToolset(on_tool, on_tool_end), *toolsets]
+    output_type: Any = str | None
+    if gate is not None:
+        every = [gate(CombinedToolset(every))]
+        output_type = [str | None, DeferredToolRequests]
     return Agent(
         model,
         deps_type=RunDeps,
-        output_type=str | None,  # type: ignore[arg-type]
-        toolsets=[ChannelToolset(on_tool, on_tool_end), *toolsets],
+        output_type=output_type,
+        toolsets=every,
         retries=AgentRetries(tools=_MAX_RETRIES),
         model_settings=run_model_settings,  # prompt caching, per provider (app/model_settings.py)
     )

@@ -11,13 +11,14 @@ from .mcp_config import McpServerConfig, parse_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "mcp")
+_KEYS = ("instructions", "tools", "model", "approval", "mcp")
 
 
 @dataclass(frozen=True, slots=True)
 class AgentFile:
     """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
-    or globs), ``model`` and ``[mcp.NAME]`` servers.
+    or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision) and
+    ``[mcp.NAME]`` servers.
 
     :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
 
@@ -25,6 +26,7 @@ class AgentFile:
     tools: tuple[str, ...] | None = None
     model: str = ""
     mcp: tuple[McpServerConfig, ...] = ()
+    approval: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -43,11 +45,17 @@ class AgentFile:
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise ValueError(f"{path}: tools must be a list of tool names or globs")
+        approval = data.get("approval", [])
+        if not isinstance(approval, list) or not all(isinstance(t, str) and t for t in approval):
+            raise ValueError(
+                f'{path}: approval must be a list of tool names or globs, e.g. ["channel_retract"]'
+            )
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
+            approval=tuple(approval),
         )
 
 

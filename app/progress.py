@@ -27,6 +27,7 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
+from .approvals import is_decision
 from .run import RunHooks
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,8 @@ class Progress:
                 self._runs[session] = _Indicator("status", origin)
                 return
         if self.mode in ("auto", "reaction") and adapter.features.react and items:
-            ref = await self._newest_ref(adapter, items)
+            messages = [i for i in items if not is_decision(i)]  # a decision is no message to mark
+            ref = await self._newest_ref(adapter, messages) if messages else ""
             if ref and await self._react(adapter, ref, add=True):
                 self._runs[session] = _Indicator("reaction", origin, ref)
 

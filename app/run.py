@@ -13,6 +13,9 @@ this module does one run for a session it is given:
   apologises in the thread; the transcript is saved and the inbox items marked
   consumed in one transaction (a crash before that re-runs them, and the effect
   journal keeps the re-run from posting twice);
+- approvals (``app.approvals``): a run that made gated calls records them, saves, and posts their
+  cards; a task with an undecided approval does not run (``waiting``); the run after the decisions
+  passes them to pydantic-ai as ``deferred_tool_results``;
 - a run handed a ``guard`` (the scheduler's lease check) awaits it before every
   write and every model request: when it raises :class:`RunStopped` the run ends
   at once, without posting (no fallback, no apology) and without saving, leaving
@@ -28,8 +31,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -37,6 +41,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     UserPromptPart,
+    repair_messages,
 )
 
 from channel.contract import ChannelAdapter, Origin
@@ -48,9 +53,16 @@ from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
 
 from .agent import RunDeps, instructions_for
 from .agent_file import AgentFile
+from .approvals import CARD_EFFECT, WAITING, Approvals, is_decision
 
 log = logging.getLogger(__name__)
 
+#: Told to the model when some calls wait for approval (``approval`` in agent.toml).
+APPROVAL_NOTE = (
+    "\n\nSome actions wait for a person's approval: calling one posts an approval card in this "
+    "conversation and your turn ends there. You continue with its result once someone decides; a "
+    'refusal comes back as an error with code "denied", no decision in time as "expired".'
+)
 APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
 
 #: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
@@ -87,7 +99,7 @@ class RunExecutor:
         *,
         store: Store,
         adapter: ChannelAdapter,
-        agent: Agent[RunDeps, str | None],
+        agent: Agent[RunDeps, Any],
         tools: ToolSelection,
         agent_file: AgentFile,
         data_dir: Path,
@@ -95,8 +107,10 @@ class RunExecutor:
         history_limit: int = 400,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
+        approvals: Approvals | None = None,
     ) -> None:
         self.store = store
+        self.approvals = approvals
         self.adapter = adapter
         self.agent = agent
         self.tools = tools
@@ -108,6 +122,10 @@ class RunExecutor:
         self.clock = clock
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
+
+    async def waiting(self, task_id: str) -> bool:
+        """The task waits for a decision on an approval (its inbox waits with it)."""
+        return self.approvals is not None and await self.approvals.waiting(task_id)
 
     def session(
         self,
@@ -159,8 +177,15 @@ class RunExecutor:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts
         session = self.session(task, Origin(task.channel, thread_ts), guard=guard)
+        cards = [e for e in effects if e.tool == CARD_EFFECT]
+        effects = [e for e in effects if e.tool != CARD_EFFECT]
         try:
             notes = await session.reconcile(effects) if effects else []
+            if self.approvals is not None:
+                if cards:
+                    await self.approvals.settle(session, cards, _load_history(task.transcript))
+                if await self.approvals.waiting(task_id):
+                    return RunOutcome(task_id, "waiting", False)  # its inbox waits for the decision
         except RunStopped:
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
@@ -173,6 +198,8 @@ class RunExecutor:
         """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
         lines: list[str] = []
         for item in items:
+            if is_decision(item):
+                continue  # a decision on an approval resumes the task; it is no message
             try:
                 row = await session.inbound_row(json.loads(item.payload))
             except ChannelError as exc:
@@ -205,6 +232,15 @@ class RunExecutor:
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
         history = trim_history(_load_history(task.transcript), self.history_limit)
+        deferred = await self.approvals.results(task.task_id, history) if self.approvals else None
+        if deferred is WAITING:
+            return RunOutcome(task.task_id, "waiting", False)
+        if not prompt.strip() and deferred is None and items:
+            # Only decisions on calls no longer pending (withdrawn): nothing for the model to do.
+            await self.store.save_run(task.task_id, transcript=task.transcript, consumed=consumed)
+            return RunOutcome(task.task_id, "ok", False, "", consumed)
+        results = deferred if isinstance(deferred, DeferredToolResults) else None
+        requests: DeferredToolRequests | None = None
         self.active_runs.add(task.task_id)
         status = "failed"
         output = ""
@@ -214,12 +250,18 @@ class RunExecutor:
             try:
                 info = await session.describe()
                 instructions = instructions_for(info, self.tools, self.agent_file.instructions)
+                if self.agent_file.approval:
+                    instructions += APPROVAL_NOTE
                 async with asyncio.timeout(self.run_timeout):
-                    messages, output = await self._agent_run(
-                        session, prompt, history, instructions, consumed, steered, inbox
+                    messages, result = await self._agent_run(
+                        session, prompt, history, instructions, consumed, steered, inbox, results
                     )
-                if not session.replied and output.strip():
-                    await session.post_markdown(output)
+                if isinstance(result, DeferredToolRequests):
+                    requests = result  # gated calls: their cards are posted once the run is saved
+                else:
+                    output = result or ""
+                    if not session.replied and output.strip():
+                        await session.post_markdown(output)
                 run_status = "ok"
             except asyncio.CancelledError:
                 status = "cancelled"
@@ -236,18 +278,25 @@ class RunExecutor:
                 except Exception:
                     log.warning("could not post the apology for task %s", task.task_id, exc_info=True)
                 # The steered messages are consumed with this run: they must stay part of the task.
+                # Calls left pending by a failed resume are closed out (they never run).
                 messages = [
-                    *history,
+                    *repair_messages(history),
                     ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
                     ModelResponse(parts=[TextPart(APOLOGY)]),
                 ]
             await session.journal.check()  # saving consumes the inbox: only the lease's holder may
+            if requests is not None and self.approvals is not None:
+                # Recorded before the save: a saved transcript's pending calls always have approvals
+                # (one whose run never saved is withdrawn when its card effect is settled).
+                await self.approvals.open(session, requests, await self.approvals.requester(items))
             await self.store.save_run(
                 task.task_id,
                 transcript=ModelMessagesTypeAdapter.dump_json(messages),
                 consumed=consumed,
                 enabled_tools=sorted(session.enabled),
             )
+            if requests is not None and self.approvals is not None:
+                await self.approvals.post_cards(session, messages)
             status = run_status
         except RunStopped:
             # Another owner has the task now: no apology, no transcript; the inbox stays theirs.
@@ -274,10 +323,15 @@ class RunExecutor:
         consumed: list[int],
         steered: list[str],
         inbox: Inbox,
-    ) -> tuple[list[ModelMessage], str]:
+        results: DeferredToolResults | None = None,
+    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None]:
         seen = set(consumed)
         async with self.agent.iter(
-            prompt, message_history=history, deps=RunDeps(session), instructions=instructions
+            prompt or None,  # a run resumed only by decisions brings no new prompt
+            message_history=history,
+            deps=RunDeps(session),
+            instructions=instructions,
+            deferred_tool_results=results,
         ) as run:
             async for node in run:
                 if run.result is not None:
@@ -298,7 +352,7 @@ class RunExecutor:
             result = run.result
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
-            return list(result.all_messages()), result.output or ""
+            return list(result.all_messages()), result.output
 
 
 def _stopped(exc: BaseException) -> bool:

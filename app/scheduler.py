@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from storage.base import Store, TaskRecord
@@ -49,6 +49,7 @@ class Scheduler:
         owner: str | None = None,
         clock: Callable[[], float] = time.time,
         claim_retention: float = 604_800.0,
+        on_sweep: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -60,6 +61,8 @@ class Scheduler:
         #: Seconds claim keys (ingress dedupe) are kept; the sweep prunes older ones.
         self.claim_retention = claim_retention
         self._last_prune: float | None = None
+        #: Run at the start of every sweep (the approvals' expiry check); its failure is logged.
+        self.on_sweep = on_sweep
         self._drivers: dict[str, asyncio.Task[None]] = {}
         self._accepting = True
 
@@ -84,6 +87,11 @@ class Scheduler:
 
     async def sweep(self) -> int:
         """Drive every task whose inbox or effects are pending and whose lease is free or expired."""
+        if self.on_sweep is not None:
+            try:
+                await self.on_sweep()
+            except Exception:
+                log.exception("the sweep hook failed")
         task_ids = await self.store.tasks_needing_a_run(now=self.clock())
         for task_id in task_ids:
             self.notify(task_id)
@@ -137,6 +145,7 @@ class Scheduler:
 
     async def _drive_leased(self, task_id: str) -> None:
         inbox = partial(self.store.pending_inbox, task_id)
+        waiting = False
         while self._accepting:
             if not await self.store.acquire_lease(
                 task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
@@ -150,13 +159,19 @@ class Scheduler:
                     effects = await self.store.open_effects(task_id)
                     if not items and not effects:
                         break
-                    await self.executor.run_inbox(task_id, items, effects, inbox, guard=lease.check)
+                    outcome = await self.executor.run_inbox(task_id, items, effects, inbox, guard=lease.check)
+                    if outcome.status == "waiting":
+                        waiting = True  # an approval is undecided: its decision wakes the task again
+                        break
             finally:
                 await _stop(heartbeat)
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self.store.release_lease(task_id, owner=self.owner))
             if lease.lost.is_set():
                 return  # the new owner has the inbox
+            if waiting and await self.executor.waiting(task_id):
+                return  # the decision wakes it (a decision made since our check is seen just above)
+            waiting = False
             if not self._accepting or not await self.store.pending_inbox(task_id):
                 return
 

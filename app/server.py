@@ -38,6 +38,7 @@ from storage import Store, StoreError, open_store
 
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .approvals import ApprovalGate, Approvals, gated
 from .check import auth_failure
 from .ingress import Ingress
 from .interactions import Interactions
@@ -160,6 +161,8 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
+    #: Approval cards, clicks and expiry (``app.approvals``).
+    approvals: Approvals | None = None
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -238,11 +241,18 @@ class Service:
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        approvals = Approvals(
+            store=store, adapter=adapter, approvers=settings.approvers, ttl=settings.approval_ttl
+        )
+        _warn_unmatched_approval(agent_file.approval, tools)
         agent = build_agent(
             TimedModel(model, observer),
             on_tool=run_hooks.on_tool,
             on_tool_end=observer.tool_end,
             toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
+            gate=(lambda every: ApprovalGate(every, agent_file.approval, store))
+            if agent_file.approval
+            else None,
         )
         executor = RunExecutor(
             store=store,
@@ -254,6 +264,7 @@ class Service:
             run_timeout=settings.run_timeout,
             history_limit=settings.history_limit,
             hooks=run_hooks,
+            approvals=approvals,
         )
         runner = Scheduler(
             store=store,
@@ -262,7 +273,9 @@ class Service:
             max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
+            on_sweep=approvals.sweep,  # approvals open longer than APPROVAL_TTL expire
         )
+        approvals.wake = runner.notify
         ingress = Ingress(
             store=store,
             scheduler=runner,
@@ -271,6 +284,7 @@ class Service:
             on_result=observer.delivery,
         )
         interactions = Interactions()
+        approvals.register(interactions.on)
         bolt = build_bolt(settings, ingress, interactions)
         return cls(
             settings,
@@ -282,6 +296,7 @@ class Service:
             observer=observer,
             interactions=interactions,
             mcp=mcp,
+            approvals=approvals,
         )
 
     def _web_app(self) -> web.Application:
@@ -333,12 +348,22 @@ class Service:
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         await self.runner.shutdown(grace)
+        if self.approvals is not None:
+            await self.approvals.idle()
 
     async def close(self) -> None:
         await self.drain(0)
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
+
+
+def _warn_unmatched_approval(globs: tuple[str, ...], tools: Any) -> None:
+    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
+    names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
+    for glob in globs:
+        if not any(gated((glob,), name) for name in names):
+            log.warning("approval entry %r matches no tool offered now; check its spelling", glob)
 
 
 async def serve(

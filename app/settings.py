@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     allowed_users: CSV = ()
     allow_bots: bool = False
     allow_dms: bool = True
+    #: User IDs who may decide any approval, besides the person whose message led to the call.
+    approvers: CSV = ()
+    #: Seconds an approval card stays open; after that the call counts as ``expired``.
+    approval_ttl: float = Field(default=86_400.0, gt=0)
 
     #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"
@@ -88,7 +92,7 @@ class Settings(BaseSettings):
     metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"
 
-    @field_validator("slack_file_origins", "allowed_channels", "allowed_users", mode="before")
+    @field_validator("slack_file_origins", "allowed_channels", "allowed_users", "approvers", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return _csv(value)

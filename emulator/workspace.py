@@ -198,6 +198,8 @@ class Workspace:
         self.replies_repeat_root = False
 
         self.statuses: list[Status] = []
+        #: ``chat.postEphemeral`` calls: ``(channel, user, thread_ts, text)``; seen by that user only.
+        self.ephemerals: list[tuple[str, str, str, str]] = []
         #: Streamed messages by ``(channel, ts)`` (``emulator.api.streams``).
         self.streams: dict[tuple[str, str], Stream] = {}
         #: Seconds a stream stays open (Slack: about five minutes); ``expire_streams`` ends them now.

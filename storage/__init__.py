@@ -44,6 +44,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from .base import (
+    ApprovalDecision,
+    ApprovalRecord,
     ClaimOutcome,
     ClaimStatus,
     EffectRecord,
@@ -59,6 +61,8 @@ from .base import (
 )
 
 __all__ = [
+    "ApprovalDecision",
+    "ApprovalRecord",
     "ClaimOutcome",
     "ClaimStatus",
     "EffectRecord",

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import json
 
-from .base import ClaimOutcome, EffectRecord, HandleRecord, InboxItem, LeaseRecord, StoreStats, TaskRecord
+from .base import (
+    ApprovalRecord,
+    ClaimOutcome,
+    EffectRecord,
+    HandleRecord,
+    InboxItem,
+    LeaseRecord,
+    StoreStats,
+    TaskRecord,
+)
 from .sql import Row
 
 
@@ -76,3 +85,24 @@ def claim_from_row(row: Row) -> ClaimOutcome:
 def stats_from_row(row: Row) -> StoreStats:
     values = {key: int(row[key]) for key in row.keys()}
     return StoreStats(tasks=values.pop("tasks"), pending_inbox=values.pop("pending_inbox"), extra=values)
+
+
+def approval_from_row(row: Row) -> ApprovalRecord:
+    decided_at, executed_at = row["decided_at"], row["executed_at"]
+    return ApprovalRecord(
+        approval_id=row["approval_id"],
+        task_id=row["task_id"],
+        tool_call_id=row["tool_call_id"],
+        tool=row["tool"],
+        args=row["args"],
+        requester=row["requester"],
+        channel=row["channel"],
+        thread_ts=row["thread_ts"],
+        card_effect=row["card_effect"],
+        card_ts=row["card_ts"],
+        created_at=float(row["created_at"]),
+        decision=row["decision"],
+        decided_by=row["decided_by"],
+        decided_at=None if decided_at is None else float(decided_at),
+        executed_at=None if executed_at is None else float(executed_at),
+    )

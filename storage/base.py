@@ -95,6 +95,37 @@ class EffectRecord:
     created_at: float
 
 
+ApprovalDecision = Literal["approved", "denied", "expired", "void"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """A gated tool call (``approval`` in agent.toml) and, once made, the decision on it."""
+
+    approval_id: str
+    task_id: str
+    #: The pydantic-ai tool call id in the task's transcript.
+    tool_call_id: str
+    tool: str
+    #: JSON text of the call's arguments.
+    args: str
+    #: The user whose message led to the call (``""`` when none, e.g. the ``run`` command).
+    requester: str
+    channel: str
+    thread_ts: str
+    #: The effect id under which the card is posted (journalled like any post).
+    card_effect: str
+    #: ts of the posted card; ``""`` until it is posted.
+    card_ts: str
+    created_at: float
+    #: ``None`` while open.
+    decision: ApprovalDecision | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    #: When an approved call started running (set once).
+    executed_at: float | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:
     task_id: str
@@ -246,5 +277,43 @@ class Store(Protocol):
         """Effects of ``task_id`` still open (attempted, result not recorded), oldest first."""
 
     async def get_effect(self, effect_id: str) -> EffectRecord | None: ...
+
+    # -- approvals ------------------------------------------------------------------
+    async def open_approval(
+        self,
+        *,
+        approval_id: str,
+        task_id: str,
+        tool_call_id: str,
+        tool: str,
+        args: str,
+        requester: str,
+        channel: str,
+        thread_ts: str,
+        card_effect: str,
+        now: float,
+    ) -> None:
+        """Record an open approval and open the effect ``card_effect`` (tool ``approval_card``,
+        args ``{"approval_id": ...}``) for its card, in one transaction."""
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None: ...
+
+    async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
+        """Every approval of ``task_id``, oldest first."""
+
+    async def set_approval_card(self, approval_id: str, card_ts: str) -> None: ...
+
+    async def decide_approval(
+        self, approval_id: str, *, decision: ApprovalDecision, user_id: str, payload: str, now: float
+    ) -> bool:
+        """Decide an open approval and append ``payload`` to its task's inbox, in one transaction.
+        True for the one call that decided it; False when it was decided before or is unknown.
+        Atomic across instances: of concurrent deciders exactly one gets True."""
+
+    async def expired_approvals(self, *, before: float, limit: int = 100) -> list[ApprovalRecord]:
+        """Open approvals created before ``before``, oldest first."""
+
+    async def start_execution(self, approval_id: str, *, now: float) -> bool:
+        """Mark an approved call as started; True only the first time (the call may run)."""
 
     async def stats(self) -> StoreStats: ...

@@ -19,6 +19,9 @@ Tables (same shape on both dialects):
 - ``leases``: at most one owner per task.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
+- ``approvals`` (v5): gated tool calls waiting for (or given) a person's decision. ``decision`` is
+  NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
+  ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
 """
 
 from __future__ import annotations
@@ -272,12 +275,41 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
 #: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
 _V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
 
+#: v5: approvals, one row per gated call (``app/approvals.py``).
+_V5_SQLITE: Final[tuple[str, ...]] = (
+    """CREATE TABLE approvals (
+        approval_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL REFERENCES tasks (task_id),
+        tool_call_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        requester TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        thread_ts TEXT NOT NULL,
+        card_effect TEXT NOT NULL,
+        card_ts TEXT NOT NULL DEFAULT '',
+        created_at REAL NOT NULL,
+        decision TEXT,
+        decided_by TEXT,
+        decided_at REAL,
+        decision_id TEXT,
+        executed_at REAL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX approvals_task ON approvals (task_id, tool_call_id)",
+    "CREATE INDEX approvals_open ON approvals (created_at) WHERE decision IS NULL",
+)
+_V5_POSTGRES: Final[tuple[str, ...]] = (
+    _V5_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
+    *_V5_SQLITE[1:],
+)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
     (4, {"sqlite": _V4, "postgres": _V4}),
+    (5, {"sqlite": _V5_SQLITE, "postgres": _V5_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

@@ -9,6 +9,7 @@ backends hold only connection plumbing.
 
 from __future__ import annotations
 
+import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 
 from . import statements as sql
 from ._rows import (
+    approval_from_row,
     claim_from_row,
     effect_from_row,
     handle_from_row,
@@ -25,6 +27,8 @@ from ._rows import (
     task_from_row,
 )
 from .base import (
+    ApprovalDecision,
+    ApprovalRecord,
     ClaimOutcome,
     EffectRecord,
     HandleKind,
@@ -227,6 +231,67 @@ class SqlStore(ABC):
     async def get_effect(self, effect_id: str) -> EffectRecord | None:
         row = await self._one(sql.GET_EFFECT, effect_id=effect_id)
         return None if row is None else effect_from_row(row)
+
+    # -- approvals -------------------------------------------------------------------------
+    async def open_approval(
+        self,
+        *,
+        approval_id: str,
+        task_id: str,
+        tool_call_id: str,
+        tool: str,
+        args: str,
+        requester: str,
+        channel: str,
+        thread_ts: str,
+        card_effect: str,
+        now: float,
+    ) -> None:
+        params = {
+            "approval_id": approval_id,
+            "task_id": task_id,
+            "tool_call_id": tool_call_id,
+            "tool": tool,
+            "args": args,
+            "requester": requester,
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "card_effect": card_effect,
+            "card_args": json.dumps({"approval_id": approval_id}),
+            "now": now,
+        }
+        await self._call(sql.OPEN_APPROVAL, params)
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        row = await self._one(sql.GET_APPROVAL, approval_id=approval_id)
+        return None if row is None else approval_from_row(row)
+
+    async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
+        return [approval_from_row(r) for r in await self._fetch(sql.TASK_APPROVALS, {"task_id": task_id})]
+
+    async def set_approval_card(self, approval_id: str, card_ts: str) -> None:
+        if await self._one(sql.SET_APPROVAL_CARD, approval_id=approval_id, card_ts=card_ts) is None:
+            raise StoreError(f"unknown approval {approval_id!r}")
+
+    async def decide_approval(
+        self, approval_id: str, *, decision: ApprovalDecision, user_id: str, payload: str, now: float
+    ) -> bool:
+        params = {
+            "approval_id": approval_id,
+            "decision": decision,
+            "user_id": user_id,
+            "now": now,
+            "payload": payload,
+            "decision_id": new_id(),
+        }
+        return bool((await self._call(sql.DECIDE, params))["won"])
+
+    async def expired_approvals(self, *, before: float, limit: int = 100) -> list[ApprovalRecord]:
+        rows = await self._fetch(sql.EXPIRED_APPROVALS, {"before": before, "limit": limit})
+        return [approval_from_row(r) for r in rows]
+
+    async def start_execution(self, approval_id: str, *, now: float) -> bool:
+        return await self._one(sql.START_EXECUTION, approval_id=approval_id, now=now) is not None
 
     async def stats(self) -> StoreStats:
         row = await self._one(sql.STATS)

@@ -728,3 +728,96 @@ async def test_stats_counts(store: Store) -> None:
     stats = await store.stats()
     assert (stats.tasks, stats.pending_inbox) == (1, 2)
     assert stats.extra["open_effects"] == 1 and stats.extra["leases"] == 0
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+async def open_approval(store: Store, task_id: str, approval_id: str = "apv_1", now: float = T0) -> None:
+    await store.open_approval(
+        approval_id=approval_id,
+        task_id=task_id,
+        tool_call_id=f"call_{approval_id}",
+        tool="channel_retract",
+        args='{"message": "msg_1"}',
+        requester="U1",
+        channel="C1",
+        thread_ts="500.000001",
+        card_effect=f"eff_{approval_id}",
+        now=now,
+    )
+
+
+async def test_an_approval_opens_with_its_card_effect_and_holds_its_task(store: Store) -> None:
+    """Opening an approval journals its card as an open effect; while it is undecided the task's
+    inbox waits (not due), but the open card effect still makes the task due."""
+    task_id = await new_task(store)
+    await open_approval(store, task_id)
+    record = await store.get_approval("apv_1")
+    assert (
+        record is not None and record.decision is None and record.card_ts == "" and record.requester == "U1"
+    )
+    [effect] = await store.open_effects(task_id)
+    assert (effect.effect_id, effect.tool) == ("eff_apv_1", "approval_card")
+    assert await store.tasks_needing_a_run(now=T0 + 1) == [task_id]
+    await store.close_effect("eff_apv_1", result="{}")
+    await store.set_approval_card("apv_1", "600.000001")
+    assert (await store.get_approval("apv_1")).card_ts == "600.000001"  # type: ignore[union-attr]
+    outcome = await claim(store, event_id="Ev9", ts="500.000009", thread_ts="500.000001", create=False)
+    assert outcome.task_id == task_id
+    assert await store.tasks_needing_a_run(now=T0 + 1) == []  # waiting for the decision
+
+
+async def test_the_first_decision_wins_once_and_resumes_the_task(store: Store) -> None:
+    """Of two decisions only the first counts; it appends one inbox item, which makes the task due."""
+    task_id = await new_task(store)
+    await open_approval(store, task_id)
+    await store.close_effect("eff_apv_1", result="{}")
+    await store.set_approval_card("apv_1", "600.000001")
+    won = await store.decide_approval(
+        "apv_1", decision="approved", user_id="U1", payload='{"k": 1}', now=T0 + 5
+    )
+    lost = await store.decide_approval(
+        "apv_1", decision="denied", user_id="U2", payload='{"k": 2}', now=T0 + 6
+    )
+    assert (won, lost) == (True, False)
+    assert not await store.decide_approval("apv_x", decision="denied", user_id="U2", payload="{}", now=T0)
+    record = await store.get_approval("apv_1")
+    assert record is not None and (record.decision, record.decided_by, record.decided_at) == (
+        "approved",
+        "U1",
+        T0 + 5,
+    )
+    [item] = await store.pending_inbox(task_id)
+    assert (item.payload, item.ts, item.thread_ts) == ('{"k": 1}', "600.000001", "500.000001")
+    assert await store.tasks_needing_a_run(now=T0 + 10) == [task_id]
+
+
+async def test_concurrent_decisions_yield_one_winner(store_factory: StoreFactory) -> None:
+    """Deciders racing on two connections (two instances): exactly one wins and one item is appended."""
+    first, second = await store_factory(), await store_factory()
+    task_id = await new_task(first)
+    await open_approval(first, task_id)
+    results = await asyncio.gather(
+        *(
+            s.decide_approval("apv_1", decision=d, user_id="U1", payload=d, now=T0)
+            for s, d in [(first, "approved"), (second, "denied")] * 4
+        )
+    )
+    assert sorted(results) == [False] * 7 + [True]
+    assert len(await first.pending_inbox(task_id)) == 1
+
+
+async def test_expired_approvals_and_execution_once(store: Store) -> None:
+    """Open approvals older than the cutoff are listed; an approved call starts at most once."""
+    task_id = await new_task(store)
+    await open_approval(store, task_id, "apv_old", now=T0)
+    await open_approval(store, task_id, "apv_new", now=T0 + 100)
+    assert [a.approval_id for a in await store.expired_approvals(before=T0 + 50)] == ["apv_old"]
+    assert [a.approval_id for a in await store.task_approvals(task_id)] == ["apv_old", "apv_new"]
+    assert not await store.start_execution("apv_new", now=T0)  # not approved
+    await store.decide_approval("apv_new", decision="approved", user_id="U1", payload="{}", now=T0 + 101)
+    assert await store.start_execution("apv_new", now=T0 + 102)
+    assert not await store.start_execution("apv_new", now=T0 + 103)
+    assert (await store.get_approval("apv_new")).executed_at == T0 + 102  # type: ignore[union-attr]
+    assert [a.approval_id for a in await store.expired_approvals(before=T0 + 500)] == ["apv_old"]

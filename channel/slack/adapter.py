@@ -381,6 +381,52 @@ class SlackAdapter(AdapterBase):
             permalink=self.permalink(origin.channel, ts, origin.thread_ts),
         )
 
+    async def post_blocks(
+        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
+    ) -> Posted:
+        """Post a host message built of Block Kit ``blocks`` (an approval card), marked with
+        ``effect_id`` like :meth:`post` so :meth:`find_posted` finds it after a crash. Never retried."""
+        kwargs: dict[str, Any] = {
+            "channel": origin.channel,
+            "text": text,
+            "blocks": [dict(b) for b in blocks],
+            "metadata": {"event_type": EFFECT_EVENT, "event_payload": {"effect_id": effect_id}},
+            "unfurl_links": False,
+        }
+        if origin.thread_ts:
+            kwargs["thread_ts"] = origin.thread_ts
+        response = await self.outbound.write(
+            "chat.postMessage",
+            lambda: self.writes.chat_postMessage(**kwargs),
+            channel=origin.channel,
+            post=True,
+        )
+        ts = str(response["ts"])
+        return Posted(
+            ref=f"{origin.channel}:{ts}",
+            new_root="" if origin.thread_ts else ts,
+            permalink=self.permalink(origin.channel, ts, origin.thread_ts),
+        )
+
+    async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None:
+        """Replace a host message's text and blocks (an approval card once decided)."""
+        channel, ts = _split_ref(ref)
+        await self.outbound.write(
+            "chat.update",
+            lambda: self.writes.chat_update(
+                channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks]
+            ),
+        )
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
+        """Show ``text`` to ``user`` only (``chat.postEphemeral``), in ``thread_ts`` when given."""
+        kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": text}
+        if thread_ts:
+            kwargs["thread_ts"] = thread_ts
+        await self.outbound.write(
+            "chat.postEphemeral", lambda: self.writes.chat_postEphemeral(**kwargs), channel=channel
+        )
+
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         if origin.thread_ts:
             raw = await self._replies(origin, metadata=True)

@@ -147,6 +147,19 @@ def delete(ws: Workspace, params: Params) -> JSON:
     return {"channel": chan.id, "ts": message["ts"]}
 
 
+def post_ephemeral(ws: Workspace, params: Params) -> JSON:
+    """A message only ``user`` sees; it is not part of the conversation's history."""
+    chan = ws.channel(params)
+    user = str(params.get("user") or "")
+    text = str(params.get("text") or "")
+    if not user:
+        raise SlackError("user_not_in_channel")
+    if not text and params.get("blocks") in (None, ""):
+        raise SlackError("no_text")
+    ws.ephemerals.append((chan.id, user, str(params.get("thread_ts") or ""), text[:MAX_TEXT_CHARS]))
+    return {"message_ts": ws.next_ts()}
+
+
 def get_permalink(ws: Workspace, params: Params) -> JSON:
     chan = ws.channel(params)
     message = ws.find(chan.id, str(params.get("message_ts") or ""))
@@ -159,5 +172,6 @@ METHODS = {
     "chat.postMessage": Method(post_message, "chat:write"),
     "chat.update": Method(update, "chat:write"),
     "chat.delete": Method(delete, "chat:write"),
+    "chat.postEphemeral": Method(post_ephemeral, "chat:write"),
     "chat.getPermalink": Method(get_permalink),
 }

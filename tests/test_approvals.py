@@ -1,0 +1,373 @@
+"""Approvals in the thread: gated calls wait for a signed click by the right person, once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from app.approval_cards import APPROVE, DENY, MAX_ARGS_CHARS, args_text
+from emulator import FakeSlack
+from testing import events
+from testing.harness import AppHarness
+from testing.models import Turn, call, scripted
+
+_HANDLE = re.compile(r"\((msg_[A-Za-z0-9_-]+)\)")
+
+
+def _agent_file(tmp_path: Path, globs: list[str]) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(f"approval = {json.dumps(globs)}\n", encoding="utf-8")
+    return path
+
+
+def _workspace(slack: FakeSlack) -> None:
+    slack.add_channel("C1", "general")
+    slack.add_user("U1", "alice", display_name="Alice")
+    slack.add_user("U2", "bob", display_name="Bob")
+    slack.add_user("U9", "olga", display_name="Olga")
+
+
+class ReactScript:
+    """Asks to react to the person's message (gated); then replies with what the call returned."""
+
+    def __init__(self, reactions: int = 1) -> None:
+        self.reactions = reactions
+        self.results: list[Any] = []
+
+    def __call__(self, turn: Turn) -> list[Any]:
+        if turn.prompt and "react" in turn.prompt:
+            handle = _HANDLE.search(turn.prompt)
+            assert handle is not None
+            emojis = ["white_check_mark", "tada", "eyes"][: self.reactions]
+            return [call("channel_react", message=handle.group(1), emoji=e) for e in emojis]
+        reacted = [r for name, r in turn.results if name == "channel_react"]
+        if reacted:
+            self.results.append(reacted)
+            codes = [r["error"]["code"] if "error" in r else "ok" for r in reacted]
+            return [call("channel_reply", text="outcome: " + ", ".join(codes))]
+        return [""]
+
+
+def _cards(slack: FakeSlack) -> list[dict[str, Any]]:
+    return [
+        m for m in slack.bot_messages("C1") if any(b.get("type") == "actions" for b in m.get("blocks", []))
+    ]
+
+
+def _approval_id(card: dict[str, Any], action_id: str = APPROVE) -> str:
+    actions = next(b for b in card["blocks"] if b["type"] == "actions")
+    return str(next(e["value"] for e in actions["elements"] if e["action_id"] == action_id))
+
+
+def _bot_reactions(slack: FakeSlack, ts: str) -> list[str]:
+    message = next(m for m in slack.messages("C1") if m["ts"] == ts)
+    return [r["name"] for r in message.get("reactions", []) if slack.bot_user_id in r["users"]]
+
+
+def _click(card: dict[str, Any], user: str, action_id: str, root: str) -> dict[str, Any]:
+    return events.block_actions(
+        channel="C1",
+        user=user,
+        message_ts=card["ts"],
+        thread_ts=root,
+        action_id=action_id,
+        value=_approval_id(card, action_id),
+    )
+
+
+async def _settle(app: AppHarness) -> None:
+    assert app.service is not None and app.service.approvals is not None
+    await app.idle()
+    await app.service.approvals.idle()
+
+
+async def _ask(app: AppHarness, slack: FakeSlack, text: str = "<@UBOT> please react") -> str:
+    root = slack.add_message("C1", text, user="U1")
+    assert (await app.deliver(events.app_mention("C1", "U1", text, root))).status == 200
+    await _settle(app)
+    return root
+
+
+async def test_the_requester_approves_and_the_call_runs_once(tmp_path: Path) -> None:
+    """A gated call posts a card instead of running; the requester's signed click runs it, the run
+    continues with its result, and the card shows who decided and loses its buttons."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            root = await _ask(app, slack)
+            [card] = _cards(slack)
+            assert card["thread_ts"] == root
+            text = json.dumps(card["blocks"])
+            assert "channel_react" in text and "white_check_mark" in text and "<@U1>" in text
+            assert _bot_reactions(slack, root) == []  # not run yet
+            assert app.service is not None and not app.service.runner.executor.active_runs
+
+            response = await app.click(_click(card, "U1", APPROVE, root))
+            assert response.status == 200
+            await _settle(app)
+            # The same click again (a double click, a redelivery): nothing more happens.
+            assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+            await _settle(app)
+
+        assert _bot_reactions(slack, root) == ["white_check_mark"]
+        assert slack.count("reactions.add") == 1
+        assert script.results == [[{"ok": True}]]
+        replies = [
+            m["text"]
+            for m in slack.bot_messages("C1")
+            if not m.get("blocks", [{}])[0].get("type") == "section"
+        ]
+        assert replies == ["outcome: ok"]
+        [updated] = [m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]]
+        assert not any(b["type"] == "actions" for b in updated["blocks"])
+        assert "Approved* by <@U1>" in json.dumps(updated["blocks"]) and "<!date^" in json.dumps(
+            updated["blocks"]
+        )
+        assert slack.ephemerals == []
+
+
+async def test_someone_else_is_refused_privately_and_nothing_changes(tmp_path: Path) -> None:
+    """A click by a person who neither asked nor is in APPROVERS gets an ephemeral note; the call
+    stays pending and the card keeps its buttons. A user in APPROVERS may decide."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path, agent_file=agent, approvers=("U9",)
+        ) as app:
+            root = await _ask(app, slack)
+            [card] = _cards(slack)
+            assert (await app.click(_click(card, "U2", APPROVE, root))).status == 200
+            await _settle(app)
+            assert slack.ephemerals and slack.ephemerals[0][:3] == ("C1", "U2", root)
+            assert "Only <@U1> or an approver" in slack.ephemerals[0][3]
+            assert _bot_reactions(slack, root) == [] and len(_cards(slack)) == 1
+            assert slack.count("chat.update") == 0 and script.results == []
+
+            assert (await app.click(_click(card, "U9", APPROVE, root))).status == 200
+            await _settle(app)
+        assert _bot_reactions(slack, root) == ["white_check_mark"]
+        assert "by <@U9>" in json.dumps(next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]))
+
+
+async def test_deny_tells_the_model_and_the_run_continues(tmp_path: Path) -> None:
+    """Denied: the call never runs and the model reads {"error": {"code": "denied"}} and answers."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_*"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            root = await _ask(app, slack)
+            [card] = _cards(slack)
+            assert (await app.click(_click(card, "U1", DENY, root))).status == 200
+            await _settle(app)
+        assert slack.count("reactions.add") == 0
+        [[result]] = script.results
+        assert result["error"]["code"] == "denied"
+        # channel_reply is gated too (channel_*): the answer waits for its own card.
+        assert len(_cards(slack)) == 1
+        assert "Denied* by <@U1>" in json.dumps(
+            next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"])
+        )
+
+
+async def test_an_unanswered_card_expires_and_a_late_click_cannot_approve(tmp_path: Path) -> None:
+    """Past APPROVAL_TTL the sweep decides 'expired' (the clock is moved, nothing sleeps): the model
+    reads {"error": {"code": "expired"}}; a later click changes nothing."""
+    script = ReactScript(reactions=2)
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path, agent_file=agent, approval_ttl=600
+        ) as app:
+            assert app.service is not None and app.service.approvals is not None
+            root = await _ask(app, slack)
+            first, second = _cards(slack)
+            approvals = app.service.approvals
+            approvals.clock = lambda: time.time() + 601
+            # Checked on click: the late approval of the first card becomes 'expired'.
+            assert (await app.click(_click(first, "U1", APPROVE, root))).status == 200
+            await _settle(app)
+            assert "expired" in slack.ephemerals[-1][3]
+            assert script.results == []  # the second card is still open (its expiry is the sweep's)
+            assert await app.service.runner.sweep() >= 1
+            await _settle(app)
+            assert (await app.click(_click(second, "U1", APPROVE, root))).status == 200
+            await _settle(app)
+        assert slack.count("reactions.add") == 0
+        [results] = script.results
+        assert [r["error"]["code"] for r in results] == ["expired", "expired"]
+        assert "already expired" in slack.ephemerals[-1][3]
+        assert all(
+            "Expired" in json.dumps(m["blocks"])
+            for m in slack.bot_messages("C1")
+            if m["ts"] in (first["ts"], second["ts"])
+        )
+
+
+async def test_several_gated_calls_get_a_card_each_and_resume_after_the_last_decision(tmp_path: Path) -> None:
+    """Two gated calls in one step post two cards; the run resumes only once both are decided."""
+    script = ReactScript(reactions=2)
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            root = await _ask(app, slack)
+            first, second = _cards(slack)
+            assert _approval_id(first) != _approval_id(second)
+            await app.click(_click(first, "U1", APPROVE, root))
+            await _settle(app)
+            assert script.results == [] and _bot_reactions(slack, root) == []
+            # A message meanwhile waits with the task; it is shown with the resumed run.
+            ts = slack.add_message("C1", "any news?", user="U1", thread_ts=root)
+            await app.deliver(events.message("C1", "U1", "any news?", ts, thread_ts=root))
+            await _settle(app)
+            assert script.results == []
+            await app.click(_click(second, "U1", DENY, root))
+            await _settle(app)
+        [results] = script.results
+        assert [("error" in r) for r in results] == [False, True]
+        assert _bot_reactions(slack, root) == ["white_check_mark"]
+
+
+async def test_a_restart_between_card_and_click_loses_nothing(tmp_path: Path) -> None:
+    """The card is posted by one process; after a restart on the same data dir the click resumes."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            root = await _ask(app, slack)
+        [card] = _cards(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+            await _settle(app)
+        assert _bot_reactions(slack, root) == ["white_check_mark"]
+        assert script.results == [[{"ok": True}]]
+        assert len([m for m in slack.bot_messages("C1") if "blocks" in m and m["ts"] == card["ts"]]) == 1
+
+
+async def test_a_card_whose_answer_was_lost_is_not_posted_twice(tmp_path: Path) -> None:
+    """The card post is journalled: Slack applied it but the answer was lost; the open effect is
+    settled by finding the card in the thread by its effect id (at once, by the driver that still
+    sees the effect open), never by posting another, and the click still works."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.drop("chat.postMessage")  # the card: posted, answer lost
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            assert app.service is not None
+            root = await _ask(app, slack)
+            [card] = _cards(slack)
+            [pending] = await app.service.store.task_approvals(
+                str(await app.service.store.find_task("C1", root))
+            )
+            assert pending.card_ts == card["ts"]  # found, not posted again
+            assert await app.service.store.open_effects(pending.task_id) == []
+            await app.service.runner.sweep()
+            await _settle(app)
+            assert len(_cards(slack)) == 1
+            assert slack.count("chat.postMessage") == 1
+            await app.click(_click(card, "U1", APPROVE, root))
+            await _settle(app)
+        assert _bot_reactions(slack, root) == ["white_check_mark"]
+        assert "Approved" in json.dumps(next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]))
+
+
+async def test_approval_gates_a_channel_tool_such_as_channel_retract(tmp_path: Path) -> None:
+    """`approval = ["channel_retract"]`: retracting the bot's own post waits for the card, then runs."""
+    posted: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt and "retract" in turn.prompt:
+            return [call("channel_reply", text="a post to take back")]
+        for name, result in turn.results:
+            if name == "channel_reply" and "message" in result and not posted:
+                posted.append(result["message"])
+                return [call("tool_search", query="retract delete message")]
+            if name == "tool_search":
+                return [call("channel_retract", message=posted[0])]
+            if name == "channel_retract":
+                return [call("channel_reply", text=f"retracted: {json.dumps(result)}")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_retract"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            root = await _ask(app, slack, "<@UBOT> post then retract")
+            [card] = _cards(slack)
+            assert "channel_retract" in json.dumps(card["blocks"])
+            texts = [m["text"] for m in slack.bot_messages("C1")]
+            assert "a post to take back" in texts
+            await app.click(_click(card, "U1", APPROVE, root))
+            await _settle(app)
+        texts = [m["text"] for m in slack.bot_messages("C1")]
+        assert "a post to take back" not in texts
+        assert 'retracted: {"ok": true}' in texts
+
+
+def test_card_arguments_are_bounded_and_cannot_mention_or_break_out() -> None:
+    """A card shows at most MAX_ARGS_CHARS of arguments; fences and mention syntax are neutralised."""
+    shown = args_text(json.dumps({"text": "x" * 5000}))
+    assert len(shown) < MAX_ARGS_CHARS + 40 and "more characters" in shown
+    assert "```" not in args_text(json.dumps({"text": "```<!channel>```"}))
+
+
+BASE_URL = os.environ.get("TEST_DATABASE_URL", "")
+
+
+@pytest.fixture
+async def database_url() -> AsyncIterator[str]:
+    if not BASE_URL:
+        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
+    schema = f"tb_approve_{uuid.uuid4().hex[:12]}"
+    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}schema={schema}"
+    conn = await asyncpg.connect(BASE_URL)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def test_the_same_click_on_two_instances_runs_the_call_once(tmp_path: Path, database_url: str) -> None:
+    """One click delivered to two instances on one Postgres: one decision, one execution, one answer."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        common: dict[str, Any] = {
+            "database_url": database_url,
+            "model": scripted(script),
+            "agent_file": agent,
+        }
+        async with (
+            AppHarness(slack, data_dir=tmp_path / "a", owner="instance-a", **common) as a,
+            AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
+        ):
+            root = await _ask(a, slack)
+            [card] = _cards(slack)
+            click = _click(card, "U1", APPROVE, root)
+            responses = await asyncio.gather(a.click(click), b.click(click), a.click(click))
+            assert all(r.status == 200 for r in responses)
+            await asyncio.gather(_settle(a), _settle(b))
+            await asyncio.gather(_settle(a), _settle(b))
+        assert slack.count("reactions.add") == 1
+        assert script.results == [[{"ok": True}]]
+        assert [m["text"] for m in slack.bot_messages("C1")].count("outcome: ok") == 1
+        assert slack.ephemerals == []
