@@ -179,7 +179,10 @@ class RunExecutor:
                 log.warning("could not render inbound message %s: %s", item.ts, exc.message)
                 lines.append(f"(a message that could not be shown: {exc.message})")
                 continue
-            lines.append(f"{row['author']['display_name']} ({row['message']}): {row['text']}")
+            text = str(row["text"])
+            # Markdown that needs to start a line (a quoted forward, a list, a code block) gets one.
+            sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
+            lines.append(f"{row['author']['display_name']} ({row['message']}):{sep}{text}")
             for f in row["files"]:
                 if "file" not in f:
                     lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")

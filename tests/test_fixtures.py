@@ -17,7 +17,7 @@ from testing.models import Turn, call, scripted
 
 # What the model must be shown for fixtures that start a turn; every other envelope starts nothing.
 TURNS: dict[str, list[str]] = {
-    "forwarded_message_dm": ["Forwarded message from Lev in #dev-null, 2024-08-29T17:24:41Z:", "> 123"],
+    "forwarded_message_dm": ["):\n> Forwarded message from Lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"],
     "share_with_message": [
         "Lev (msg_",
         "@threadbound hello check that out!",
