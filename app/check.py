@@ -81,6 +81,16 @@ def _short(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def auth_failure(exc: ChannelError, api_url: str) -> str:
+    """What a failed ``auth.test`` means for the settings, in one line (shared with start-up)."""
+    code = exc.provider_code or ""
+    if code in _BAD_TOKEN_CODES:
+        return "SLACK_BOT_TOKEN is invalid or revoked: reinstall the app and copy the Bot User OAuth Token"
+    if code == "transport":
+        return f"cannot reach Slack at {api_url}: check SLACK_API_URL and the network"
+    return f"auth.test failed ({code or exc.message}): check SLACK_BOT_TOKEN and SLACK_API_URL"
+
+
 async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | None:
     token = settings.slack_bot_token.get_secret_value()
     if not token:
@@ -89,16 +99,7 @@ async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | N
     try:
         identity = await fetch_identity(token, settings.slack_api_url)
     except ChannelError as exc:
-        code = exc.provider_code or ""
-        if code in _BAD_TOKEN_CODES:
-            detail = (
-                "SLACK_BOT_TOKEN is invalid or revoked: reinstall the app and copy the Bot User OAuth Token"
-            )
-        elif code == "transport":
-            detail = f"cannot reach Slack at {settings.slack_api_url}: check SLACK_API_URL and the network"
-        else:
-            detail = f"auth.test failed ({code or exc.message}): check SLACK_BOT_TOKEN and SLACK_API_URL"
-        report.line("FAIL", "token", detail)
+        report.line("FAIL", "token", auth_failure(exc, settings.slack_api_url))
         return None
     if not identity.bot_id:
         detail = "SLACK_BOT_TOKEN is not a bot token: use the Bot User OAuth Token (xoxb-…)"

@@ -30,6 +30,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from channel.contract import missing_implementations
+from channel.errors import ChannelError
 from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
@@ -37,6 +38,7 @@ from storage import Store, StoreError, open_store
 
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .check import auth_failure
 from .ingress import Ingress
 from .interactions import Interactions
 from .mcp import McpServers
@@ -90,7 +92,7 @@ async def open_ready_store(settings: Settings) -> Store:
             await store.migrate()
     except (StoreError, OSError, TimeoutError) as exc:
         await store.close()
-        why = f"no answer within {STORE_OPEN_TIMEOUT:.0f}s" if isinstance(exc, TimeoutError) else str(exc)
+        why = f"no answer within {STORE_OPEN_TIMEOUT:g}s" if isinstance(exc, TimeoutError) else str(exc)
         raise StartupError(f"cannot open the store ({what}): {why}; check DATABASE_URL and DATA_DIR") from exc
     return store
 
@@ -210,9 +212,12 @@ class Service:
                 write_deadline=settings.write_deadline,
                 on_call=observer.slack_call,
             )
-        except Exception as exc:
+        except ChannelError as exc:
             await store.close()
-            raise StartupError(f"Slack auth.test failed: {exc}") from exc
+            raise StartupError(auth_failure(exc, settings.slack_api_url)) from exc
+        except BaseException:
+            await store.close()
+            raise
         try:
             missing = missing_implementations(adapter)
             if missing:
