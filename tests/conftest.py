@@ -32,6 +32,9 @@ from storage import Store, open_store  # noqa: E402
 class StoreFactory(Protocol):
     """Opens another store on the test's database (same file or schema), closed at teardown."""
 
+    #: The database URL the stores open (for a subprocess that must reach the same database).
+    url: str
+
     async def __call__(self, *, migrate: bool = True) -> Store: ...
 
 
@@ -57,8 +60,9 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
             await store.migrate()
         return store
 
+    make.url = url  # type: ignore[attr-defined]
     try:
-        yield make
+        yield make  # type: ignore[misc]
     finally:
         for store in opened:
             await store.close()
