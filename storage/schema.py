@@ -17,9 +17,11 @@ Tables (same shape on both dialects):
 - ``inbox``: claimed messages not yet consumed; a saved run deletes what it consumed.
   Ids are never reused (``AUTOINCREMENT`` / identity) so a stale id cannot consume a newer item.
 - ``leases``: at most one owner per task.
+- ``instances`` (v5): lease owners that tied their liveness to something that ends with their
+  process (``register_instance``), with the key of that lock; see ``dead_owners``.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
-- ``approvals`` (v5): gated tool calls waiting for (or given) a person's decision. ``decision`` is
+- ``approvals`` (v6): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
 """
@@ -275,8 +277,13 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
 #: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
 _V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
 
-#: v5: approvals, one row per gated call (``app/approvals.py``).
-_V5_SQLITE: Final[tuple[str, ...]] = (
+#: v5: instances whose liveness the store can check, so their leases are taken over when they die.
+_V5: Final[tuple[str, ...]] = (
+    "CREATE TABLE instances (owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, started_at REAL NOT NULL)",
+)
+
+#: v6: approvals, one row per gated call (``app/approvals.py``).
+_V6_SQLITE: Final[tuple[str, ...]] = (
     """CREATE TABLE approvals (
         approval_id TEXT PRIMARY KEY,
         task_id TEXT NOT NULL REFERENCES tasks (task_id),
@@ -298,9 +305,9 @@ _V5_SQLITE: Final[tuple[str, ...]] = (
     "CREATE INDEX approvals_task ON approvals (task_id, tool_call_id)",
     "CREATE INDEX approvals_open ON approvals (created_at) WHERE decision IS NULL",
 )
-_V5_POSTGRES: Final[tuple[str, ...]] = (
-    _V5_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
-    *_V5_SQLITE[1:],
+_V6_POSTGRES: Final[tuple[str, ...]] = (
+    _V6_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
+    *_V6_SQLITE[1:],
 )
 
 #: ``(version, {dialect: statements})``, ascending.
@@ -309,7 +316,8 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
     (4, {"sqlite": _V4, "postgres": _V4}),
-    (5, {"sqlite": _V5_SQLITE, "postgres": _V5_POSTGRES}),
+    (5, {"sqlite": _V5, "postgres": _V5}),
+    (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]
