@@ -48,7 +48,7 @@ from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from channel.tools import CATALOG
-from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store
+from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
 from .agent import RunDeps
 from .approval_cards import APPROVE, DENY, decided_card, open_card
@@ -255,7 +255,7 @@ class Approvals:
             log.warning("an approval card was not posted (%s); the sweep retries it", exc.message)
 
     async def waiting(self, task_id: str) -> bool:
-        return any(a.decision is None for a in await self.store.task_approvals(task_id))
+        return await self.store.has_open_approval(task_id)
 
     async def requester(self, items: Sequence[InboxItem]) -> str:
         """The person whose message led to this run: the newest message's author, else (a run
@@ -328,14 +328,18 @@ class Approvals:
             return
         if approval.decision is None and self.clock() - approval.created_at > self.ttl:
             decision = "expired"  # checked on click: a late click cannot approve
-        now = self.clock()
-        won = await self.store.decide_approval(
-            approval.approval_id,
-            decision=decision,
-            user_id=action.user_id,
-            payload=_decision_payload(approval.approval_id),
-            now=now,
-        )
+        try:
+            won = await self.store.decide_approval(
+                approval.approval_id,
+                decision=decision,
+                user_id=action.user_id,
+                payload=_decision_payload(approval.approval_id),
+                now=self.clock(),
+            )
+        except StoreError:
+            log.exception("could not record a decision on approval %s", approval.approval_id)
+            await self._tell(action, "Your decision could not be recorded just now; please click again.")
+            return
         if won:
             log.info(
                 "approval decided",

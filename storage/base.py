@@ -315,6 +315,9 @@ class Store(Protocol):
     async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
         """Every approval of ``task_id``, oldest first."""
 
+    async def has_open_approval(self, task_id: str) -> bool:
+        """Some approval of ``task_id`` waits for a decision (the task waits with it)."""
+
     async def set_approval_card(self, approval_id: str, card_ts: str) -> None: ...
 
     async def decide_approval(

@@ -298,6 +298,10 @@ class SqlStore(ABC):
     async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
         return [approval_from_row(r) for r in await self._fetch(sql.TASK_APPROVALS, {"task_id": task_id})]
 
+    async def has_open_approval(self, task_id: str) -> bool:
+        row = await self._one(sql.HAS_OPEN_APPROVAL, task_id=task_id)
+        return row is not None and bool(row["waiting"])
+
     async def set_approval_card(self, approval_id: str, card_ts: str) -> None:
         if await self._one(sql.SET_APPROVAL_CARD, approval_id=approval_id, card_ts=card_ts) is None:
             raise StoreError(f"unknown approval {approval_id!r}")

@@ -337,6 +337,9 @@ GET_APPROVAL: Final = Statement(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE
 TASK_APPROVALS: Final = Statement(
     f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE task_id = :task_id ORDER BY created_at, approval_id"
 )
+HAS_OPEN_APPROVAL: Final = Statement(
+    "SELECT EXISTS (SELECT 1 FROM approvals WHERE task_id = :task_id AND decision IS NULL) AS waiting"
+)
 SET_APPROVAL_CARD: Final = Statement(
     "UPDATE approvals SET card_ts = :card_ts WHERE approval_id = :approval_id RETURNING approval_id"
 )

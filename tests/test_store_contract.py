@@ -829,6 +829,7 @@ async def test_an_approval_opens_with_its_card_effect_and_holds_its_task(store: 
     outcome = await claim(store, event_id="Ev9", ts="500.000009", thread_ts="500.000001", create=False)
     assert outcome.task_id == task_id
     assert await store.tasks_needing_a_run(now=T0 + 1) == []  # waiting for the decision
+    assert await store.has_open_approval(task_id) and not await store.has_open_approval("other")
 
 
 async def test_the_first_decision_wins_once_and_resumes_the_task(store: Store) -> None:
@@ -854,6 +855,7 @@ async def test_the_first_decision_wins_once_and_resumes_the_task(store: Store) -
     [item] = await store.pending_inbox(task_id)
     assert (item.payload, item.ts, item.thread_ts) == ('{"k": 1}', "600.000001", "500.000001")
     assert await store.tasks_needing_a_run(now=T0 + 10) == [task_id]
+    assert not await store.has_open_approval(task_id)
 
 
 async def test_concurrent_decisions_yield_one_winner(store_factory: StoreFactory) -> None:
