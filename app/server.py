@@ -376,9 +376,14 @@ async def serve(
 
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
-    where = f"{settings.host}:{settings.port}"
+    return listen_error(settings.host, settings.port, exc)
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
+    where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
-        return f"port {settings.port} is already in use ({where}): stop the other server or set another PORT"
+        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
     if exc.errno == errno.EACCES:
         return f"no permission to listen on {where}: use a PORT above 1023"
     if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
