@@ -21,6 +21,7 @@ import logging
 import mimetypes
 import re
 import secrets
+import signal
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -347,8 +348,8 @@ class Playground:
                 seen = state["version"]
                 await response.write(f"data: {json.dumps(state)}\n\n".encode())
                 await self.changed(seen)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the page went away; the next one gets a fresh snapshot
         finally:
             if task is not None:
                 self._streams.discard(task)
@@ -407,7 +408,9 @@ class Playground:
         stored = self.slack.files.get(request.match_info["fid"])
         if stored is None or stored.content is None:
             raise web.HTTPNotFound()
-        return web.Response(body=stored.content, content_type=stored.mimetype)
+        # Whatever a person attached is served inert: never run as a page on the playground's origin.
+        headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+        return web.Response(body=stored.content, content_type=stored.mimetype, headers=headers)
 
 
 async def run_playground(settings: Settings, *, model: Model | None = None) -> None:
@@ -418,8 +421,6 @@ async def run_playground(settings: Settings, *, model: Model | None = None) -> N
     await playground.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    import signal
-
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
