@@ -150,6 +150,8 @@ def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path,
         "OPENAI_BASE_URL": model_base_url,
         "OPENAI_API_KEY": "bench",
         "SWEEP_INTERVAL": "3600",
+        # The rows compare a whole post with the baseline's; first_text_latency turns streaming on.
+        "STREAM": "off",
         **env,
     }
     return ServerProcess("threadbound", [sys.executable, "-m", "app", "serve"], values, log, cwd=data_dir)

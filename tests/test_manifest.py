@@ -67,7 +67,7 @@ def test_features_from_scopes_unchanged() -> None:
     assert features_from_scopes([]).enabled() == frozenset()
     assert features_from_scopes(["im:history"]).enabled() == {"read"}
     assert features_from_scopes(DEFAULT_SCOPES).enabled() == set(FEATURE_SCOPES)
-    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract"}
+    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract", "stream"}
 
 
 def test_missing_scopes_name_the_tools_they_disable() -> None:
