@@ -13,24 +13,114 @@ from pydantic import ValidationError
 
 from .settings import Settings, explain
 
+_DESCRIPTION = """threadbound: an LLM agent that lives in your Slack threads and acts only in the thread
+it was called from. Settings come from the environment or ./.env (see the README's Configuring
+table); every command checks them first and exits 2 with one line per problem."""
+
+_EXAMPLES = """examples:
+  python -m app check                  test the configuration against Slack, the database and the model
+  python -m app serve                  run the server on $PORT
+  python -m app run --channel '#general' "Say hello"
+  python -m app manifest --url https://bot.example.com/slack/events
+
+`python -m app COMMAND --help` describes each command."""
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+    examples: Sequence[str],
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help has a paragraph of description and examples."""
+    return sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m app", description="threadbound: an agent in your Slack threads"
+        prog="python -m app",
+        description=_DESCRIPTION,
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the HTTP server on $PORT (POST /slack/events, GET /healthz)")
-    run = sub.add_parser("run", help="run one task against a real conversation, without the webhook")
-    run.add_argument("--channel", required=True, help="channel ID to act in (C…, D…, G…)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _command(
+        sub,
+        "serve",
+        "run the HTTP server on $PORT (POST /slack/events, GET /healthz)",
+        "Serve Slack's Events API on HOST:PORT (default 0.0.0.0:3000): POST /slack/events takes\n"
+        "events and interactivity signed with SLACK_SIGNING_SECRET; GET /healthz, /readyz and\n"
+        "/metrics are for the platform. Start-up checks every setting, the store and the token first\n"
+        "and exits 2 with a one-line reason (a port in use, a store that cannot open, a missing key).\n"
+        "SIGTERM or Ctrl-C stops accepting and lets running turns finish for SHUTDOWN_GRACE seconds.",
+        [
+            "python -m app serve",
+            "PORT=8080 LOG_LEVEL=DEBUG python -m app serve",
+        ],
+    )
+    run = _command(
+        sub,
+        "run",
+        "run one task against a real conversation, without the webhook",
+        "Run one task in a real conversation without the webhook: the agent reads the channel or\n"
+        "thread, acts with the same tools as under `serve` and posts its reply there; the command\n"
+        "prints the task's outcome. --channel takes an ID (C…, G…, D…) or a #name the bot can see.\n"
+        "Without --thread the reply is a new root, recorded like any other, so replies to it continue\n"
+        "the task under `serve`. Exit 0 when the run ended ok, 1 when it did not, 2 for configuration\n"
+        "problems or a channel the bot cannot use (not found, or not a member: invite it).",
+        [
+            'python -m app run --channel C0123456789 "Say hello"',
+            "python -m app run --channel '#releases' --thread 1732900000.123456 \"Summarise this thread\"",
+        ],
+    )
+    run.add_argument("--channel", required=True, help="channel to act in: an ID (C…, D…, G…) or #name")
     run.add_argument("--thread", default="", help="thread root ts; without it the reply is a new root")
     run.add_argument("prompt", help="what to ask the agent")
-    check = sub.add_parser("check", help="check configuration against the real services")
+    check = _command(
+        sub,
+        "check",
+        "check configuration against the real services",
+        "Check the configuration against the real services and print one line per finding (PASS,\n"
+        "WARN, FAIL or SKIP): the bot token (auth.test) and its scopes, the signing secret, the file\n"
+        "origins, the database, the agent file, the skills folder and one tiny model request.\n"
+        "Configured secrets and anything shaped like a token are masked. Exit 1 when anything FAILs.",
+        [
+            "python -m app check",
+            "python -m app check --no-model      # no model request, no tokens spent",
+        ],
+    )
     check.add_argument("--no-model", action="store_true", help="skip the model request")
-    manifest = sub.add_parser("manifest", help="print the Slack app manifest for an Events API install")
+    manifest = _command(
+        sub,
+        "manifest",
+        "print the Slack app manifest for an Events API install",
+        "Print the Slack app manifest (JSON) for an Events API install whose request URL is --url,\n"
+        "with interactivity on the same URL and every scope the tools use. Paste it at\n"
+        "https://api.slack.com/apps → Create New App → From a manifest, install the app, then copy\n"
+        "the Bot User OAuth Token and the Signing Secret into .env. The manifest installs on any\n"
+        "Slack plan; --agent-view adds Slack's agent messaging experience (paid plans).",
+        [
+            "python -m app manifest --url https://bot.example.com/slack/events",
+            'python -m app manifest --url https://bot.example.com/slack/events --name "Release bot"',
+            "python -m app manifest --url https://bot.example.com/slack/events --agent-view",
+        ],
+    )
     manifest.add_argument(
         "--url", required=True, help="public URL of /slack/events, e.g. https://HOST/slack/events"
     )
     manifest.add_argument("--name", default="threadbound", help="the app's display name")
+    manifest.add_argument(
+        "--agent-view",
+        action="store_true",
+        help="add features.agent_view (Slack's agent messaging experience, documented for paid plans)",
+    )
     return parser
 
 
@@ -42,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .manifest import build_manifest
 
         try:
-            manifest = build_manifest(args.url, name=args.name)
+            manifest = build_manifest(args.url, name=args.name, agent_view=args.agent_view)
         except ValueError as exc:
             print(f"threadbound: {exc}", file=sys.stderr)
             return 2
@@ -77,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _run(settings: Settings, channel: str, thread: str, prompt: str) -> int:
     from .server import Service, StartupError
+    from .target import TargetError, resolve_target
 
     try:
         service = await Service.create(settings)
@@ -84,6 +175,11 @@ async def _run(settings: Settings, channel: str, thread: str, prompt: str) -> in
         print(f"threadbound: cannot start: {exc}", file=sys.stderr)
         return 2
     try:
+        try:
+            channel = await resolve_target(service.adapter, channel)
+        except TargetError as exc:
+            print(f"threadbound: {exc}", file=sys.stderr)
+            return 2
         task = await service.store.create_task(channel=channel, thread_ts=thread, now=time.time())
         outcome = await service.runner.run_prompt(task, prompt, adopt_first_root=not thread)
         print(f"task {outcome.task_id}: {outcome.status}, replied={outcome.replied}")

@@ -1,6 +1,6 @@
 """Visible progress while a run works: a runtime effect around the run, never a model tool.
 
-Where Slack allows it (the ``status`` feature, i.e. the ``assistant:write`` scope,
+Where Slack allows it (the ``status`` feature: ``chat:write`` since Slack's 2026-03-05 change,
 and an origin that is a thread) the thread shows "is thinking…" and then the tool
 being used ("is reading the thread…"), cleared when the run ends. Otherwise — or
 when Slack refuses the status in ``auto`` mode — the newest inbound message gets a
@@ -43,6 +43,7 @@ TOOL_STATUS: dict[str, str] = {
     "channel_attach": "is attaching a file…",
     "channel_post_document": "is writing a document…",
     "tool_search": "is looking for tools…",
+    "mcp_search": "is looking for tools…",
     "skills": "is reading its skills…",
     # channel_reply is absent: Slack clears the status when the app posts, a moment later.
 }

@@ -190,8 +190,14 @@ class RunExecutor:
                 log.warning("could not render inbound message %s: %s", item.ts, exc.message)
                 lines.append(f"(a message that could not be shown: {exc.message})")
                 continue
-            lines.append(f"{row['author']['display_name']} ({row['message']}): {row['text']}")
+            text = str(row["text"])
+            # Markdown that needs to start a line (a quoted forward, a list, a code block) gets one.
+            sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
+            lines.append(f"{row['author']['display_name']} ({row['message']}):{sep}{text}")
             for f in row["files"]:
+                if "file" not in f:
+                    lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
+                    continue
                 lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
         if notes:
             lines += ["", "Your previous run was interrupted before it finished:", *notes]

@@ -1,10 +1,10 @@
-"""threadbound's benchmarks: ``python -m bench [--quick|--tiny] [--out PATH] [--only NAME ...]``.
+"""threadbound's benchmarks: ``python -m bench [--quick|--tiny] [--only NAME ...] [--save|--out PATH]``.
 
 Each benchmark module exposes ``ROWS`` (the row names it produces) and
 ``async def run(scale: Scale) -> list[Row]``. ``python -m bench`` runs every
 module in a fresh child process (so one benchmark's heap, threads and sockets
 never distort the next one's RSS or timings), prints a table and writes
-``bench/results.json``.
+``bench/results.local.json`` (untracked), or ``bench/results.json`` with ``--save``.
 
 A row compares ``ours`` with a ``baseline`` measured in the same run, on the same
 machine, with the same client: ``ratio = ours / baseline`` and ``target`` says
@@ -129,9 +129,12 @@ class Row:
         return _OPS[match.group(1)](value, float(match.group(2))) and all(self.also.values())
 
     def as_json(self) -> dict[str, Any]:
+        # ``absolute`` and ``also`` appear only when set: with them a reader can recompute ``met``.
         out = asdict(self)
-        out.pop("also")
-        out.pop("absolute")
+        if not out["also"]:
+            out.pop("also")
+        if not out["absolute"]:
+            out.pop("absolute")
         if not out["skipped"]:
             out.pop("skipped")
         if not out["note"]:

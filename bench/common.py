@@ -7,19 +7,14 @@ requests and stops at a wall-clock cap, whichever comes first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-import os
-import signal
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -27,113 +22,30 @@ import psutil
 
 from emulator import FakeSlack
 from testing import events
-from testing.harness import free_port
+from testing.memory import PeakRss
+from testing.process import LOOPBACK, REPO, ServerProcess
 
 SIGNING_SECRET = "bench-signing-secret"
-LOOPBACK = "127.0.0.1"
-REPO = Path(__file__).resolve().parents[1]
 
 
-# -- subprocess servers --------------------------------------------------------------------------
+# -- subprocess servers (``testing.process.ServerProcess``) ----------------------------------------
 
 
-class ServerProcess:
-    """A server in a child process on a free loopback port: started, waited for on ``/healthz``,
-    stopped with SIGTERM (then SIGKILL after ``stop_timeout``). Output goes to ``log`` (a file,
-    never a pipe: a full pipe would stall the server mid-benchmark)."""
-
-    def __init__(
-        self,
-        name: str,
-        argv: Sequence[str],
-        env: dict[str, str],
-        log: Path,
-        *,
-        cwd: Path,
-        start_timeout: float = 60.0,
-        stop_timeout: float = 30.0,
-    ) -> None:
-        self.name = name
-        self.port = free_port()
-        self.argv = list(argv)
-        self.env = {**os.environ, **env, "PORT": str(self.port), "HOST": LOOPBACK}
-        # Children run in temp directories: make this checkout importable there (bench.bolt_baseline).
-        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-        self.log = log
-        self.cwd = cwd
-        self.start_timeout = start_timeout
-        self.stop_timeout = stop_timeout
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    async def __aenter__(self) -> ServerProcess:
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                env=self.env,
-                cwd=self.cwd,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-            )
-        deadline = time.monotonic() + self.start_timeout
-        async with aiohttp.ClientSession() as http:
-            while True:
-                if self.proc.returncode is not None:
-                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.tail()}")
-                with contextlib.suppress(aiohttp.ClientError, OSError):
-                    async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
-                            return self
-                if time.monotonic() > deadline:
-                    await self.stop()
-                    raise RuntimeError(f"{self.name} did not answer /healthz: {self.tail()}")
-                await asyncio.sleep(0.05)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
-    async def stop(self) -> None:
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
+async def quiet(server: ServerProcess, cap: float, busy_below: float = 0.1, window: float = 0.3) -> None:
+    """Wait until the server uses under ``busy_below`` of a core over ``window`` seconds
+    (or ``cap`` seconds passed)."""
+    deadline = time.monotonic() + cap
+    while time.monotonic() < deadline:
+        before = cpu_seconds(server)
+        await asyncio.sleep(window)
+        if cpu_seconds(server) - before < busy_below * window:
             return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), self.stop_timeout)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
-    def tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
-    async def quiet(self, cap: float, busy_below: float = 0.1, window: float = 0.3) -> None:
-        """Wait until the server uses under ``busy_below`` of a core over ``window`` seconds
-        (or ``cap`` seconds passed)."""
-        deadline = time.monotonic() + cap
-        while time.monotonic() < deadline:
-            before = self.cpu_seconds()
-            await asyncio.sleep(window)
-            if self.cpu_seconds() - before < busy_below * window:
-                return
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU the server used so far."""
-        times = psutil.Process(self.pid).cpu_times()
-        return float(times.user + times.system)
+def cpu_seconds(server: ServerProcess) -> float:
+    """User + system CPU the server used so far."""
+    times = psutil.Process(server.pid).cpu_times()
+    return float(times.user + times.system)
 
 
 def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path, **env: str) -> ServerProcess:
@@ -154,7 +66,7 @@ def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path,
         "STREAM": "off",
         **env,
     }
-    return ServerProcess("threadbound", [sys.executable, "-m", "app", "serve"], values, log, cwd=data_dir)
+    return ServerProcess(values, cwd=data_dir, log_path=log, start_timeout=60, stop_timeout=30)
 
 
 def bolt_server(
@@ -171,7 +83,9 @@ def bolt_server(
         **env,
     }
     argv = [sys.executable, "-m", "bench.bolt_baseline", mode]
-    return ServerProcess(f"bolt-{mode}", argv, values, log, cwd=cwd)
+    return ServerProcess(
+        values, cwd=cwd, log_path=log, argv=argv, name=f"bolt-{mode}", start_timeout=60, stop_timeout=30
+    )
 
 
 # -- the load generator ----------------------------------------------------------------------------
@@ -269,40 +183,6 @@ def rss(pid: int | None = None) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
-class PeakRss:
-    """Samples a process's RSS every ``interval`` seconds on a thread (reading /proc costs the event
-    loop nothing), keeping the peak. Use as a context manager around the measured work."""
-
-    def __init__(self, pid: int | None = None, interval: float = 0.002) -> None:
-        self._proc = psutil.Process(pid)
-        self.interval = interval
-        self.start = 0
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, name="peak-rss", daemon=True)
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(psutil.Error):
-                self.peak = max(self.peak, int(self._proc.memory_info().rss))
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> PeakRss:
-        self.start = self.peak = int(self._proc.memory_info().rss)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        with contextlib.suppress(psutil.Error):
-            self.peak = max(self.peak, int(self._proc.memory_info().rss))
-
-    @property
-    def growth(self) -> int:
-        return self.peak - self.start
-
-
 # -- statistics ---------------------------------------------------------------------------------------
 
 
@@ -321,15 +201,19 @@ def median(values: Sequence[float]) -> float:
 
 __all__ = [
     "LOOPBACK",
+    "REPO",
     "SIGNING_SECRET",
     "LoadStats",
     "PeakRss",
     "ServerProcess",
+    "bench_workspace",
     "bolt_server",
+    "cpu_seconds",
     "deliver_all",
     "median",
     "our_server",
     "percentile",
+    "quiet",
     "rss",
     "warm_up",
 ]

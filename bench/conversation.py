@@ -34,7 +34,7 @@ from emulator import FakeSlack
 from testing import events
 
 from . import Row, Scale
-from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, our_server
+from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, our_server, quiet
 from .fake_anthropic import FakeAnthropic, common_prefix_share
 
 ROWS = ("tokens_per_turn", "cacheable_prefix", "slack_calls_per_turn")
@@ -92,7 +92,7 @@ async def _converse(
             except TimeoutError:
                 seen.unanswered += 1
             # Ours saves the transcript and clears its progress indicator after the last request.
-            await server.quiet(cap=5.0)
+            await quiet(server, cap=5.0)
             seen.billed.append(sum(b.billed for b in llm.bills[first:]))
             seen.raw_input.append(sum(b.total for b in llm.bills[first:]))
     seen.warm_calls = len(slack.calls) - warm_from

@@ -39,6 +39,7 @@ from .common import (
     median,
     our_server,
     percentile,
+    quiet,
     warm_up,
 )
 
@@ -115,7 +116,7 @@ async def _replies_round(server: ServerProcess, mentions: _Mentions, scale: Scal
     """For diagnosis: the ack path alone. Replies into one conversation whose run is already waiting
     on the model are claimed and queued, but start no run."""
     url = f"{server.url}/slack/events"
-    await server.quiet(scale.time_cap)  # the previous round's runs finish starting first
+    await quiet(server, scale.time_cap)  # the previous round's runs finish starting first
     root = mentions.batch(1)[0]
     await warm_up(url, [root])
     return await deliver_all(

@@ -82,6 +82,9 @@ class FileMeta:
     size: int
     #: Provider data needed to fetch it later (JSON-able), kept with the handle.
     data: dict[str, object] = field(default_factory=dict)
+    #: Why the bot cannot fetch this file (deleted, not shared with it, …); ``""`` when it can.
+    #: Such a file is listed by name, without a handle, type or size.
+    unavailable: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,6 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "files:write",
     "users:read",
     "canvases:write",
-    "assistant:write",
 )
 
 FAKE_HOST = "https://fake.slack.com"
@@ -87,6 +86,8 @@ class Channel:
     is_private: bool = False
     is_mpim: bool = False
     user: str | None = None
+    #: Whether the bot is in it (``conversations.info``'s ``is_member``; lists private ones).
+    is_member: bool = True
 
 
 @dataclass
@@ -269,9 +270,11 @@ class Workspace:
         *,
         is_private: bool = False,
         is_mpim: bool = False,
+        is_member: bool = True,
     ) -> None:
         """Add (or replace) a conversation; an IM names the other party in ``user``."""
-        self.channels[id] = Channel(id, name, is_im, is_private or is_im or is_mpim, is_mpim, user)
+        private = is_private or is_im or is_mpim
+        self.channels[id] = Channel(id, name, is_im, private, is_mpim, user, is_member)
         self._messages.setdefault(id, [])
 
     def add_message(

@@ -266,11 +266,18 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
     "DROP FUNCTION IF EXISTS tb_claim_message(TEXT, TEXT, TEXT, TEXT, BOOLEAN, TEXT, DOUBLE PRECISION, TEXT)",
 )
 
+#: v4: conversations by task. A claim or ``create_task`` maps the conversation key before the task
+#: row exists (the deferred foreign key); while such a violation is outstanding SQLite looks for the
+#: child rows of every task inserted, which without this index is a scan of ``conversations`` per
+#: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
+_V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
+    (4, {"sqlite": _V4, "postgres": _V4}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

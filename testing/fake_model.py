@@ -26,6 +26,8 @@ from typing import Any
 
 from aiohttp import web
 
+from emulator.faults import Fault, Faults, drop_connection, pause
+
 JSON = dict[str, Any]
 
 
@@ -76,11 +78,8 @@ def default_script(request: JSON) -> Reply:
     return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
 
 
-@dataclass
-class _Failure:
-    status: int
-    times: int | None
-    message: str
+#: The fault key of ``POST /v1/chat/completions``.
+COMPLETIONS = "completions"
 
 
 @dataclass
@@ -95,7 +94,8 @@ class FakeOpenAI:
     model: str = "fake"
     #: Every completion request body received, in order (failed ones included).
     requests: list[JSON] = field(default_factory=list, init=False)
-    _failures: list[_Failure] = field(default_factory=list, init=False, repr=False)
+    #: Scripted faults of the completions endpoint (shared helper with the Slack emulator).
+    faults: Faults = field(default_factory=Faults, init=False, repr=False)
     _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
     _port: int | None = field(default=None, init=False, repr=False)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1), init=False, repr=False)
@@ -165,12 +165,28 @@ class FakeOpenAI:
             raise RuntimeError("FakeOpenAI is not started")
         return f"http://127.0.0.1:{self._port}/v1"
 
-    def fail(self, status: int = 500, times: int | None = 1, message: str = "fake failure") -> None:
-        """Answer the next ``times`` completions (``None``: all) with an HTTP error.
+    def fail(
+        self,
+        status: int = 500,
+        times: int | None = 1,
+        message: str = "fake failure",
+        *,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next ``times`` completions (``None``: all) with an HTTP error,
+        with a ``Retry-After`` header if ``retry_after`` is given.
 
         Note: the ``openai`` client retries 429/5xx twice by default, so ``times=1``
         is invisible to a default client; use ``max_retries=0`` or more ``times``."""
-        self._failures.append(_Failure(status, times, message))
+        self.faults.add(COMPLETIONS, Fault("fail", times, status, message, retry_after))
+
+    def drop(self, times: int | None = 1) -> None:
+        """Close the connection of the next ``times`` completions without an answer."""
+        self.faults.add(COMPLETIONS, Fault("drop", times))
+
+    def delay_next(self, seconds: float, times: int | None = 1) -> None:
+        """Wait ``seconds`` more before answering the next ``times`` completions."""
+        self.faults.add(COMPLETIONS, Fault("delay", times, seconds=seconds))
 
     @property
     def count(self) -> int:
@@ -196,16 +212,6 @@ class FakeOpenAI:
         model = {"id": self.model, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
         return web.json_response({"object": "list", "data": [model]})
 
-    def _next_failure(self) -> _Failure | None:
-        if not self._failures:
-            return None
-        failure = self._failures[0]
-        if failure.times is not None:
-            failure.times -= 1
-            if failure.times <= 0:
-                self._failures.pop(0)
-        return failure
-
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         denied = self._unauthorized(request)
         if denied is not None:
@@ -220,10 +226,13 @@ class FakeOpenAI:
         self.requests.append(body)
         if self.delay > 0:
             await asyncio.sleep(self.delay)
-        failure = self._next_failure()
-        if failure is not None:
-            error = {"message": failure.message, "type": "server_error", "code": None}
-            return web.json_response({"error": error}, status=failure.status)
+        fault = self.faults.next(COMPLETIONS)
+        await pause(fault)
+        if fault is not None and fault.kind == "drop":
+            drop_connection(request)
+        if fault is not None and fault.kind == "fail":
+            error = {"message": fault.error, "type": "server_error", "code": None}
+            return web.json_response({"error": error}, status=fault.status, headers=fault.headers())
         reply = self.script(body)
         if inspect.isawaitable(reply):
             reply = await reply

@@ -1,53 +1,98 @@
-"""``python -m app serve`` as a real subprocess, for crash, restart and signal tests."""
+"""A server in a child process on a free loopback port (``python -m app serve`` by default).
+
+Used by the crash, restart and signal tests and by every benchmark (ours and the Bolt
+baseline): started and waited for on ``/healthz``, stopped with SIGTERM then SIGKILL.
+Output goes to a log file, never a pipe: a full pipe would stall the server.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 
 import aiohttp
 
 from .harness import SIGNING_SECRET, free_port
 
+LOOPBACK = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[1]
+
 
 class ServerProcess:
-    def __init__(self, env: dict[str, str], *, cwd: Path, log_path: Path) -> None:
+    """One child server; ``async with`` starts and stops it, or call ``start`` / ``stop``."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        cwd: Path,
+        log_path: Path,
+        argv: Sequence[str] | None = None,
+        name: str = "threadbound",
+        start_timeout: float = 30.0,
+        stop_timeout: float = 15.0,
+    ) -> None:
+        self.name = name
         self.port = free_port()
-        self.env = {**os.environ, **env, "PORT": str(self.port), "HOST": "127.0.0.1"}
+        self.argv = list(argv) if argv is not None else [sys.executable, "-m", "app", "serve"]
+        self.env = {**os.environ, **env, "PORT": str(self.port), "HOST": LOOPBACK}
         self.env.setdefault("SLACK_SIGNING_SECRET", SIGNING_SECRET)
+        # Children run in temp directories: make this checkout importable there.
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         self.cwd = cwd
         self.log_path = log_path
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
         self.proc: asyncio.subprocess.Process | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{LOOPBACK}:{self.port}"
 
-    async def start(self, within: float = 30.0) -> ServerProcess:
-        log = self.log_path.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "app", "serve", cwd=self.cwd, env=self.env, stdout=log, stderr=log
-        )
-        log.close()
-        deadline = asyncio.get_running_loop().time() + within
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def start(self) -> ServerProcess:
+        """Start the child and return once ``/healthz`` answers 200 (else raise with the log's tail)."""
+        with self.log_path.open("ab") as out:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                env=self.env,
+                cwd=self.cwd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.start_timeout
         async with aiohttp.ClientSession() as http:
             while True:
                 if self.proc.returncode is not None:
-                    raise RuntimeError(
-                        f"server exited with {self.proc.returncode}: {self.log_path.read_text()}"
-                    )
-                try:
+                    raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.tail()}")
+                with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with http.get(f"{self.url}/healthz") as response:
                         if response.status == 200:
                             return self
-                except aiohttp.ClientError:
-                    pass
-                if asyncio.get_running_loop().time() > deadline:
-                    raise TimeoutError(f"server did not start: {self.log_path.read_text()}")
-                await asyncio.sleep(0.1)
+                if loop.time() > deadline:
+                    await self.stop()
+                    raise TimeoutError(f"{self.name} did not answer /healthz: {self.tail()}")
+                await asyncio.sleep(0.05)
+
+    async def __aenter__(self) -> ServerProcess:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -58,14 +103,25 @@ class ServerProcess:
         self.proc.send_signal(signal.SIGTERM)
 
     async def wait(self, within: float = 30.0) -> int:
+        """The exit code, once the child has exited (``TimeoutError`` after ``within`` seconds)."""
         assert self.proc is not None
         return await asyncio.wait_for(self.proc.wait(), within)
 
     async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.terminate()
-            try:
-                await self.wait(15)
-            except TimeoutError:
-                self.kill()
-                await self.proc.wait()
+        """SIGTERM, then SIGKILL if it has not exited within ``stop_timeout``."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.stop_timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    def tail(self, lines: int = 15) -> str:
+        """The last lines of the log, for error messages."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""

@@ -3,6 +3,7 @@ with a non-zero exit and no traceback. Most tests run ``python -m app`` as a rea
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import logging
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from app.__main__ import main
+from app.__main__ import _parser, main
 from app.settings import Settings, missing_settings
 from emulator import FakeSlack
 from testing import events
+from testing.fake_model import FakeOpenAI
 from testing.harness import AppHarness
 from testing.models import echo_model
 
@@ -284,3 +286,168 @@ async def test_bolt_does_not_warn_that_the_token_is_ignored(
         assert slack.count("auth.test") == 1
     bolt = [r.getMessage() for r in caplog.records if r.name.startswith("slack_bolt")]
     assert [m for m in bolt if "ignored" in m or "unused" in m] == [], bolt
+
+
+# -- run: which channel ---------------------------------------------------------------------------
+
+
+def run_env(slack: FakeSlack, tmp_path: Path, llm_url: str = "http://127.0.0.1:9/v1") -> dict[str, str]:
+    return {
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": "test-signing-secret",
+        "SLACK_API_URL": slack.api_url,
+        "DATA_DIR": str(tmp_path / "data"),
+        "MODEL": "openai-chat:fake",
+        "OPENAI_BASE_URL": llm_url,
+    }
+
+
+async def run_in_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], *args: str
+) -> int:
+    monkeypatch.chdir(tmp_path)
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return await asyncio.to_thread(main, ["run", *args])
+
+
+async def test_run_into_an_unknown_channel_is_one_line(tmp_path: Path) -> None:
+    """`run --channel` with an ID Slack does not know exits 2 saying to check the ID; nothing is posted."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        proc = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "app", "run", "--channel", "C0NOPE", "hello"],
+            cwd=tmp_path,
+            env=clean_env(tmp_path, **run_env(slack, tmp_path)),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert slack.count("chat.postMessage") == 0
+    assert err.decode() == (
+        "threadbound: channel C0NOPE was not found: check the ID (C…, G… or D…, the last part of the "
+        "channel's link); for a private channel, invite the bot first\n"
+    )
+    assert proc.returncode == 2
+
+
+async def test_run_into_a_channel_without_the_bot_says_to_invite_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A public channel the bot is not in is refused before any post, naming the /invite to type."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C2", "random", is_member=False)
+        code = await run_in_process(
+            monkeypatch, tmp_path, run_env(slack, tmp_path), "--channel", "#random", "hi"
+        )
+        assert slack.count("chat.postMessage") == 0
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "threadbound: the bot is not in #random (C2): "
+        "invite it there with /invite @threadbound, then run again\n"
+    )
+
+
+async def test_run_with_an_unknown_channel_name_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A #name no listed channel has exits 2 saying to check the name or pass the ID."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        code = await run_in_process(
+            monkeypatch, tmp_path, run_env(slack, tmp_path), "--channel", "#genral", "hi"
+        )
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "threadbound: no public or private channel the bot is in is named #genral: check the name, "
+        "or pass the channel ID (a private channel must have the bot invited first)\n"
+    )
+
+
+async def test_run_accepts_a_channel_name_found_on_a_later_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--channel '#releases'` is resolved through conversations.list, following its cursor past page one."""
+    async with FakeSlack() as slack, FakeOpenAI() as llm:
+        for n in range(250):
+            slack.add_channel(f"C{n:04d}", f"team-{n}")
+        slack.add_channel("C9999", "Releases")
+        env = run_env(slack, tmp_path, llm.base_url)
+        code = await run_in_process(monkeypatch, tmp_path, env, "--channel", "#releases", "announce it")
+        assert code == 0
+        assert slack.count("conversations.list") == 2
+        assert len(slack.bot_messages("C9999")) == 1
+
+
+# -- help ------------------------------------------------------------------------------------------
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", sorted(subcommands()))
+def test_every_subcommand_help_has_a_paragraph_and_examples(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m app COMMAND --help` describes the command in a paragraph and shows examples of it."""
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--help"])
+    assert exit.value.code == 0
+    out = capsys.readouterr().out
+    description = subcommands()[command].description or ""
+    assert len(description.split()) >= 25, description  # a paragraph, not a label
+    assert " ".join(description.split()[:6]) in " ".join(out.split())
+    assert f"\nexamples:\n  python -m app {command}" in out
+
+
+def test_top_level_help_lists_commands_and_examples(tmp_path: Path) -> None:
+    """`python -m app --help` exits 0 listing every command, with examples and no settings needed."""
+    code, out, err = app(tmp_path, "--help")
+    assert code == 0 and err == ""
+    assert all(f"\n    {command}" in out for command in subcommands())
+    assert "\nexamples:\n  python -m app check" in out
+
+
+# -- not hanging -----------------------------------------------------------------------------------
+
+
+def test_a_store_that_never_answers_ends_start_up(
+    here: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Postgres address that accepts connections and never answers ends start-up at the store
+    timeout with one line, instead of hanging (the timeout is shortened for the test)."""
+    from app import server
+
+    monkeypatch.setattr(server, "STORE_OPEN_TIMEOUT", 0.5)
+    with socket.socket() as silent:  # listens, so connecting succeeds, but nobody ever reads or writes
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        err = here("serve", **GOOD, DATABASE_URL=f"postgresql://app@127.0.0.1:{port}/threadbound")
+    assert err == (
+        f"threadbound: cannot start: cannot open the store (Postgres 127.0.0.1:{port}/threadbound): "
+        "no answer within 0.5s; check DATABASE_URL and DATA_DIR\n"
+    )
+
+
+async def test_a_revoked_token_ends_start_up_with_one_line(tmp_path: Path) -> None:
+    """A token Slack refuses at auth.test ends serve with exit 2 and what to do, not Slack's raw error."""
+    async with FakeSlack(token=TOKEN) as slack:
+        env = clean_env(
+            tmp_path,
+            **{**GOOD, "SLACK_BOT_TOKEN": "xoxb-revoked-0000"},
+            SLACK_API_URL=slack.api_url,
+            DATA_DIR=str(tmp_path / "data"),
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app", "serve", cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert err.decode().splitlines()[-1] == (
+        "threadbound: cannot start: SLACK_BOT_TOKEN is invalid or revoked: "
+        "reinstall the app and copy the Bot User OAuth Token"
+    )
+    assert proc.returncode == 2 and b"Traceback" not in err

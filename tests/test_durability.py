@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, scripted
 from testing.process import ServerProcess
 from testing.sessions import SessionEnv, slack_session
+from testing.waiting import eventually
 
 
 def _workspace(slack: FakeSlack) -> None:
@@ -37,13 +38,6 @@ async def env(tmp_path: Path) -> AsyncIterator[SessionEnv]:
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
             yield env
 
-
-async def _eventually(check: Callable[[], bool], within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 def _server_env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path) -> dict[str, str]:
@@ -98,7 +92,7 @@ async def test_a_post_interrupted_by_a_crash_is_never_repeated(tmp_path: Path) -
         await second.start()
         try:
             # The restarted process reconciles the open effect (lease expiry + sweep) without posting again.
-            await _eventually(lambda: any("interrupted" in last_user_text(r) for r in llm.requests))
+            await eventually(lambda: any("interrupted" in last_user_text(r) for r in llm.requests))
             follow = slack.add_message("C1", "thanks! one more thing", user="U1", thread_ts=root)
             await events.deliver(
                 http,
@@ -106,9 +100,9 @@ async def test_a_post_interrupted_by_a_crash_is_never_repeated(tmp_path: Path) -
                 events.message("C1", "U1", "thanks! one more thing", follow, thread_ts=root),
                 SIGNING_SECRET,
             )
-            await _eventually(lambda: len(slack.bot_messages("C1")) >= 2)
-            await asyncio.sleep(0.5)  # room for a wrong duplicate to show up
+            await eventually(lambda: len(slack.bot_messages("C1")) >= 2)
         finally:
+            # SIGTERM lets running turns finish: a wrong duplicate would be posted before it exits.
             await second.stop()
         texts = [m["text"] for m in slack.bot_messages("C1")]
         assert sum("write the summary" in t for t in texts) == 1
@@ -133,7 +127,7 @@ async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(tmp_path: Pat
             events.app_mention("C1", "U1", "<@UBOT> slow question", root),
             SIGNING_SECRET,
         )
-        await _eventually(lambda: llm.count >= 1)
+        await eventually(lambda: llm.count >= 1)
         server.terminate()
         assert await server.wait(20) == 0
         assert slack.bot_messages("C1")[0]["text"].startswith("echo: Alice")
@@ -266,9 +260,10 @@ async def test_an_expired_lease_is_taken_over_by_the_sweep(tmp_path: Path) -> No
             )
             assert outcome.task_id is not None
             assert await store.acquire_lease(outcome.task_id, owner="dead-instance", ttl=0.5, now=time.time())
-            assert await app.service.runner.sweep() == 0  # still leased by the dead owner
-            await asyncio.sleep(0.6)
-            assert await app.service.runner.sweep() == 1
+            runner = app.service.runner
+            assert await runner.sweep() == 0  # still leased by the dead owner
+            runner.clock = lambda: time.time() + 1.0  # the runner's clock passes the lease's expiry
+            assert await runner.sweep() == 1
             await app.idle()
         assert [m["text"] for m in slack.bot_messages("C1")] == ["picked up"]
 

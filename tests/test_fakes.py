@@ -54,7 +54,7 @@ async def test_auth_test_reports_bot_identity_and_scopes(slack: FakeSlack, clien
     resp = await client.auth_test()
     assert (resp["user_id"], resp["bot_id"], resp["team_id"]) == ("UBOT", "BBOT", "T1")
     scopes = resp.headers["x-oauth-scopes"].split(",")
-    assert "canvases:write" in scopes and "assistant:write" in scopes and "files:read" in scopes
+    assert "canvases:write" in scopes and "chat:write" in scopes and "files:read" in scopes
     assert slack.count("auth.test") == 1
 
 
@@ -265,6 +265,30 @@ async def test_hold_and_release(slack: FakeSlack, client: AsyncWebClient) -> Non
     assert resp["ts"] == slack.messages("C1")[0]["ts"]
 
 
+async def test_delay_answers_no_sooner(slack: FakeSlack, client: AsyncWebClient) -> None:
+    """delay() waits before handling the next call only: the post lands, no sooner than the delay."""
+    slack.delay("chat.postMessage", 0.2)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await client.chat_postMessage(channel="C1", text="late")
+    assert loop.time() - started >= 0.2
+    assert len(slack.messages("C1")) == 1
+    assert slack.faults.next("chat.postMessage") is None  # consumed: the next call is not delayed
+
+
+async def test_wait_for_calls_and_observe(slack: FakeSlack, client: AsyncWebClient) -> None:
+    """observe() sees each call as it arrives; wait_for_calls() returns once enough were handled."""
+    arrived: list[str] = []
+    slack.observe(lambda call: arrived.append(call.method))
+    waiter = asyncio.create_task(slack.wait_for_calls("chat.postMessage", 2))
+    await client.chat_postMessage(channel="C1", text="one")
+    await client.reactions_add(channel="C1", timestamp=slack.messages("C1")[0]["ts"], name="eyes")
+    await client.chat_postMessage(channel="C1", text="two")
+    calls = await asyncio.wait_for(waiter, 5)
+    assert [c.params["text"] for c in calls] == ["one", "two"] and all(c.handled for c in calls)
+    assert arrived == ["chat.postMessage", "reactions.add", "chat.postMessage"]
+
+
 # --------------------------------------------------------------------------- FakeSlack: files
 
 
@@ -429,3 +453,23 @@ async def test_fake_openai_streaming_and_faults() -> None:
                 assert r.status == 500
             async with http.get(f"{llm.base_url}/models") as r:
                 assert (await r.json())["data"][0]["id"] == "fake"
+
+
+async def test_fake_openai_shares_the_fault_helper() -> None:
+    """FakeOpenAI's faults come from emulator.faults: a 429 with Retry-After, then a dropped
+    connection, then a normal answer, each consumed once and in order."""
+    async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
+        llm.fail(status=429, retry_after=3, message="slow down")
+        llm.drop()
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        url = f"{llm.base_url}/chat/completions"
+        async with http.post(url, json=body) as r:
+            assert r.status == 429 and r.headers["Retry-After"] == "3"
+            assert (await r.json())["error"]["message"] == "slow down"
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            async with http.post(url, json=body) as r:
+                await r.read()
+        async with http.post(url, json=body) as r:
+            assert r.status == 200
+            assert (await r.json())["choices"][0]["message"]["tool_calls"]
+        assert llm.count == 3

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
-import resource
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from channel.errors import ChannelError
 from channel.slack import downloads as slack_files
 from channel.slack.downloads import MAX_BYTES, download, safe_name
 from emulator import FakeSlack
+from testing.memory import PeakRss
 from testing.sessions import SessionEnv, slack_session
 
 DEFERRED = ["channel_fetch_file", "channel_attach", "channel_post_document"]
@@ -177,6 +177,38 @@ async def test_fetch_check_file_info_calls_files_info(env: SessionEnv) -> None:
     assert [c.params["file"] for c in env.slack.calls_to("files.info")] == ["F1"]
 
 
+async def test_file_stubs_are_listed_with_their_real_name_type_and_size(env: SessionEnv) -> None:
+    """A Slack Connect stub is resolved with files.info before the model sees it, once per file."""
+    env.slack.add_file("F1", "plan.pdf", "application/pdf", b"%PDF-1.7 twelve")
+    stub = {"id": "F1", "mode": "file_access", "file_access": "check_file_info", "created": 0, "user": ""}
+    env.slack.add_message("C1", "first", "U1", thread_ts=env.root, files=[stub])
+    env.slack.add_message("C1", "again", "U1", thread_ts=env.root, files=[stub])
+    rows = (await env.session.call("channel_read", {}))["messages"][-2:]
+    for row in rows:
+        [file] = row["files"]
+        assert (file["name"], file["media_type"], file["size"]) == ("plan.pdf", "application/pdf", 15)
+    assert rows[0]["files"][0]["file"] == rows[1]["files"][0]["file"]
+    await env.adapter.read(env.session.origin)
+    assert env.slack.count("files.info") == 1
+    result = await env.session.call("channel_fetch_file", {"file": rows[0]["files"][0]["file"]})
+    assert result["size"] == 15 and env.slack.count("files.info") == 1
+
+
+async def test_a_file_the_bot_cannot_see_is_listed_without_a_handle(env: SessionEnv) -> None:
+    """A stub files.info refuses, or a deleted file, is named as unavailable: no handle, no 0 bytes."""
+    stub = {"id": "F0GONE0001", "file_access": "check_file_info"}
+    tombstone = {"id": "F0GONE0002", "mode": "tombstone"}
+    env.slack.add_message("C1", "see", "U1", thread_ts=env.root, files=[stub, tombstone])
+    [row] = (await env.session.call("channel_read", {}))["messages"][-1:]
+    assert row["files"] == [
+        {"name": "a file", "unavailable": "Slack does not let the bot see this file"},
+        {"name": "a file", "unavailable": "the file was deleted"},
+    ]
+    # A later run reads the thread afresh: Slack's refusal is remembered, not asked again.
+    await env.adapter.read(env.session.origin)
+    assert env.slack.count("files.info") == 1
+
+
 async def test_fetch_cancelled_leaves_nothing(env: SessionEnv) -> None:
     """A download cancelled midway removes its partial file."""
     handle = await posted_file(env, "big.bin", "application/octet-stream", None, size=64 * 2**20)
@@ -191,13 +223,13 @@ async def test_fetch_cancelled_leaves_nothing(env: SessionEnv) -> None:
 
 
 async def test_fetch_100_mib_streams_with_flat_memory(env: SessionEnv) -> None:
-    """A file of exactly 100 MiB is accepted and streamed to disk without buffering it in memory."""
+    """A file of exactly 100 MiB is accepted and streamed to disk without buffering it in memory:
+    this process's RSS, sampled throughout the fetch, never grows by more than 40 MiB."""
     handle = await posted_file(env, "max.bin", "application/octet-stream", None, size=MAX_BYTES)
-    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    result = await env.session.call("channel_fetch_file", {"file": handle})
-    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+    with PeakRss() as memory:
+        result = await env.session.call("channel_fetch_file", {"file": handle})
     assert result["size"] == MAX_BYTES and result["sha256"] == env.slack.file_sha256("F1")
-    assert grown_mib < 40
+    assert memory.growth < 40 * 2**20
 
 
 async def test_fetch_disk_error_midway_leaves_nothing(

@@ -10,7 +10,7 @@ import pytest
 from app.__main__ import main
 from app.manifest import BOT_EVENTS, PLACEHOLDER_URL, build_manifest
 from channel.slack import features_from_scopes
-from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes, wanted_scopes
+from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes
 from channel.tools import CATALOG
 from emulator import DEFAULT_SCOPES
 
@@ -24,50 +24,65 @@ def test_checked_in_manifest_is_current() -> None:
     assert (ROOT / "slack-manifest.json").read_text(encoding="utf-8") == expected
 
 
-def test_manifest_is_an_events_api_install() -> None:
-    """The manifest subscribes to the five message events at the URL (clicks too), with no socket mode."""
+def test_manifest_delivers_every_event_the_router_handles_to_the_url() -> None:
+    """Events and clicks go to the given URL over HTTP (no socket mode): mentions, and messages in
+    every kind of conversation the bot can be in, so thread replies and DMs reach the router."""
     manifest = build_manifest(URL, name="helper")
     settings = manifest["settings"]
-    assert settings["event_subscriptions"] == {
-        "request_url": URL,
-        "bot_events": ["app_mention", "message.channels", "message.groups", "message.im", "message.mpim"],
-    }
-    assert settings["socket_mode_enabled"] is False
-    assert settings["org_deploy_enabled"] is False
-    assert settings["token_rotation_enabled"] is False
+    subscriptions = settings["event_subscriptions"]
+    assert subscriptions["request_url"] == URL and settings["socket_mode_enabled"] is False
+    # Clicks (approval and feedback buttons) are signed interactions posted to the same URL.
     assert settings["interactivity"] == {"is_enabled": True, "request_url": URL}
-    assert manifest["display_information"]["name"] == "helper"
-    assert manifest["features"]["bot_user"] == {"display_name": "helper", "always_online": True}
+    kinds = ("channels", "groups", "im", "mpim")  # public, private, DM, group DM
+    assert {"app_mention", *(f"message.{kind}" for kind in kinds)} <= set(subscriptions["bot_events"])
+    # People DM the bot in its messages tab; a read-only tab would refuse them.
     home = manifest["features"]["app_home"]
     assert home["messages_tab_enabled"] is True and home["messages_tab_read_only_enabled"] is False
+    assert manifest["features"]["bot_user"]["display_name"] == "helper"
 
 
-def test_scopes_cover_events_tools_and_routing() -> None:
-    """Requested scopes are routing + every catalog tool's + progress, covering every subscribed event."""
-    bot = build_manifest(URL)["oauth_config"]["scopes"]["bot"]
-    assert bot == wanted_scopes()
-    assert set(BOT_EVENTS.values()) <= set(bot)
-    assert set(BASE_SCOPES) <= set(bot)
+def test_every_subscribed_event_and_every_tool_has_its_scopes() -> None:
+    """The install asks for the scope each subscribed event needs, routing's scopes, and the scopes
+    of every catalog tool, so a fresh install enables every tool; the emulator installs the same."""
+    manifest = build_manifest(URL)
+    bot = set(manifest["oauth_config"]["scopes"]["bot"])
+    for event in manifest["settings"]["event_subscriptions"]["bot_events"]:
+        assert BOT_EVENTS[event] in bot, event
+    assert set(BASE_SCOPES) <= bot
     for spec in CATALOG.values():
         if spec.feature is not None:
-            assert set(FEATURE_SCOPES[spec.feature]) <= set(bot), spec.name
-    # The fake's default install is the full one.
-    assert set(bot) == set(DEFAULT_SCOPES)
+            assert set(FEATURE_SCOPES[spec.feature]) <= bot, spec.name
+    assert missing_scopes(sorted(bot)) == {}
+    assert features_from_scopes(sorted(bot)).enabled() == set(FEATURE_SCOPES)
+    assert bot == set(DEFAULT_SCOPES)
 
 
-def test_assistant_view_accompanies_assistant_write() -> None:
-    """assistant:write is only granted with the assistant view on, so the two come together."""
+def test_the_default_manifest_installs_on_any_plan_and_never_asks_for_assistant_view() -> None:
+    """By default no agent or assistant view (paid plans, deprecated) and no assistant:write: the
+    progress status needs only chat:write since Slack's 2026-03-05 change."""
     manifest = build_manifest(URL)
-    assert "assistant:write" in manifest["oauth_config"]["scopes"]["bot"]
-    assert manifest["features"]["assistant_view"]["assistant_description"]
+    assert "agent_view" not in manifest["features"] and "assistant_view" not in manifest["features"]
+    bot = manifest["oauth_config"]["scopes"]["bot"]
+    assert "assistant:write" not in bot and "chat:write" in bot
+    assert features_from_scopes(["chat:write"]).status
 
 
-def test_features_from_scopes_unchanged() -> None:
-    """The adapter's features still follow the scope table: any one history scope turns reading on."""
+def test_agent_view_adds_features_agent_view_and_never_assistant_view(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`manifest --agent-view` adds features.agent_view with a description; assistant_view never appears."""
+    assert main(["manifest", "--url", URL, "--agent-view"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["features"]["agent_view"]["agent_description"]
+    assert "assistant_view" not in manifest["features"]
+    assert manifest["oauth_config"]["scopes"]["bot"] == build_manifest(URL)["oauth_config"]["scopes"]["bot"]
+
+
+def test_features_follow_the_scopes() -> None:
+    """The adapter's features follow the scope table: any one history scope turns reading on."""
     assert features_from_scopes([]).enabled() == frozenset()
     assert features_from_scopes(["im:history"]).enabled() == {"read"}
-    assert features_from_scopes(DEFAULT_SCOPES).enabled() == set(FEATURE_SCOPES)
-    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract", "stream"}
+    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract", "status", "stream"}
 
 
 def test_missing_scopes_name_the_tools_they_disable() -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,16 +13,10 @@ from storage import Store
 from testing import events
 from testing.harness import AppHarness
 from testing.models import echo_model
+from testing.waiting import eventually
 
 DAY = 86_400.0
 
-
-async def _eventually(check: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def _keys_present(store: Store, *, event_id: str, channel: str, ts: str) -> bool:
@@ -68,6 +60,14 @@ async def test_the_sweep_prunes_old_claim_keys_at_most_hourly(
                 return deleted
 
             monkeypatch.setattr(store, "prune_claims", spy)
+            attempts = [0]  # every sweep asks the runner whether it is time to prune
+            attempt = runner.prune_claims
+
+            async def counted() -> int | None:
+                attempts[0] += 1
+                return await attempt()
+
+            monkeypatch.setattr(runner, "prune_claims", counted)
 
             ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
             response = await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts, event_id="EvOld"))
@@ -77,16 +77,16 @@ async def test_the_sweep_prunes_old_claim_keys_at_most_hourly(
 
             # Two hours on: time for a prune, but the key is younger than a day and stays.
             now[0] += 2 * 3600
-            await _eventually(lambda: any(cutoff == now[0] - DAY for cutoff, _ in calls))
+            await eventually(lambda: any(cutoff == now[0] - DAY for cutoff, _ in calls))
             assert calls[-1] == (now[0] - DAY, 0)
             assert await _keys_present(store, event_id="EvOld", channel="C1", ts="1.1")
-            count = len(calls)
-            await asyncio.sleep(0.2)  # many sweeps, all within the hour: no further prune
+            count, swept = len(calls), attempts[0]
+            await eventually(lambda: attempts[0] >= swept + 5)  # more sweeps, all within the hour
             assert len(calls) == count
 
             # Two days on: the event key and the message key go.
             now[0] += 2 * DAY
-            await _eventually(lambda: any(cutoff == now[0] - DAY for cutoff, _ in calls))
+            await eventually(lambda: any(cutoff == now[0] - DAY for cutoff, _ in calls))
             assert calls[-1] == (now[0] - DAY, 2)
             assert not await _keys_present(store, event_id="EvOld", channel="C1", ts="1.1")
             assert not await _keys_present(store, event_id="EvProbe", channel="C1", ts=ts)

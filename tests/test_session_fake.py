@@ -105,6 +105,20 @@ async def test_fake_adapter_enforces_the_contract(host: Host) -> None:
     assert failed["error"] == {"code": "rate_limited", "message": "slow down"}
 
 
+async def test_fake_adapter_refuses_to_change_what_it_did_not_post(host: Host) -> None:
+    """The fake adapter itself, called directly (not through the session's journal), refuses to edit
+    or delete a person's message, as Slack does, and leaves the message as it was."""
+    person = host.adapter.thread(host.origin)[0]
+    assert not person.is_you
+    for attempt in (host.adapter.edit(person.ref, "rewritten"), host.adapter.retract(person.ref)):
+        with pytest.raises(ChannelError) as refused:
+            await attempt
+        assert refused.value.code == "not_authored"
+    assert [(m.ref, m.text, m.edited) for m in host.adapter.thread(host.origin)] == [
+        (person.ref, "Can someone check the build?", False)
+    ]
+
+
 async def test_retract_files_and_documents_without_slack(host: Host) -> None:
     """Retract removes the bot's post; files fetch into the task dir and attach back; documents are linked."""
     reply = await host.session.call("channel_reply", {"text": "oops"})

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from app.__main__ import main
+from app.run import APOLOGY
 from emulator import FakeSlack
 from testing import events
 from testing.fake_model import FakeOpenAI
@@ -152,7 +153,6 @@ async def test_messages_mid_run_are_never_lost_or_run_in_parallel(tmp_path: Path
         joined = "\n".join(prompts)
         for text in ("first", "more 0", "more 1", "more 2"):
             assert text in joined
-        assert app.service is None  # closed cleanly
 
 
 async def test_a_forty_reply_thread_is_paged_with_one_replies_call(tmp_path: Path) -> None:
@@ -280,6 +280,33 @@ async def test_model_failure_apologises_and_the_task_stays_usable(tmp_path: Path
         assert texts[1] == "recovered"
 
 
+async def test_a_run_over_run_timeout_apologises_and_the_task_stays_usable(tmp_path: Path) -> None:
+    """RUN_TIMEOUT ends a run whose model never answers: the thread gets the apology, and the next
+    message in it is answered normally (with the timeout ignored, the first run would never end)."""
+    never = asyncio.Event()  # the first model call waits for it; nothing sets it
+    calls = 0
+
+    async def script(turn: Turn) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await never.wait()
+        return [call("channel_reply", text="answered")] if turn.prompt else [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, run_timeout=0.2) as app:
+            root = await _mention(app, "a question that hangs the model")
+            async with asyncio.timeout(20):  # far above RUN_TIMEOUT: only a missing timeout hits it
+                await app.idle()
+            assert [m["text"] for m in slack.bot_messages("C1")] == [APOLOGY]
+            ts = slack.add_message("C1", "again?", user="U1", thread_ts=root)
+            await app.deliver(events.message("C1", "U1", "again?", ts, thread_ts=root))
+            await app.idle()
+        assert [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")] == [APOLOGY, "answered"]
+        assert not never.is_set()
+
+
 async def test_direct_messages_start_tasks_and_share_one_conversation(tmp_path: Path) -> None:
     """A DM needs no mention; top-level DMs are one conversation answered at the top level."""
     histories: list[str] = []
@@ -381,6 +408,7 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
     async with FakeSlack() as slack:
         _workspace(slack)
         slack.add_file("F0PLAIN", "notes.txt", "text/plain", b"hello")
+        slack.add_file("F0CONNECT", "shared.csv", "text/csv", b"a,b\n1,2\n")
         files = [slack.file_object("F0PLAIN"), {"id": "F0CONNECT", "file_access": "check_file_info"}]
         async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
             ts = slack.add_message("C1", "<@UBOT> see attached", user="U1", files=files)
@@ -389,6 +417,7 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
         assert len(prompts) == 1
         assert prompts[0].count("attached file_") == 2
         assert "notes.txt" in prompts[0]
+        assert "shared.csv (text/csv, 8 bytes)" in prompts[0]
         assert "F0PLAIN" not in prompts[0] and "F0CONNECT" not in prompts[0]
 
 

@@ -3,6 +3,7 @@ and the upgrade of an existing database to the one claim definition (schema v3).
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import storage.schema
 from storage import Store
 from storage.postgres import PostgresStore
 from storage.sql import POSTGRES, SQLITE, Statement
-from storage.sqlite import SQLiteStore
+from storage.sqlite import SQLiteStore, _procedure
 from storage.statements import CLAIM, PROCEDURES
 
 #: The ``store_factory`` fixture: ``await factory(migrate=True)`` opens another store on the same database.
@@ -145,3 +146,50 @@ async def test_upgrade_to_one_claim_definition_keeps_earlier_claims(
         names = {row["proname"] for row in rows}
         assert "tb_claim_message" not in names
         assert {procedure.function[0] for procedure in PROCEDURES} <= names
+
+
+def test_a_sqlite_claim_costs_the_same_however_many_tasks_exist() -> None:
+    """A claim that creates a task runs the same number of SQLite VM steps whether 10 or 2,000
+    conversations exist: no statement of it scans a table (counted steps, not time)."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA foreign_keys = ON")
+    for _, statements in storage.schema.MIGRATIONS:
+        for text in statements["sqlite"]:
+            db.execute(text)
+
+    def claim(n: int) -> None:
+        params = {
+            "event_id": f"Ev{n}",
+            "channel": "C1",
+            "ts": f"{n}.1",
+            "thread_ts": f"{n}.1",
+            "create": True,
+            "payload": "{}",
+            "now": T0,
+            "claim_id": f"task{n}",
+        }
+        db.execute("BEGIN IMMEDIATE")
+        assert _procedure(db, (CLAIM, params))["status"] == "claimed"
+        db.execute("COMMIT")
+
+    def steps_of_one_claim(n: int) -> int:
+        steps = 0
+
+        def count() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+
+        db.set_progress_handler(count, 1)
+        claim(n)
+        db.set_progress_handler(None, 1)
+        return steps
+
+    for n in range(10):
+        claim(n)
+    few = steps_of_one_claim(10)
+    for n in range(11, 2_000):
+        claim(n)
+    many = steps_of_one_claim(2_000)
+    assert many < few * 1.2, (few, many)

@@ -24,7 +24,7 @@ from typing import Any
 from .blocks import block_refs, render_blocks
 from .render import Names, labels_in, render_text, unlabelled_channels_in, user_ids_in
 
-__all__ = ["References", "message_files", "references", "render_message"]
+__all__ = ["References", "file_stubs", "message_files", "references", "render_message", "with_files"]
 
 #: Characters of a link preview's text shown ("briefly").
 UNFURL_CHARS = 280
@@ -126,6 +126,55 @@ def message_files(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
             seen.add(file_id)
             found.append(file)
     return found
+
+
+def file_stubs(message: Mapping[str, Any]) -> set[str]:
+    """IDs of the message's files (shared ones included) that Slack sent only as a stub
+    (``file_access: "check_file_info"``, Slack Connect): ``files.info`` knows the rest."""
+    return {
+        str(f["id"])
+        for f in message_files(message)
+        if f.get("file_access") == "check_file_info" and isinstance(f.get("id"), str)
+    }
+
+
+def with_files(message: Mapping[str, Any], resolved: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+    """``message`` with every file object whose ID is in ``resolved`` replaced by that object,
+    in shared messages too; the original is left untouched."""
+    if not resolved:
+        return message
+    return _replace_files(message, resolved, 0)
+
+
+def _replace_files(
+    message: Mapping[str, Any], resolved: Mapping[str, Mapping[str, Any]], depth: int
+) -> dict[str, Any]:
+    out = dict(message)
+    if isinstance(message.get("files"), list):
+        out["files"] = [_resolved(f, resolved) for f in message["files"]]
+    if depth < _MAX_SHARE_DEPTH and isinstance(message.get("attachments"), list):
+        attachments: list[Any] = []
+        for att in message["attachments"]:
+            if isinstance(att, Mapping) and _is_share(att):
+                att = dict(att)
+                if isinstance(att.get("files"), list):
+                    att["files"] = [_resolved(f, resolved) for f in att["files"]]
+                if isinstance(att.get("message_blocks"), list):
+                    att["message_blocks"] = [
+                        {**e, "message": _replace_files(e["message"], resolved, depth + 1)}
+                        if isinstance(e, Mapping) and isinstance(e.get("message"), Mapping)
+                        else e
+                        for e in att["message_blocks"]
+                    ]
+            attachments.append(att)
+        out["attachments"] = attachments
+    return out
+
+
+def _resolved(file: Any, resolved: Mapping[str, Mapping[str, Any]]) -> Any:
+    if isinstance(file, Mapping) and isinstance(file.get("id"), str):
+        return resolved.get(file["id"], file)
+    return file
 
 
 def _files_of(message: Mapping[str, Any], depth: int) -> Iterable[Mapping[str, Any]]:

@@ -14,15 +14,36 @@ from channel.contract import FileMeta
 MAX_BYTES = 100 * 2**20
 
 
+#: Stand-ins Slack sends instead of a file the bot may not see, and what the model is told.
+_UNAVAILABLE = {
+    ("mode", "tombstone"): "the file was deleted",
+    ("mode", "hidden_by_limit"): "the file is hidden by the workspace's plan limits",
+    ("file_access", "check_file_info"): "Slack does not let the bot see this file",
+    ("file_access", "access_denied"): "Slack does not let the bot see this file",
+    ("file_access", "file_not_found"): "the file was deleted or is not shared with the bot",
+}
+
+
 def file_meta(raw: Mapping[str, Any]) -> FileMeta:
     """A file object from an event, ``files.info`` or a history row, as contract metadata.
 
-    Slack Connect events may carry only ``{id, file_access: "check_file_info"}``: then no
-    URL is kept and the session asks :meth:`SlackAdapter.file_info` before downloading.
+    Slack Connect events may carry only ``{id, file_access: "check_file_info"}``: the
+    adapter resolves those with ``files.info`` first; a stub it could not resolve, and a
+    deleted or hidden file, is marked ``unavailable`` with no made-up type or size.
     """
+    for (key, value), reason in _UNAVAILABLE.items():
+        if raw.get(key) == value:
+            name = raw.get("name") or raw.get("title")
+            return FileMeta(
+                ref=str(raw.get("id") or ""),
+                name=str(name) if name else "a file",
+                media_type="",
+                size=0,
+                unavailable=reason,
+            )
     data: dict[str, object] = {}
     url = raw.get("url_private_download") or raw.get("url_private")
-    if url and raw.get("file_access") != "check_file_info":
+    if url:
         data["url"] = str(url)
     if raw.get("mp4_low"):
         data["mp4_low"] = str(raw["mp4_low"])

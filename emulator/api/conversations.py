@@ -1,9 +1,12 @@
-"""``conversations.*``: thread replies and channel history with Slack's cursor paging, and info.
+"""``conversations.*``: thread replies and channel history with Slack's cursor paging, info, and list.
 
 The scope each needs depends on the kind of conversation (``channels``/``groups``/``im``/``mpim``).
 """
 
 from __future__ import annotations
+
+import base64
+import binascii
 
 from ..wire import JSON, Method, Params, SlackError, as_int, decode_cursor, encode_cursor, truthy, ts_key
 from ..workspace import Workspace
@@ -66,13 +69,58 @@ def info(ws: Workspace, params: Params) -> JSON:
         "is_mpim": chan.is_mpim,
         "is_private": chan.is_private,
         "is_archived": False,
-        "is_member": True,
+        "is_member": chan.is_member,
         "context_team_id": ws.team_id,
         "created": 1_600_000_000,
     }
     if chan.is_im:
         out["user"] = chan.user
     return {"channel": out}
+
+
+def list_(ws: Workspace, params: Params) -> JSON:
+    """Channels by ``types`` (default ``public_channel``), paged by ``limit`` and ``cursor`` like Slack;
+    a private channel is listed only when the bot is in it."""
+    types = set(str(params.get("types") or "public_channel").split(","))
+    wanted = [
+        c
+        for c in ws.channels.values()
+        if not c.is_im
+        and not c.is_mpim
+        and ("private_channel" if c.is_private else "public_channel") in types
+        and (c.is_member or not c.is_private)
+    ]
+    limit = as_int(params.get("limit"), 100)
+    limit = 100 if limit <= 0 else min(limit, 1000)
+    start = 0
+    cursor = str(params.get("cursor") or "")
+    if cursor:
+        ids = [c.id for c in wanted]
+        after = _decode_id_cursor(cursor)
+        if after not in ids:
+            raise SlackError("invalid_cursor")
+        start = ids.index(after)
+    page = wanted[start : start + limit]
+    rest = wanted[start + limit :]
+    return {
+        "channels": [info(ws, {"channel": c.id})["channel"] for c in page],
+        "response_metadata": {"next_cursor": _encode_id_cursor(rest[0].id) if rest else ""},
+    }
+
+
+def _encode_id_cursor(channel: str) -> str:
+    return base64.urlsafe_b64encode(f"id:{channel}".encode()).decode()
+
+
+def _decode_id_cursor(cursor: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(cursor.encode()).decode().removeprefix("id:")
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise SlackError("invalid_cursor") from exc
+
+
+def _list_scope(ws: Workspace, params: Params) -> str:
+    return "groups:read" if "private_channel" in str(params.get("types") or "") else "channels:read"
 
 
 def _kind(ws: Workspace, params: Params) -> str:
@@ -98,4 +146,5 @@ METHODS = {
     "conversations.replies": Method(replies, _history_scope),
     "conversations.history": Method(history, _history_scope),
     "conversations.info": Method(info, _read_scope),
+    "conversations.list": Method(list_, _list_scope),
 }
