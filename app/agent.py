@@ -13,7 +13,7 @@ metrics and the tool-call log line after).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,8 @@ _ANY_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), 
 # Only malformed JSON and calls of tools not offered now (a deferred tool before tool_search enabled it)
 # reach pydantic-ai's retry path; be generous so such a slip never ends a task.
 _MAX_RETRIES = 10
+# Deferred tools named in the instructions; MCP servers can bring hundreds (tool_search finds the rest).
+_NAMED_DEFERRED = 40
 
 #: Called before each tool call with the session and tool name (``RunHooks.on_tool``: progress).
 ToolStarted = Callable[[ChannelSession, str], Awaitable[None]]
@@ -156,14 +158,16 @@ def build_agent(
     *,
     on_tool: ToolStarted | None = None,
     on_tool_end: ToolFinished | None = None,
+    toolsets: Sequence[AbstractToolset[RunDeps]] = (),
 ) -> Agent[RunDeps, str | None]:
+    """The agent with the channel toolset first, then ``toolsets`` (the MCP tools)."""
     # `None` output is allowed: ending with no text is how the model chooses to stay silent.
     # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
     return Agent(
         model,
         deps_type=RunDeps,
         output_type=str | None,  # type: ignore[arg-type]
-        toolsets=[ChannelToolset(on_tool, on_tool_end)],
+        toolsets=[ChannelToolset(on_tool, on_tool_end), *toolsets],
         retries=AgentRetries(tools=_MAX_RETRIES),
         model_settings=run_model_settings,  # prompt caching, per provider (app/model_settings.py)
     )
@@ -191,11 +195,18 @@ def instructions_for(info: OriginInfo, tools: ToolSelection, extra: str = "") ->
         "Messages and files are named by handles (msg_..., file_...). Use only handles you were given.",
         "Tools you start with: " + ", ".join(_starting_tools(tools)) + ".",
     ]
-    if tools.deferred:
+    deferred = [s.name for s in tools.deferred] + [t.name for t in tools.host_deferred]
+    if deferred:
+        more = f" and {len(deferred) - _NAMED_DEFERRED} more" if len(deferred) > _NAMED_DEFERRED else ""
         lines.append(
             "tool_search can enable more: "
-            + ", ".join(s.name for s in tools.deferred)
+            + ", ".join(deferred[:_NAMED_DEFERRED])
+            + more
             + ". Its result lists what it enabled; enabled tools stay enabled in this conversation."
+        )
+    if tools.host_tools:
+        lines.append(
+            "Tools named <service>_<tool> come from connected services and act outside this conversation."
         )
     if extra.strip():
         lines += ["", extra.strip()]
@@ -204,8 +215,11 @@ def instructions_for(info: OriginInfo, tools: ToolSelection, extra: str = "") ->
 
 def _starting_tools(tools: ToolSelection) -> list[str]:
     names = [s.name for s in tools.channel_tools if s.starts == "active"]
-    if tools.deferred:
+    names += [t.name for t in tools.host_tools if t.starts == "active"]
+    if tools.deferred or tools.host_deferred:
         names.append("tool_search")
+    if tools.host_deferred:
+        names.append("mcp_search")
     if tools.skills:
         names.append("skills")
     return names

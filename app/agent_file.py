@@ -1,4 +1,4 @@
-"""``agent.toml``: the deployment's own instructions, tool selection and model."""
+"""``agent.toml``: the deployment's own instructions, tool selection, model and MCP servers."""
 
 from __future__ import annotations
 
@@ -7,19 +7,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .mcp_config import McpServerConfig, parse_servers
+
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
+_KEYS = ("instructions", "tools", "model", "mcp")
 
 
 @dataclass(frozen=True, slots=True)
 class AgentFile:
-    """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` and ``model``.
+    """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
+    or globs), ``model`` and ``[mcp.NAME]`` servers.
 
     :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
 
     instructions: str = ""
     tools: tuple[str, ...] | None = None
     model: str = ""
+    mcp: tuple[McpServerConfig, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -28,20 +33,21 @@ class AgentFile:
         if not path.is_file():
             raise ValueError(f"AGENT_FILE {path} does not exist: create it or unset AGENT_FILE")
         data = _read_toml(path)
-        unknown = set(data) - {"instructions", "tools", "model"}
+        unknown = set(data) - set(_KEYS)
         if unknown:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: instructions, tools, model")
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {', '.join(_KEYS)}")
         for key in ("instructions", "model"):
             if not isinstance(data.get(key, ""), str):
                 raise ValueError(f'{path}: {key} must be a string, e.g. {key} = "…"')
         instructions = _instructions(path, data.get("instructions", ""))
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
-            raise ValueError(f"{path}: tools must be a list of tool names")
+            raise ValueError(f"{path}: tools must be a list of tool names or globs")
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
+            mcp=parse_servers(data.get("mcp"), source=path),
         )
 
 

@@ -9,6 +9,7 @@ Secrets never reach the output: every line is scrubbed of the configured ones (o
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import re
 import sys
 from dataclasses import dataclass, field
@@ -19,10 +20,11 @@ from channel.errors import ChannelError
 from channel.skills import SkillLibrary
 from channel.slack import SlackIdentity, fetch_identity
 from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, features_from_scopes, missing_scopes, purpose
-from channel.tools import CATALOG
+from channel.tools import AUTOMATIC, CATALOG
 from storage import StoreError, open_store
 
 from .agent_file import AgentFile
+from .mcp import McpServers
 from .paas import ephemeral_disk_warning
 from .settings import Settings, describe_database
 
@@ -79,6 +81,16 @@ def _short(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def auth_failure(exc: ChannelError, api_url: str) -> str:
+    """What a failed ``auth.test`` means for the settings, in one line (shared with start-up)."""
+    code = exc.provider_code or ""
+    if code in _BAD_TOKEN_CODES:
+        return "SLACK_BOT_TOKEN is invalid or revoked: reinstall the app and copy the Bot User OAuth Token"
+    if code == "transport":
+        return f"cannot reach Slack at {api_url}: check SLACK_API_URL and the network"
+    return f"auth.test failed ({code or exc.message}): check SLACK_BOT_TOKEN and SLACK_API_URL"
+
+
 async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | None:
     token = settings.slack_bot_token.get_secret_value()
     if not token:
@@ -87,16 +99,7 @@ async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | N
     try:
         identity = await fetch_identity(token, settings.slack_api_url)
     except ChannelError as exc:
-        code = exc.provider_code or ""
-        if code in _BAD_TOKEN_CODES:
-            detail = (
-                "SLACK_BOT_TOKEN is invalid or revoked: reinstall the app and copy the Bot User OAuth Token"
-            )
-        elif code == "transport":
-            detail = f"cannot reach Slack at {settings.slack_api_url}: check SLACK_API_URL and the network"
-        else:
-            detail = f"auth.test failed ({code or exc.message}): check SLACK_BOT_TOKEN and SLACK_API_URL"
-        report.line("FAIL", "token", detail)
+        report.line("FAIL", "token", auth_failure(exc, settings.slack_api_url))
         return None
     if not identity.bot_id:
         detail = "SLACK_BOT_TOKEN is not a bot token: use the Bot User OAuth Token (xoxb-…)"
@@ -193,7 +196,9 @@ async def _check_database(settings: Settings, report: _Report) -> None:
         report.line("PASS", "database", f"{what}: reachable, schema up to date")
 
 
-def _load_agent_file(settings: Settings, report: _Report, identity: SlackIdentity | None) -> AgentFile | None:
+async def _load_agent_file(
+    settings: Settings, report: _Report, identity: SlackIdentity | None
+) -> AgentFile | None:
     path = settings.resolved_agent_file
     if path is None:
         detail = "none (AGENT_FILE unset, no ./agent.toml): every supported tool is offered"
@@ -204,15 +209,22 @@ def _load_agent_file(settings: Settings, report: _Report, identity: SlackIdentit
     except (ValueError, OSError) as exc:
         report.line("FAIL", "agent file", f"{_short(exc)}")
         return None
+    mcp_tools, unavailable = await _check_mcp(agent_file, report)
     if agent_file.tools is None:
         report.line("PASS", "agent file", f"{path}: offers every supported tool")
         return agent_file
     enabled = features_from_scopes(identity.scopes).enabled() if identity is not None else None
+    known = [*CATALOG, *mcp_tools]
     problems = []
     for name in agent_file.tools:
         spec = CATALOG.get(name)
+        if name in AUTOMATIC:
+            continue
         if spec is None:
-            problems.append(f"unknown tool {name!r} (known: {', '.join(CATALOG)})")
+            matched = any(fnmatch.fnmatchcase(k, name) for k in known)
+            # A tool of a server that did not start: that server's line already WARNed.
+            if not matched and not any(name.startswith(f"{server}_") for server in unavailable):
+                problems.append(f"unknown tool {name!r} (known: {', '.join(known)})")
         elif enabled is not None and spec.feature is not None and spec.feature not in enabled:
             needs = " or ".join(FEATURE_SCOPES.get(spec.feature, ()))
             problems.append(f"{name} needs the {needs} scope, which is not granted")
@@ -222,6 +234,31 @@ def _load_agent_file(settings: Settings, report: _Report, identity: SlackIdentit
         checked = "" if enabled is not None else " (scopes not checked: no valid token)"
         report.line("PASS", "agent file", f"{path}: {len(agent_file.tools)} tools, all known{checked}")
     return agent_file
+
+
+async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[str], dict[str, str]]:
+    """Start every MCP server of the agent file, one line each; returns the tool names and the
+    servers that did not start (with why)."""
+    if not agent_file.mcp:
+        return [], {}
+    try:
+        servers = McpServers(agent_file.mcp)
+    except ValueError as exc:  # a ${VAR} that is not set: `serve` would refuse to start
+        report.line("FAIL", "mcp", _short(exc))
+        return [], {s.name: "not checked" for s in agent_file.mcp}
+    await servers.start()
+    try:
+        for server in servers.servers:
+            name = f"mcp {server.name}"
+            if server.error is not None:
+                report.line("WARN", name, f"{server.error}; its tools are absent until it starts")
+            else:
+                eager = sum(t.starts == "active" for t in server.tools)
+                counts = f"{len(server.tools)} tools ({eager} eager, {server.listed} listed by the server)"
+                report.line("PASS", name, f"ok, {counts} over {server.config.transport}")
+    finally:
+        await servers.stop()
+    return [t.name for t in servers.tools], servers.unavailable()
 
 
 def _check_skills(settings: Settings, report: _Report) -> None:
@@ -296,7 +333,7 @@ async def run_checks(settings: Settings, *, model: bool = True, out: TextIO = sy
     _check_signing_secret(settings, report)
     _check_file_origins(settings, report)
     await _check_database(settings, report)
-    agent_file = _load_agent_file(settings, report, identity)
+    agent_file = await _load_agent_file(settings, report, identity)
     _check_skills(settings, report)
     if model:
         await _check_model(settings, report, agent_file)

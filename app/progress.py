@@ -43,6 +43,7 @@ TOOL_STATUS: dict[str, str] = {
     "channel_attach": "is attaching a file…",
     "channel_post_document": "is writing a document…",
     "tool_search": "is looking for tools…",
+    "mcp_search": "is looking for tools…",
     "skills": "is reading its skills…",
     # channel_reply is absent: Slack clears the status when the app posts, a moment later.
 }

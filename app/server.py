@@ -30,6 +30,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from channel.contract import missing_implementations
+from channel.errors import ChannelError
 from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
@@ -37,8 +38,11 @@ from storage import Store, StoreError, open_store
 
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .check import auth_failure
 from .ingress import Ingress
 from .interactions import Interactions
+from .mcp import McpServers
+from .mcp_toolset import McpToolset
 from .metrics import CONTENT_TYPE_LATEST
 from .observe import Observer, TimedModel, combine
 from .paas import ephemeral_disk_warning
@@ -88,7 +92,7 @@ async def open_ready_store(settings: Settings) -> Store:
             await store.migrate()
     except (StoreError, OSError, TimeoutError) as exc:
         await store.close()
-        why = f"no answer within {STORE_OPEN_TIMEOUT:.0f}s" if isinstance(exc, TimeoutError) else str(exc)
+        why = f"no answer within {STORE_OPEN_TIMEOUT:g}s" if isinstance(exc, TimeoutError) else str(exc)
         raise StartupError(f"cannot open the store ({what}): {why}; check DATABASE_URL and DATA_DIR") from exc
     return store
 
@@ -154,6 +158,8 @@ class Service:
     observer: Observer = field(default_factory=Observer)
     #: Click handlers by action id (``app.interactions``); features register theirs in ``create``.
     interactions: Interactions = field(default_factory=Interactions)
+    #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
+    mcp: McpServers = field(default_factory=lambda: McpServers([]))
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -172,6 +178,8 @@ class Service:
         """Build everything and fail early, with a message naming the fix, on bad configuration."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
+            # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
+            mcp = McpServers(agent_file.mcp)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         ephemeral = ephemeral_disk_warning(settings)
@@ -204,26 +212,37 @@ class Service:
                 write_deadline=settings.write_deadline,
                 on_call=observer.slack_call,
             )
-        except Exception as exc:
+        except ChannelError as exc:
             await store.close()
-            raise StartupError(f"Slack auth.test failed: {exc}") from exc
+            raise StartupError(auth_failure(exc, settings.slack_api_url)) from exc
+        except BaseException:
+            await store.close()
+            raise
         try:
             missing = missing_implementations(adapter)
             if missing:
                 raise StartupError(f"adapter claims features it does not implement: {missing}")
             skills = SkillLibrary.load(settings.resolved_skills_dir)
+            # A server that does not start only makes its own tools absent (logged); the app serves.
+            await mcp.start()
             try:
-                tools = select_tools(adapter.features.enabled(), agent_file.tools, skills)
+                tools = select_tools(
+                    adapter.features.enabled(), agent_file.tools, skills, mcp.tools, mcp.unavailable()
+                )
             except ValueError as exc:
                 raise StartupError(str(exc)) from exc
         except StartupError:
+            await mcp.stop()
             await adapter.close()
             await store.close()
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
         agent = build_agent(
-            TimedModel(model, observer), on_tool=run_hooks.on_tool, on_tool_end=observer.tool_end
+            TimedModel(model, observer),
+            on_tool=run_hooks.on_tool,
+            on_tool_end=observer.tool_end,
+            toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
         )
         executor = RunExecutor(
             store=store,
@@ -254,7 +273,15 @@ class Service:
         interactions = Interactions()
         bolt = build_bolt(settings, ingress, interactions)
         return cls(
-            settings, store, adapter, runner, ingress, bolt, observer=observer, interactions=interactions
+            settings,
+            store,
+            adapter,
+            runner,
+            ingress,
+            bolt,
+            observer=observer,
+            interactions=interactions,
+            mcp=mcp,
         )
 
     def _web_app(self) -> web.Application:
@@ -309,6 +336,7 @@ class Service:
 
     async def close(self) -> None:
         await self.drain(0)
+        await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
 
@@ -341,6 +369,7 @@ async def serve(
     log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
     await site.stop()  # stop accepting first
     await runner.cleanup()  # runs on_shutdown → drain
+    await service.mcp.stop()
     await service.adapter.close()
     await service.store.close()
     log.info("stopped after %.1fs", time.monotonic() - started)

@@ -34,10 +34,11 @@ from .errors import ChannelError, bounded
 from .handles import HandleRegistry
 from .journal import EffectJournal, WriteGuard, reconcile
 from .markdown import split_markdown, strip_mass_mentions
-from .selection import ToolSelection
+from .selection import HostTool, ToolSelection
 from .store import SessionStore
 from .tools import (
     CATALOG,
+    MCP_SEARCH,
     SKILLS,
     TOOL_SEARCH,
     AttachArgs,
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 
 Result = dict[str, Any]
 _CURSOR = re.compile(r"^before_(\d{1,7})$")
+# Deferred tools named when tool_search finds nothing; MCP servers can bring hundreds.
+_LISTED = 30
 
 
 class ChannelSession:
@@ -82,7 +85,7 @@ class ChannelSession:
         self.task_dir = task_dir
         self.handles = HandleRegistry(store, task.task_id)
         self.journal = EffectJournal(store, task.task_id, clock, guard)
-        selectable = {s.name for s in tools.deferred}
+        selectable = {s.name for s in tools.deferred} | {t.name for t in tools.host_deferred}
         self.enabled: set[str] = {t for t in task.enabled_tools if t in selectable}
         #: Handles of every message the bot posted in this run.
         self.posted: list[str] = []
@@ -101,29 +104,44 @@ class ChannelSession:
             "channel_attach": self._attach,
             "channel_post_document": self._post_document,
             "tool_search": self._tool_search,
+            "mcp_search": self._tool_search,
             "skills": self._skills,
         }
 
     # -- what the model is offered ------------------------------------------------
     def active_specs(self) -> list[ToolSpec]:
+        """The channel tools (and tool_search, mcp_search, skills) to offer the model now."""
         specs = [s for s in self.tools.channel_tools if s.starts == "active" or s.name in self.enabled]
-        if any(s.name not in self.enabled for s in self.tools.deferred):
+        if self._searchable():
             specs.append(TOOL_SEARCH)
+        if any(t.name not in self.enabled for t in self.tools.host_deferred):
+            specs.append(MCP_SEARCH)  # the seed's name for tool_search, while MCP tools wait to be found
         if self.tools.skills:
             specs.append(SKILLS)
         return specs
 
+    def active_host_tools(self) -> list[HostTool]:
+        """The host's (MCP) tools to offer now: the eager ones and those tool_search enabled."""
+        return [t for t in self.tools.host_tools if t.starts == "active" or t.name in self.enabled]
+
+    def offered_names(self) -> list[str]:
+        return [s.name for s in self.active_specs()] + [t.name for t in self.active_host_tools()]
+
     def offered(self, name: str) -> bool:
-        return any(s.name == name for s in self.active_specs())
+        return name in self.offered_names()
+
+    def _searchable(self) -> list[ToolSpec | HostTool]:
+        """Deferred tools tool_search can still enable, channel and host together."""
+        deferred: list[ToolSpec | HostTool] = [*self.tools.deferred, *self.tools.host_deferred]
+        return [t for t in deferred if t.name not in self.enabled]
 
     # -- calling ----------------------------------------------------------------------
     async def call(self, name: str, args: Any) -> Result:
         """Run one tool call; always returns a result (an error result on any refusal or failure)."""
-        spec = CATALOG.get(name)
+        spec = MCP_SEARCH if name == MCP_SEARCH.name else CATALOG.get(name)
         if spec is None or not self.offered(name):
-            hint = (
-                " Use tool_search to enable it." if any(s.name == name for s in self.tools.deferred) else ""
-            )
+            deferred = any(s.name == name for s in (*self.tools.deferred, *self.tools.host_deferred))
+            hint = " Use tool_search to enable it." if deferred else ""
             return ChannelError("unsupported", f"There is no tool {name!r} available now.{hint}").as_result()
         try:
             parsed = spec.args.model_validate(args if args is not None else {})
@@ -385,18 +403,18 @@ class ChannelSession:
 
     # -- discovery -----------------------------------------------------------------------
     async def _tool_search(self, args: ToolSearchArgs) -> Result:
-        candidates = [s for s in self.tools.deferred if s.name not in self.enabled]
+        candidates = self._searchable()
         hits = tool_search.rank(candidates, args.query, args.limit)
         if not hits:
-            return {
-                "enabled": [],
-                "message": "No tool matched. Tools you can still enable: "
-                + (", ".join(f"{s.name} ({s.label})" for s in candidates) or "none"),
-            }
+            listed = ", ".join(f"{s.name} ({s.label})" for s in candidates[:_LISTED]) or "none"
+            if len(candidates) > _LISTED:
+                listed += f", and {len(candidates) - _LISTED} more"
+            return {"enabled": [], "message": "No tool matched. Tools you can still enable: " + listed}
         self.enabled.update(s.name for s in hits)
         await self.store.set_enabled_tools(self.task.task_id, sorted(self.enabled))
         return {
-            "enabled": [{"name": s.name, "description": s.description} for s in hits],
+            # Host tools' descriptions are the server's own words, of any length.
+            "enabled": [{"name": s.name, "description": bounded(s.description, 400)} for s in hits],
             "message": "Enabled from your next step on: " + ", ".join(s.name for s in hits),
         }
 

@@ -1,7 +1,9 @@
 """Scoring deferred tools against a free-text query, for ``tool_search``.
 
-Matches come in three tiers, and a higher tier always wins: the query *is* a
-tool's name (``channel_edit`` or ``edit``), the query is *part of* a tool's
+Channel tools and the host's tools (an MCP server's ``tickets_search_tickets``)
+are ranked together: anything :class:`Searchable` can be scored. Matches come
+in three tiers, and a higher tier always wins: the query *is* a tool's name
+(``channel_edit`` or ``edit``), the query is *part of* a tool's
 name, and term matches in the name, label, description and parameter
 names/descriptions (weighted in that order). Scoring is deterministic and
 explains nothing it does not know: a tool with no match scores 0 and is never
@@ -14,9 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import NamedTuple
-
-from .tools import ToolSpec
+from typing import NamedTuple, Protocol, TypeVar
 
 _WORD = re.compile(r"[a-z0-9]+")
 # Words that match everything and so say nothing about which tool is wanted.
@@ -27,6 +27,30 @@ _STOP = frozenset(
 _NAME, _LABEL, _DESCRIPTION, _PARAMETER = 10.0, 6.0, 3.0, 1.0
 # A terms-only hit with less than this share of the best hit's points is left out.
 _RELATIVE_CUTOFF = 1 / 3
+
+
+class Searchable(Protocol):
+    """What tool_search reads of a tool (``ToolSpec`` and the host's tools have it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    #: The name without its family prefix (``edit`` for ``channel_edit``); asking for it is an exact match.
+    @property
+    def short_name(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    def parameter_text(self) -> str:
+        """Parameter names and descriptions, space-separated."""
+        ...
+
+
+T = TypeVar("T", bound=Searchable)
 
 
 class Score(NamedTuple):
@@ -57,24 +81,23 @@ def _stems(text: str) -> set[str]:
     return {_stem(t) for t in _terms(text)}
 
 
-def score(spec: ToolSpec, query: str) -> Score:
+def score(spec: Searchable, query: str) -> Score:
     q = query.strip().lower()
     if not q:
         return Score(0, 0.0)
     name = spec.name.lower()
-    tier = 2 if q in (name, name.removeprefix("channel_")) else 1 if q in name else 0
-    fields_text = " ".join(f"{n} {f.description or ''}" for n, f in spec.args.model_fields.items())
+    tier = 2 if q in (name, spec.short_name.lower()) else 1 if q in name else 0
     parts = (
         (_stems(name.replace("_", " ")), _NAME),
         (_stems(spec.label), _LABEL),
         (_stems(spec.description), _DESCRIPTION),
-        (_stems(fields_text), _PARAMETER),
+        (_stems(spec.parameter_text()), _PARAMETER),
     )
     points = sum(weight for term in _stems(q) for stems, weight in parts if term in stems)
     return Score(tier, points)
 
 
-def rank(specs: Iterable[ToolSpec], query: str, limit: int) -> list[ToolSpec]:
+def rank(specs: Iterable[T], query: str, limit: int) -> list[T]:
     """The best ``limit`` matching tools, best first (ties by name); see the module docstring."""
     scored = sorted(
         ((score(s, query), s) for s in specs), key=lambda t: (-t[0].tier, -t[0].points, t[1].name)

@@ -109,6 +109,13 @@ class ToolSpec:
     def schema(self) -> dict[str, Any]:
         return closed_schema(self.args)
 
+    @property
+    def short_name(self) -> str:
+        return self.name.removeprefix("channel_")
+
+    def parameter_text(self) -> str:
+        return " ".join(f"{n} {f.description or ''}" for n, f in self.args.model_fields.items())
+
 
 def closed_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The model's JSON schema, with ``additionalProperties: false`` on every object in it."""
@@ -210,6 +217,17 @@ TOOL_SEARCH = ToolSpec(
     "active",
 )
 
+# The seed's name for tool_search, kept as an alias while the host's (MCP) tools wait to be found.
+MCP_SEARCH = ToolSpec(
+    "mcp_search",
+    "Find tools",
+    "Same as tool_search: find and enable more tools, including those of connected MCP servers, "
+    "by describing what you want to do. Enabled tools are available from your next step on.",
+    ToolSearchArgs,
+    None,
+    "active",
+)
+
 SKILLS = ToolSpec(
     "skills",
     "Skills",
@@ -220,3 +238,6 @@ SKILLS = ToolSpec(
 )
 
 CATALOG: dict[str, ToolSpec] = {spec.name: spec for spec in (*CHANNEL_TOOLS, TOOL_SEARCH, SKILLS)}
+#: Tools offered by themselves when there is something for them to do (mcp_search only with MCP
+#: tools deferred, so it is not in the catalog); naming one in the agent file's ``tools`` is a no-op.
+AUTOMATIC = frozenset({TOOL_SEARCH.name, MCP_SEARCH.name, SKILLS.name})

@@ -409,3 +409,45 @@ def test_top_level_help_lists_commands_and_examples(tmp_path: Path) -> None:
     assert code == 0 and err == ""
     assert all(f"\n    {command}" in out for command in subcommands())
     assert "\nexamples:\n  python -m app check" in out
+
+
+# -- not hanging -----------------------------------------------------------------------------------
+
+
+def test_a_store_that_never_answers_ends_start_up(
+    here: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Postgres address that accepts connections and never answers ends start-up at the store
+    timeout with one line, instead of hanging (the timeout is shortened for the test)."""
+    from app import server
+
+    monkeypatch.setattr(server, "STORE_OPEN_TIMEOUT", 0.5)
+    with socket.socket() as silent:  # listens, so connecting succeeds, but nobody ever reads or writes
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        err = here("serve", **GOOD, DATABASE_URL=f"postgresql://app@127.0.0.1:{port}/threadbound")
+    assert err == (
+        f"threadbound: cannot start: cannot open the store (Postgres 127.0.0.1:{port}/threadbound): "
+        "no answer within 0.5s; check DATABASE_URL and DATA_DIR\n"
+    )
+
+
+async def test_a_revoked_token_ends_start_up_with_one_line(tmp_path: Path) -> None:
+    """A token Slack refuses at auth.test ends serve with exit 2 and what to do, not Slack's raw error."""
+    async with FakeSlack(token=TOKEN) as slack:
+        env = clean_env(
+            tmp_path,
+            **{**GOOD, "SLACK_BOT_TOKEN": "xoxb-revoked-0000"},
+            SLACK_API_URL=slack.api_url,
+            DATA_DIR=str(tmp_path / "data"),
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app", "serve", cwd=tmp_path, env=env, stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert err.decode().splitlines()[-1] == (
+        "threadbound: cannot start: SLACK_BOT_TOKEN is invalid or revoked: "
+        "reinstall the app and copy the Bot User OAuth Token"
+    )
+    assert proc.returncode == 2 and b"Traceback" not in err

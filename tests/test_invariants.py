@@ -21,7 +21,7 @@ from channel.fake import FakeAdapter
 from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import Skill, SkillLibrary
-from channel.tools import CATALOG
+from channel.tools import CATALOG, MCP_SEARCH
 from emulator import FakeSlack
 from storage import open_store
 from testing import events
@@ -122,16 +122,20 @@ def test_closed_walker_flags_open_nested_objects() -> None:
 # -- the catalog's schemas ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(CATALOG))
+# The host's own tools: the catalog, and mcp_search (offered only while MCP tools are deferred).
+OWN_TOOLS = {**CATALOG, MCP_SEARCH.name: MCP_SEARCH}
+
+
+@pytest.mark.parametrize("name", list(OWN_TOOLS))
 def test_catalog_schema_has_no_addressing_property(name: str) -> None:
     """No tool's input schema, at any depth, has a property naming a channel, thread, user or workspace."""
-    assert addressing_properties(CATALOG[name].schema()) == []
+    assert addressing_properties(OWN_TOOLS[name].schema()) == []
 
 
-@pytest.mark.parametrize("name", list(CATALOG))
+@pytest.mark.parametrize("name", list(OWN_TOOLS))
 def test_catalog_schema_is_closed(name: str) -> None:
     """Every object in every tool's input schema says additionalProperties: false."""
-    schema = CATALOG[name].schema()
+    schema = OWN_TOOLS[name].schema()
     assert schema["type"] == "object" and open_objects(schema) == []
 
 

@@ -1,0 +1,169 @@
+"""``[mcp.NAME]`` tables of the agent file: which MCP servers to connect and how.
+
+Parsing checks the shape of each table and fails with the table and key named;
+``${VAR}`` references in ``env`` and ``headers`` are kept as written until
+:meth:`McpServerConfig.resolve` expands them from the environment at start-up,
+so a missing variable is reported then, by name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+#: A server's name; its tools are offered as ``NAME_<tool>``.
+SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# Server names whose prefix would shadow threadbound's own tools (channel_*, tool_search, skills).
+RESERVED_NAMES = frozenset({"channel", "tool", "skills"})
+# ${VAR} or ${VAR:-default}; nothing else is special, so a literal "$" needs no escaping.
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_KEYS = ("command", "env", "url", "headers", "include", "exclude", "eager", "timeout", "startup_timeout")
+#: Seconds a tool call may take before it fails with ``tool_failed``.
+DEFAULT_TIMEOUT = 60.0
+#: Seconds a server has to start (or connect) and list its tools.
+DEFAULT_STARTUP_TIMEOUT = 30.0
+
+
+class McpConfigError(ValueError):
+    """An ``[mcp.NAME]`` table that cannot work; the message names the table and key."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """One ``[mcp.NAME]`` table, as written (``${VAR}`` not yet expanded)."""
+
+    name: str
+    #: stdio: the program and its arguments; empty for an HTTP server.
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    #: Streamable HTTP: the endpoint; empty for a stdio server.
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    include: tuple[str, ...] = ("*",)
+    exclude: tuple[str, ...] = ()
+    eager: tuple[str, ...] = ()
+    timeout: float = DEFAULT_TIMEOUT
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    #: Where a stdio server runs: the agent file's directory, so relative paths in ``command`` work.
+    cwd: Path | None = None
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+    def selects(self, tool: str) -> bool:
+        """Whether the server's tool ``tool`` (its own name, unprefixed) exists for the agent."""
+        return _matches(tool, self.include) and not _matches(tool, self.exclude)
+
+    def is_eager(self, tool: str) -> bool:
+        return _matches(tool, self.eager)
+
+    def resolve(self, environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """``env`` and ``headers`` with ``${VAR}`` expanded from ``environ``.
+
+        Raises :class:`McpConfigError` naming the variable when one is not set and has no default.
+        """
+        where = f"[mcp.{self.name}]"
+        env = {k: _expand(v, environ, f"{where} env.{k}") for k, v in self.env}
+        headers = {k: _expand(v, environ, f"{where} headers.{k}") for k, v in self.headers}
+        return env, headers
+
+
+def parse_servers(raw: Any, *, source: Path) -> tuple[McpServerConfig, ...]:
+    """The ``mcp`` table of ``source`` (the agent file) as server configs, in file order."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise McpConfigError(f"{source}: mcp must be a table of servers, e.g. [mcp.tickets]")
+    return tuple(_parse_server(name, table, source) for name, table in raw.items())
+
+
+def _parse_server(name: str, table: Any, source: Path) -> McpServerConfig:
+    where = f"{source} [mcp.{name}]"
+    if not SERVER_NAME.match(name):
+        raise McpConfigError(
+            f"{where}: a server name is lower-case letters, digits and _, starting with a letter"
+        )
+    if name in RESERVED_NAMES:
+        raise McpConfigError(
+            f"{where}: the name {name!r} is reserved for threadbound's own tools; pick another"
+        )
+    if not isinstance(table, dict):
+        raise McpConfigError(f'{where}: must be a table with command = [...] or url = "..."')
+    unknown = sorted(set(table) - set(_KEYS))
+    if unknown:
+        raise McpConfigError(f"{where}: unknown keys {unknown}; allowed: {', '.join(_KEYS)}")
+    command = table.get("command")
+    url = table.get("url")
+    if (command is None) == (url is None):
+        raise McpConfigError(f"{where}: give exactly one of command (stdio) or url (Streamable HTTP)")
+    if command is not None and (
+        not isinstance(command, list) or not command or not all(isinstance(c, str) and c for c in command)
+    ):
+        raise McpConfigError(
+            f'{where}: command must be a non-empty list of strings, e.g. ["python", "server.py"]'
+        )
+    if url is not None:
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise McpConfigError(f"{where}: url must be an http:// or https:// URL")
+    if command is not None and "headers" in table:
+        raise McpConfigError(f"{where}: headers are for url servers; a command server takes env")
+    if url is not None and "env" in table:
+        raise McpConfigError(f"{where}: env is for command servers; a url server takes headers")
+    return McpServerConfig(
+        name=name,
+        command=tuple(command or ()),
+        env=_string_table(table.get("env"), f"{where} env"),
+        url=url or "",
+        headers=_string_table(table.get("headers"), f"{where} headers"),
+        include=_globs(table.get("include", ["*"]), f"{where} include"),
+        exclude=_globs(table.get("exclude", []), f"{where} exclude"),
+        eager=_globs(table.get("eager", []), f"{where} eager"),
+        timeout=_seconds(table.get("timeout", DEFAULT_TIMEOUT), f"{where} timeout"),
+        startup_timeout=_seconds(
+            table.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT), f"{where} startup_timeout"
+        ),
+        cwd=source.resolve().parent,
+    )
+
+
+def _string_table(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise McpConfigError(f'{where} must be a table of strings, e.g. {{ KEY = "${{KEY}}" }}')
+    return tuple(raw.items())
+
+
+def _globs(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(g, str) and g for g in raw):
+        raise McpConfigError(f"{where} must be a list of tool names or globs")
+    return tuple(raw)
+
+
+def _seconds(raw: Any, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= 3600:
+        raise McpConfigError(f"{where} must be a number of seconds between 0 and 3600")
+    return float(raw)
+
+
+def _matches(name: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def _expand(value: str, environ: Mapping[str, str], where: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        variable, default = match.group(1), match.group(2)
+        if variable in environ:
+            return environ[variable]
+        if default is not None:
+            return default
+        raise McpConfigError(f"{where} uses ${{{variable}}}, but {variable} is not set in the environment")
+
+    return _REFERENCE.sub(substitute, value)
