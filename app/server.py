@@ -51,6 +51,7 @@ from .router import BotIdentity
 from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .streaming import check_mode as check_stream_mode
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ class Service:
             )
         try:
             progress = Progress(settings.progress, settings.progress_emoji)
+            stream_mode = check_stream_mode(settings.stream)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         if model is None:
@@ -254,6 +256,8 @@ class Service:
             run_timeout=settings.run_timeout,
             history_limit=settings.history_limit,
             hooks=run_hooks,
+            stream=stream_mode == "auto",
+            feedback=True,
         )
         runner = Scheduler(
             store=store,
