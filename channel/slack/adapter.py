@@ -341,7 +341,8 @@ class SlackAdapter(AdapterBase):
         if user:
             name = names.users.get(user, "someone")
         else:
-            profile = message.get("bot_profile") or {}
+            profile = message.get("bot_profile")
+            profile = profile if isinstance(profile, Mapping) else {}
             name = str(message.get("username") or profile.get("name") or "a bot")
         author = Author(display_name=name, is_bot=bool(bot_id) or is_you, is_you=is_you)
         reactions = {str(r.get("name")): int(r.get("count") or 0) for r in message.get("reactions") or []}
