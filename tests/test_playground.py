@@ -287,16 +287,20 @@ def test_message_text_is_rendered_without_letting_markup_through() -> None:
     )
 
 
-async def test_the_demo_model_answers_with_a_labelled_echo(tmp_path: Path) -> None:
-    """``--demo``'s model replies through channel_reply, saying it is an echo and not an LLM."""
+async def test_the_demo_model_streams_a_labelled_echo_with_feedback_buttons(tmp_path: Path) -> None:
+    """``--demo``'s model answers in final text, which the app streams into the thread: the answer
+    says it is an echo and not an LLM, quotes the person, and ends with the feedback buttons."""
     async with Playground(_settings(tmp_path), model=demo_model()) as pg:
-        await pg.post("U0ALICE", "D0ALICE", "hello demo")
+        await pg.post("U0ALICE", GENERAL, "@threadbound hello demo")
         assert pg.service is not None
         await pg.service.runner.idle()
-        replies = [m for m in _conversation(pg.snapshot(), "D0ALICE")["messages"] if m["bot"]]
+        replies = _bot_replies(pg.snapshot())
+        [stream] = pg.slack.streams.values()
+    assert stream.state == "stopped" and len([a for a in stream.appends if a]) >= 2
     assert len(replies) == 1
     assert "Demo model" in replies[0]["html"] and "an echo, not an LLM" in replies[0]["html"]
     assert "hello demo" in replies[0]["html"]
+    assert [b["type"] for b in replies[0]["buttons"]] == ["feedback_buttons", "feedback_buttons"]
 
 
 async def test_the_agent_file_instructions_reach_the_playgrounds_agent(tmp_path: Path) -> None:

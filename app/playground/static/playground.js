@@ -8,6 +8,7 @@ const ui = {
   person: localStorage.getItem("person") || "",
   conversation: localStorage.getItem("conversation") || "",
   thread: "",
+  clicked: new Set(),  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
 };
 const $ = (id) => document.getElementById(id);
 
@@ -73,8 +74,10 @@ function messageNode(conv, m) {
   if (m.buttons.length) {
     const row = el("div", { class: "buttons" });
     for (const b of m.buttons) {
+      const pressed = ui.clicked.has(clickKey(m, b));
       row.append(el("button", {
-        type: "button", class: `bk ${b.style || ""}`, "data-action-id": b.action_id, "data-value": b.value,
+        type: "button", class: `bk ${b.style || ""} ${pressed ? "clicked" : ""}`, disabled: pressed,
+        "data-action-id": b.action_id, "data-value": b.value,
         onclick: (e) => click(conv, m, b, e.currentTarget),
       }, b.label));
     }
@@ -183,8 +186,13 @@ async function send(event) {
   }
 }
 
+function clickKey(m, b) {
+  return `${ui.person}|${m.ts}|${b.action_id}|${b.value}`;
+}
+
 async function click(conv, m, button, node) {
   node.disabled = true;
+  ui.clicked.add(clickKey(m, button));
   try {
     const response = await fetch("/api/click", {
       method: "POST",
@@ -197,6 +205,7 @@ async function click(conv, m, button, node) {
     $("error").textContent = answer.status === 200 ? "" : `The app answered the click with HTTP ${answer.status}`;
   } catch (err) {
     $("error").textContent = `Click not delivered: ${err.message}`;
+    ui.clicked.delete(clickKey(m, button));
     node.disabled = false;
   }
 }
