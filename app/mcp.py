@@ -188,8 +188,9 @@ class McpServer:
         try:
             async with asyncio.timeout(_CLOSE_TIMEOUT):
                 await toolset.__aexit__(None, None, None)
-        except Exception:
-            log.warning("closing MCP server %s failed", self.name, exc_info=True)
+        except Exception as exc:
+            # Usual for a session that already broke (the HTTP server is gone); nothing is left open.
+            log.info("closing MCP server %s: %s", self.name, _reason(exc, _CLOSE_TIMEOUT, "close"))
 
     # -- calls --------------------------------------------------------------------------
     async def call(self, tool: McpTool, args: dict[str, Any]) -> Any:

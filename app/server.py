@@ -266,6 +266,13 @@ class Service:
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
         )
+        try:
+            # From here until close, other instances can tell at once whether this one is alive.
+            await store.register_instance(runner.owner, now=time.time())
+        except StoreError as exc:
+            await adapter.close()
+            await store.close()
+            raise StartupError(f"cannot register this instance with the store: {exc}") from exc
         ingress = Ingress(
             store=store,
             scheduler=runner,
@@ -326,6 +333,9 @@ class Service:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
+        # Conversations of instances that died (a crash before this restart included), at once.
+        takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
+        self._background.append(takeover)
 
     async def _on_shutdown(self, _: web.Application) -> None:
         await self.drain(self.settings.shutdown_grace)

@@ -17,6 +17,8 @@ Tables (same shape on both dialects):
 - ``inbox``: claimed messages not yet consumed; a saved run deletes what it consumed.
   Ids are never reused (``AUTOINCREMENT`` / identity) so a stale id cannot consume a newer item.
 - ``leases``: at most one owner per task.
+- ``instances`` (v5): lease owners that tied their liveness to something that ends with their
+  process (``register_instance``), with the key of that lock; see ``dead_owners``.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
 """
@@ -272,12 +274,18 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
 #: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
 _V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
 
+#: v5: instances whose liveness the store can check, so their leases are taken over when they die.
+_V5: Final[tuple[str, ...]] = (
+    "CREATE TABLE instances (owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, started_at REAL NOT NULL)",
+)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
     (4, {"sqlite": _V4, "postgres": _V4}),
+    (5, {"sqlite": _V5, "postgres": _V5}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

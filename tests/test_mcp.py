@@ -41,10 +41,8 @@ async def stdio_server() -> AsyncIterator[McpServer]:
         await server.stop()
 
 
-@pytest.fixture
-async def http_url() -> AsyncIterator[str]:
-    """The tickets server over Streamable HTTP on 127.0.0.1, as a separate process."""
-    port = free_port()
+async def start_http(port: int) -> asyncio.subprocess.Process:
+    """The tickets server over Streamable HTTP on 127.0.0.1:``port``, as a separate process."""
     proc = await asyncio.create_subprocess_exec(
         *TICKETS,
         "--http",
@@ -53,22 +51,35 @@ async def http_url() -> AsyncIterator[str]:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
-    try:
-        for _ in range(300):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                if proc.returncode is not None:
-                    raise RuntimeError("the HTTP MCP server exited") from None
-                await asyncio.sleep(0.1)
-                continue
-            writer.close()
-            await writer.wait_closed()
-            break
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
+    for _ in range(300):
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if proc.returncode is not None:
+                raise RuntimeError("the HTTP MCP server exited") from None
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return proc
+    proc.terminate()
+    raise RuntimeError("the HTTP MCP server did not listen")
+
+
+async def end(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
         proc.terminate()
         await proc.wait()
+
+
+@pytest.fixture
+async def http_url() -> AsyncIterator[str]:
+    port = free_port()
+    proc = await start_http(port)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        await end(proc)
 
 
 def tool(server: McpServer, name: str):  # type: ignore[no-untyped-def]
@@ -138,6 +149,26 @@ async def test_http_server_gets_expanded_headers(http_url: str) -> None:
         }
     finally:
         await server.stop()
+
+
+async def test_an_http_server_that_restarted_is_reconnected() -> None:
+    """A call while the HTTP server is down fails with a reason; once it is back, the next call works."""
+    from app.mcp import McpCallFailed
+
+    port = free_port()
+    proc = await start_http(port)
+    server = McpServer(McpServerConfig(name="remote", url=f"http://127.0.0.1:{port}/mcp", timeout=20.0), {})
+    try:
+        await server.start()
+        first = (await server.call(tool(server, "whoami"), {}))["pid"]
+        await end(proc)
+        with pytest.raises(McpCallFailed, match="remote_whoami"):
+            await server.call(tool(server, "whoami"), {})
+        proc = await start_http(port)
+        assert (await server.call(tool(server, "whoami"), {}))["pid"] not in (first, None)
+    finally:
+        await server.stop()
+        await end(proc)
 
 
 async def test_stdio_environment_is_built_from_scratch() -> None:

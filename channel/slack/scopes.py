@@ -36,7 +36,8 @@ FEATURE_SCOPES: dict[str, tuple[str, ...]] = {
     "fetch_file": ("files:read",),
     "attach": ("files:write",),
     "documents": ("canvases:write",),
-    "status": ("assistant:write",),
+    # assistant.threads.setStatus accepts chat:write since 2026-03-05 (assistant:write is being dropped).
+    "status": ("chat:write",),
 }
 
 #: Scopes no feature flag stands for, with what they are for.
