@@ -226,7 +226,7 @@ async def _run(settings: Settings, channel: str, thread: str, prompt: str) -> in
     from .target import TargetError, resolve_target
 
     try:
-        service = await Service.create(settings)
+        service = await Service.create(settings, webhook=False)
     except StartupError as exc:
         print(f"threadbound: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -176,8 +176,11 @@ class Service:
         model: Model | None = None,
         hooks: RunHooks | None = None,
         owner: str | None = None,
+        webhook: bool = True,
     ) -> Service:
-        """Build everything and fail early, with a message naming the fix, on bad configuration."""
+        """Build everything and fail early, with a message naming the fix, on bad configuration.
+
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
@@ -188,7 +191,7 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name)
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
