@@ -39,6 +39,7 @@ from storage import Store, StoreError, open_store
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .check import auth_failure
+from .feedback import Feedback
 from .ingress import Ingress
 from .interactions import Interactions
 from .mcp import McpServers
@@ -282,6 +283,8 @@ class Service:
             on_result=observer.delivery,
         )
         interactions = Interactions()
+        feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
+        interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions)
         return cls(
             settings,
@@ -353,6 +356,14 @@ class Service:
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
+
+
+def _display_name(adapter: SlackAdapter) -> Callable[[str], Awaitable[str]]:
+    async def name_of(user_id: str) -> str:
+        name, _ = await adapter.user(user_id)
+        return name if name != "someone" else ""
+
+    return name_of
 
 
 async def serve(
