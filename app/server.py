@@ -40,6 +40,7 @@ from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .approvals import ApprovalGate, Approvals, gated
 from .check import auth_failure
+from .feedback import Feedback
 from .ingress import Ingress
 from .interactions import Interactions
 from .mcp import McpServers
@@ -52,6 +53,7 @@ from .router import BotIdentity
 from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .streaming import check_mode as check_stream_mode
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +179,11 @@ class Service:
         model: Model | None = None,
         hooks: RunHooks | None = None,
         owner: str | None = None,
+        webhook: bool = True,
     ) -> Service:
-        """Build everything and fail early, with a message naming the fix, on bad configuration."""
+        """Build everything and fail early, with a message naming the fix, on bad configuration.
+
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
@@ -189,7 +194,7 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name)
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -198,6 +203,7 @@ class Service:
             )
         try:
             progress = Progress(settings.progress, settings.progress_emoji)
+            stream_mode = check_stream_mode(settings.stream)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         if model is None:
@@ -265,6 +271,8 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
+            stream=stream_mode == "auto",
+            feedback=True,
         )
         runner = Scheduler(
             store=store,
@@ -292,6 +300,8 @@ class Service:
         )
         interactions = Interactions()
         approvals.register(interactions.on)
+        feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
+        interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions)
         return cls(
             settings,
@@ -376,6 +386,14 @@ def _warn_unmatched_approval(globs: tuple[str, ...], tools: Any) -> None:
             log.warning("approval entry %r matches no tool offered now; check its spelling", glob)
 
 
+def _display_name(adapter: SlackAdapter) -> Callable[[str], Awaitable[str]]:
+    async def name_of(user_id: str) -> str:
+        name, _ = await adapter.user(user_id)
+        return name if name != "someone" else ""
+
+    return name_of
+
+
 async def serve(
     settings: Settings, *, model: Model | None = None, ready: asyncio.Event | None = None
 ) -> None:
@@ -411,9 +429,14 @@ async def serve(
 
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
-    where = f"{settings.host}:{settings.port}"
+    return listen_error(settings.host, settings.port, exc)
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
+    where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
-        return f"port {settings.port} is already in use ({where}): stop the other server or set another PORT"
+        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
     if exc.errno == errno.EACCES:
         return f"no permission to listen on {where}: use a PORT above 1023"
     if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):

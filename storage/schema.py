@@ -21,7 +21,7 @@ Tables (same shape on both dialects):
   process (``register_instance``), with the key of that lock; see ``dead_owners``.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
-- ``approvals`` (v6): gated tool calls waiting for (or given) a person's decision. ``decision`` is
+- ``approvals`` (v7): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
 """
@@ -282,8 +282,23 @@ _V5: Final[tuple[str, ...]] = (
     "CREATE TABLE instances (owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, started_at REAL NOT NULL)",
 )
 
-#: v6: approvals, one row per gated call (``app/approvals.py``).
-_V6_SQLITE: Final[tuple[str, ...]] = (
+#: v6: feedback on answers (the feedback buttons), one per person and message; ``shown`` once a run
+#: has shown it to the model.
+_V6_FEEDBACK = """CREATE TABLE feedback (
+        task_id TEXT NOT NULL REFERENCES tasks (task_id),
+        message TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        user_name TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL CHECK (kind IN ('positive', 'negative')),
+        clicked_at {real} NOT NULL,
+        shown INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, message, user_id)
+    )"""
+_V6_SQLITE: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="REAL"),)
+_V6_POSTGRES: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="DOUBLE PRECISION"),)
+
+#: v7: approvals, one row per gated call (``app/approvals.py``).
+_V7_SQLITE: Final[tuple[str, ...]] = (
     """CREATE TABLE approvals (
         approval_id TEXT PRIMARY KEY,
         task_id TEXT NOT NULL REFERENCES tasks (task_id),
@@ -305,9 +320,9 @@ _V6_SQLITE: Final[tuple[str, ...]] = (
     "CREATE INDEX approvals_task ON approvals (task_id, tool_call_id)",
     "CREATE INDEX approvals_open ON approvals (created_at) WHERE decision IS NULL",
 )
-_V6_POSTGRES: Final[tuple[str, ...]] = (
-    _V6_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
-    *_V6_SQLITE[1:],
+_V7_POSTGRES: Final[tuple[str, ...]] = (
+    _V7_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
+    *_V7_SQLITE[1:],
 )
 
 #: ``(version, {dialect: statements})``, ascending.
@@ -318,6 +333,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (4, {"sqlite": _V4, "postgres": _V4}),
     (5, {"sqlite": _V5, "postgres": _V5}),
     (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
+    (7, {"sqlite": _V7_SQLITE, "postgres": _V7_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

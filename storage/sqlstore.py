@@ -31,6 +31,7 @@ from .base import (
     ApprovalRecord,
     ClaimOutcome,
     EffectRecord,
+    FeedbackRecord,
     HandleKind,
     HandleRecord,
     InboxItem,
@@ -325,6 +326,39 @@ class SqlStore(ABC):
 
     async def start_execution(self, approval_id: str, *, now: float) -> bool:
         return await self._one(sql.START_EXECUTION, approval_id=approval_id, now=now) is not None
+
+    # -- feedback -----------------------------------------------------------------------
+    async def record_feedback(
+        self, *, task_id: str, message: str, user_id: str, user_name: str, kind: str, now: float
+    ) -> None:
+        if kind not in ("positive", "negative"):
+            raise StoreError(f"unknown feedback kind {kind!r}")
+        params = {
+            "task_id": task_id,
+            "message": message,
+            "user_id": user_id,
+            "user_name": user_name,
+            "kind": kind,
+            "now": now,
+        }
+        await self._execute(sql.RECORD_FEEDBACK, params)
+
+    async def pending_feedback(self, task_id: str) -> list[FeedbackRecord]:
+        rows = await self._fetch(sql.PENDING_FEEDBACK, {"task_id": task_id})
+        return [
+            FeedbackRecord(
+                task_id=str(r["task_id"]),
+                message=str(r["message"]),
+                user_id=str(r["user_id"]),
+                user_name=str(r["user_name"]),
+                kind="positive" if r["kind"] == "positive" else "negative",
+                clicked_at=float(r["clicked_at"]),
+            )
+            for r in rows
+        ]
+
+    async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
+        await self._execute(sql.MARK_FEEDBACK_SHOWN, {"task_id": task_id, "upto": upto})
 
     async def stats(self) -> StoreStats:
         row = await self._one(sql.STATS)
