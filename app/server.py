@@ -188,8 +188,11 @@ class Service:
         model: Model | None = None,
         hooks: RunHooks | None = None,
         owner: str | None = None,
+        webhook: bool = True,
     ) -> Service:
-        """Build everything and fail early, with a message naming the fix, on bad configuration."""
+        """Build everything and fail early, with a message naming the fix, on bad configuration.
+
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
@@ -200,7 +203,7 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name)
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -417,9 +420,14 @@ async def serve(
 
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
-    where = f"{settings.host}:{settings.port}"
+    return listen_error(settings.host, settings.port, exc)
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
+    where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
-        return f"port {settings.port} is already in use ({where}): stop the other server or set another PORT"
+        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
     if exc.errno == errno.EACCES:
         return f"no permission to listen on {where}: use a PORT above 1023"
     if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
