@@ -139,8 +139,7 @@ def build_bolt(
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
         event = body.get("event")
         if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
-            await agent_view.event(event)
-            return 200, ""
+            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
