@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -343,3 +344,30 @@ async def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
         second = Playground(_settings(tmp_path / "b"), model=echo_model(), port=first.port)
         with pytest.raises(StartupError, match=rf"^port {first.port} is already in use"):
             await second.start()
+
+
+async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """``python -m app playground --demo`` as a process: notes the Slack settings it ignores,
+    answers a post with the demo model, and exits 0 on SIGTERM."""
+    from testing.process import ServerProcess
+
+    argv = [sys.executable, "-m", "app", "playground", "--demo"]
+    env = {"SLACK_BOT_TOKEN": "xoxb-my-real-token", "MODEL": "", "DATA_DIR": str(tmp_path / "data")}
+    server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "playground.log", argv=argv)
+    async with server, aiohttp.ClientSession() as http:
+        body = {"as": "U0CAROL", "channel": "D0CAROL", "text": "hi from a process"}
+        async with http.post(f"{server.url}/api/messages", json=body) as response:
+            assert response.status == 200
+        state = await _until(
+            _live(http, f"{server.url}/"),
+            lambda s: any(m["bot"] for m in _conversation(s, "D0CAROL")["messages"]),
+        )
+        assert any("Demo model" in m["html"] for m in _conversation(state, "D0CAROL")["messages"])
+        server.terminate()
+        assert await server.wait() == 0
+    log = (tmp_path / "playground.log").read_text()
+    assert (
+        "threadbound: the playground ignores SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET: it is its own Slack "
+        f"workspace, with its store in {tmp_path / 'data' / 'playground'}"
+    ) in log
+    assert (tmp_path / "data" / "playground" / "threadbound.db").is_file()
