@@ -11,7 +11,10 @@ from .mcp_config import McpServerConfig, parse_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "approval", "mcp")
+_KEYS = ("instructions", "tools", "model", "approval", "mcp", "prompts")
+#: Slack shows at most four suggested prompts; each is a title and the message it sends.
+MAX_PROMPTS = 4
+MAX_PROMPT_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,8 @@ class AgentFile:
     model: str = ""
     mcp: tuple[McpServerConfig, ...] = ()
     approval: tuple[str, ...] = ()
+    #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
+    prompts: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -50,12 +55,23 @@ class AgentFile:
             raise ValueError(
                 f'{path}: approval must be a list of tool names or globs, e.g. ["channel_retract"]'
             )
+        prompts = data.get("prompts", [])
+        if (
+            not isinstance(prompts, list)
+            or not all(isinstance(p, str) and p.strip() and len(p) <= MAX_PROMPT_CHARS for p in prompts)
+            or len(prompts) > MAX_PROMPTS
+        ):
+            raise ValueError(
+                f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
+                f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
+            )
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
             approval=tuple(approval),
+            prompts=tuple(p.strip() for p in prompts),
         )
 
 

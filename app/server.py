@@ -38,6 +38,7 @@ from storage import Store, StoreError, open_store
 
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .agent_view import AGENT_EVENTS, AgentView
 from .approvals import ApprovalGate, Approvals, gated
 from .check import auth_failure
 from .feedback import Feedback
@@ -130,8 +131,16 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(settings: Settings, ingress: Ingress, interactions: Interactions | None = None) -> AsyncApp:
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
+        event = body.get("event")
+        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
@@ -165,6 +174,8 @@ class Service:
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
     #: Approval cards, clicks and expiry (``app.approvals``).
     approvals: Approvals | None = None
+    #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
+    agent_view: AgentView | None = None
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -246,7 +257,8 @@ class Service:
             await store.close()
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
-        run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        agent_view = AgentView(adapter, agent_file.prompts)
+        run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals(
             store=store, adapter=adapter, approvers=settings.approvers, ttl=settings.approval_ttl
         )
@@ -302,7 +314,7 @@ class Service:
         approvals.register(interactions.on)
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions)
+        bolt = build_bolt(settings, ingress, interactions, agent_view)
         return cls(
             settings,
             store,
@@ -314,6 +326,7 @@ class Service:
             interactions=interactions,
             mcp=mcp,
             approvals=approvals,
+            agent_view=agent_view,
         )
 
     def _web_app(self) -> web.Application:
@@ -370,6 +383,8 @@ class Service:
         await self.runner.shutdown(grace)
         if self.approvals is not None:
             await self.approvals.idle()
+        if self.agent_view is not None:
+            await self.agent_view.close()  # titles of runs that just ended
 
     async def close(self) -> None:
         await self.drain(0)
