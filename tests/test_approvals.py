@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -320,6 +321,44 @@ async def test_approval_gates_a_channel_tool_such_as_channel_retract(tmp_path: P
         texts = [m["text"] for m in slack.bot_messages("C1")]
         assert "a post to take back" not in texts
         assert 'retracted: {"ok": true}' in texts
+
+
+async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
+    """`approval` globs match MCP tools too: the call to a real MCP server waits for its card and,
+    once approved, its result reaches the model."""
+    python = sys.executable.replace("\\", "/")
+    agent = tmp_path / "agent.toml"
+    agent.write_text(
+        'approval = ["tickets_get_*"]\n'
+        "[mcp.tickets]\n"
+        f'command = ["{python}", "-m", "testing.mcp_tickets"]\n'
+        'eager = ["get_ticket"]\n'
+        "timeout = 5\n",
+        encoding="utf-8",
+    )
+    seen: list[Any] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt and "ticket" in turn.prompt:
+            return [call("tickets_get_ticket", ticket_id=1)]
+        for name, result in turn.results:
+            if name == "tickets_get_ticket":
+                seen.append(result)
+                return [call("channel_reply", text="got it")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent
+        ) as app:
+            root = await _ask(app, slack, "<@UBOT> read ticket 1")
+            [card] = _cards(slack)
+            assert "tickets_get_ticket" in json.dumps(card["blocks"]) and seen == []
+            await app.click(_click(card, "U1", APPROVE, root))
+            await _settle(app)
+        assert len(seen) == 1 and "Login page times out" in json.dumps(seen[0])
+        assert "got it" in [m["text"] for m in slack.bot_messages("C1")]
 
 
 def test_card_arguments_are_bounded_and_cannot_mention_or_break_out() -> None:
