@@ -132,3 +132,35 @@ async def test_a_storage_failure_is_not_reported_as_a_slack_error(
     result = await env.session.call("channel_reply", {"text": "hello"})
     assert result["error"]["code"] == "tool_failed"
     assert env.slack.bot_messages("C1") == []
+
+
+async def test_a_burst_across_two_channels_at_one_post_per_second_loses_and_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    """Mentions in two channels at once, with Slack refusing more than one post per second per
+    channel: every thread gets exactly one reply, the 429s were waited out, nothing posted twice."""
+    per_channel = 4
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.add_channel("C2", "random")
+        limit = slack.rate_limit("chat.postMessage", per_second=1.0, burst=1)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, progress="off") as app:
+            roots: list[tuple[str, str]] = []
+            for n in range(per_channel):
+                for channel in ("C1", "C2"):
+                    text = f"<@UBOT> question {n} in {channel}"
+                    ts = slack.add_message(channel, text, user="U1")
+                    roots.append((channel, ts))
+            responses = await asyncio.gather(
+                *(
+                    app.deliver(events.app_mention(c, "U1", f"<@UBOT> question {n // 2} in {c}", ts))
+                    for n, (c, ts) in enumerate(roots)
+                )
+            )
+            assert all(r.status == 200 for r in responses)
+            await app.idle()
+        for channel, ts in roots:
+            replies = [m for m in slack.bot_messages(channel) if m.get("thread_ts") == ts]
+            assert len(replies) == 1, (channel, ts, replies)
+        assert len(slack.bot_messages()) == len(roots)
+        assert sum(limit.refused.values()) > 0  # Slack did refuse some: the outbound path waited them out
