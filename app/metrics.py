@@ -15,6 +15,7 @@ contract error codes, Slack method names and Slack's own error strings.
 | ``threadbound_tool_calls_total`` | ``tool``, ``outcome``: ok or the error code |
 | ``threadbound_slack_api_calls_total`` | ``method``, ``outcome``: ok, Slack's error, or transport |
 | ``threadbound_model_request_duration_seconds`` | ``outcome``: ok, error |
+| ``threadbound_feedback_total`` | ``kind``: positive, negative |
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class Metrics:
             ["outcome"],
             buckets=_MODEL_BUCKETS,
             registry=r,
+        )
+
+        self.feedback = Counter(
+            "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
         )
 
     def render(self) -> bytes:

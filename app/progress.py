@@ -109,6 +109,8 @@ class Progress:
 
     async def on_tool(self, session: ChannelSession, tool: str) -> None:
         await self._settled(session)
+        if session.streaming:
+            return  # the streamed answer shows the step instead (app.streaming)
         indicator = self._runs.get(session)
         text = TOOL_STATUS.get(tool)
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:

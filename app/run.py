@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
@@ -44,10 +45,13 @@ from channel.errors import ChannelError
 from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
+from channel.streaming import FLUSH_INTERVAL
 from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
 
 from .agent import RunDeps, instructions_for
 from .agent_file import AgentFile
+from .feedback import feedback_notes
+from .streaming import EventFeed
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +99,12 @@ class RunExecutor:
         history_limit: int = 400,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
+        stream: bool = False,
+        stream_interval: float = FLUSH_INTERVAL,
+        feedback: bool = False,
     ) -> None:
+        """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
+        answer ends with feedback buttons reporting the task id."""
         self.store = store
         self.adapter = adapter
         self.agent = agent
@@ -106,6 +115,9 @@ class RunExecutor:
         self.history_limit = history_limit
         self.hooks = hooks or RunHooks()
         self.clock = clock
+        self.stream = stream
+        self.stream_interval = stream_interval
+        self.feedback = feedback
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -165,6 +177,11 @@ class RunExecutor:
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
         prompt = await self.prompt(session, items, notes)
+        if self.feedback:
+            # Clicks on the task's answers since its last run (shown once; app.feedback).
+            lines = await feedback_notes(self.store, session)
+            if lines:
+                prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         return await self.execute(session, prompt, list(items), inbox)
 
     async def prompt(
@@ -208,6 +225,10 @@ class RunExecutor:
         self.active_runs.add(task.task_id)
         status = "failed"
         output = ""
+        if self.feedback:
+            session.feedback = task.task_id
+        if self.stream:
+            session.stream_answers(_recipient(items), interval=self.stream_interval)
         try:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, items)
@@ -219,7 +240,9 @@ class RunExecutor:
                         session, prompt, history, instructions, consumed, steered, inbox
                     )
                 if not session.replied and output.strip():
-                    await session.post_markdown(output)
+                    await session.answer_with(output)
+                else:
+                    await session.drop_answer()  # streamed text that was no answer (or a silent end)
                 run_status = "ok"
             except asyncio.CancelledError:
                 status = "cancelled"
@@ -230,7 +253,8 @@ class RunExecutor:
                 run_status = "failed"
                 log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
                 try:
-                    await session.post_markdown(APOLOGY)
+                    await session.drop_answer()
+                    await session.post_markdown(APOLOGY, feedback=False)
                 except RunStopped:
                     raise
                 except Exception:
@@ -255,6 +279,7 @@ class RunExecutor:
             log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
             return RunOutcome(task.task_id, status, session.replied, output, [])
         finally:
+            session.stop_streaming()  # a cancelled run leaves its partial message to the next run's reconcile
             self.active_runs.discard(task.task_id)
             if self.hooks.on_end:
                 # Progress indicators and metrics must close even when the save failed or we were
@@ -276,6 +301,9 @@ class RunExecutor:
         inbox: Inbox,
     ) -> tuple[list[ModelMessage], str]:
         seen = set(consumed)
+        # Streaming: each model request and tool step is driven through node.stream(), its events
+        # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
+        feed = EventFeed(session) if session.streaming else None
         async with self.agent.iter(
             prompt, message_history=history, deps=RunDeps(session), instructions=instructions
         ) as run:
@@ -295,10 +323,33 @@ class RunExecutor:
                     for item in fresh:
                         seen.add(item.item_id)
                         consumed.append(item.item_id)
+                if feed is None:
+                    continue
+                if Agent.is_model_request_node(node):
+                    feed.new_request()
+                    async with node.stream(run.ctx) as model_events:
+                        async for model_event in model_events:
+                            feed.model_event(model_event)
+                else:
+                    async with node.stream(run.ctx) as tool_events:
+                        async for tool_event in tool_events:
+                            await feed.tool_event(tool_event)
             result = run.result
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output or ""
+
+
+def _recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
+    """The newest inbound message (as the ingress stored it): whom a streamed answer is for."""
+    for item in reversed(items):
+        try:
+            raw = json.loads(item.payload)
+        except ValueError:
+            continue
+        if isinstance(raw, dict):
+            return raw
+    return None
 
 
 def _stopped(exc: BaseException) -> bool:

@@ -39,6 +39,7 @@ from storage import Store, StoreError, open_store
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .check import auth_failure
+from .feedback import Feedback
 from .ingress import Ingress
 from .interactions import Interactions
 from .mcp import McpServers
@@ -51,6 +52,7 @@ from .router import BotIdentity
 from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .streaming import check_mode as check_stream_mode
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +197,7 @@ class Service:
             )
         try:
             progress = Progress(settings.progress, settings.progress_emoji)
+            stream_mode = check_stream_mode(settings.stream)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         if model is None:
@@ -254,6 +257,8 @@ class Service:
             run_timeout=settings.run_timeout,
             history_limit=settings.history_limit,
             hooks=run_hooks,
+            stream=stream_mode == "auto",
+            feedback=True,
         )
         runner = Scheduler(
             store=store,
@@ -278,6 +283,8 @@ class Service:
             on_result=observer.delivery,
         )
         interactions = Interactions()
+        feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
+        interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions)
         return cls(
             settings,
@@ -349,6 +356,14 @@ class Service:
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
+
+
+def _display_name(adapter: SlackAdapter) -> Callable[[str], Awaitable[str]]:
+    async def name_of(user_id: str) -> str:
+        name, _ = await adapter.user(user_id)
+        return name if name != "someone" else ""
+
+    return name_of
 
 
 async def serve(

@@ -279,6 +279,21 @@ _V5: Final[tuple[str, ...]] = (
     "CREATE TABLE instances (owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, started_at REAL NOT NULL)",
 )
 
+#: v6: feedback on answers (the feedback buttons), one per person and message; ``shown`` once a run
+#: has shown it to the model.
+_V6_FEEDBACK = """CREATE TABLE feedback (
+        task_id TEXT NOT NULL REFERENCES tasks (task_id),
+        message TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        user_name TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL CHECK (kind IN ('positive', 'negative')),
+        clicked_at {real} NOT NULL,
+        shown INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, message, user_id)
+    )"""
+_V6_SQLITE: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="REAL"),)
+_V6_POSTGRES: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="DOUBLE PRECISION"),)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
@@ -286,6 +301,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
     (4, {"sqlite": _V4, "postgres": _V4}),
     (5, {"sqlite": _V5, "postgres": _V5}),
+    (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

@@ -12,7 +12,8 @@ from __future__ import annotations
 # `httpx`/`httpcore`; the openai and anthropic SDKs (and pydantic-ai) use `httpx2`/`httpcore2`.
 # Aliasing makes both names one library. It must run before anything imports httpx, and pydantic-ai
 # imports it when installed, so it runs here, first (respx's own pytest plugin, which would import
-# httpx even earlier, is off: `-p no:respx` in pyproject.toml). Nothing else in the suite uses httpx.
+# httpx even earlier, is off: `-p no:respx` in pyproject.toml). Nothing else here imports legacy
+# httpx (fastmcp 4 and the MCP SDK use httpx2 too), so the alias changes nothing for other tests.
 import httpx2
 
 httpx2.alias_httpx()

@@ -32,8 +32,9 @@ async def _mention(app: AppHarness, text: str = "hi") -> str:
 
 
 async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path) -> None:
-    """In a thread with chat:write alone (no assistant:write, Slack's 2026-03-05 rule) the status says
-    "is thinking…", names the tool, then is cleared."""
+    """With STREAM=off, in a thread with chat:write alone (no assistant:write, Slack's 2026-03-05 rule) the
+    status says "is thinking…", names the tool, then is cleared (streamed answers show the tool as a step
+    instead: test_streaming.py)."""
     seen_at_first_request: list[str] = []
 
     def script(turn: Turn) -> list[Any]:
@@ -46,7 +47,7 @@ async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path
 
     async with FakeSlack() as slack:
         _workspace(slack)
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, stream="off") as app:
             ts = await _mention(app)
             await app.idle()
         assert seen_at_first_request == ["is thinking…"]
