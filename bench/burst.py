@@ -1,8 +1,9 @@
 """burst_delivery: a burst of mentions in two channels under Slack's one post per second per channel.
 
-Setup. The real ``python -m app serve`` (SQLite in a temp ``DATA_DIR``) against FakeSlack with a
-per-channel rate limit on ``chat.postMessage`` (one a second, no burst; beyond it a 429 with
-``Retry-After``, nothing posted) and a FakeOpenAI that answers at once with one ``channel_reply``.
+Setup. The real ``python -m app serve`` (SQLite in a temp ``DATA_DIR``, defaults otherwise: the
+answer streams) against FakeSlack with a per-channel rate limit on new messages
+(``chat.postMessage`` and ``chat.startStream`` share it: one a second, no burst; beyond it a 429
+with ``Retry-After``, nothing done) and a FakeOpenAI that answers at once with one ``channel_reply``.
 
 Measurement. ``burst_mentions`` mentions, split over two channels, delivered at once; the seconds
 from the first delivery until every thread has its reply. The baseline is the physical limit: one
@@ -46,7 +47,7 @@ async def run(scale: Scale) -> list[Row]:
                 warm = slack.add_message("C0WARM", "<@UBOT> warm up", user="U1")
                 await warm_up(url, [events.app_mention("C0WARM", "U1", "<@UBOT> warm up", warm)])
                 await _replied(slack, [("C0WARM", warm)], 30.0)
-                slack.rate_limit("chat.postMessage", per_second=POSTS_PER_SECOND, burst=1)
+                slack.rate_limit(per_second=POSTS_PER_SECOND, burst=1)  # posts and streamed answers
                 threads, envelopes = _burst(slack, mentions)
                 started = time.perf_counter()
                 stats = await deliver_all(url, envelopes, in_flight=len(envelopes), time_cap=scale.time_cap)

@@ -185,12 +185,18 @@ class FakeSlack(Workspace):
         self.faults.add(method, Fault("delay", times, seconds=seconds))
 
     def rate_limit(
-        self, method: str = "chat.postMessage", per_second: float = 1.0, burst: int = 1
+        self,
+        methods: Iterable[str] = ("chat.postMessage", "chat.startStream"),
+        per_second: float = 1.0,
+        burst: int = 1,
     ) -> RateLimit:
-        """From now on, calls of ``method`` beyond ``per_second`` per channel (after a burst of
-        ``burst``) are answered 429 with ``Retry-After`` and do nothing, like Slack's limit of
-        about one post per second per channel. Its ``refused`` counts the 429s per channel."""
-        limit = self.rate_limits[method] = RateLimit(per_second, burst)
+        """From now on, calls of ``methods`` (one shared budget: every new message counts) beyond
+        ``per_second`` per channel, after a burst of ``burst``, are answered 429 with ``Retry-After``
+        and do nothing, like Slack's limit of about one post per second per channel. The returned
+        limit's ``refused`` counts the 429s per channel."""
+        limit = RateLimit(per_second, burst)
+        for method in methods:
+            self.rate_limits[method] = limit
         return limit
 
     def clear_faults(self, method: str | None = None) -> None:

@@ -222,7 +222,7 @@ async def test_rate_limit_refuses_a_second_post_in_the_same_channel_only(
     """rate_limit() answers a post beyond one per second in a channel with 429 and a whole-second
     Retry-After, posts nothing for it, and leaves other channels alone."""
     slack.add_channel("C2", "random")
-    limit = slack.rate_limit("chat.postMessage", per_second=1.0, burst=1)
+    limit = slack.rate_limit(per_second=1.0, burst=1)
     await client.chat_postMessage(channel="C1", text="first")
     with pytest.raises(SlackApiError) as err:
         await client.chat_postMessage(channel="C1", text="too soon")
