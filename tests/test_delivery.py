@@ -13,8 +13,11 @@ import aiohttp
 import pytest
 
 from app import progress
+from app.ack_gate import AckGate
+from app.scheduler import Scheduler
 from channel.slack.adapter import SlackAdapter
 from emulator import FakeSlack
+from storage import open_store
 from storage.base import StoreError
 from testing import events
 from testing.harness import AppHarness
@@ -169,3 +172,37 @@ async def test_a_burst_across_two_channels_at_one_post_per_second_loses_and_doub
         assert len(slack.bot_messages()) == len(roots)
         refused = [c for c in slack.calls_to("chat.postMessage") if not (c.response or {}).get("ok")]
         assert len(refused) >= 2  # every refusal was waited out and made again
+
+
+class _NoRuns:
+    """An executor stand-in: these tests never get as far as a run."""
+
+
+async def test_run_start_ups_wait_until_no_acknowledgement_is_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wake-up during a delivery's acknowledgement starts its driver only after the 200 went out;
+    while deliveries keep arriving, drivers still start after a bounded patience."""
+    store = open_store(f"sqlite:///{tmp_path}/gate.db")
+    gate = AckGate()
+    scheduler = Scheduler(store=store, executor=_NoRuns(), ack_gate=gate)  # type: ignore[arg-type]
+    started: list[tuple[str, bool]] = []
+
+    async def drive(task_id: str) -> None:
+        started.append((task_id, gate.busy))
+
+    monkeypatch.setattr(scheduler, "_drive", drive)
+    try:
+        with gate.acking():
+            scheduler.notify("quiet-later")
+            for _ in range(10):  # give a driver every chance to start while the ack is in flight
+                await asyncio.sleep(0)
+        await scheduler.idle()
+        assert started == [("quiet-later", False)]
+        with gate.acking():  # a burst that never pauses
+            scheduler.notify("patience")
+            await scheduler.idle()
+        assert started[-1] == ("patience", True)
+    finally:
+        await scheduler.shutdown(0)
+        await store.close()
