@@ -39,6 +39,7 @@ from storage import Store, StoreError, open_store
 from .ack_gate import AckGate
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .agent_view import AGENT_EVENTS, AgentView
 from .check import auth_failure
 from .feedback import Feedback
 from .ingress import Ingress
@@ -130,8 +131,16 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(settings: Settings, ingress: Ingress, interactions: Interactions | None = None) -> AsyncApp:
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
+        event = body.get("event")
+        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
@@ -163,6 +172,8 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
+    #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
+    agent_view: AgentView | None = None
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -177,8 +188,11 @@ class Service:
         model: Model | None = None,
         hooks: RunHooks | None = None,
         owner: str | None = None,
+        webhook: bool = True,
     ) -> Service:
-        """Build everything and fail early, with a message naming the fix, on bad configuration."""
+        """Build everything and fail early, with a message naming the fix, on bad configuration.
+
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
@@ -189,7 +203,7 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name)
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -241,7 +255,8 @@ class Service:
             await store.close()
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
-        run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        agent_view = AgentView(adapter, agent_file.prompts)
+        run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         agent = build_agent(
             TimedModel(model, observer),
             on_tool=run_hooks.on_tool,
@@ -287,7 +302,7 @@ class Service:
         interactions = Interactions()
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions)
+        bolt = build_bolt(settings, ingress, interactions, agent_view)
         return cls(
             settings,
             store,
@@ -298,6 +313,7 @@ class Service:
             observer=observer,
             interactions=interactions,
             mcp=mcp,
+            agent_view=agent_view,
         )
 
     def _web_app(self) -> web.Application:
@@ -355,6 +371,8 @@ class Service:
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         await self.runner.shutdown(grace)
+        if self.agent_view is not None:
+            await self.agent_view.close()  # titles of runs that just ended
 
     async def close(self) -> None:
         await self.drain(0)
@@ -406,9 +424,14 @@ async def serve(
 
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
-    where = f"{settings.host}:{settings.port}"
+    return listen_error(settings.host, settings.port, exc)
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
+    where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
-        return f"port {settings.port} is already in use ({where}): stop the other server or set another PORT"
+        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
     if exc.errno == errno.EACCES:
         return f"no permission to listen on {where}: use a PORT above 1023"
     if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):

@@ -34,6 +34,7 @@ MODULES = (
     "task_memory",
     "file_fetch",
     "store_claims",
+    "first_text",
     "burst",
 )
 #: Where a run writes unless asked: untracked, so trying the benchmarks never dirties the checkout.
