@@ -11,7 +11,10 @@ from .mcp_config import McpServerConfig, parse_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "mcp")
+_KEYS = ("instructions", "tools", "model", "mcp", "prompts")
+#: Slack shows at most four suggested prompts; each is a title and the message it sends.
+MAX_PROMPTS = 4
+MAX_PROMPT_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +28,8 @@ class AgentFile:
     tools: tuple[str, ...] | None = None
     model: str = ""
     mcp: tuple[McpServerConfig, ...] = ()
+    #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
+    prompts: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -43,11 +48,22 @@ class AgentFile:
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise ValueError(f"{path}: tools must be a list of tool names or globs")
+        prompts = data.get("prompts", [])
+        if (
+            not isinstance(prompts, list)
+            or not all(isinstance(p, str) and p.strip() and len(p) <= MAX_PROMPT_CHARS for p in prompts)
+            or len(prompts) > MAX_PROMPTS
+        ):
+            raise ValueError(
+                f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
+                f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
+            )
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
+            prompts=tuple(p.strip() for p in prompts),
         )
 
 

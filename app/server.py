@@ -38,6 +38,7 @@ from storage import Store, StoreError, open_store
 
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .agent_view import AGENT_EVENTS, AgentView
 from .check import auth_failure
 from .feedback import Feedback
 from .ingress import Ingress
@@ -129,8 +130,16 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(settings: Settings, ingress: Ingress, interactions: Interactions | None = None) -> AsyncApp:
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
+        event = body.get("event")
+        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
@@ -162,6 +171,8 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
+    #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
+    agent_view: AgentView | None = None
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -243,7 +254,8 @@ class Service:
             await store.close()
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
-        run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        agent_view = AgentView(adapter, agent_file.prompts)
+        run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         agent = build_agent(
             TimedModel(model, observer),
             on_tool=run_hooks.on_tool,
@@ -288,7 +300,7 @@ class Service:
         interactions = Interactions()
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions)
+        bolt = build_bolt(settings, ingress, interactions, agent_view)
         return cls(
             settings,
             store,
@@ -299,6 +311,7 @@ class Service:
             observer=observer,
             interactions=interactions,
             mcp=mcp,
+            agent_view=agent_view,
         )
 
     def _web_app(self) -> web.Application:
@@ -353,6 +366,8 @@ class Service:
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         await self.runner.shutdown(grace)
+        if self.agent_view is not None:
+            await self.agent_view.close()  # titles of runs that just ended
 
     async def close(self) -> None:
         await self.drain(0)

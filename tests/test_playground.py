@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -287,16 +288,20 @@ def test_message_text_is_rendered_without_letting_markup_through() -> None:
     )
 
 
-async def test_the_demo_model_answers_with_a_labelled_echo(tmp_path: Path) -> None:
-    """``--demo``'s model replies through channel_reply, saying it is an echo and not an LLM."""
+async def test_the_demo_model_streams_a_labelled_echo_with_feedback_buttons(tmp_path: Path) -> None:
+    """``--demo``'s model answers in final text, which the app streams into the thread: the answer
+    says it is an echo and not an LLM, quotes the person, and ends with the feedback buttons."""
     async with Playground(_settings(tmp_path), model=demo_model()) as pg:
-        await pg.post("U0ALICE", "D0ALICE", "hello demo")
+        await pg.post("U0ALICE", GENERAL, "@threadbound hello demo")
         assert pg.service is not None
         await pg.service.runner.idle()
-        replies = [m for m in _conversation(pg.snapshot(), "D0ALICE")["messages"] if m["bot"]]
+        replies = _bot_replies(pg.snapshot())
+        [stream] = pg.slack.streams.values()
+    assert stream.state == "stopped" and len([a for a in stream.appends if a]) >= 2
     assert len(replies) == 1
     assert "Demo model" in replies[0]["html"] and "an echo, not an LLM" in replies[0]["html"]
     assert "hello demo" in replies[0]["html"]
+    assert [b["type"] for b in replies[0]["buttons"]] == ["feedback_buttons", "feedback_buttons"]
 
 
 async def test_the_agent_file_instructions_reach_the_playgrounds_agent(tmp_path: Path) -> None:
@@ -339,3 +344,47 @@ async def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
         second = Playground(_settings(tmp_path / "b"), model=echo_model(), port=first.port)
         with pytest.raises(StartupError, match=rf"^port {first.port} is already in use"):
             await second.start()
+
+
+async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """``python -m app playground --demo`` as a process: notes the Slack settings it ignores,
+    answers a post with the demo model, and exits 0 on SIGTERM."""
+    from testing.process import ServerProcess
+
+    argv = [sys.executable, "-m", "app", "playground", "--demo"]
+    env = {"SLACK_BOT_TOKEN": "xoxb-my-real-token", "MODEL": "", "DATA_DIR": str(tmp_path / "data")}
+    server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "playground.log", argv=argv)
+    async with server, aiohttp.ClientSession() as http:
+        body = {"as": "U0CAROL", "channel": "D0CAROL", "text": "hi from a process"}
+        async with http.post(f"{server.url}/api/messages", json=body) as response:
+            assert response.status == 200
+        state = await _until(
+            _live(http, f"{server.url}/"),
+            lambda s: any(m["bot"] for m in _conversation(s, "D0CAROL")["messages"]),
+        )
+        assert any("Demo model" in m["html"] for m in _conversation(state, "D0CAROL")["messages"])
+        server.terminate()
+        assert await server.wait() == 0
+    log = (tmp_path / "playground.log").read_text()
+    assert (
+        "threadbound: the playground ignores SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET: it is its own Slack "
+        f"workspace, with its store in {tmp_path / 'data' / 'playground'}"
+    ) in log
+    assert (tmp_path / "data" / "playground" / "threadbound.db").is_file()
+
+
+def test_an_ephemeral_note_is_in_the_snapshot_for_its_person() -> None:
+    """A note the app posts with chat.postEphemeral is listed with the one person who may see it."""
+    from app.playground.view import ViewState, snapshot
+    from emulator import Workspace
+
+    ws = Workspace()
+    ws.add_channel("C1", "general")
+    ts = ws.add_message("C1", "hello", "U1")
+    if not hasattr(ws, "ephemerals"):
+        pytest.skip("this emulator has no chat.postEphemeral yet")
+    ws.ephemerals.append(("C1", "U2", ts, "Only *Alice* can decide this."))
+    [conversation] = snapshot(ws, ViewState(people=[]), 1)["conversations"]
+    assert conversation["ephemerals"] == [
+        {"user": "U2", "thread_ts": ts, "html": "<p>Only <em>Alice</em> can decide this.</p>\n"}
+    ]

@@ -14,6 +14,7 @@ from app.interactions import Action
 from app.playground import GENERAL, Playground
 from app.settings import Settings
 from testing.models import echo_model
+from testing.waiting import eventually
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -37,8 +38,8 @@ async def test_a_mention_typed_in_the_page_is_answered_and_a_button_click_reache
     tmp_path: Path,
 ) -> None:
     """In chromium: pick a person, type a mention, see the bot's rendered reply arrive live, click
-    a Block Kit button on the bot's message and see the app receive the signed click; the
-    screenshot is saved as playground.png in the test's folder."""
+    the app's feedback button and an approval button on the bot's messages and see the app receive
+    each signed click; the screenshot is saved as playground.png in the test's folder."""
     settings = Settings(  # type: ignore[call-arg]
         _env_file=None, data_dir=tmp_path, agent_file=None, skills_dir=None, sweep_interval=3600.0
     )
@@ -61,6 +62,9 @@ async def test_a_mention_typed_in_the_page_is_answered_and_a_button_click_reache
             assert await reply.locator("strong").inner_text() == "new"  # Markdown rendered, not shown raw
             root_ts = await page.locator(".thread").first.get_attribute("data-thread")
             assert root_ts is not None
+            # The app's own feedback buttons under its answer: 👍 is stored and counted by the app.
+            await page.locator('button.bk[data-action-id="threadbound_feedback"]').first.click()
+            await eventually(lambda: 'threadbound_feedback_total{kind="positive"} 1.0' in metrics(pg))
             # The approval request as the approvals feature posts it: a Block Kit actions block.
             await _ask_approval(pg, root_ts)
             button = page.locator('button.bk[data-action-id="threadbound_approve"]')
@@ -78,6 +82,11 @@ async def test_a_mention_typed_in_the_page_is_answered_and_a_button_click_reache
         finally:
             await browser.close()
     assert (tmp_path / "playground.png").stat().st_size > 0
+
+
+def metrics(pg: Playground) -> str:
+    assert pg.service is not None
+    return pg.service.observer.metrics.render().decode()
 
 
 async def _ask_approval(pg: Playground, thread_ts: str) -> None:

@@ -165,6 +165,7 @@ class Playground:
         self._http = aiohttp.ClientSession()
         page = web.Application(client_max_size=MAX_UPLOAD_BYTES + 2**16)
         page.router.add_get("/", self._index)
+        page.router.add_get("/healthz", self._healthz)
         page.router.add_get("/static/{name}", self._static)
         page.router.add_get("/api/state", self._state)
         page.router.add_get("/api/events", self._events)
@@ -321,6 +322,9 @@ class Playground:
 
     async def _index(self, _: web.Request) -> web.Response:
         return web.Response(body=(_STATIC / "index.html").read_bytes(), content_type="text/html")
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
 
     async def _static(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

@@ -8,6 +8,7 @@ const ui = {
   person: localStorage.getItem("person") || "",
   conversation: localStorage.getItem("conversation") || "",
   thread: "",
+  clicked: new Set(),  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
 };
 const $ = (id) => document.getElementById(id);
 
@@ -73,8 +74,10 @@ function messageNode(conv, m) {
   if (m.buttons.length) {
     const row = el("div", { class: "buttons" });
     for (const b of m.buttons) {
+      const pressed = ui.clicked.has(clickKey(m, b));
       row.append(el("button", {
-        type: "button", class: `bk ${b.style || ""}`, "data-action-id": b.action_id, "data-value": b.value,
+        type: "button", class: `bk ${b.style || ""} ${pressed ? "clicked" : ""}`, disabled: pressed,
+        "data-action-id": b.action_id, "data-value": b.value,
         onclick: (e) => click(conv, m, b, e.currentTarget),
       }, b.label));
     }
@@ -87,6 +90,12 @@ function messageNode(conv, m) {
   }
   const initial = (m.name || "?").slice(0, 1).toUpperCase();
   return el("div", { class: classes.filter(Boolean).join(" "), "data-ts": m.ts }, el("div", { class: "avatar" }, initial), body);
+}
+
+function ephemeralNode(note) {
+  return el("div", { class: "msg bot ephemeral" }, el("div", { class: "avatar" }, "T"),
+    el("div", { class: "body" }, el("div", { class: "meta" }, el("b", {}, ui.data.bot.name),
+      el("span", { class: "edited" }, "Only visible to you")), el("div", { class: "text", html: note.html })));
 }
 
 function renderMessages(conv) {
@@ -105,6 +114,9 @@ function renderMessages(conv) {
       for (const r of root.replies) replies.append(messageNode(conv, r));
       thread.append(replies);
     }
+    for (const note of conv.ephemerals.filter((n) => n.user === ui.person && n.thread_ts === root.ts)) {
+      thread.append(ephemeralNode(note));
+    }
     const status = conv.statuses[root.ts];
     if (status) thread.append(el("div", { class: "status" }, `${ui.data.bot.name} ${status}`));
     if (!root.retracted && !root.deleted) {
@@ -112,6 +124,10 @@ function renderMessages(conv) {
         root.replies.length ? `${root.replies.length} repl${root.replies.length === 1 ? "y" : "ies"} · Reply in thread` : "Reply in thread"));
     }
     box.append(thread);
+  }
+  const roots = new Set(conv.messages.map((m) => m.ts));
+  for (const note of conv.ephemerals.filter((n) => n.user === ui.person && !roots.has(n.thread_ts))) {
+    box.append(ephemeralNode(note));
   }
   if (atBottom) box.scrollTop = box.scrollHeight;
 }
@@ -183,8 +199,13 @@ async function send(event) {
   }
 }
 
+function clickKey(m, b) {
+  return `${ui.person}|${m.ts}|${b.action_id}|${b.value}`;
+}
+
 async function click(conv, m, button, node) {
   node.disabled = true;
+  ui.clicked.add(clickKey(m, button));
   try {
     const response = await fetch("/api/click", {
       method: "POST",
@@ -197,6 +218,7 @@ async function click(conv, m, button, node) {
     $("error").textContent = answer.status === 200 ? "" : `The app answered the click with HTTP ${answer.status}`;
   } catch (err) {
     $("error").textContent = `Click not delivered: ${err.message}`;
+    ui.clicked.delete(clickKey(m, button));
     node.disabled = false;
   }
 }
