@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 from app.interactions import Action
 from app.playground import GENERAL, Playground
 from app.settings import Settings
-from testing.models import echo_model
+from testing.models import Turn, call, echo_model, scripted
 from testing.waiting import eventually
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -117,3 +119,48 @@ async def _ask_approval(pg: Playground, thread_ts: str) -> None:
     await client.chat_postMessage(
         channel=GENERAL, thread_ts=thread_ts, text="May I run deploy?", blocks=blocks
     )
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("app.approval_cards") is None, reason="approvals have not landed in this tree"
+)
+async def test_an_approval_card_clicked_in_the_page_lets_the_gated_call_run(tmp_path: Path) -> None:
+    """In chromium: Bob asks for a reaction that agent.toml gates (``approval``); the app's card
+    shows Approve/Deny, Bob clicks Approve, and the reaction and the resumed run's answer appear."""
+    agent_file = tmp_path / "agent.toml"
+    agent_file.write_text('approval = ["channel_react"]\n', encoding="utf-8")
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, data_dir=tmp_path, agent_file=agent_file, skills_dir=None, sweep_interval=3600.0
+    )
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt and "react" in turn.prompt:
+            handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt)
+            assert handle is not None
+            return [call("channel_react", message=handle.group(1), emoji="white_check_mark")]
+        reacted = [r for name, r in turn.results if name == "channel_react"]
+        if reacted:
+            return [call("channel_reply", text="reacted: " + ("ok" if "error" not in reacted[0] else "no"))]
+        return [""]
+
+    async with Playground(settings, model=scripted(script)) as pg, async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 800})
+            await page.goto(pg.url)
+            await page.select_option("#person", "U0BOB")
+            await page.fill("#text", "@threadbound please react to this")
+            await page.press("#text", "Enter")
+            approve = page.locator('button.bk[data-action-id="threadbound_approve"]')
+            await approve.wait_for(timeout=30_000)
+            await page.screenshot(path=str(tmp_path / "approval-card.png"), full_page=True)
+            await approve.click()
+            await page.locator('.thread > .msg .reaction[data-reaction="white_check_mark"]').wait_for(
+                timeout=30_000
+            )
+            await page.locator(".msg.bot .text", has_text="reacted: ok").wait_for(timeout=30_000)
+            await page.screenshot(path=str(tmp_path / "approved.png"), full_page=True)
+        finally:
+            await browser.close()
