@@ -371,3 +371,20 @@ async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_p
         f"workspace, with its store in {tmp_path / 'data' / 'playground'}"
     ) in log
     assert (tmp_path / "data" / "playground" / "threadbound.db").is_file()
+
+
+def test_an_ephemeral_note_is_in_the_snapshot_for_its_person() -> None:
+    """A note the app posts with chat.postEphemeral is listed with the one person who may see it."""
+    from app.playground.view import ViewState, snapshot
+    from emulator import Workspace
+
+    ws = Workspace()
+    ws.add_channel("C1", "general")
+    ts = ws.add_message("C1", "hello", "U1")
+    if not hasattr(ws, "ephemerals"):
+        pytest.skip("this emulator has no chat.postEphemeral yet")
+    ws.ephemerals.append(("C1", "U2", ts, "Only *Alice* can decide this."))
+    [conversation] = snapshot(ws, ViewState(people=[]), 1)["conversations"]
+    assert conversation["ephemerals"] == [
+        {"user": "U2", "thread_ts": ts, "html": "<p>Only <em>Alice</em> can decide this.</p>\n"}
+    ]

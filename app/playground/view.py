@@ -257,9 +257,16 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
             for c in ws.canvases.values()
             if c.channel_id == chan.id or any(chan.id in a.get("channel_ids", []) for a in c.access)
         ]
+        # Notes only one person sees (chat.postEphemeral): the page shows each to its person only.
+        ephemerals = [
+            {"user": user, "thread_ts": thread_ts, "html": markdown_html(text, names)}
+            for channel, user, thread_ts, text in getattr(ws, "ephemerals", [])
+            if channel == chan.id
+        ]
         conversations.append(
             {
                 "id": chan.id,
+                "ephemerals": ephemerals,
                 "name": chan.name,
                 "dm": chan.is_im,
                 "person": chan.user or "",
