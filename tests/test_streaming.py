@@ -247,3 +247,42 @@ async def test_a_run_cut_off_mid_stream_answers_once_after_restart(tmp_path: Pat
         assert [_shown(m) for m in slack.bot_messages("C1")] == [ANSWER]
         assert _shown(slack.messages("C1", root)[-1]) == ANSWER
         assert any("cut off while being written and removed" in p for p in prompts)
+
+
+async def test_a_long_answer_is_split_like_a_post_and_each_part_can_be_edited(tmp_path: Path) -> None:
+    """A streamed answer over the post limit ends as exactly split_markdown's parts, one message each, each
+    with its own handle: editing the second part changes that message only."""
+    from channel.markdown import split_markdown
+
+    sections = [
+        f"## Part {n}\n\n" + ("All work and no play makes a dull answer. " * 60).strip() for n in range(5)
+    ]
+    long_answer = "\n\n".join(sections)
+    expected = split_markdown(long_answer, 8000)
+    assert len(expected) >= 2
+
+    parts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            return [call("channel_reply", text=long_answer)]
+        last = turn.results[-1][0] if turn.results else ""
+        if last == "channel_reply":
+            parts.extend(turn.results[-1][1]["parts"])
+            return [call("tool_search", query="edit a message")]
+        if last == "tool_search":
+            return [call("channel_edit", message=parts[1], text="second part, edited")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(
+            slack, model=scripted(script, chunk=400, chunk_delay=0.005), data_dir=tmp_path
+        ) as app:
+            _fast_flush(app)
+            await _mention(app)
+            await app.idle()
+        shown = [_shown(m) for m in slack.bot_messages("C1")]
+        assert shown == [expected[0], "second part, edited", *expected[2:]]
+        assert len(set(parts)) == len(expected)
+        assert slack.count("chat.startStream") >= 1
