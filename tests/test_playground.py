@@ -78,7 +78,7 @@ async def test_a_mention_posted_as_a_person_gets_the_bots_reply_on_the_live_stre
         assert (root["ts"], root["name"], root["html"]) == (
             posted["ts"],
             "Bob",
-            "<p>@threadbound hi <em>there</em></p>\n",
+            "<p>@threadbound hi <strong>there</strong></p>\n",
         )
         reply = _bot_replies(state)[0]
         assert reply["thread_ts"] == posted["ts"] and reply["name"] == "threadbound"
@@ -285,6 +285,20 @@ def test_message_text_is_rendered_without_letting_markup_through() -> None:
     )
     assert markdown_html("<script>alert(1)</script> [x](javascript:alert(1))", names) == (
         "<p>&lt;script&gt;alert(1)&lt;/script&gt; [x](javascript:alert(1))</p>\n"
+    )
+
+
+def test_mrkdwn_is_rendered_as_slack_shows_it() -> None:
+    """mrkdwn (people's messages, cards' sections): *bold*, _italic_, ~strike~, ``` blocks mid-line,
+    :emoji:, a date's fallback text; Markdown's **bold** stays bold; code is left alone."""
+    from app.playground.view import mrkdwn_html
+
+    text = "*Approved* by _Bob_ ~maybe~ :white_check_mark: <!date^1700000000^{date_short}|just now> **x**"
+    assert mrkdwn_html(text, {}) == (
+        "<p><strong>Approved</strong> by <em>Bob</em> <s>maybe</s> ✅ just now <strong>x</strong></p>\n"
+    )
+    assert mrkdwn_html('Run with:```{\n  "a": "*b*"\n}```', {}) == (
+        "<p>Run with:</p>\n<pre><code>{\n  &quot;a&quot;: &quot;*b*&quot;\n}\n</code></pre>\n"
     )
 
 
