@@ -58,6 +58,15 @@ EMOJI = {
     "bug": "🐛",
     "smile": "😄",
     "slightly_smiling_face": "🙂",
+    "raised_hand": "✋",
+    "no_entry": "⛔",
+    "no_entry_sign": "🚫",
+    "stopwatch": "⏱️",
+    "lock": "🔒",
+    "clipboard": "📋",
+    "link": "🔗",
+    "speech_balloon": "💬",
+    "page_facing_up": "📄",
 }
 
 
