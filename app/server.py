@@ -36,6 +36,7 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
 
+from .ack_gate import AckGate
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .agent_view import AGENT_EVENTS, AgentView
@@ -282,6 +283,7 @@ class Service:
             max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
+            ack_gate=AckGate(),
         )
         try:
             # From here until close, other instances can tell at once whether this one is alive.
@@ -325,11 +327,14 @@ class Service:
         return app
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        try:
-            bolt_request = await to_bolt_request(request)
-        except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
-            return web.Response(status=400, text="malformed request body")
-        return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+        # Counted until answered: run start-ups wait for a moment without acks in flight.
+        gate = self.runner.ack_gate
+        with gate.acking() if gate is not None else contextlib.nullcontext():
+            try:
+                bolt_request = await to_bolt_request(request)
+            except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
+                return web.Response(status=400, text="malformed request body")
+            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
