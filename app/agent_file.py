@@ -11,13 +11,15 @@ from .mcp_config import McpServerConfig, parse_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "mcp")
+_KEYS = ("instructions", "tools", "model", "mcp", "max_requests_per_run")
+#: Model requests one run may make before it stops with an apology (a runaway tool loop).
+DEFAULT_MAX_REQUESTS_PER_RUN = 20
 
 
 @dataclass(frozen=True, slots=True)
 class AgentFile:
     """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
-    or globs), ``model`` and ``[mcp.NAME]`` servers.
+    or globs), ``model``, ``[mcp.NAME]`` servers and ``max_requests_per_run``.
 
     :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
 
@@ -25,6 +27,7 @@ class AgentFile:
     tools: tuple[str, ...] | None = None
     model: str = ""
     mcp: tuple[McpServerConfig, ...] = ()
+    max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -43,11 +46,15 @@ class AgentFile:
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
             raise ValueError(f"{path}: tools must be a list of tool names or globs")
+        limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
+            max_requests_per_run=limit,
         )
 
 

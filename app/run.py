@@ -5,7 +5,12 @@ this module does one run for a session it is given:
 
 - the prompt: the inbound messages as the session renders them (author, handle,
   text, files), plus notes about effects a crashed run left open;
-- the history: the task's saved transcript, trimmed to ``history_limit`` messages;
+- the history: the task's compacted summary (``app/compaction.py``) and saved transcript, trimmed
+  to ``history_limit`` messages as a last resort;
+- cost: the requester's and the install's daily token budgets are checked first (past one, a
+  short note and no model call); every response's usage is stored as it arrives
+  (``app/usage.py``); a run that crosses a budget, or reaches ``max_requests_per_run``, stops
+  before its next model request with a short note, keeping what it did;
 - steering: before each model request (and before a final answer is accepted) the
   run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
   into the running agent, so they are consumed with this run;
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -38,20 +44,27 @@ from pydantic_ai.messages import (
     TextPart,
     UserPromptPart,
 )
+from pydantic_ai.usage import UsageLimits
 
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
 from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
-from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
+from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord, UsageRecord
 
 from .agent import RunDeps, instructions_for
 from .agent_file import AgentFile
+from .compaction import Compactor
+from .usage import BudgetHit, Budgets, UsageMeter, footer, requester
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
+RUNAWAY = (
+    "Sorry, I stopped after {limit} model requests without finishing, to keep this from running away. "
+    "Ask again (perhaps more narrowly) and I'll continue."
+)
 
 #: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
 Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
@@ -68,6 +81,10 @@ class RunHooks:
     on_start: Callable[[ChannelSession, Sequence[InboxItem]], Awaitable[None]] | None = None
     on_tool: Callable[[ChannelSession, str], Awaitable[None]] | None = None
     on_end: Callable[[ChannelSession, Sequence[InboxItem], str], Awaitable[None]] | None = None
+    #: Each model request's stored usage (metrics, the run's log line).
+    on_usage: Callable[[ChannelSession, UsageRecord], None] | None = None
+    #: A budget refused a request or stopped a run: ``"user"`` or ``"install"``.
+    on_budget: Callable[[ChannelSession, str], None] | None = None
 
 
 @dataclass(slots=True)
@@ -95,6 +112,9 @@ class RunExecutor:
         history_limit: int = 400,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
+        budgets: Budgets | None = None,
+        compactor: Compactor | None = None,
+        usage_footer: bool = False,
     ) -> None:
         self.store = store
         self.adapter = adapter
@@ -106,6 +126,9 @@ class RunExecutor:
         self.history_limit = history_limit
         self.hooks = hooks or RunHooks()
         self.clock = clock
+        self.budgets = budgets or Budgets(store, clock=clock)
+        self.compactor = compactor
+        self.usage_footer = usage_footer
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -204,7 +227,17 @@ class RunExecutor:
         consumed = [i.item_id for i in items]
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
-        history = trim_history(_load_history(task.transcript), self.history_limit)
+        person = requester(items)
+        hit = await self.budgets.exceeded(person)
+        if hit is not None:
+            return await self._refuse(session, prompt, consumed, hit)
+        meter = UsageMeter(
+            self.store, task.task_id, person, task.channel, listener=self._listener(session), clock=self.clock
+        )
+        summary, transcript = task.summary, _load_history(task.transcript)
+        new_summary: str | None = None
+        prefix: list[ModelMessage] = []
+        history: list[ModelMessage] = []
         self.active_runs.add(task.task_id)
         status = "failed"
         output = ""
@@ -212,14 +245,25 @@ class RunExecutor:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, items)
             try:
+                if self.compactor is not None:
+                    compacted = await self.compactor.compact(summary, transcript, meter)
+                    if compacted is not None:
+                        new_summary, transcript = compacted
+                        summary = new_summary
+                prefix = Compactor.prefix(summary)
+                history = [*prefix, *trim_history(transcript, self.history_limit)]
                 info = await session.describe()
                 instructions = instructions_for(info, self.tools, self.agent_file.instructions)
                 async with asyncio.timeout(self.run_timeout):
-                    messages, output = await self._agent_run(
-                        session, prompt, history, instructions, consumed, steered, inbox
+                    messages, output, note = await self._agent_run(
+                        session, prompt, history, instructions, consumed, steered, inbox, meter
                     )
-                if not session.replied and output.strip():
+                if note:
+                    await session.post_markdown(note)
+                elif not session.replied and output.strip():
                     await session.post_markdown(output)
+                if self.usage_footer and meter.total.requests:
+                    await session.add_footer(footer(meter.total))
                 run_status = "ok"
             except asyncio.CancelledError:
                 status = "cancelled"
@@ -237,16 +281,18 @@ class RunExecutor:
                     log.warning("could not post the apology for task %s", task.task_id, exc_info=True)
                 # The steered messages are consumed with this run: they must stay part of the task.
                 messages = [
-                    *history,
+                    *(history or [*prefix, *transcript]),
                     ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
                     ModelResponse(parts=[TextPart(APOLOGY)]),
                 ]
             await session.journal.check()  # saving consumes the inbox: only the lease's holder may
             await self.store.save_run(
                 task.task_id,
-                transcript=ModelMessagesTypeAdapter.dump_json(messages),
+                # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
+                transcript=ModelMessagesTypeAdapter.dump_json(messages[len(prefix) :]),
                 consumed=consumed,
                 enabled_tools=sorted(session.enabled),
+                summary=new_summary,
             )
             status = run_status
         except RunStopped:
@@ -265,6 +311,42 @@ class RunExecutor:
                     log.warning("run end hook failed", exc_info=True)
         return RunOutcome(task.task_id, status, session.replied, output, consumed)
 
+    def _listener(self, session: ChannelSession) -> Callable[[UsageRecord], None] | None:
+        on_usage = self.hooks.on_usage
+        if on_usage is None:
+            return None
+        return lambda record: on_usage(session, record)
+
+    async def _refuse(
+        self, session: ChannelSession, prompt: str, consumed: list[int], hit: BudgetHit
+    ) -> RunOutcome:
+        """Past a budget: one short note in the thread, no model call, and the inbox consumed (so the
+        request does not come back); the exchange stays in the transcript like any other turn."""
+        task = session.task
+        log.warning(
+            "task %s: %s daily token budget used (%d of %d); request refused",
+            task.task_id, hit.kind, hit.spent, hit.budget,
+        )  # fmt: skip
+        if self.hooks.on_budget:
+            self.hooks.on_budget(session, hit.kind)
+        note = hit.note()
+        try:
+            await session.post_markdown(note)
+        except RunStopped:
+            return RunOutcome(task.task_id, "stopped", False, "", [])
+        except ChannelError as exc:
+            log.warning("could not post the budget note for task %s: %s", task.task_id, exc.message)
+        messages = [
+            *_load_history(task.transcript),
+            ModelRequest(parts=[UserPromptPart(prompt)]),
+            ModelResponse(parts=[TextPart(note)]),
+        ]
+        await session.journal.check()
+        await self.store.save_run(
+            task.task_id, transcript=ModelMessagesTypeAdapter.dump_json(messages), consumed=consumed
+        )
+        return RunOutcome(task.task_id, "refused", session.replied, "", consumed)
+
     async def _agent_run(
         self,
         session: ChannelSession,
@@ -274,31 +356,57 @@ class RunExecutor:
         consumed: list[int],
         steered: list[str],
         inbox: Inbox,
-    ) -> tuple[list[ModelMessage], str]:
+        meter: UsageMeter,
+    ) -> tuple[list[ModelMessage], str, str]:
+        """The run's messages, its final text, and the note it stopped with (``""``: it finished)."""
         seen = set(consumed)
+        limit = self.agent_file.max_requests_per_run
         async with self.agent.iter(
-            prompt, message_history=history, deps=RunDeps(session), instructions=instructions
+            prompt,
+            message_history=history,
+            deps=RunDeps(session),
+            instructions=instructions,
+            usage_limits=UsageLimits(request_limit=limit),
         ) as run:
-            async for node in run:
-                if run.result is not None:
-                    break  # the run ended; anything newer starts the next run
-                # Steering: before each model request (and before a final answer is accepted),
-                # show messages that arrived mid-run. Other nodes need no look at the inbox.
-                if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
-                    continue
-                await session.journal.check()  # a run that lost its lease spends no more model calls
-                fresh = [i for i in await inbox() if i.item_id not in seen]
-                if fresh:
-                    steering = await self.prompt(session, fresh)
-                    run.enqueue(steering, priority="asap")
-                    steered.append(steering)
-                    for item in fresh:
-                        seen.add(item.item_id)
-                        consumed.append(item.item_id)
+            try:
+                async for node in run:
+                    if run.result is not None:
+                        break  # the run ended; anything newer starts the next run
+                    if Agent.is_call_tools_node(node):
+                        await meter.add(node.model_response)
+                    if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
+                        continue
+                    await session.journal.check()  # a run that lost its lease spends no more model calls
+                    if Agent.is_model_request_node(node) and meter.total.requests:
+                        hit = await self.budgets.exceeded(meter.person)
+                        if hit is not None:
+                            # Crossed mid-way: the step that crossed it is done (its tools ran); its
+                            # results are kept, answered by the note, so the transcript stays whole.
+                            if self.hooks.on_budget:
+                                self.hooks.on_budget(session, hit.kind)
+                            note = hit.note()
+                            stop = ModelResponse(parts=[TextPart(note)])
+                            return [*run.all_messages(), node.request, stop], "", note
+                    # Steering: before each model request (and before a final answer is accepted),
+                    # show messages that arrived mid-run.
+                    fresh = [i for i in await inbox() if i.item_id not in seen]
+                    if fresh:
+                        steering = await self.prompt(session, fresh)
+                        run.enqueue(steering, priority="asap")
+                        steered.append(steering)
+                        for item in fresh:
+                            seen.add(item.item_id)
+                            consumed.append(item.item_id)
+            except UsageLimitExceeded:
+                # A runaway tool loop. The request that would pass the limit is already in the
+                # history (with the last tool results); the apology answers it.
+                log.warning("run of task %s reached max_requests_per_run (%d)", session.task.task_id, limit)
+                note = RUNAWAY.format(limit=limit)
+                return [*run.all_messages(), ModelResponse(parts=[TextPart(note)])], "", note
             result = run.result
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
-            return list(result.all_messages()), result.output or ""
+            return list(result.all_messages()), result.output or "", ""
 
 
 def _stopped(exc: BaseException) -> bool:

@@ -39,6 +39,7 @@ from storage import Store, StoreError, open_store
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .check import auth_failure
+from .compaction import Compactor
 from .ingress import Ingress
 from .interactions import Interactions
 from .mcp import McpServers
@@ -51,6 +52,7 @@ from .router import BotIdentity
 from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .usage import Budgets
 
 log = logging.getLogger(__name__)
 
@@ -238,8 +240,9 @@ class Service:
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        timed = TimedModel(model, observer)
         agent = build_agent(
-            TimedModel(model, observer),
+            timed,
             on_tool=run_hooks.on_tool,
             on_tool_end=observer.tool_end,
             toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
@@ -254,6 +257,9 @@ class Service:
             run_timeout=settings.run_timeout,
             history_limit=settings.history_limit,
             hooks=run_hooks,
+            budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
+            compactor=Compactor(timed, settings.compact_after_tokens),
+            usage_footer=settings.usage_footer,
         )
         runner = Scheduler(
             store=store,

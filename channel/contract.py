@@ -160,6 +160,10 @@ class ChannelAdapter(Protocol):
 
     async def retract(self, ref: str) -> None: ...
 
+    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
+        """Show ``footer``, one short line of small print, under the bot's own post ``ref`` whose
+        text is ``markdown`` (the usage footer; Slack renders it as a ``context`` block)."""
+
     async def file_info(self, ref: str) -> FileMeta:
         """Fresh metadata of a file (for events that carried only an id)."""
 
@@ -211,6 +215,9 @@ class AdapterBase:
 
     async def retract(self, ref: str) -> None:
         raise _unsupported("retracting")
+
+    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
+        raise _unsupported("footers")
 
     async def file_info(self, ref: str) -> FileMeta:
         raise _unsupported("files")

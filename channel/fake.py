@@ -77,6 +77,8 @@ class FakeMessage:
     reactions: dict[str, list[str]] = field(default_factory=dict)
     effect_id: str = ""
     edited: bool = False
+    #: The small print under the post (``set_footer``).
+    footer: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +306,10 @@ class FakeAdapter(AdapterBase):
         self._check_length(markdown)
         message.text = markdown
         message.edited = True
+
+    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
+        self._enter("set_footer", ref)
+        self._own(ref, "edited").footer = footer
 
     async def retract(self, ref: str) -> None:
         self._enter("retract", ref, "retract")

@@ -91,6 +91,8 @@ class ChannelSession:
         self.posted: list[str] = []
         #: Set once a channel_reply succeeded (or the host posted the final text).
         self.replied = False
+        # The adapter's ref and the text of the newest post of this run (where a usage footer goes).
+        self._last_post: tuple[str, str] | None = None
         # A `run` without --thread posts a new root; its later posts go into that root's thread.
         self._adopt_first_root = adopt_first_root
         self._conversation: list[MessageView] | None = None
@@ -195,6 +197,7 @@ class ChannelSession:
                 handle = "unrecorded"
                 bridge_error = bounded(f"posted, but recording it failed: {exc}")
             handles.append(handle)
+            self._last_post = (posted.ref, part)
             if first_permalink is None:
                 first_permalink = posted.permalink
         self.replied = True
@@ -204,6 +207,18 @@ class ChannelSession:
         if bridge_error:
             result["bridge_error"] = bridge_error
         return result
+
+    async def add_footer(self, footer: str) -> None:
+        """Show ``footer`` (e.g. the run's usage) under this run's newest post; nothing when it posted
+        nothing. A failure is logged: the answer is already there."""
+        if self._last_post is None:
+            return
+        ref, markdown = self._last_post
+        await self.journal.check()
+        try:
+            await self.adapter.set_footer(ref, markdown, footer)
+        except ChannelError as exc:
+            log.warning("could not add the footer to a post: %s", exc.message)
 
     async def _post_once(self, markdown: str, effect_id: str) -> Posted:
         """Post, never retrying; when the connection broke mid-request, look for the post instead."""

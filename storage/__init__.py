@@ -56,6 +56,7 @@ from .base import (
     StoreError,
     StoreStats,
     TaskRecord,
+    UsageRecord,
 )
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "StoreError",
     "StoreStats",
     "TaskRecord",
+    "UsageRecord",
     "open_store",
     "sqlite_path",
 ]

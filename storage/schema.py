@@ -19,6 +19,9 @@ Tables (same shape on both dialects):
 - ``leases``: at most one owner per task.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
+- ``model_usage`` (v5): one row per model request (tokens by kind) with its task, person, channel,
+  model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v5)
+  is the compacted summary of a long conversation's older turns (``app/compaction.py``).
 """
 
 from __future__ import annotations
@@ -272,12 +275,34 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
 #: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
 _V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
 
+#: v5: model usage per request, and a conversation's compacted summary on its task.
+_V5_USAGE = """CREATE TABLE model_usage (
+        task_id TEXT NOT NULL,
+        person TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        model TEXT NOT NULL,
+        day TEXT NOT NULL,
+        at {real} NOT NULL,
+        input_tokens BIGINT NOT NULL,
+        output_tokens BIGINT NOT NULL,
+        cache_read_tokens BIGINT NOT NULL,
+        cache_write_tokens BIGINT NOT NULL,
+        requests BIGINT NOT NULL
+    )"""
+_V5_COMMON: Final[tuple[str, ...]] = (
+    "CREATE INDEX model_usage_day ON model_usage (day, person)",
+    "ALTER TABLE tasks ADD COLUMN summary TEXT NOT NULL DEFAULT ''",
+)
+_V5_SQLITE: Final[tuple[str, ...]] = (_V5_USAGE.format(real="REAL"), *_V5_COMMON)
+_V5_POSTGRES: Final[tuple[str, ...]] = (_V5_USAGE.format(real="DOUBLE PRECISION"), *_V5_COMMON)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
     (4, {"sqlite": _V4, "postgres": _V4}),
+    (5, {"sqlite": _V5_SQLITE, "postgres": _V5_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

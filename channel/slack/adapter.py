@@ -426,6 +426,19 @@ class SlackAdapter(AdapterBase):
             ),
         )
 
+    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
+        channel, ts = _split_ref(ref)
+        blocks: list[dict[str, Any]] = [
+            {"type": "markdown", "text": markdown},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]},
+        ]
+        await self.outbound.write(
+            "chat.update",
+            lambda: self.writes.chat_update(
+                channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks
+            ),
+        )
+
     async def retract(self, ref: str) -> None:
         channel, ts = _split_ref(ref)
         await self.outbound.write("chat.delete", lambda: self.writes.chat_delete(channel=channel, ts=ts))
