@@ -1,6 +1,7 @@
 """Long conversations compact instead of forgetting.
 
-When a task's history (its summary plus its transcript, at about 4 characters a token) passes
+When a task's history (its summary plus its messages' text, tool calls and results, at about 4
+characters a token) passes
 ``COMPACT_AFTER_TOKENS``, the older turns are summarised once by the model, before the run starts,
 and the summary is stored on the task (``tasks.summary``, saved with the run). Every request then
 begins with that summary, followed by the turns after it. The newest turns (up to half the
@@ -24,7 +25,6 @@ from typing import Any
 from pydantic_ai.direct import model_request
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -82,7 +82,9 @@ class Compactor:
         summariser failed: the run goes on with the history as it was)."""
         if self.after_tokens <= 0 or not transcript:
             return None
-        sizes = [estimate_tokens(ModelMessagesTypeAdapter.dump_json([m])) for m in transcript]
+        # What the model reads of each message (its text, tool calls and results); the instructions
+        # a stored request also carries are sent once per request, not once per message.
+        sizes = [estimate_tokens(render("", [m])) for m in transcript]
         if estimate_tokens(summary) + sum(sizes) <= self.after_tokens:
             return None
         cut = _cut(transcript, sizes, keep=self.after_tokens // 2)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,10 +13,13 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from app.settings import Settings
 from app.usage import utc_day
+from app.usage_report import usage_command
 from emulator import FakeSlack
+from storage import UsageRecord, open_store
 from testing import events
-from testing.harness import AppHarness
+from testing.harness import AppHarness, settings_for
 from testing.models import call
 
 Step = Callable[[list[ModelMessage], AgentInfo], list[Any]]
@@ -212,3 +218,52 @@ async def test_usage_footer_under_the_answer(tmp_path: Path) -> None:
     assert context == [
         {"type": "context", "elements": [{"type": "mrkdwn", "text": "2,468 tokens · 2 requests"}]}
     ]
+
+
+async def _seed(settings: Settings) -> None:
+    store = open_store(settings.resolved_database_url)
+    await store.migrate()
+    today = utc_day(time.time())
+    for person, channel, tokens in (("U1", "C1", 1200), ("U1", "C1", 34), ("U2", "C2", 500)):
+        await store.record_usage(
+            UsageRecord(
+                day=today, person=person, channel=channel, input_tokens=tokens, output_tokens=10,
+                cache_read_tokens=100, requests=1, task_id="T", model="m", at=time.time(),
+            )
+        )  # fmt: skip
+    await store.record_usage(UsageRecord(day="2001-01-01", person="U1", channel="C1", input_tokens=7))
+    await store.close()
+
+
+async def test_usage_command_prints_tokens_by_day_person_and_channel(tmp_path: Path) -> None:
+    """`usage` sums the recent days by person and channel, by name in text and with IDs in --json;
+    older days are left out."""
+    async with FakeSlack() as slack:
+        workspace(slack)
+        settings = settings_for(slack, tmp_path)
+        await _seed(settings)
+        text, js = io.StringIO(), io.StringIO()
+        assert await usage_command(settings, days=7, as_json=False, out=text) == 0
+        assert await usage_command(settings, days=7, as_json=True, out=js) == 0
+    lines = text.getvalue().splitlines()
+    today = utc_day(time.time())
+    assert lines[1].split() == ["day", "person", "channel", "input", "output", "cache", "read", "cache",
+                                "write", "requests"]  # fmt: skip
+    assert lines[2].split() == [today, "Alice", "#general", "1,234", "20", "200", "0", "2"]
+    assert lines[3].split() == [today, "Bob", "#random", "500", "10", "100", "0", "1"]
+    assert lines[4].split() == ["total", "1,734", "30", "300", "0", "3"]
+    report = json.loads(js.getvalue())
+    assert report["names_resolved"] is True and report["total"]["input_tokens"] == 1734
+    assert report["rows"][0]["person"] == {"id": "U1", "name": "Alice"}
+    assert report["rows"][1]["channel"] == {"id": "C2", "name": "#random"}
+
+
+async def test_usage_command_without_slack_shows_ids_and_says_so(tmp_path: Path) -> None:
+    """When Slack cannot be reached, the report still prints, by ID, with one line saying why."""
+    async with FakeSlack() as slack:
+        settings = settings_for(slack, tmp_path)
+    await _seed(settings)  # the fake Slack is gone now
+    out, err = io.StringIO(), io.StringIO()
+    assert await usage_command(settings, days=1, as_json=False, out=out, err=err) == 0
+    assert "Slack is not reachable" in err.getvalue() and "shown by ID" in err.getvalue()
+    assert out.getvalue().splitlines()[2].split()[1:3] == ["U1", "C1"]
