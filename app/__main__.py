@@ -105,16 +105,23 @@ def _parser() -> argparse.ArgumentParser:
         "Print the Slack app manifest (JSON) for an Events API install whose request URL is --url,\n"
         "with interactivity on the same URL and every scope the tools use. Paste it at\n"
         "https://api.slack.com/apps → Create New App → From a manifest, install the app, then copy\n"
-        "the Bot User OAuth Token and the Signing Secret into .env.",
+        "the Bot User OAuth Token and the Signing Secret into .env. The manifest installs on any\n"
+        "Slack plan; --agent-view adds Slack's agent messaging experience (paid plans).",
         [
             "python -m app manifest --url https://bot.example.com/slack/events",
             'python -m app manifest --url https://bot.example.com/slack/events --name "Release bot"',
+            "python -m app manifest --url https://bot.example.com/slack/events --agent-view",
         ],
     )
     manifest.add_argument(
         "--url", required=True, help="public URL of /slack/events, e.g. https://HOST/slack/events"
     )
     manifest.add_argument("--name", default="threadbound", help="the app's display name")
+    manifest.add_argument(
+        "--agent-view",
+        action="store_true",
+        help="add features.agent_view (Slack's agent messaging experience, documented for paid plans)",
+    )
     usage = _command(
         sub,
         "usage",
@@ -153,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .manifest import build_manifest
 
         try:
-            manifest = build_manifest(args.url, name=args.name)
+            manifest = build_manifest(args.url, name=args.name, agent_view=args.agent_view)
         except ValueError as exc:
             print(f"threadbound: {exc}", file=sys.stderr)
             return 2

@@ -95,7 +95,7 @@ class ChannelToolset(AbstractToolset[RunDeps]):
             started = time.perf_counter()
             outcome = "crashed"  # session.call answers every refusal with a result; this is a bug path
             try:
-                result = await session.call(name, tool_args)
+                result = await session.call(name, tool_args, call_id=ctx.tool_call_id or "")
                 outcome = _outcome(result)
                 return result
             finally:

@@ -31,7 +31,7 @@ _DEV_HOSTS = ("localhost", "127.0.0.1", "::1")
 # Slack's limits: display_information.name ≤ 35 characters.
 _MAX_NAME = 35
 _DESCRIPTION = "An AI agent that works in the Slack thread it was called from."
-_ASSISTANT_DESCRIPTION = "Ask me anything; I answer in this thread and act only here."
+_AGENT_DESCRIPTION = "Ask me anything; I answer in this thread and act only here."
 
 
 def check_request_url(url: str) -> str:
@@ -55,8 +55,12 @@ def check_request_url(url: str) -> str:
     return url
 
 
-def build_manifest(url: str, *, name: str = "threadbound") -> dict[str, Any]:
-    """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name."""
+def build_manifest(url: str, *, name: str = "threadbound", agent_view: bool = False) -> dict[str, Any]:
+    """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name.
+
+    It installs on any Slack plan: nothing in it needs a paid one. ``agent_view`` adds Slack's agent
+    messaging experience (``features.agent_view``), which Slack documents for paid plans only. The
+    older ``assistant_view`` is never written: new apps can no longer use it."""
     check_request_url(url)
     name = name.strip()
     if not name or len(name) > _MAX_NAME:
@@ -71,9 +75,8 @@ def build_manifest(url: str, *, name: str = "threadbound") -> dict[str, Any]:
         },
         "bot_user": {"display_name": name, "always_online": True},
     }
-    if "assistant:write" in scopes:
-        # Slack grants assistant:write only to apps with the assistant view (Agents & AI Apps) on.
-        features["assistant_view"] = {"assistant_description": _ASSISTANT_DESCRIPTION}
+    if agent_view:
+        features["agent_view"] = {"agent_description": _AGENT_DESCRIPTION}
     return {
         "display_information": {"name": name, "description": _DESCRIPTION},
         "features": features,

@@ -1,6 +1,6 @@
 """Visible progress while a run works: a runtime effect around the run, never a model tool.
 
-Where Slack allows it (the ``status`` feature, i.e. the ``assistant:write`` scope,
+Where Slack allows it (the ``status`` feature: ``chat:write`` since Slack's 2026-03-05 change,
 and an origin that is a thread) the thread shows "is thinking…" and then the tool
 being used ("is reading the thread…"), cleared when the run ends. Otherwise — or
 when Slack refuses the status in ``auto`` mode — the newest inbound message gets a
@@ -109,6 +109,8 @@ class Progress:
 
     async def on_tool(self, session: ChannelSession, tool: str) -> None:
         await self._settled(session)
+        if session.streaming:
+            return  # the streamed answer shows the step instead (app.streaming)
         indicator = self._runs.get(session)
         text = TOOL_STATUS.get(tool)
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:

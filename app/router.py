@@ -81,9 +81,11 @@ class Decision:
 
 def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> Decision:
     kind = event.get("type")
-    if kind not in ("app_mention", "message"):
+    if not isinstance(kind, str) or kind not in ("app_mention", "message"):
         return Decision("ignore", _UNROUTED.get(str(kind), f"event type {kind!r} is not routed"))
     subtype = event.get("subtype")
+    if subtype is not None and not isinstance(subtype, str):
+        return Decision("ignore", "event has a malformed subtype")
     if subtype == "message_changed":
         return _edit(event, bot, settings)
     if kind == "app_mention" and event.get("edited"):

@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import UsageLimitExceeded
@@ -51,11 +52,13 @@ from channel.errors import ChannelError
 from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
+from channel.streaming import FLUSH_INTERVAL
 from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord, UsageRecord
 
 from .agent import RunDeps, instructions_for
 from .agent_file import AgentFile
 from .compaction import Compactor
+from .streaming import EventFeed
 from .usage import BudgetHit, Budgets, UsageMeter, footer, requester
 
 log = logging.getLogger(__name__)
@@ -115,7 +118,12 @@ class RunExecutor:
         budgets: Budgets | None = None,
         compactor: Compactor | None = None,
         usage_footer: bool = False,
+        stream: bool = False,
+        stream_interval: float = FLUSH_INTERVAL,
+        feedback: bool = False,
     ) -> None:
+        """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
+        answer ends with feedback buttons reporting the task id."""
         self.store = store
         self.adapter = adapter
         self.agent = agent
@@ -129,6 +137,9 @@ class RunExecutor:
         self.budgets = budgets or Budgets(store, clock=clock)
         self.compactor = compactor
         self.usage_footer = usage_footer
+        self.stream = stream
+        self.stream_interval = stream_interval
+        self.feedback = feedback
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -241,6 +252,10 @@ class RunExecutor:
         self.active_runs.add(task.task_id)
         status = "failed"
         output = ""
+        if self.feedback:
+            session.feedback = task.task_id
+        if self.stream:
+            session.stream_answers(_recipient(items), interval=self.stream_interval)
         try:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, items)
@@ -259,9 +274,12 @@ class RunExecutor:
                         session, prompt, history, instructions, consumed, steered, inbox, meter
                     )
                 if note:
-                    await session.post_markdown(note)
+                    await session.drop_answer()
+                    await session.post_markdown(note, feedback=False)
                 elif not session.replied and output.strip():
-                    await session.post_markdown(output)
+                    await session.answer_with(output)
+                else:
+                    await session.drop_answer()  # streamed text that was no answer (or a silent end)
                 if self.usage_footer and meter.total.requests:
                     await session.add_footer(footer(meter.total))
                 run_status = "ok"
@@ -274,7 +292,8 @@ class RunExecutor:
                 run_status = "failed"
                 log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
                 try:
-                    await session.post_markdown(APOLOGY)
+                    await session.drop_answer()
+                    await session.post_markdown(APOLOGY, feedback=False)
                 except RunStopped:
                     raise
                 except Exception:
@@ -301,6 +320,7 @@ class RunExecutor:
             log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
             return RunOutcome(task.task_id, status, session.replied, output, [])
         finally:
+            session.stop_streaming()  # a cancelled run leaves its partial message to the next run's reconcile
             self.active_runs.discard(task.task_id)
             if self.hooks.on_end:
                 # Progress indicators and metrics must close even when the save failed or we were
@@ -331,7 +351,7 @@ class RunExecutor:
             self.hooks.on_budget(session, hit.kind)
         note = hit.note()
         try:
-            await session.post_markdown(note)
+            await session.post_markdown(note, feedback=False)
         except RunStopped:
             return RunOutcome(task.task_id, "stopped", False, "", [])
         except ChannelError as exc:
@@ -361,6 +381,9 @@ class RunExecutor:
         """The run's messages, its final text, and the note it stopped with (``""``: it finished)."""
         seen = set(consumed)
         limit = self.agent_file.max_requests_per_run
+        # Streaming: each model request and tool step is driven through node.stream(), its events
+        # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
+        feed = EventFeed(session) if session.streaming else None
         async with self.agent.iter(
             prompt,
             message_history=history,
@@ -374,6 +397,8 @@ class RunExecutor:
                         break  # the run ended; anything newer starts the next run
                     if Agent.is_call_tools_node(node):
                         await meter.add(node.model_response)
+                    # Steering: before each model request (and before a final answer is accepted),
+                    # show messages that arrived mid-run. Other nodes need no look at the inbox.
                     if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
                         continue
                     await session.journal.check()  # a run that lost its lease spends no more model calls
@@ -387,8 +412,6 @@ class RunExecutor:
                             note = hit.note()
                             stop = ModelResponse(parts=[TextPart(note)])
                             return [*run.all_messages(), node.request, stop], "", note
-                    # Steering: before each model request (and before a final answer is accepted),
-                    # show messages that arrived mid-run.
                     fresh = [i for i in await inbox() if i.item_id not in seen]
                     if fresh:
                         steering = await self.prompt(session, fresh)
@@ -397,6 +420,17 @@ class RunExecutor:
                         for item in fresh:
                             seen.add(item.item_id)
                             consumed.append(item.item_id)
+                    if feed is None:
+                        continue
+                    if Agent.is_model_request_node(node):
+                        feed.new_request()
+                        async with node.stream(run.ctx) as model_events:
+                            async for model_event in model_events:
+                                feed.model_event(model_event)
+                    else:
+                        async with node.stream(run.ctx) as tool_events:
+                            async for tool_event in tool_events:
+                                await feed.tool_event(tool_event)
             except UsageLimitExceeded:
                 # A runaway tool loop. The request that would pass the limit is already in the
                 # history (with the last tool results); the apology answers it.
@@ -407,6 +441,18 @@ class RunExecutor:
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output or "", ""
+
+
+def _recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
+    """The newest inbound message (as the ingress stored it): whom a streamed answer is for."""
+    for item in reversed(items):
+        try:
+            raw = json.loads(item.payload)
+        except ValueError:
+            continue
+        if isinstance(raw, dict):
+            return raw
+    return None
 
 
 def _stopped(exc: BaseException) -> bool:

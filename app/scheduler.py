@@ -13,6 +13,10 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
   steering messages, which are consumed with the run.
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.lease``): a driver that lost it stops its run and lets go of the task.
+- A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and at once
+  on start) the store names registered owners whose process is gone (their
+  liveness lock ended, see ``Store.register_instance``); their leases are ended
+  and their conversations driven here. ``LEASE_TTL`` only covers a hung process.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between prunes of old claim keys by the sweep.
 PRUNE_INTERVAL = 3600.0
+#: Seconds between looks for dead instances whose conversations to take over.
+TAKEOVER_INTERVAL = 5.0
 
 
 class Scheduler:
@@ -99,6 +105,25 @@ class Scheduler:
                 await self.prune_claims()
             except Exception:
                 log.exception("pruning claim keys failed")
+            await asyncio.sleep(interval)
+
+    async def take_over(self) -> int:
+        """End the leases of registered instances whose process is gone and drive their
+        conversations (and anything else due) now; how many dead instances were found."""
+        dead = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
+        for owner in dead:
+            ended = await self.store.expire_leases(owner, now=self.clock())
+            log.warning("instance %s is gone; taking over its %d conversations", owner, ended)
+        if dead:
+            await self.sweep()
+        return len(dead)
+
+    async def take_over_forever(self, interval: float = TAKEOVER_INTERVAL) -> None:
+        while self._accepting:
+            try:
+                await self.take_over()
+            except Exception:
+                log.exception("looking for dead instances failed")
             await asyncio.sleep(interval)
 
     async def prune_claims(self) -> int | None:

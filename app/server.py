@@ -52,6 +52,7 @@ from .router import BotIdentity
 from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .streaming import check_mode as check_stream_mode
 from .usage import Budgets
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ class Service:
             )
         try:
             progress = Progress(settings.progress, settings.progress_emoji)
+            stream_mode = check_stream_mode(settings.stream)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         if model is None:
@@ -260,6 +262,8 @@ class Service:
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
+            stream=stream_mode == "auto",
+            feedback=True,
         )
         runner = Scheduler(
             store=store,
@@ -269,6 +273,13 @@ class Service:
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
         )
+        try:
+            # From here until close, other instances can tell at once whether this one is alive.
+            await store.register_instance(runner.owner, now=time.time())
+        except StoreError as exc:
+            await adapter.close()
+            await store.close()
+            raise StartupError(f"cannot register this instance with the store: {exc}") from exc
         ingress = Ingress(
             store=store,
             scheduler=runner,
@@ -329,6 +340,9 @@ class Service:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
+        # Conversations of instances that died (a crash before this restart included), at once.
+        takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
+        self._background.append(takeover)
 
     async def _on_shutdown(self, _: web.Application) -> None:
         await self.drain(self.settings.shutdown_grace)

@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"
     progress_emoji: str = "eyes"
+    #: ``auto``: answers stream into the thread as they are written; ``off``: posted whole.
+    stream: str = "auto"
     #: Include a short preview of message text in logs.
     log_previews: bool = True
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.

@@ -62,6 +62,8 @@ def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path,
         "OPENAI_BASE_URL": model_base_url,
         "OPENAI_API_KEY": "bench",
         "SWEEP_INTERVAL": "3600",
+        # The rows compare a whole post with the baseline's; first_text_latency turns streaming on.
+        "STREAM": "off",
         **env,
     }
     return ServerProcess(values, cwd=data_dir, log_path=log, start_timeout=60, stop_timeout=30)

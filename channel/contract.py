@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,8 @@ class ChannelFeatures:
     documents: bool = False
     #: Show "is thinking…" status in the conversation (a runtime effect, not a tool).
     status: bool = False
+    #: Stream an answer into the conversation as it is written, with steps (``open_stream``).
+    stream: bool = False
 
     def enabled(self) -> frozenset[str]:
         return frozenset(f.name for f in fields(self) if getattr(self, f.name))
@@ -107,6 +109,36 @@ class Posted:
     permalink: str | None
 
 
+StepStatus = Literal["in_progress", "complete", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One visible step of a streamed answer (a tool at work): shown, then completed or failed."""
+
+    id: str
+    #: What the person reads: "Reading the thread", "Fetching report.csv".
+    title: str
+    status: StepStatus
+
+
+class LiveMessage(Protocol):
+    """A message being streamed (from :meth:`ChannelAdapter.open_stream`). Text is only ever
+    appended; the provider may close the stream early (time, size), after which the message keeps
+    what it had and :class:`channel.errors.StreamClosed` is raised."""
+
+    #: The message, as :meth:`ChannelAdapter.post` would have returned it.
+    posted: Posted
+
+    async def append(self, markdown: str, steps: tuple[Step, ...] = ()) -> None:
+        """Add Markdown (and step updates) to the message; ``StreamClosed`` when the provider ended it."""
+
+    async def stop(self, *, effect_id: str, feedback: str = "") -> None:
+        """End the stream: the message keeps its text and carries ``effect_id`` (so
+        :meth:`ChannelAdapter.find_posted` finds it), and feedback buttons when ``feedback`` (see ``post``).
+        ``StreamClosed`` when the provider had already ended it (the text stays as it was)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Fetched:
     path: Path
@@ -142,11 +174,25 @@ class ChannelAdapter(Protocol):
     async def view(self, raw: Mapping[str, Any]) -> MessageView:
         """Render an inbound message (as the ingress stored it) the way :meth:`read` renders rows."""
 
-    async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+    async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
         """Post one message of at most ``max_post_chars`` Markdown into the origin (a thread reply,
         or a new root when ``thread_ts`` is empty). ``effect_id`` travels with the post so a crashed
-        run can find what it posted (see :meth:`find_posted`). Never retried automatically once
-        the request may have reached the provider."""
+        run can find what it posted (see :meth:`find_posted`); a non-empty ``feedback`` adds feedback
+        buttons whose clicks report that key back (an answer's last message). Never retried
+        automatically once the request may have reached the provider."""
+
+    async def open_stream(
+        self,
+        origin: Origin,
+        markdown: str,
+        steps: tuple[Step, ...],
+        *,
+        effect_id: str,
+        recipient: Mapping[str, Any] | None,
+    ) -> LiveMessage:
+        """Start a streamed reply in the origin's thread holding ``markdown`` and ``steps``.
+        ``recipient`` is the inbound message (as :meth:`view` takes it) the answer is for; a
+        provider may need its author. ``unsupported`` when this conversation cannot stream."""
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         """The posts carrying ``effect_id`` in the origin, oldest first (empty if none)."""
@@ -156,13 +202,11 @@ class ChannelAdapter(Protocol):
 
     async def react(self, ref: str, emoji: str, *, add: bool) -> None: ...
 
-    async def edit(self, ref: str, markdown: str) -> None: ...
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
+        """Replace a bot message's Markdown (``feedback`` as for :meth:`post`); a non-empty ``footer``
+        is one line of small print under the text (the usage footer; Slack: a ``context`` block)."""
 
     async def retract(self, ref: str) -> None: ...
-
-    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
-        """Show ``footer``, one short line of small print, under the bot's own post ``ref`` whose
-        text is ``markdown`` (the usage footer; Slack renders it as a ``context`` block)."""
 
     async def file_info(self, ref: str) -> FileMeta:
         """Fresh metadata of a file (for events that carried only an id)."""
@@ -190,6 +234,7 @@ FEATURE_METHODS: dict[str, str] = {
     "attach": "attach",
     "documents": "post_document",
     "status": "set_status",
+    "stream": "open_stream",
 }
 
 
@@ -210,14 +255,11 @@ class AdapterBase:
     async def react(self, ref: str, emoji: str, *, add: bool) -> None:
         raise _unsupported("reactions")
 
-    async def edit(self, ref: str, markdown: str) -> None:
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         raise _unsupported("editing")
 
     async def retract(self, ref: str) -> None:
         raise _unsupported("retracting")
-
-    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
-        raise _unsupported("footers")
 
     async def file_info(self, ref: str) -> FileMeta:
         raise _unsupported("files")
@@ -233,6 +275,17 @@ class AdapterBase:
 
     async def set_status(self, origin: Origin, status: str) -> None:
         raise _unsupported("status")
+
+    async def open_stream(
+        self,
+        origin: Origin,
+        markdown: str,
+        steps: tuple[Step, ...],
+        *,
+        effect_id: str,
+        recipient: Mapping[str, Any] | None,
+    ) -> LiveMessage:
+        raise _unsupported("streaming")
 
 
 def _unsupported(what: str) -> Exception:

@@ -12,7 +12,8 @@ Tree::
     ├── code "rate_limited"        the provider kept refusing for rate limits
     ├── code "provider_error"      any other provider failure (the provider's code is in the message)
     ├── code "slack_error"         the Slack adapter's name for provider_error (the contract's code)
-    └── code "tool_failed"         failed inside threadbound (its storage, the task's disk), not the provider
+    ├── code "tool_failed"         failed inside threadbound (its storage, the task's disk), not the provider
+    └── StreamClosed               the provider ended a streamed message early (time, size): a new one goes on
 
 Adapters map provider exceptions into ``ChannelError`` at one place each
 (``channel.slack.errors``); the session turns it into
@@ -60,3 +61,13 @@ class ChannelError(Exception):
 
     def as_result(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
+
+
+class StreamClosed(ChannelError):
+    """The provider closed a streamed message before we did (it expired, or is full): the message
+    keeps what it had, and the answer continues in a new message. Never reaches the model."""
+
+    def __init__(self, message: str, *, unsent: str = "", provider_code: str | None = None) -> None:
+        super().__init__("provider_error", message, provider_code=provider_code)
+        #: The end of the Markdown handed to the stream that the message does not show.
+        self.unsent = unsent

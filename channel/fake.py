@@ -38,13 +38,15 @@ from .contract import (
     Document,
     Fetched,
     FileMeta,
+    LiveMessage,
     MessageView,
     Origin,
     OriginInfo,
     Posted,
+    Step,
     Uploaded,
 )
-from .errors import ChannelError
+from .errors import ChannelError, StreamClosed
 
 #: Every capability on: what a test gets unless it asks for less.
 ALL_FEATURES = ChannelFeatures(
@@ -56,6 +58,7 @@ ALL_FEATURES = ChannelFeatures(
     attach=True,
     documents=True,
     status=True,
+    stream=True,
 )
 _EPOCH = 1_700_000_000
 
@@ -77,8 +80,12 @@ class FakeMessage:
     reactions: dict[str, list[str]] = field(default_factory=dict)
     effect_id: str = ""
     edited: bool = False
-    #: The small print under the post (``set_footer``).
+    #: The small print under the post (``edit(..., footer=)``).
     footer: str = ""
+    #: The key its feedback buttons report, ``""`` without buttons.
+    feedback: str = ""
+    #: True while it is being streamed (``open_stream`` … ``stop``).
+    streaming: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,13 +278,39 @@ class FakeAdapter(AdapterBase):
             time="",
         )
 
-    async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+    async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
         self._enter("post", origin.channel)
         self._check_length(markdown)
         message = self._store(
             origin, markdown, author=self.bot_name, is_bot=True, is_you=True, files=[], effect_id=effect_id
         )
+        message.feedback = feedback
         return self._posted(message)
+
+    async def open_stream(
+        self,
+        origin: Origin,
+        markdown: str,
+        steps: tuple[Step, ...],
+        *,
+        effect_id: str,
+        recipient: Mapping[str, Any] | None,
+    ) -> LiveMessage:
+        self._enter("open_stream", origin.channel, "stream")
+        if not origin.thread_ts:
+            raise ChannelError("unsupported", "The fake adapter streams only into a thread.")
+        message = self._store(origin, markdown, author=self.bot_name, is_bot=True, is_you=True, files=[])
+        message.streaming = True
+        live = _FakeLive(self, message)
+        live.steps.extend(steps)
+        return live
+
+    def close_streams(self) -> int:
+        """End every open stream as a provider would after its time limit; returns how many."""
+        open_ones = [m for m in self.messages if m.streaming]
+        for message in open_ones:
+            message.streaming = False
+        return len(open_ones)
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         self._enter("find_posted", effect_id)
@@ -300,16 +333,14 @@ class FakeAdapter(AdapterBase):
                 raise ChannelError("provider_error", "No such reaction.", provider_code="no_reaction")
             who.remove(self.bot_name)
 
-    async def edit(self, ref: str, markdown: str) -> None:
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         self._enter("edit", ref, "edit")
         message = self._own(ref, "edited")
         self._check_length(markdown)
         message.text = markdown
+        message.feedback = feedback
+        message.footer = footer
         message.edited = True
-
-    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
-        self._enter("set_footer", ref)
-        self._own(ref, "edited").footer = footer
 
     async def retract(self, ref: str) -> None:
         self._enter("retract", ref, "retract")
@@ -365,3 +396,32 @@ class FakeAdapter(AdapterBase):
     async def set_status(self, origin: Origin, status: str) -> None:
         self._enter("set_status", status, "status")
         self.statuses.append((origin, status))
+
+
+class _FakeLive:
+    """A message being streamed by :class:`FakeAdapter` (closed by ``close_streams`` or its size)."""
+
+    def __init__(self, adapter: FakeAdapter, message: FakeMessage) -> None:
+        self._adapter = adapter
+        self._message = message
+        self.posted = adapter._posted(message)
+        self.steps: list[Step] = []
+
+    def _check_open(self, unsent: str) -> None:
+        if not self._message.streaming:
+            raise StreamClosed("The stream has ended.", unsent=unsent, provider_code="stream_closed")
+
+    async def append(self, markdown: str, steps: tuple[Step, ...] = ()) -> None:
+        self._adapter._enter("append_stream", self._message.ref)
+        self._check_open(markdown)
+        if len(self._message.text) + len(markdown) > self._adapter.max_post_chars * 3 // 2:
+            raise StreamClosed("The message is full.", unsent=markdown, provider_code="msg_too_long")
+        self._message.text += markdown
+        self.steps.extend(steps)
+
+    async def stop(self, *, effect_id: str, feedback: str = "") -> None:
+        self._adapter._enter("stop_stream", self._message.ref)
+        self._message.effect_id = effect_id
+        self._message.feedback = feedback
+        self._check_open("")
+        self._message.streaming = False

@@ -6,6 +6,9 @@ settled by :func:`reconcile` at the start of the next run:
 
 - a post is looked up by the effect id it carries; found, its result is recovered,
   otherwise it is reported unavailable (and not posted again);
+- a streamed reply (``stream: true``) carries its effect id once stopped, so a finished one is
+  found like a post; one still unfinished (its ref journalled as ``channel_stream``) is partial
+  text and is removed, so the resumed run answers once, not a fragment plus an answer;
 - reactions, edits and retractions are idempotent, so they are re-attempted
   (``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done);
 - uploads and documents carry no marker to look for: they are reported, never repeated.
@@ -36,6 +39,8 @@ Result = dict[str, Any]
 #: Awaited before every write; raises (the host's own exception) when the task may no longer write.
 WriteGuard = Callable[[], Awaitable[None]]
 
+#: Journal tool name of the record tying a streamed message's ref to its reply effect.
+STREAM_EFFECT = "channel_stream"
 #: Provider codes that mean an idempotent write had already taken effect.
 _DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 
@@ -95,16 +100,54 @@ async def reconcile(
     """Settle effects a crashed run left open, never repeating a post; ``record_post`` mints the
     handle of a recovered post. Returns one line per effect for the model (reasons bounded to 512 bytes)."""
     notes: list[str] = []
+    # A streamed message's ref, by the reply effect it belongs to.
+    streamed: dict[str, tuple[str, str]] = {}
     for effect in effects:
+        if effect.tool == STREAM_EFFECT:
+            args = json.loads(effect.args)
+            streamed[str(args.get("reply"))] = (effect.effect_id, str(args.get("ref") or ""))
+    for effect in effects:
+        if effect.tool == STREAM_EFFECT:
+            continue  # settled with its reply
         await journal.check()  # settling may write again (reactions, edits, retractions)
         args = json.loads(effect.args)
+        stream = streamed.pop(effect.effect_id, None)
         try:
-            result, note = await _settle(adapter, origin, effect.tool, effect.effect_id, args, record_post)
+            if stream is not None:
+                result, note = await _settle_stream(adapter, origin, effect.effect_id, stream[1], record_post)
+            else:
+                result, note = await _settle(
+                    adapter, origin, effect.tool, effect.effect_id, args, record_post
+                )
         except ChannelError as exc:
             result, note = exc.as_result(), f"is unavailable: {exc.message}"
         await journal.close(effect.effect_id, result)
+        if stream is not None:
+            await journal.close(stream[0], {"ok": True})
         notes.append(f"- an interrupted {effect.tool} {bounded(note)}")
+    for stream_effect, _ in streamed.values():  # its reply effect was already closed
+        await journal.close(stream_effect, {"ok": True})
     return notes
+
+
+async def _settle_stream(
+    adapter: ChannelAdapter,
+    origin: Origin,
+    effect_id: str,
+    ref: str,
+    record_post: Callable[[Posted], Awaitable[str]],
+) -> tuple[Result, str]:
+    found = await adapter.find_posted(origin, effect_id)
+    if found:
+        handle = await record_post(found[0])
+        return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
+    try:
+        await adapter.retract(ref)
+    except ChannelError as exc:
+        if exc.provider_code != "message_not_found" and exc.code != "not_found":
+            raise
+    error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
+    return error.as_result(), "was cut off while being written and removed; answer again if still needed"
 
 
 async def _settle(

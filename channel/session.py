@@ -21,6 +21,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,14 @@ from pydantic import ValidationError
 from storage.base import EffectRecord, StoreError, TaskRecord
 
 from . import tool_search
-from .contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo, Posted
+from .contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo, Posted, Step
 from .errors import ChannelError, bounded
 from .handles import HandleRegistry
 from .journal import EffectJournal, WriteGuard, reconcile
 from .markdown import split_markdown, strip_mass_mentions
 from .selection import HostTool, ToolSelection
 from .store import SessionStore
+from .streaming import FLUSH_INTERVAL, AnswerStream
 from .tools import (
     CATALOG,
     MCP_SEARCH,
@@ -58,6 +60,8 @@ log = logging.getLogger(__name__)
 
 Result = dict[str, Any]
 _CURSOR = re.compile(r"^before_(\d{1,7})$")
+#: The id of the tool call being handled (a streamed channel_reply is matched by it).
+_CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
 # Deferred tools named when tool_search finds nothing; MCP servers can bring hundreds.
 _LISTED = 30
 
@@ -91,8 +95,15 @@ class ChannelSession:
         self.posted: list[str] = []
         #: Set once a channel_reply succeeded (or the host posted the final text).
         self.replied = False
-        # The adapter's ref and the text of the newest post of this run (where a usage footer goes).
-        self._last_post: tuple[str, str] | None = None
+        # The newest post of this run, where a usage footer goes: its ref, text and feedback key.
+        self._last_post: tuple[str, str, str] | None = None
+        #: Feedback buttons on each answer's last message report this key (the host sets it); "" for none.
+        self.feedback = ""
+        #: The answer being streamed, when the host turned streaming on (:meth:`stream_answers`).
+        self.answer: AnswerStream | None = None
+        self._streaming = False
+        self._recipient: Mapping[str, Any] | None = None
+        self._interval = FLUSH_INTERVAL
         # A `run` without --thread posts a new root; its later posts go into that root's thread.
         self._adopt_first_root = adopt_first_root
         self._conversation: list[MessageView] | None = None
@@ -137,9 +148,77 @@ class ChannelSession:
         deferred: list[ToolSpec | HostTool] = [*self.tools.deferred, *self.tools.host_deferred]
         return [t for t in deferred if t.name not in self.enabled]
 
+    # -- streaming ----------------------------------------------------------------------
+    def stream_answers(
+        self, recipient: Mapping[str, Any] | None, *, interval: float = FLUSH_INTERVAL
+    ) -> bool:
+        """Stream answers from now on, when the adapter can stream here (a thread); ``recipient`` is the
+        inbound message answered (as ``view`` takes it). Returns whether streaming is on."""
+        self._streaming = self.adapter.features.stream and bool(self.origin.thread_ts)
+        self._recipient = recipient
+        self._interval = interval
+        return self._streaming
+
+    @property
+    def streaming(self) -> bool:
+        """Answers stream, and the current one (if any) has not fallen back to posts."""
+        return self._streaming and not (self.answer is not None and self.answer.broken)
+
+    def _answer_stream(self) -> AnswerStream:
+        if self.answer is None:
+            self.answer = AnswerStream(
+                self, recipient=self._recipient, feedback=self.feedback, interval=self._interval
+            )
+        return self.answer
+
+    def stream_text(self, source: str, text: str) -> None:
+        """What ``source`` wrote so far: ``text:…`` a model response's text (shown until the session
+        replied), ``call:<id>`` a channel_reply call's ``text`` argument."""
+        if not self._streaming or (self.replied and not source.startswith("call:")):
+            return
+        if not text and self.answer is None:
+            return
+        self._answer_stream().text(source, text)
+
+    def stream_step(self, step: Step) -> None:
+        """A tool started or ended; shown in the answer being streamed (not after the reply)."""
+        if not self._streaming or (self.replied and self.answer is None):
+            return
+        self._answer_stream().step(step)
+
+    async def answer_with(self, markdown: str) -> Result:
+        """The run's final text as the reply: the streamed answer finished with it, or posted."""
+        answer, self.answer = self.answer, None
+        if answer is not None:
+            result = await answer.finish(markdown)
+            self.replied = True
+            await self._remember_streamed(markdown, result)
+            return result
+        return await self.post_markdown(markdown)
+
+    def stop_streaming(self) -> None:
+        """Stop feeding the answer being streamed (the run is over); writes nothing."""
+        self._streaming = False
+        if self.answer is not None:
+            self.answer.cancel()
+
+    async def drop_answer(self) -> None:
+        """The run ended without the streamed text becoming an answer: remove what was shown."""
+        answer, self.answer = self.answer, None
+        if answer is not None:
+            await answer.abandon()
+
     # -- calling ----------------------------------------------------------------------
-    async def call(self, name: str, args: Any) -> Result:
-        """Run one tool call; always returns a result (an error result on any refusal or failure)."""
+    async def call(self, name: str, args: Any, *, call_id: str = "") -> Result:
+        """Run one tool call; always returns a result (an error result on any refusal or failure).
+        ``call_id`` is the model's id for the call (a streamed reply is matched by it)."""
+        token = _CALL_ID.set(call_id)
+        try:
+            return await self._call(name, args)
+        finally:
+            _CALL_ID.reset(token)
+
+    async def _call(self, name: str, args: Any) -> Result:
         spec = MCP_SEARCH if name == MCP_SEARCH.name else CATALOG.get(name)
         if spec is None or not self.offered(name):
             deferred = any(s.name == name for s in (*self.tools.deferred, *self.tools.host_deferred))
@@ -162,10 +241,19 @@ class ChannelSession:
 
     # -- replies ------------------------------------------------
     async def _reply(self, args: ReplyArgs) -> Result:
+        answer = self.answer
+        call_id = _CALL_ID.get()
+        if answer is not None and call_id and f"call:{call_id}" in answer.sources:
+            self.answer = None
+            result = await answer.finish(args.text)
+            self.replied = True
+            await self._remember_streamed(args.text, result)
+            return result
         return await self.post_markdown(args.text)
 
-    async def post_markdown(self, markdown: str) -> Result:
-        """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too."""
+    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> Result:
+        """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too
+        (``feedback=False``: no feedback buttons, e.g. on an apology)."""
         text = strip_mass_mentions(markdown)
         parts = split_markdown(text, self.adapter.max_post_chars)
         if not parts:
@@ -178,8 +266,11 @@ class ChannelSession:
                 "channel_reply",
                 {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index},
             )
+            last = index == len(parts) - 1
             try:
-                posted = await self._post_once(part, effect_id)
+                posted = await self.post_once(
+                    part, effect_id, feedback=self.feedback if feedback and last else ""
+                )
             except ChannelError as exc:
                 await self.journal.close(effect_id, exc.as_result())
                 if handles:
@@ -188,7 +279,7 @@ class ChannelSession:
                     )
                 raise
             try:
-                handle = await self._record_post(posted)
+                handle = await self.record_post(posted)
                 await self.journal.close(effect_id, {"message": handle})
             except StoreError as exc:
                 # The provider has the post; never post again. Tell the model what we know (its
@@ -197,7 +288,7 @@ class ChannelSession:
                 handle = "unrecorded"
                 bridge_error = bounded(f"posted, but recording it failed: {exc}")
             handles.append(handle)
-            self._last_post = (posted.ref, part)
+            self._last_post = (posted.ref, part, self.feedback if feedback and last else "")
             if first_permalink is None:
                 first_permalink = posted.permalink
         self.replied = True
@@ -209,21 +300,33 @@ class ChannelSession:
         return result
 
     async def add_footer(self, footer: str) -> None:
-        """Show ``footer`` (e.g. the run's usage) under this run's newest post; nothing when it posted
-        nothing. A failure is logged: the answer is already there."""
+        """Show ``footer`` (e.g. the run's usage) under this run's newest post, keeping its text and
+        feedback buttons; nothing when it posted nothing. A failure is logged: the answer is there."""
         if self._last_post is None:
             return
-        ref, markdown = self._last_post
+        ref, markdown, feedback = self._last_post
         await self.journal.check()
         try:
-            await self.adapter.set_footer(ref, markdown, footer)
+            await self.adapter.edit(ref, markdown, feedback=feedback, footer=footer)
         except ChannelError as exc:
             log.warning("could not add the footer to a post: %s", exc.message)
 
-    async def _post_once(self, markdown: str, effect_id: str) -> Posted:
+    async def _remember_streamed(self, markdown: str, result: Result) -> None:
+        """A streamed answer ended as ``result``: its last message is where a footer goes."""
+        handles = result.get("parts") or [result.get("message")]
+        parts = split_markdown(strip_mass_mentions(markdown), self.adapter.max_post_chars)
+        if not parts or not isinstance(handles[-1], str) or not handles[-1].startswith("msg_"):
+            return
+        try:
+            record = await self.handles.resolve(handles[-1], "msg")
+        except (ChannelError, StoreError):
+            return
+        self._last_post = (record.ref, parts[-1], self.feedback)
+
+    async def post_once(self, markdown: str, effect_id: str, *, feedback: str = "") -> Posted:
         """Post, never retrying; when the connection broke mid-request, look for the post instead."""
         try:
-            return await self.adapter.post(self.origin, markdown, effect_id=effect_id)
+            return await self.adapter.post(self.origin, markdown, effect_id=effect_id, feedback=feedback)
         except ChannelError as exc:
             if exc.provider_code != "transport":
                 raise
@@ -235,7 +338,8 @@ class ChannelSession:
                 raise
             return found[0]
 
-    async def _record_post(self, posted: Posted) -> str:
+    async def record_post(self, posted: Posted) -> str:
+        """Mint the handle of a message the bot just posted (and route a new root to this task)."""
         handle = await self.handles.mint("msg", posted.ref, authored=True)
         self.posted.append(handle)
         if posted.new_root:
@@ -248,9 +352,14 @@ class ChannelSession:
                 self._adopt_first_root = False
         return handle
 
+    def forget_post(self, handle: str) -> None:
+        """A message posted in this run was removed again (a streamed text that was no answer)."""
+        if handle in self.posted:
+            self.posted.remove(handle)
+
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
         """Settle effects a crashed run left open (see :func:`channel.journal.reconcile`)."""
-        return await reconcile(self.journal, self.adapter, self.origin, effects, self._record_post)
+        return await reconcile(self.journal, self.adapter, self.origin, effects, self.record_post)
 
     # -- what the host needs about the conversation ----------------------------------------
     async def describe(self) -> OriginInfo:

@@ -38,7 +38,6 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "files:write",
     "users:read",
     "canvases:write",
-    "assistant:write",
 )
 
 FAKE_HOST = "https://fake.slack.com"

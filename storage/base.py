@@ -255,6 +255,20 @@ class Store(Protocol):
 
     async def get_lease(self, task_id: str) -> LeaseRecord | None: ...
 
+    # -- instances ----------------------------------------------------------------
+    async def register_instance(self, owner: str, *, now: float) -> None:
+        """Tie ``owner``'s liveness to this store object until :meth:`close`: a session-level
+        advisory lock on Postgres (the database ends it with the connection), a file lock next to
+        the SQLite database (the kernel ends it with the process). Owners that never registered are
+        judged by their lease's expiry alone. Raises ``StoreError`` when ``owner`` is alive already."""
+
+    async def dead_owners(self, *, now: float) -> list[str]:
+        """Registered owners of unexpired leases whose liveness has ended (their process is gone)."""
+
+    async def expire_leases(self, owner: str, *, now: float) -> int:
+        """End every lease of ``owner`` (a dead instance's) now and forget the instance, so its
+        tasks are due at once (:meth:`tasks_needing_a_run`); how many leases ended."""
+
     # -- handles ----------------------------------------------------------------
     async def mint_handle(
         self,

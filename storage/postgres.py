@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import zlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -37,6 +38,16 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: First key of the migration advisory lock ("tb"); the second is derived from the schema name.
 _MIGRATE_LOCK_CLASS = 0x7462
 _MIGRATE_LOCK = Statement("SELECT pg_advisory_xact_lock(:lock_class, :lock_key)")
+#: An instance's liveness: a session-level advisory lock ``(_LIVENESS_LOCK_CLASS, its key)`` held on
+#: a connection of its own for the instance's life. Postgres ends it when that session ends, so a
+#: killed instance's lock is gone as soon as the database notices the connection dropped.
+_LIVENESS_LOCK_CLASS = 0x7469
+_LIVENESS_LOCK = "SELECT pg_advisory_lock($1, $2)"
+_LIVE_KEYS = (
+    "SELECT objid::bigint AS key FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND objsubid = 2 AND classid::bigint = $1"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
 _TX_ATTEMPTS = 3
 _CLOSE_TIMEOUT = 10.0
 
@@ -86,6 +97,8 @@ class PostgresStore(SqlStore):
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
+        #: The connection holding this instance's liveness lock (register_instance), if any.
+        self._liveness: asyncpg.Connection | None = None
 
     @property
     def schema(self) -> str | None:
@@ -178,8 +191,37 @@ class PostgresStore(SqlStore):
             steps.append((Statement(f'CREATE SCHEMA IF NOT EXISTS "{schema}"', verbatim=True), {}))
         return steps
 
+    # -- liveness ----------------------------------------------------------------
+    async def _hold_liveness(self, owner: str) -> int:
+        key = secrets.randbelow(2**31 - 1) + 1  # an int4 key, positive: it reads back unchanged
+        try:
+            conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
+        except (*_DRIVER_ERRORS, ValueError) as exc:
+            raise StoreError(f"cannot connect to Postgres: {exc}") from exc
+        try:
+            await conn.execute(_LIVENESS_LOCK, _LIVENESS_LOCK_CLASS, key)
+        except _DRIVER_ERRORS as exc:
+            await conn.close()
+            raise StoreError(f"postgres: {exc}") from exc
+        old, self._liveness = self._liveness, conn
+        if old is not None:
+            await old.close()
+        return key
+
+    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        rows = await self._transact(lambda conn: conn.fetch(_LIVE_KEYS, _LIVENESS_LOCK_CLASS))
+        live = {int(r["key"]) for r in rows}
+        return [owner for owner, key in owners if key not in live]
+
     # -- lifecycle ---------------------------------------------------------------
     async def close(self) -> None:
+        liveness, self._liveness = self._liveness, None
+        if liveness is not None:
+            # Closing the session releases the lock; a clean stop released its leases already.
+            try:
+                await asyncio.wait_for(liveness.close(), _CLOSE_TIMEOUT)
+            except (TimeoutError, *_DRIVER_ERRORS):
+                liveness.terminate()
         async with self._pool_lock:
             self._closed = True
             pool, self._pool = self._pool, None

@@ -17,10 +17,12 @@ Tables (same shape on both dialects):
 - ``inbox``: claimed messages not yet consumed; a saved run deletes what it consumed.
   Ids are never reused (``AUTOINCREMENT`` / identity) so a stale id cannot consume a newer item.
 - ``leases``: at most one owner per task.
+- ``instances`` (v5): lease owners that tied their liveness to something that ends with their
+  process (``register_instance``), with the key of that lock; see ``dead_owners``.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
-- ``model_usage`` (v5): one row per model request (tokens by kind) with its task, person, channel,
-  model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v5)
+- ``model_usage`` (v6): one row per model request (tokens by kind) with its task, person, channel,
+  model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v6)
   is the compacted summary of a long conversation's older turns (``app/compaction.py``).
 """
 
@@ -275,8 +277,13 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
 #: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
 _V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
 
-#: v5: model usage per request, and a conversation's compacted summary on its task.
-_V5_USAGE = """CREATE TABLE model_usage (
+#: v5: instances whose liveness the store can check, so their leases are taken over when they die.
+_V5: Final[tuple[str, ...]] = (
+    "CREATE TABLE instances (owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, started_at REAL NOT NULL)",
+)
+
+#: v6: model usage per request, and a conversation's compacted summary on its task.
+_V6_USAGE = """CREATE TABLE model_usage (
         task_id TEXT NOT NULL,
         person TEXT NOT NULL,
         channel TEXT NOT NULL,
@@ -289,12 +296,12 @@ _V5_USAGE = """CREATE TABLE model_usage (
         cache_write_tokens BIGINT NOT NULL,
         requests BIGINT NOT NULL
     )"""
-_V5_COMMON: Final[tuple[str, ...]] = (
+_V6_COMMON: Final[tuple[str, ...]] = (
     "CREATE INDEX model_usage_day ON model_usage (day, person)",
     "ALTER TABLE tasks ADD COLUMN summary TEXT NOT NULL DEFAULT ''",
 )
-_V5_SQLITE: Final[tuple[str, ...]] = (_V5_USAGE.format(real="REAL"), *_V5_COMMON)
-_V5_POSTGRES: Final[tuple[str, ...]] = (_V5_USAGE.format(real="DOUBLE PRECISION"), *_V5_COMMON)
+_V6_SQLITE: Final[tuple[str, ...]] = (_V6_USAGE.format(real="REAL"), *_V6_COMMON)
+_V6_POSTGRES: Final[tuple[str, ...]] = (_V6_USAGE.format(real="DOUBLE PRECISION"), *_V6_COMMON)
 
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
@@ -302,7 +309,8 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
     (3, {"sqlite": _V3_SQLITE, "postgres": _V3_POSTGRES}),
     (4, {"sqlite": _V4, "postgres": _V4}),
-    (5, {"sqlite": _V5_SQLITE, "postgres": _V5_POSTGRES}),
+    (5, {"sqlite": _V5, "postgres": _V5}),
+    (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

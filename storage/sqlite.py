@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from .base import StoreError
+from .liveness import FileLiveness
 from .sql import SQLITE, Procedure, Row, Script, Statement
 from .sqlstore import SqlStore
 
@@ -220,6 +221,8 @@ class SQLiteStore(SqlStore):
         #: Tasks kept referenced while they run: the backlog's, and answers of cancelled batches.
         self._committer: asyncio.Task[None] | None = None
         self._stragglers: set[asyncio.Task[None]] = set()
+        #: Lock files of registered instances (none for an in-memory database: no other process sees it).
+        self._liveness = FileLiveness(self._path) if self._path != ":memory:" else None
 
     @property
     def path(self) -> str:
@@ -353,11 +356,34 @@ class SQLiteStore(SqlStore):
         interrupted = StoreError("write interrupted; it may or may not be recorded")
         _answer(futures, done[0] if done else [interrupted] * len(futures))
 
+    # -- liveness ----------------------------------------------------------------
+    async def _hold_liveness(self, owner: str) -> int:
+        if self._liveness is not None:
+            try:
+                await self._liveness.hold(owner)
+            except BlockingIOError as exc:
+                raise StoreError(f"an instance named {owner!r} is already running on this database") from exc
+            except OSError as exc:
+                raise _store_error(exc) from exc
+        return 0
+
+    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        if self._liveness is None:
+            return []
+        return await self._liveness.dead([owner for owner, _ in owners])
+
+    async def _forget_liveness(self, owner: str) -> None:
+        if self._liveness is not None:
+            await self._liveness.forget(owner)
+
     # -- lifecycle ---------------------------------------------------------------
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._liveness is not None:
+            with contextlib.suppress(OSError):
+                await self._liveness.release()
         thread, self._thread = self._thread, None
         if thread is not None:
             # Jobs already queued finish first (the queue is FIFO); then the thread ends.

@@ -71,6 +71,18 @@ class SqlStore(ABC):
         """Drive the script ``make()`` returns in one transaction; its return value. ``make`` is
         called again when the backend reruns the transaction (a generator runs only once)."""
 
+    @abstractmethod
+    async def _hold_liveness(self, owner: str) -> int:
+        """Take the lock that ends with this process (or its connection); returns its key."""
+
+    @abstractmethod
+    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        """Which of ``(owner, lock key)`` no longer hold their liveness lock."""
+
+    async def _forget_liveness(self, owner: str) -> None:
+        """Clean up what a dead ``owner``'s liveness lock left behind (SQLite: its lock file)."""
+        return None  # Postgres: nothing (the lock ended with its session)
+
     def _migration_prelude(self) -> Sequence[tuple[Statement, Mapping[str, Any]]]:
         """Statements the migration transaction starts with (Postgres: a lock, the schema)."""
         return ()
@@ -220,6 +232,23 @@ class SqlStore(ABC):
     async def get_lease(self, task_id: str) -> LeaseRecord | None:
         row = await self._one(sql.GET_LEASE, task_id=task_id)
         return None if row is None else lease_from_row(row)
+
+    # -- instances -----------------------------------------------------------------------
+    async def register_instance(self, owner: str, *, now: float) -> None:
+        lock_key = await self._hold_liveness(owner)
+        await self._execute(sql.REGISTER_INSTANCE, {"owner": owner, "lock_key": lock_key, "now": now})
+
+    async def dead_owners(self, *, now: float) -> list[str]:
+        rows = await self._fetch(sql.REGISTERED_LEASE_OWNERS, {"now": now})
+        if not rows:
+            return []
+        return await self._dead([(str(r["owner"]), int(r["lock_key"])) for r in rows])
+
+    async def expire_leases(self, owner: str, *, now: float) -> int:
+        ended = await self._execute(sql.EXPIRE_LEASES, {"owner": owner, "now": now})
+        await self._execute(sql.FORGET_INSTANCE, {"owner": owner})
+        await self._forget_liveness(owner)
+        return ended
 
     # -- handles -------------------------------------------------------------------------
     async def mint_handle(

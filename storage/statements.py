@@ -250,6 +250,22 @@ RENEW_LEASE: Final = Statement(
 RELEASE_LEASE: Final = Statement("DELETE FROM leases WHERE task_id = :task_id AND owner = :owner")
 GET_LEASE: Final = Statement(f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = :task_id")
 
+# -- instances (liveness of lease owners) -----------------------------------------------------
+
+REGISTER_INSTANCE: Final = Statement(
+    "INSERT INTO instances (owner, lock_key, started_at) VALUES (:owner, :lock_key, :now)"
+    " ON CONFLICT (owner) DO UPDATE SET lock_key = excluded.lock_key, started_at = excluded.started_at"
+)
+#: Registered owners that hold unexpired leases, with the key of their liveness lock.
+REGISTERED_LEASE_OWNERS: Final = Statement(
+    "SELECT DISTINCT i.owner, i.lock_key FROM instances i JOIN leases l ON l.owner = i.owner"
+    " WHERE l.expires_at > :now"
+)
+EXPIRE_LEASES: Final = Statement(
+    "UPDATE leases SET expires_at = :now WHERE owner = :owner AND expires_at > :now"
+)
+FORGET_INSTANCE: Final = Statement("DELETE FROM instances WHERE owner = :owner")
+
 # -- handles ---------------------------------------------------------------------------------
 
 MINT_HANDLE: Final = Statement(

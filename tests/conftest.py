@@ -12,7 +12,8 @@ from __future__ import annotations
 # `httpx`/`httpcore`; the openai and anthropic SDKs (and pydantic-ai) use `httpx2`/`httpcore2`.
 # Aliasing makes both names one library. It must run before anything imports httpx, and pydantic-ai
 # imports it when installed, so it runs here, first (respx's own pytest plugin, which would import
-# httpx even earlier, is off: `-p no:respx` in pyproject.toml). Nothing else in the suite uses httpx.
+# httpx even earlier, is off: `-p no:respx` in pyproject.toml). Nothing else here imports legacy
+# httpx (fastmcp 4 and the MCP SDK use httpx2 too), so the alias changes nothing for other tests.
 import httpx2
 
 httpx2.alias_httpx()
@@ -31,6 +32,9 @@ from storage import Store, open_store  # noqa: E402
 
 class StoreFactory(Protocol):
     """Opens another store on the test's database (same file or schema), closed at teardown."""
+
+    #: The database URL the stores open (for a subprocess that must reach the same database).
+    url: str
 
     async def __call__(self, *, migrate: bool = True) -> Store: ...
 
@@ -57,8 +61,9 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
             await store.migrate()
         return store
 
+    make.url = url  # type: ignore[attr-defined]
     try:
-        yield make
+        yield make  # type: ignore[misc]
     finally:
         for store in opened:
             await store.close()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import re
 from typing import Any
 
-from channel.slack.content import message_files, references, render_message
+from app.router import BotIdentity, classify
+from app.settings import Settings
+from channel.slack.content import file_stubs, message_files, references, render_message, with_files
+from channel.slack.file_meta import file_meta
 from channel.slack.render import Names
 from testing import fixtures
 
@@ -254,3 +258,61 @@ def test_every_fixture_renders_without_ids_or_errors() -> None:
             channels={**{c: "somewhere" for c in refs.channels}, **refs.channel_labels},
         )
         _no_ids(render_message(message, names))
+
+
+_KEYS = (
+    "type subtype text blocks attachments elements fields message_blocks message files is_share "
+    "is_msg_unfurl author_id author_name channel_id channel_name ts thread_ts fallback title title_link "
+    "service_name from_url pretext value style indent offset user_id usergroup_id range name timestamp url "
+    "id file_access mode size user channel channel_type bot_id hidden edited"
+).split()
+_TYPES = (
+    "rich_text rich_text_section rich_text_list rich_text_quote rich_text_preformatted text link user "
+    "usergroup channel emoji broadcast date section header context markdown image mrkdwn plain_text "
+    "message_mention message app_mention message_changed file_share"
+).split()
+_LEAVES: list[Any] = [
+    None,
+    "",
+    "x",
+    "<@U1>",
+    "<@UBOT>",
+    "<#C1>",
+    0,
+    1.5,
+    -3,
+    True,
+    "1720710212",
+    "check_file_info",
+    [],
+    {},
+]
+
+
+def _junk(rng: random.Random, depth: int) -> Any:
+    roll = rng.random()
+    if depth > 4 or roll < 0.3:
+        return rng.choice([*_LEAVES, rng.choice(_TYPES)])
+    if roll < 0.55:
+        return [_junk(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    keys = rng.sample(_KEYS, rng.randint(0, 8))
+    return {
+        k: rng.choice(_TYPES) if k in ("type", "subtype") and rng.random() < 0.8 else _junk(rng, depth + 1)
+        for k in keys
+    }
+
+
+def test_malformed_payloads_never_raise() -> None:
+    """Payloads of any shape (wrong types, missing keys, deep nesting) route and render without error."""
+    rng = random.Random(11)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    for _ in range(3000):
+        message = _junk(rng, 0)
+        if not isinstance(message, dict):
+            message = {"attachments": message, "blocks": message, "files": message}
+        classify(message, BotIdentity("UBOT", "BBOT"), settings)
+        render_message(message, Names(users={u: "x" for u in references(message).users}))
+        file_stubs(message)
+        with_files(message, {"x": {"id": "x"}})
+        for file in message_files(message):
+            file_meta(file)

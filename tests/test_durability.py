@@ -52,6 +52,8 @@ def _server_env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path) -> dict[str, 
         "LEASE_TTL": "2",
         "SWEEP_INTERVAL": "0.5",
         "SHUTDOWN_GRACE": "10",
+        # These tests hold and drop chat.postMessage: answers are posted whole (streams: test_streaming.py).
+        "STREAM": "off",
     }
 
 

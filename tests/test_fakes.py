@@ -54,7 +54,7 @@ async def test_auth_test_reports_bot_identity_and_scopes(slack: FakeSlack, clien
     resp = await client.auth_test()
     assert (resp["user_id"], resp["bot_id"], resp["team_id"]) == ("UBOT", "BBOT", "T1")
     scopes = resp.headers["x-oauth-scopes"].split(",")
-    assert "canvases:write" in scopes and "assistant:write" in scopes and "files:read" in scopes
+    assert "canvases:write" in scopes and "chat:write" in scopes and "files:read" in scopes
     assert slack.count("auth.test") == 1
 
 

@@ -57,18 +57,32 @@ def test_every_subscribed_event_and_every_tool_has_its_scopes() -> None:
     assert bot == set(DEFAULT_SCOPES)
 
 
-def test_assistant_write_comes_with_the_assistant_view() -> None:
-    """Slack grants assistant:write only to an app with the assistant view on: never one without the other."""
+def test_the_default_manifest_installs_on_any_plan_and_never_asks_for_assistant_view() -> None:
+    """By default no agent or assistant view (paid plans, deprecated) and no assistant:write: the
+    progress status needs only chat:write since Slack's 2026-03-05 change."""
     manifest = build_manifest(URL)
-    has_scope = "assistant:write" in manifest["oauth_config"]["scopes"]["bot"]
-    assert has_scope == bool(manifest["features"].get("assistant_view", {}).get("assistant_description"))
+    assert "agent_view" not in manifest["features"] and "assistant_view" not in manifest["features"]
+    bot = manifest["oauth_config"]["scopes"]["bot"]
+    assert "assistant:write" not in bot and "chat:write" in bot
+    assert features_from_scopes(["chat:write"]).status
+
+
+def test_agent_view_adds_features_agent_view_and_never_assistant_view(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`manifest --agent-view` adds features.agent_view with a description; assistant_view never appears."""
+    assert main(["manifest", "--url", URL, "--agent-view"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["features"]["agent_view"]["agent_description"]
+    assert "assistant_view" not in manifest["features"]
+    assert manifest["oauth_config"]["scopes"]["bot"] == build_manifest(URL)["oauth_config"]["scopes"]["bot"]
 
 
 def test_features_follow_the_scopes() -> None:
     """The adapter's features follow the scope table: any one history scope turns reading on."""
     assert features_from_scopes([]).enabled() == frozenset()
     assert features_from_scopes(["im:history"]).enabled() == {"read"}
-    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract"}
+    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract", "status", "stream"}
 
 
 def test_missing_scopes_name_the_tools_they_disable() -> None:

@@ -54,7 +54,9 @@ async def test_metrics_count_deliveries_runs_tool_calls_slack_calls_and_model_ti
     async with FakeSlack() as slack:
         _workspace(slack)
         slack.fail("reactions.add", error="too_many_reactions")
-        async with AppHarness(slack, model=scripted(_read_react_reply), data_dir=tmp_path) as app:
+        async with AppHarness(
+            slack, model=scripted(_read_react_reply), data_dir=tmp_path, stream="off"
+        ) as app:
             ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
             await app.deliver(events.message("C1", "U1", "<@UBOT> hi", ts))
@@ -82,8 +84,8 @@ async def test_two_services_in_one_process_count_their_own_slack_calls(tmp_path:
     async with FakeSlack() as slack:
         _workspace(slack)
         async with (
-            AppHarness(slack, model=echo_model(), data_dir=tmp_path / "a") as first,
-            AppHarness(slack, model=echo_model(), data_dir=tmp_path / "b") as second,
+            AppHarness(slack, model=echo_model(), data_dir=tmp_path / "a", stream="off") as first,
+            AppHarness(slack, model=echo_model(), data_dir=tmp_path / "b", stream="off") as second,
         ):
             ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
             await first.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))

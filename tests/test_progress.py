@@ -8,12 +8,10 @@ from typing import Any
 import pytest
 
 from app.server import StartupError
-from emulator import DEFAULT_SCOPES, FakeSlack
+from emulator import FakeSlack
 from testing import events
 from testing.harness import AppHarness
 from testing.models import Turn, call, echo_model, scripted
-
-NO_STATUS_SCOPES = tuple(s for s in DEFAULT_SCOPES if s != "assistant:write")
 
 
 def _workspace(slack: FakeSlack) -> None:
@@ -34,7 +32,9 @@ async def _mention(app: AppHarness, text: str = "hi") -> str:
 
 
 async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path) -> None:
-    """In a thread with assistant:write the status says "is thinking…", names the tool, then is cleared."""
+    """With STREAM=off, in a thread with chat:write alone (no assistant:write, Slack's 2026-03-05 rule) the
+    status says "is thinking…", names the tool, then is cleared (streamed answers show the tool as a step
+    instead: test_streaming.py)."""
     seen_at_first_request: list[str] = []
 
     def script(turn: Turn) -> list[Any]:
@@ -47,7 +47,7 @@ async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path
 
     async with FakeSlack() as slack:
         _workspace(slack)
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, stream="off") as app:
             ts = await _mention(app)
             await app.idle()
         assert seen_at_first_request == ["is thinking…"]
@@ -57,8 +57,9 @@ async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path
         assert [m["text"] for m in slack.bot_messages("C1")] == ["done reading"]
 
 
-async def test_without_assistant_write_a_reaction_shows_progress_and_is_removed(tmp_path: Path) -> None:
-    """Without the status feature the inbound message wears the emoji while the run works, then loses it."""
+async def test_when_slack_refuses_the_status_a_reaction_shows_progress_and_is_removed(tmp_path: Path) -> None:
+    """When Slack refuses the status the inbound message wears the emoji while the run works, then
+    loses it."""
     during: list[list[str]] = []
 
     def script(turn: Turn) -> list[Any]:
@@ -67,8 +68,9 @@ async def test_without_assistant_write_a_reaction_shows_progress_and_is_removed(
             return [call("channel_reply", text="hello")]
         return [""]
 
-    async with FakeSlack(scopes=NO_STATUS_SCOPES) as slack:
+    async with FakeSlack() as slack:
         _workspace(slack)
+        slack.fail("assistant.threads.setStatus", error="not_allowed", times=None)
         async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
             mention_ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", mention_ts))
@@ -76,12 +78,13 @@ async def test_without_assistant_write_a_reaction_shows_progress_and_is_removed(
         assert during == [["eyes"]]
         assert _bot_reactions(slack, "C1", mention_ts) == []
         assert [c.params["name"] for c in slack.calls_to("reactions.remove")] == ["eyes"]
-        assert slack.count("assistant.threads.setStatus") == 0
+        assert slack.count("assistant.threads.setStatus") == 1  # tried once, then the reaction
         assert [m["text"] for m in slack.bot_messages("C1")] == ["hello"]
 
 
 async def test_a_top_level_dm_gets_the_reaction_with_the_configured_emoji(tmp_path: Path) -> None:
-    """A DM's top level is no thread, so even with assistant:write progress is a reaction (PROGRESS_EMOJI)."""
+    """A DM's top level is no thread, so even with the status feature progress is a reaction
+    (PROGRESS_EMOJI)."""
     async with FakeSlack() as slack:
         slack.add_user("U1", "alice", display_name="Alice")
         slack.add_channel("D1", "alice-dm", is_im=True, user="U1")
@@ -125,13 +128,14 @@ async def test_slack_refusing_status_and_reactions_never_fails_the_run(tmp_path:
 
 
 async def test_status_mode_never_falls_back_to_a_reaction(tmp_path: Path) -> None:
-    """PROGRESS=status shows a status or nothing: without assistant:write no reaction is added."""
-    async with FakeSlack(scopes=NO_STATUS_SCOPES) as slack:
+    """PROGRESS=status shows a status or nothing: when Slack refuses it no reaction is added."""
+    async with FakeSlack() as slack:
         _workspace(slack)
+        slack.fail("assistant.threads.setStatus", error="not_allowed", times=None)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, progress="status") as app:
             await _mention(app)
             await app.idle()
-        assert slack.count("reactions.add") == 0 and slack.count("assistant.threads.setStatus") == 0
+        assert slack.count("reactions.add") == 0 and slack.count("assistant.threads.setStatus") == 1
         assert len(slack.bot_messages("C1")) == 1
 
 

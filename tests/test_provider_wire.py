@@ -302,6 +302,7 @@ def harness(slack: FakeSlack, wire: Wire, data_dir: Path) -> AppHarness:
         data_dir=data_dir,
         openai_api_key="sk-test",
         anthropic_api_key="sk-ant-test",
+        stream="off",  # the recorded provider answers are whole JSON responses, not event streams
     )
 
 

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from pathlib import Path
 from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
 
 from app.run import APOLOGY
 from emulator import FakeSlack
 from testing import events
-from testing.harness import AppHarness
+from testing.fake_model import FakeOpenAI, Reply, last_user_text
+from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, scripted
+from testing.process import ServerProcess
+from testing.waiting import eventually
 
 
 def _workspace(slack: FakeSlack) -> None:
@@ -95,3 +104,124 @@ async def test_a_run_that_lost_its_lease_stops_before_its_next_write(tmp_path: P
             assert [i.ts for i in await store.pending_inbox(task_id)] == [root]
             lease = await store.get_lease(task_id)
             assert lease is not None and lease.owner == "other-instance"
+
+
+# -- crashes: a dead process's conversations are taken over at once, not after LEASE_TTL ---------
+
+#: Far longer than any test waits: an answer within the test's bound cannot come from expiry.
+LONG_LEASE = "600"
+#: How long a crashed conversation may take to be answered (restart or takeover, and one run).
+WITHIN_S = 30.0
+
+
+class _StuckFirst:
+    """A model whose first request never returns (the process running it is killed meanwhile);
+    every later one echoes the person once."""
+
+    def __init__(self) -> None:
+        self.first_request = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        if not self.first_request.is_set():
+            self.first_request.set()
+            await self.release.wait()
+            return FakeOpenAI.text("")
+        messages = request.get("messages") or [{}]
+        if messages[-1].get("role") == "tool":
+            return FakeOpenAI.text("")
+        return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
+
+
+def _serve_env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, **extra: str) -> dict[str, str]:
+    return {
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "DATA_DIR": str(data_dir),
+        "MODEL": "openai-chat:fake",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "x",
+        "LEASE_TTL": LONG_LEASE,
+        "SWEEP_INTERVAL": "3600",
+        "PROGRESS": "off",
+        **extra,
+    }
+
+
+async def _answered(slack: FakeSlack, count: int = 1) -> None:
+    await eventually(lambda: len(slack.bot_messages("C1")) >= count, within=WITHIN_S)
+
+
+async def test_after_sigkill_a_restart_answers_the_pending_inbox_at_once(tmp_path: Path) -> None:
+    """SQLite: the process is killed mid-run; the restarted process takes the dead process's
+    conversation over immediately (no LEASE_TTL wait) and answers it, once."""
+    model = _StuckFirst()
+    async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        env = _serve_env(slack, llm, tmp_path / "data")
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "first.log")
+        await first.start()
+        root = slack.add_message("C1", "<@UBOT> are you there", user="U1")
+        envelope = events.app_mention("C1", "U1", "<@UBOT> are you there", root)
+        assert (
+            await events.deliver(http, f"{first.url}/slack/events", envelope, SIGNING_SECRET)
+        ).status == 200
+        await model.first_request.wait()
+        first.kill()
+        await first.wait()
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "second.log")
+        await second.start()
+        try:
+            await _answered(slack)
+        finally:
+            model.release.set()
+            await second.stop()
+        [reply] = slack.bot_messages("C1")
+        assert "are you there" in reply["text"] and reply.get("thread_ts") == root
+
+
+async def test_on_postgres_a_live_instance_answers_for_a_killed_one(tmp_path: Path) -> None:
+    """Two instances on one Postgres: the one running a conversation is killed mid-run, and the
+    other, seeing its database session end, takes the conversation over and answers it without
+    anyone writing again and long before the lease would expire."""
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set")
+    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    model = _StuckFirst()
+    try:
+        async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
+            _workspace(slack)
+            servers = [
+                ServerProcess(
+                    _serve_env(slack, llm, tmp_path / name, DATABASE_URL=url),
+                    cwd=tmp_path,
+                    log_path=tmp_path / f"{name}.log",
+                )
+                for name in ("a", "b")
+            ]
+            for server in servers:
+                await server.start()
+            doomed, survivor = servers
+            root = slack.add_message("C1", "<@UBOT> anyone there", user="U1")
+            envelope = events.app_mention("C1", "U1", "<@UBOT> anyone there", root)
+            response = await events.deliver(http, f"{doomed.url}/slack/events", envelope, SIGNING_SECRET)
+            assert response.status == 200
+            await model.first_request.wait()
+            doomed.kill()
+            await doomed.wait()
+            try:
+                await _answered(slack)
+            finally:
+                model.release.set()
+                await survivor.stop()
+            [reply] = slack.bot_messages("C1")
+            assert "anyone there" in reply["text"] and reply.get("thread_ts") == root
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()

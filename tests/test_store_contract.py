@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -669,6 +671,67 @@ async def test_concurrent_lease_acquire_across_stores(store_factory: StoreFactor
     assert sum(results) == 1
     lease = await stores[1].get_lease(task_id)
     assert lease is not None and lease.owner == f"o{results.index(True)}"
+
+
+# -- instances -----------------------------------------------------------------------
+
+# A process that registers as instance "A", takes a lease for ``argv[2]`` and is killed.
+_DIES_HOLDING_A_LEASE = f"""
+import asyncio, os, signal, sys
+from storage import open_store
+
+async def main(url, task_id):
+    store = open_store(url)
+    await store.register_instance("A", now={T0!r})
+    assert await store.acquire_lease(task_id, owner="A", ttl=600, now={T0!r})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_a_killed_instances_leases_are_taken_over_before_they_expire(
+    store_factory: StoreFactory,
+) -> None:
+    """While a registered owner lives its leases stand; once its process is killed the database
+    (or the file lock) says so, dead_owners names it, and expire_leases frees its tasks long
+    before the lease would expire. An owner that never registered is judged by expiry alone."""
+    store = await store_factory()
+    await store.register_instance("B", now=T0)
+    task_id, other = await new_task(store, "1.1"), await new_task(store, "2.2")
+    assert await store.acquire_lease(other, owner="unregistered", ttl=600, now=T0)
+    assert await store.acquire_lease(await new_task(store, "3.3"), owner="B", ttl=600, now=T0)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _DIES_HOLDING_A_LEASE, store_factory.url, task_id
+    )
+    assert await process.wait() == -signal.SIGKILL
+    lease = await store.get_lease(task_id)
+    assert lease is not None and lease.owner == "A"
+    dead: list[str] = []
+    for _ in range(100):  # Postgres ends the session once it sees the connection close
+        dead = await store.dead_owners(now=T0 + 1)
+        if dead:
+            break
+        await asyncio.sleep(0.05)
+    assert dead == ["A"]
+    assert not await store.acquire_lease(task_id, owner="B", ttl=60, now=T0 + 1)
+    assert await store.expire_leases("A", now=T0 + 1) == 1
+    assert await store.acquire_lease(task_id, owner="B", ttl=60, now=T0 + 1)
+    assert await store.dead_owners(now=T0 + 1) == []
+    lease = await store.get_lease(other)
+    assert lease is not None and lease.owner == "unregistered"
+
+
+async def test_live_instances_are_never_dead(store_factory: StoreFactory) -> None:
+    """Two stores on one database (two processes on one DATA_DIR, or two instances on Postgres)
+    see each other's registered owners as alive, so neither takes the other's conversations."""
+    first, second = await store_factory(), await store_factory()
+    await first.register_instance("A", now=T0)
+    await second.register_instance("B", now=T0)
+    assert await first.acquire_lease(await new_task(first, "1.1"), owner="A", ttl=600, now=T0)
+    assert await second.acquire_lease(await new_task(second, "2.2"), owner="B", ttl=600, now=T0)
+    assert await first.dead_owners(now=T0 + 1) == []
+    assert await second.dead_owners(now=T0 + 1) == []
 
 
 # -- handles -------------------------------------------------------------------------

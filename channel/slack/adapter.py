@@ -27,10 +27,12 @@ from channel.contract import (
     Document,
     Fetched,
     FileMeta,
+    LiveMessage,
     MessageView,
     Origin,
     OriginInfo,
     Posted,
+    Step,
     Uploaded,
 )
 from channel.errors import ChannelError
@@ -44,6 +46,7 @@ from .file_meta import file_meta
 from .outbound import DEFAULT_DEADLINE, Outbound
 from .render import Names, display_name, strip_mass_mentions
 from .scopes import features_from_scopes
+from .stream import SlackLiveMessage, feedback_blocks
 from .transport import http_session, read_client, write_client
 from .uploads import upload
 
@@ -338,7 +341,8 @@ class SlackAdapter(AdapterBase):
         if user:
             name = names.users.get(user, "someone")
         else:
-            profile = message.get("bot_profile") or {}
+            profile = message.get("bot_profile")
+            profile = profile if isinstance(profile, Mapping) else {}
             name = str(message.get("username") or profile.get("name") or "a bot")
         author = Author(display_name=name, is_bot=bool(bot_id) or is_you, is_you=is_you)
         reactions = {str(r.get("name")): int(r.get("count") or 0) for r in message.get("reactions") or []}
@@ -357,13 +361,21 @@ class SlackAdapter(AdapterBase):
         return (await self._views(channel, [raw]))[0]
 
     # -- writing --------------------------------------------------------------------------------
-    async def post(self, origin: Origin, markdown: str, *, effect_id: str) -> Posted:
+    @staticmethod
+    def effect_metadata(effect_id: str) -> dict[str, Any]:
+        """The message metadata that marks a post (or stream) with its effect id."""
+        return {"event_type": EFFECT_EVENT, "event_payload": {"effect_id": effect_id}}
+
+    async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
         markdown = strip_mass_mentions(markdown)
+        blocks: list[dict[str, Any]] = [{"type": "markdown", "text": markdown}]
+        if feedback:
+            blocks += feedback_blocks(feedback)
         kwargs: dict[str, Any] = {
             "channel": origin.channel,
             "text": fallback_text(markdown),
-            "blocks": [{"type": "markdown", "text": markdown}],
-            "metadata": {"event_type": EFFECT_EVENT, "event_payload": {"effect_id": effect_id}},
+            "blocks": blocks,
+            "metadata": self.effect_metadata(effect_id),
             "unfurl_links": False,
         }
         if origin.thread_ts:
@@ -413,25 +425,14 @@ class SlackAdapter(AdapterBase):
                 lambda: self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji),
             )
 
-    async def edit(self, ref: str, markdown: str) -> None:
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         markdown = strip_mass_mentions(markdown)
         channel, ts = _split_ref(ref)
-        await self.outbound.write(
-            "chat.update",
-            lambda: self.writes.chat_update(
-                channel=channel,
-                ts=ts,
-                text=fallback_text(markdown),
-                blocks=[{"type": "markdown", "text": markdown}],
-            ),
-        )
-
-    async def set_footer(self, ref: str, markdown: str, footer: str) -> None:
-        channel, ts = _split_ref(ref)
-        blocks: list[dict[str, Any]] = [
-            {"type": "markdown", "text": markdown},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]},
-        ]
+        blocks: list[dict[str, Any]] = [{"type": "markdown", "text": markdown}]
+        if footer:
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
+        if feedback:
+            blocks += feedback_blocks(feedback)
         await self.outbound.write(
             "chat.update",
             lambda: self.writes.chat_update(
@@ -442,6 +443,17 @@ class SlackAdapter(AdapterBase):
     async def retract(self, ref: str) -> None:
         channel, ts = _split_ref(ref)
         await self.outbound.write("chat.delete", lambda: self.writes.chat_delete(channel=channel, ts=ts))
+
+    async def open_stream(
+        self,
+        origin: Origin,
+        markdown: str,
+        steps: tuple[Step, ...],
+        *,
+        effect_id: str,
+        recipient: Mapping[str, Any] | None,
+    ) -> LiveMessage:
+        return await SlackLiveMessage.start(self, origin, markdown, steps, recipient)
 
     async def set_status(self, origin: Origin, status: str) -> None:
         await self.outbound.write(

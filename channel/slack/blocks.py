@@ -32,7 +32,7 @@ def render_blocks(blocks: Any, names: Names) -> str:
     """The Markdown a person would read in ``blocks``; ``""`` when they hold no text."""
     if not isinstance(blocks, list):
         return ""
-    parts = [_block(b, names) for b in blocks if isinstance(b, Mapping) and b.get("type") in _TEXT_BLOCKS]
+    parts = [_block(b, names) for b in blocks if isinstance(b, Mapping) and _kind(b) in _TEXT_BLOCKS]
     return "\n".join(p for p in parts if p.strip()).strip("\n")
 
 
@@ -50,6 +50,12 @@ def block_refs(blocks: Any) -> tuple[set[str], set[str]]:
             users |= user_ids_in(element["text"])
             channels |= unlabelled_channels_in(element["text"])
     return users, channels
+
+
+def _kind(node: Mapping[str, Any]) -> str:
+    """A block's or element's ``type``; ``""`` when it is missing or not a string (broken payloads)."""
+    kind = node.get("type")
+    return kind if isinstance(kind, str) else ""
 
 
 def _walk(node: Any, depth: int) -> Iterable[Mapping[str, Any]]:

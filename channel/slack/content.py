@@ -208,8 +208,9 @@ def _is_share(att: Mapping[str, Any]) -> bool:
 
 def _shared_messages(att: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The original messages a share carries (``message_blocks[].message``)."""
+    entries = att.get("message_blocks")
     found = []
-    for entry in att.get("message_blocks") or []:
+    for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, Mapping) and isinstance(entry.get("message"), Mapping):
             found.append(entry["message"])
     return found

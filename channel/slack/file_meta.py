@@ -51,9 +51,16 @@ def file_meta(raw: Mapping[str, Any]) -> FileMeta:
         ref=str(raw.get("id") or ""),
         name=str(raw.get("name") or raw.get("title") or "file"),
         media_type=str(raw.get("mimetype") or "application/octet-stream"),
-        size=int(raw.get("size") or 0),
+        size=_size(raw.get("size")),
         data=data,
     )
+
+
+def _size(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def mib(size: int) -> str:

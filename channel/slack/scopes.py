@@ -36,7 +36,9 @@ FEATURE_SCOPES: dict[str, tuple[str, ...]] = {
     "fetch_file": ("files:read",),
     "attach": ("files:write",),
     "documents": ("canvases:write",),
-    "status": ("assistant:write",),
+    # assistant.threads.setStatus accepts chat:write since 2026-03-05 (assistant:write is being dropped).
+    "status": ("chat:write",),
+    "stream": ("chat:write",),
 }
 
 #: Scopes no feature flag stands for, with what they are for.
@@ -47,6 +49,7 @@ EXTRA_SCOPES: dict[str, str] = {
 #: Features used outside the tool catalog, with what they do.
 RUNTIME_FEATURES: dict[str, str] = {
     "status": "show an 'is thinking…' status while a run works (progress falls back to a reaction)",
+    "stream": "stream answers into the thread as they are written, with their steps",
 }
 
 

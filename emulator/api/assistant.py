@@ -38,8 +38,13 @@ def set_suggested_prompts(ws: Workspace, params: Params) -> JSON:
     return {}
 
 
+def _status_scope(ws: Workspace, params: Params) -> str:
+    """Since 2026-03-05 setStatus accepts ``chat:write``, or the older ``assistant:write``."""
+    return "chat:write" if "chat:write" in ws.scopes else "assistant:write"
+
+
 METHODS = {
-    "assistant.threads.setStatus": Method(set_status, "assistant:write"),
+    "assistant.threads.setStatus": Method(set_status, _status_scope),
     "assistant.threads.setTitle": Method(set_title, "assistant:write"),
     "assistant.threads.setSuggestedPrompts": Method(set_suggested_prompts, "assistant:write"),
 }

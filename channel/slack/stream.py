@@ -1,0 +1,195 @@
+"""Streamed replies on Slack: ``chat.startStream`` / ``appendStream`` / ``stopStream``, and feedback buttons.
+
+The raw methods are used (not slack_sdk's ``chat_stream`` helper, which buffers by
+size): the session decides when to flush, and every call leaves through the
+adapter's outbound path (``startStream`` is paced with the channel's posts; a 429
+is waited out). Slack's rules this module follows (SLACK-FACTS "AI-app surface"):
+
+- outside a DM the stream names its reader, ``recipient_user_id`` and ``recipient_team_id``;
+- a stream is a thread reply (no stream at a DM's top level: the session posts instead);
+- it ends after about five minutes, and at 12,000 characters: appends then fail
+  (``message_not_in_streaming_state``, ``msg_too_long``) and :class:`StreamClosed` is raised,
+  so the session continues in a new message;
+- ``stopStream`` takes the effect id as message metadata (``startStream`` takes none) and the
+  feedback buttons as blocks; when Slack already ended the stream, ``chat.update`` adds both.
+
+Outgoing text loses Slack's mass-mention syntax (``render.strip_mass_mentions``) like any post.
+Text is sent as appended, so a ``<!here>`` split between two appends must not slip through: an
+unclosed ``<`` at the end of what arrived is held back until its ``>`` (or the stop) arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from channel.contract import Origin, Posted, Step
+from channel.errors import ChannelError, StreamClosed
+
+from .render import strip_mass_mentions
+
+if TYPE_CHECKING:
+    from .adapter import SlackAdapter
+
+#: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
+FEEDBACK_ACTION = "threadbound_feedback"
+#: Slack errors meaning the stream is over: the message keeps what it had.
+_CLOSED = frozenset({"message_not_in_streaming_state", "msg_too_long"})
+
+
+def feedback_blocks(key: str) -> list[dict[str, Any]]:
+    """A ``context_actions`` block with Slack's feedback buttons; a click reports ``kind:key``."""
+    return [
+        {
+            "type": "context_actions",
+            "elements": [
+                {
+                    "type": "feedback_buttons",
+                    "action_id": FEEDBACK_ACTION,
+                    "positive_button": {
+                        "text": {"type": "plain_text", "text": "Good response"},
+                        "accessibility_label": "Mark this answer as helpful",
+                        "value": f"positive:{key}",
+                    },
+                    "negative_button": {
+                        "text": {"type": "plain_text", "text": "Bad response"},
+                        "accessibility_label": "Mark this answer as not helpful",
+                        "value": f"negative:{key}",
+                    },
+                }
+            ],
+        }
+    ]
+
+
+def _chunk(step: Step) -> dict[str, Any]:
+    return {"type": "task_update", "id": step.id, "title": step.title[:256], "status": step.status}
+
+
+def _held(text: str) -> int:
+    """Where the sendable part of ``text`` ends: before a ``<`` whose construct is not closed yet."""
+    opening = text.rfind("<")
+    if opening >= 0 and text.find(">", opening) < 0:
+        return opening
+    return len(text)
+
+
+class SlackLiveMessage:
+    """One streamed message (see :class:`channel.contract.LiveMessage`)."""
+
+    def __init__(self, adapter: SlackAdapter, origin: Origin, ts: str) -> None:
+        self._adapter = adapter
+        self._channel = origin.channel
+        self.ts = ts
+        self.posted = Posted(
+            ref=f"{origin.channel}:{ts}",
+            new_root="",
+            permalink=adapter.permalink(origin.channel, ts, origin.thread_ts),
+        )
+        #: Markdown handed to us but not sent yet (an unclosed ``<…``).
+        self._pending = ""
+        #: Markdown the message holds (as sent, mentions neutralised).
+        self.sent = ""
+
+    @classmethod
+    async def start(
+        cls,
+        adapter: SlackAdapter,
+        origin: Origin,
+        markdown: str,
+        steps: tuple[Step, ...],
+        recipient: Mapping[str, Any] | None,
+    ) -> SlackLiveMessage:
+        if not origin.thread_ts:
+            raise ChannelError("unsupported", "Slack streams only into a thread.")
+        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts}
+        user = str((recipient or {}).get("user") or "")
+        if user:
+            team = str((recipient or {}).get("team") or (recipient or {}).get("user_team") or "")
+            kwargs["recipient_user_id"] = user
+            kwargs["recipient_team_id"] = team or adapter.identity.team_id
+        elif not origin.channel.startswith("D"):
+            raise ChannelError("unsupported", "Slack streams in channels only to a named person.")
+        text = cls._split(markdown)
+        chunks: list[dict[str, Any]] = [_chunk(s) for s in steps]
+        if text[0]:
+            chunks.append({"type": "markdown_text", "text": text[0]})
+        if chunks:
+            kwargs["chunks"] = chunks
+        response = await adapter.outbound.write(
+            "chat.startStream",
+            lambda: adapter.writes.chat_startStream(**kwargs),
+            channel=origin.channel,
+            post=True,
+        )
+        live = cls(adapter, origin, str(response["ts"]))
+        live.sent, live._pending = text
+        return live
+
+    @staticmethod
+    def _split(markdown: str) -> tuple[str, str]:
+        """(what can be sent now, neutralised; what waits)."""
+        cut = _held(markdown)
+        return strip_mass_mentions(markdown[:cut]), markdown[cut:]
+
+    async def append(self, markdown: str, steps: tuple[Step, ...] = ()) -> None:
+        sendable, pending = self._split(self._pending + markdown)
+        chunks: list[dict[str, Any]] = [_chunk(s) for s in steps]
+        if sendable:
+            chunks.append({"type": "markdown_text", "text": sendable})
+        if not chunks:
+            self._pending = pending
+            return
+        try:
+            await self._adapter.outbound.write(
+                "chat.appendStream",
+                lambda: self._adapter.writes.chat_appendStream(
+                    channel=self._channel, ts=self.ts, chunks=chunks
+                ),
+            )
+        except ChannelError as exc:
+            if exc.provider_code in _CLOSED:
+                raise StreamClosed(
+                    exc.message, unsent=self._pending + markdown, provider_code=exc.provider_code
+                ) from exc
+            raise
+        self.sent += sendable
+        self._pending = pending
+
+    async def stop(self, *, effect_id: str, feedback: str = "") -> None:
+        rest = strip_mass_mentions(self._pending)
+        metadata = self._adapter.effect_metadata(effect_id)
+        kwargs: dict[str, Any] = {"channel": self._channel, "ts": self.ts, "metadata": metadata}
+        if rest:
+            kwargs["chunks"] = [{"type": "markdown_text", "text": rest}]
+        if feedback:
+            kwargs["blocks"] = feedback_blocks(feedback)
+        try:
+            await self._adapter.outbound.write(
+                "chat.stopStream", lambda: self._adapter.writes.chat_stopStream(**kwargs)
+            )
+        except ChannelError as exc:
+            if exc.provider_code not in _CLOSED:
+                raise
+            # Slack ended it first: the message keeps what it had; mark it as ours with an update.
+            await self._mark(metadata, feedback)
+            raise StreamClosed(exc.message, unsent=self._pending, provider_code=exc.provider_code) from exc
+        self.sent += rest
+        self._pending = ""
+
+    async def _mark(self, metadata: dict[str, Any], feedback: str) -> None:
+        from .adapter import fallback_text
+
+        blocks: list[dict[str, Any]] = [{"type": "markdown", "text": self.sent}] if self.sent else []
+        if feedback:
+            blocks += feedback_blocks(feedback)
+        await self._adapter.outbound.write(
+            "chat.update",
+            lambda: self._adapter.writes.chat_update(
+                channel=self._channel,
+                ts=self.ts,
+                text=fallback_text(self.sent) or " ",
+                blocks=blocks,
+                metadata=metadata,
+            ),
+        )

@@ -1,0 +1,396 @@
+"""An answer streamed into the conversation as it is written: text grows, steps show, nothing is lost.
+
+The host feeds an :class:`AnswerStream` the text written so far (per source: a model
+response's text, a ``channel_reply`` call's ``text`` argument) and the steps of
+tools at work; the stream shows them through the adapter's ``open_stream``
+(:class:`channel.contract.LiveMessage`), and :meth:`AnswerStream.finish` makes the
+messages exactly the reply a non-streamed ``post_markdown`` would have posted:
+
+- **Batching.** The first text is shown at once (one provider call after the first
+  word); later text at most every ``interval`` seconds, so a long answer costs a
+  handful of calls, not one per token. Only text up to the last whitespace is sent
+  while the model writes: an unfinished word (``@ever…``) could still change when
+  mass mentions are neutralised.
+- **Same Markdown.** The text is neutralised and split with the same functions as a
+  post (``strip_mass_mentions``, ``split_markdown``). A part is closed once a later
+  part exists; the last one at the end. Text shown that is not in the answer (the
+  model wrote before calling a tool) is replaced by the answer when it ends (an edit).
+- **Nothing lost, nothing twice.** When the provider closes a message early (time,
+  size: :class:`channel.errors.StreamClosed`), the part continues in a new message
+  from exactly where the old one stopped. Any other streaming failure stops
+  streaming for this answer; what was not shown yet is then posted as ordinary
+  messages. Every message is an effect (``channel_reply`` with ``stream: true``)
+  opened before it starts; its ref is journalled (``channel_stream``) as soon as the
+  provider answers, before any append, so a crashed run's partial message is found
+  and removed (:func:`channel.journal.reconcile`) instead of being answered twice.
+- **Handles.** Each message gets its own handle, so edits and retractions work on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .contract import LiveMessage, Posted, Step
+from .errors import ChannelError, StreamClosed
+from .journal import STREAM_EFFECT
+from .markdown import split_markdown, strip_mass_mentions
+
+if TYPE_CHECKING:
+    from .session import ChannelSession
+
+log = logging.getLogger(__name__)
+
+#: Seconds between appends after the first: ~5 calls for a 5-second answer.
+FLUSH_INTERVAL = 1.0
+
+Result = dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Message:
+    """One provider message of the answer: part ``part`` of the split, from offset ``base`` of it."""
+
+    part: int
+    base: int
+    effect_id: str
+    shown: str = ""
+    live: LiveMessage | None = None
+    stream_effect: str = ""
+    posted: Posted | None = None
+    handle: str = ""
+    #: False once stopped, closed by the provider, or posted whole.
+    open: bool = False
+
+
+@dataclass(slots=True)
+class _Sources:
+    """The text of each source, in the order they started."""
+
+    order: list[str] = field(default_factory=list)
+    text: dict[str, str] = field(default_factory=dict)
+
+    def set(self, source: str, text: str) -> None:
+        if source not in self.text:
+            self.order.append(source)
+        self.text[source] = text
+
+    def joined(self) -> str:
+        return "\n\n".join(t for s in self.order if (t := self.text[s]).strip())
+
+
+def stable_end(text: str) -> int:
+    """Where text that can no longer change ends: after the last whitespace (a word may be unfinished)."""
+    return max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1
+
+
+class AnswerStream:
+    """One answer being streamed for a session (see the module docstring)."""
+
+    def __init__(
+        self,
+        session: ChannelSession,
+        *,
+        recipient: Mapping[str, Any] | None,
+        feedback: str = "",
+        interval: float = FLUSH_INTERVAL,
+    ) -> None:
+        self._session = session
+        self._recipient = recipient
+        self._feedback = feedback
+        self._interval = interval
+        self._sources = _Sources()
+        self._steps: list[Step] = []
+        self._messages: list[_Message] = []
+        #: Final text of each part already closed.
+        self._closed_parts: list[str] = []
+        #: Streaming failed: what is not shown yet is posted when the answer ends.
+        self.broken = False
+        self._dirty = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
+        self._done = False
+
+    # -- what the host feeds ------------------------------------------------------------
+    @property
+    def sources(self) -> list[str]:
+        return list(self._sources.order)
+
+    def text(self, source: str, text: str) -> None:
+        """The whole text ``source`` has written so far."""
+        if self._done:
+            return
+        self._sources.set(source, text)
+        self._wake()
+
+    def step(self, step: Step) -> None:
+        """A step started or ended; shown with the next flush."""
+        if self._done:
+            return
+        self._steps.append(step)
+        self._wake()
+
+    @property
+    def shown_anything(self) -> bool:
+        return bool(self._messages)
+
+    def _wake(self) -> None:
+        self._dirty.set()
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_forever(), name="answer-stream")
+
+    async def _flush_forever(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            async with self._lock:
+                if self._done:
+                    return
+                sent = await self._sync(self._sources.joined(), final=False)
+            if sent:
+                await asyncio.sleep(self._interval)
+
+    async def _stop_flusher(self) -> None:
+        flusher, self._flusher = self._flusher, None
+        if flusher is None:
+            return
+        async with self._lock:
+            self._done = True
+            flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flusher
+
+    def cancel(self) -> None:
+        """Stop flushing without writing anything more (the run is over or cancelled)."""
+        self._done = True
+        if self._flusher is not None:
+            self._flusher.cancel()
+
+    # -- the end ---------------------------------------------------------------------------
+    async def finish(self, markdown: str) -> Result:
+        """Make the messages exactly ``markdown`` as a reply; returns the reply's result
+        (``{message, permalink, parts?}``). Raises ``ChannelError`` when nothing could be posted."""
+        await self._stop_flusher()
+        self._done = True
+        text = strip_mass_mentions(markdown)
+        if not text.strip():
+            await self.abandon()
+            raise ChannelError("invalid_arguments", "text is blank; write the reply in text.")
+        parts = split_markdown(text, self._session.adapter.max_post_chars)
+        await self._sync(text, final=True, parts=parts)
+        await self._repair(parts)
+        handles = [m.handle for m in self._messages if m.handle]
+        if not handles:
+            raise ChannelError("provider_error", "the reply could not be posted")
+        first = next(m.posted for m in self._messages if m.posted is not None)
+        result: Result = {"message": handles[0], "permalink": first.permalink}
+        if len(handles) > 1:
+            result["parts"] = handles
+        return result
+
+    async def abandon(self) -> None:
+        """The text shown was not an answer (the run ended without one): remove every message."""
+        await self._stop_flusher()
+        self._done = True
+        for message in self._messages:
+            await self._remove(message, "the streamed text was not an answer")
+        self._messages.clear()
+
+    # -- showing -----------------------------------------------------------------------------
+    async def _sync(self, text: str, *, final: bool, parts: list[str] | None = None) -> bool:
+        """Show ``text`` (neutralised and split unless ``parts`` is given); True if a call was made."""
+        if parts is None:
+            text = strip_mass_mentions(text)
+            if not final:
+                text = text[: stable_end(text)]
+            parts = split_markdown(text, self._session.adapter.max_post_chars) if text.strip() else []
+        sent = False
+        k = len(self._closed_parts)
+        while k < len(parts):
+            last = k == len(parts) - 1
+            complete = final or not last
+            sent |= await self._show(
+                k, parts[k], complete=complete, feedback=self._feedback if final and last else ""
+            )
+            if not complete:
+                break
+            self._closed_parts.append(parts[k])
+            k += 1
+        if not parts and self._steps and not self._messages and not self.broken and not final:
+            # Steps before any text: open the message with them.
+            sent |= await self._start(0, 0, "")
+        return sent
+
+    async def _show(self, k: int, target: str, *, complete: bool, feedback: str) -> bool:
+        sent = False
+        while True:
+            mine = [m for m in self._messages if m.part == k]
+            current = mine[-1] if mine and mine[-1].open else None
+            if current is None:
+                pos = mine[-1].base + len(mine[-1].shown) if mine else 0
+                rest = target[pos:]
+                if not rest.strip():
+                    return sent
+                if complete or self.broken:
+                    if not complete:
+                        return sent  # broken: the rest is posted when the answer ends
+                    await self._post_whole(k, pos, rest, feedback)
+                    return True
+                return await self._start(k, pos, rest) or sent
+            rest = target[current.base :]
+            if not rest.startswith(current.shown):
+                if complete:
+                    await self._stop(current, "")
+                    await self._edit(current, rest, feedback)
+                    return True
+                return sent  # diverged while being written: settled when the part completes
+            delta = rest[len(current.shown) :]
+            steps = tuple(self._take_steps())
+            if delta or steps:
+                try:
+                    assert current.live is not None
+                    await current.live.append(delta, steps)
+                    current.shown += delta
+                    sent = True
+                except StreamClosed as exc:
+                    current.shown = (current.shown + delta)[
+                        : len(current.shown) + len(delta) - len(exc.unsent)
+                    ]
+                    await self._stop(current, "")
+                    continue  # the rest goes into a new message
+                except ChannelError as exc:
+                    await self._break(current, exc)
+                    continue
+            if complete:
+                await self._stop(current, feedback)
+                if current.open is False and current.base + len(current.shown) < len(target):
+                    continue  # closed by the provider at the stop: the rest goes into a new message
+                return True
+            return sent
+
+    def _take_steps(self) -> list[Step]:
+        steps, self._steps = self._steps, []
+        return steps
+
+    async def _start(self, k: int, pos: int, rest: str) -> bool:
+        session = self._session
+        journal = session.journal
+        effect_id = await journal.open(
+            "channel_reply",
+            {
+                "channel": session.origin.channel,
+                "thread_ts": session.origin.thread_ts,
+                "part": k,
+                "stream": True,
+            },
+        )
+        steps = tuple(self._take_steps())
+        try:
+            live = await session.adapter.open_stream(
+                session.origin, rest, steps, effect_id=effect_id, recipient=self._recipient
+            )
+        except ChannelError as exc:
+            log.info("streaming refused, posting instead: %s", exc.provider_code or exc.code)
+            await journal.close(effect_id, exc.as_result())
+            self.broken = True
+            return False
+        message = _Message(part=k, base=pos, effect_id=effect_id, shown=rest, live=live, open=True)
+        message.posted = live.posted
+        self._messages.append(message)
+        # Journalled before any append: a crash from here on finds (and removes) this message.
+        message.stream_effect = await journal.open(
+            STREAM_EFFECT, {"ref": live.posted.ref, "reply": effect_id}
+        )
+        return True
+
+    async def _stop(self, message: _Message, feedback: str) -> None:
+        """End a live message (or accept that the provider did) and give it its handle."""
+        if message.live is not None and message.open:
+            message.open = False
+            try:
+                await message.live.stop(effect_id=message.effect_id, feedback=feedback)
+            except StreamClosed as exc:
+                if exc.unsent:
+                    message.shown = message.shown[: len(message.shown) - len(exc.unsent)]
+            except ChannelError as exc:
+                log.warning("stopping a stream failed: %s", exc.provider_code or exc.code)
+                self.broken = True
+        await self._record(message)
+
+    async def _record(self, message: _Message) -> None:
+        if message.handle or message.posted is None:
+            return
+        journal = self._session.journal
+        message.handle = await self._session.record_post(message.posted)
+        await journal.close(message.effect_id, {"message": message.handle})
+        if message.stream_effect:
+            await journal.close(message.stream_effect, {"ok": True})
+
+    async def _break(self, message: _Message, exc: ChannelError) -> None:
+        """Streaming failed: keep what is shown, post the rest as ordinary messages at the end."""
+        log.warning("streaming failed, posting the rest instead: %s", exc.provider_code or exc.code)
+        self.broken = True
+        await self._stop(message, "")
+        message.open = False
+
+    async def _post_whole(self, k: int, pos: int, rest: str, feedback: str) -> None:
+        session = self._session
+        effect_id = await session.journal.open(
+            "channel_reply",
+            {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts, "part": k},
+        )
+        try:
+            posted = await session.post_once(rest, effect_id, feedback=feedback)
+        except ChannelError as exc:
+            await session.journal.close(effect_id, exc.as_result())
+            raise
+        message = _Message(part=k, base=pos, effect_id=effect_id, shown=rest, posted=posted)
+        self._messages.append(message)
+        await self._record(message)
+
+    async def _edit(self, message: _Message, text: str, feedback: str = "") -> None:
+        if message.posted is None:
+            return
+        try:
+            await self._session.adapter.edit(message.posted.ref, text, feedback=feedback)
+            message.shown = text
+        except ChannelError as exc:
+            log.warning("correcting a streamed message failed: %s", exc.provider_code or exc.code)
+
+    async def _repair(self, parts: list[str]) -> None:
+        """Parts closed while the text was still growing must equal the final split (rarely not:
+        later text can change how earlier Markdown parses); correct, and remove messages of parts
+        the final split does not have."""
+        for k, closed in enumerate(self._closed_parts[: len(parts)]):
+            if closed == parts[k]:
+                continue
+            mine = [m for m in self._messages if m.part == k]
+            if mine:
+                await self._edit(mine[0], parts[k], self._feedback if k == len(parts) - 1 else "")
+                for extra in mine[1:]:
+                    await self._remove(extra, "replaced by a corrected part")
+        for message in [m for m in self._messages if m.part >= len(parts)]:
+            await self._remove(message, "not part of the final answer")
+            self._messages.remove(message)
+
+    async def _remove(self, message: _Message, why: str) -> None:
+        journal = self._session.journal
+        if message.live is not None and message.open:
+            message.open = False
+            with contextlib.suppress(ChannelError):
+                await message.live.stop(effect_id=message.effect_id)
+        if message.posted is not None:
+            try:
+                await self._session.adapter.retract(message.posted.ref)
+            except ChannelError as exc:
+                log.warning("removing a streamed message failed: %s", exc.provider_code or exc.code)
+        if not message.handle:
+            await journal.close(message.effect_id, {"removed": why})
+            if message.stream_effect:
+                await journal.close(message.stream_effect, {"removed": why})
+        else:
+            self._session.forget_post(message.handle)
