@@ -84,7 +84,7 @@ async def test_a_fact_from_turn_1_is_reachable_at_turn_40_after_compaction(tmp_p
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
         async with AppHarness(
-            slack, model=FunctionModel(reader), data_dir=tmp_path, compact_after_tokens=2_000
+            slack, model=FunctionModel(reader), data_dir=tmp_path, stream="off", compact_after_tokens=2_000
         ) as app:
             root = slack.add_message("C1", "<@UBOT> the vault code is 4711", user="U1")
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> the vault code is 4711", root))

@@ -20,7 +20,7 @@ from emulator import FakeSlack
 from storage import UsageRecord, open_store
 from testing import events
 from testing.harness import AppHarness, settings_for
-from testing.models import call
+from testing.models import call, echo_model
 
 Step = Callable[[list[ModelMessage], AgentInfo], list[Any]]
 
@@ -68,7 +68,9 @@ async def test_usage_stored_per_request_with_cache_tokens_and_exposed_in_metrics
     usage = RequestUsage(input_tokens=120, output_tokens=7, cache_read_tokens=100, cache_write_tokens=15)
     async with FakeSlack() as slack:
         workspace(slack)
-        async with AppHarness(slack, model=metered(reply_once, usage, calls), data_dir=tmp_path) as app:
+        async with AppHarness(
+            slack, model=metered(reply_once, usage, calls), data_dir=tmp_path, stream="off"
+        ) as app:
             delivery, _ = mention(app, slack, "U1", "hello")
             await delivery
             await app.idle()
@@ -100,7 +102,9 @@ async def test_budget_note_in_place_of_a_model_call_and_per_person_split(tmp_pat
     model = metered(reply_once, usage, calls)
     async with FakeSlack() as slack:
         workspace(slack)
-        async with AppHarness(slack, model=model, data_dir=tmp_path, user_daily_token_budget=100) as app:
+        async with AppHarness(
+            slack, model=model, data_dir=tmp_path, stream="off", user_daily_token_budget=100
+        ) as app:
             delivery, _ = mention(app, slack, "U1", "first")  # two requests: 140 tokens, over 100
             await delivery
             await app.idle()
@@ -128,7 +132,9 @@ async def test_install_budget_refuses_everyone(tmp_path: Path) -> None:
     model = metered(reply_once, RequestUsage(input_tokens=60, output_tokens=10), calls)
     async with FakeSlack() as slack:
         workspace(slack)
-        async with AppHarness(slack, model=model, data_dir=tmp_path, daily_token_budget=100) as app:
+        async with AppHarness(
+            slack, model=model, data_dir=tmp_path, stream="off", daily_token_budget=100
+        ) as app:
             delivery, _ = mention(app, slack, "U1", "first")
             await delivery
             await app.idle()
@@ -152,7 +158,9 @@ async def test_a_run_crossing_the_budget_finishes_its_step_then_stops(tmp_path: 
     model = metered(loop, RequestUsage(input_tokens=70, output_tokens=10), calls)
     async with FakeSlack() as slack:
         workspace(slack)
-        async with AppHarness(slack, model=model, data_dir=tmp_path, user_daily_token_budget=100) as app:
+        async with AppHarness(
+            slack, model=model, data_dir=tmp_path, stream="off", user_daily_token_budget=100
+        ) as app:
             assert app.service is not None
             executor = app.service.runner.executor
             executor.budgets.clock = lambda: now[0]
@@ -187,7 +195,7 @@ async def test_max_requests_per_run_stops_a_runaway_loop_and_the_task_stays_usab
     async with FakeSlack() as slack:
         workspace(slack)
         async with AppHarness(
-            slack, model=model, data_dir=tmp_path, agent_file=tmp_path / "agent.toml"
+            slack, model=model, data_dir=tmp_path, stream="off", agent_file=tmp_path / "agent.toml"
         ) as app:
             delivery, root = mention(app, slack, "U1", "loop")
             await delivery
@@ -208,7 +216,7 @@ async def test_usage_footer_under_the_answer(tmp_path: Path) -> None:
     model = metered(reply_once, RequestUsage(input_tokens=1000, output_tokens=234), calls)
     async with FakeSlack() as slack:
         workspace(slack)
-        async with AppHarness(slack, model=model, data_dir=tmp_path, usage_footer=True) as app:
+        async with AppHarness(slack, model=model, data_dir=tmp_path, stream="off", usage_footer=True) as app:
             delivery, ts = mention(app, slack, "U1", "hi")
             await delivery
             await app.idle()
@@ -218,6 +226,24 @@ async def test_usage_footer_under_the_answer(tmp_path: Path) -> None:
     assert context == [
         {"type": "context", "elements": [{"type": "mrkdwn", "text": "2,468 tokens · 2 requests"}]}
     ]
+
+
+async def test_a_streamed_answer_is_metered_and_gets_the_footer(tmp_path: Path) -> None:
+    """With streaming on, each streamed response's usage is stored and the footer goes under the
+    streamed answer, beside its feedback buttons."""
+    async with FakeSlack() as slack:
+        workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, usage_footer=True) as app:
+            delivery, ts = mention(app, slack, "U1", "hi")
+            await delivery
+            await app.idle()
+            assert app.service is not None
+            [row] = await app.service.store.usage_by_day("2000-01-01")
+            [answer] = [m for m in slack.messages("C1", ts) if m.get("bot_id")]
+    assert row.requests == 2 and row.input_tokens > 0 and row.output_tokens > 0
+    assert "echo:" in answer["text"]
+    [context] = [b for b in answer["blocks"] if b["type"] == "context"]
+    assert context["elements"][0]["text"] == f"{row.tokens:,} tokens · 2 requests"
 
 
 async def _seed(settings: Settings) -> None:
