@@ -310,7 +310,7 @@ class RunExecutor:
                 # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
                 transcript=ModelMessagesTypeAdapter.dump_json(messages[len(prefix) :]),
                 consumed=consumed,
-                enabled_tools=sorted(session.enabled),
+                enabled_tools=session.enabled_in_order,
                 summary=new_summary,
             )
             status = run_status

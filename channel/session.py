@@ -90,7 +90,10 @@ class ChannelSession:
         self.handles = HandleRegistry(store, task.task_id)
         self.journal = EffectJournal(store, task.task_id, clock, guard)
         selectable = {s.name for s in tools.deferred} | {t.name for t in tools.host_deferred}
-        self.enabled: set[str] = {t for t in task.enabled_tools if t in selectable}
+        # In the order they were enabled (as stored): offered after the starting tools in that order,
+        # so enabling one appends to the tool definitions and the cached prefix before it stays.
+        self._enabled_order: list[str] = [t for t in task.enabled_tools if t in selectable]
+        self.enabled: set[str] = set(self._enabled_order)
         #: Handles of every message the bot posted in this run.
         self.posted: list[str] = []
         #: Set once a channel_reply succeeded (or the host posted the final text).
@@ -122,20 +125,30 @@ class ChannelSession:
         }
 
     # -- what the model is offered ------------------------------------------------
+    @property
+    def enabled_in_order(self) -> list[str]:
+        """The tools ``tool_search`` enabled, oldest first (how they are stored and offered)."""
+        return list(self._enabled_order)
+
     def active_specs(self) -> list[ToolSpec]:
-        """The channel tools (and tool_search, mcp_search, skills) to offer the model now."""
-        specs = [s for s in self.tools.channel_tools if s.starts == "active" or s.name in self.enabled]
+        """The channel tools (and tool_search, mcp_search, skills) to offer the model now: the
+        starting ones in catalog order, then those tool_search enabled, in the order it did."""
+        specs = [s for s in self.tools.channel_tools if s.starts == "active"]
         if self._searchable():
             specs.append(TOOL_SEARCH)
         if any(t.name not in self.enabled for t in self.tools.host_deferred):
             specs.append(MCP_SEARCH)  # the seed's name for tool_search, while MCP tools wait to be found
         if self.tools.skills:
             specs.append(SKILLS)
-        return specs
+        deferred = {s.name: s for s in self.tools.channel_tools if s.starts != "active"}
+        return specs + [deferred[n] for n in self._enabled_order if n in deferred]
 
     def active_host_tools(self) -> list[HostTool]:
-        """The host's (MCP) tools to offer now: the eager ones and those tool_search enabled."""
-        return [t for t in self.tools.host_tools if t.starts == "active" or t.name in self.enabled]
+        """The host's (MCP) tools to offer now: the eager ones, then those tool_search enabled in the
+        order it did."""
+        deferred = {t.name: t for t in self.tools.host_tools if t.starts != "active"}
+        eager = [t for t in self.tools.host_tools if t.starts == "active"]
+        return eager + [deferred[n] for n in self._enabled_order if n in deferred]
 
     def offered_names(self) -> list[str]:
         return [s.name for s in self.active_specs()] + [t.name for t in self.active_host_tools()]
@@ -534,8 +547,11 @@ class ChannelSession:
             if len(candidates) > _LISTED:
                 listed += f", and {len(candidates) - _LISTED} more"
             return {"enabled": [], "message": "No tool matched. Tools you can still enable: " + listed}
-        self.enabled.update(s.name for s in hits)
-        await self.store.set_enabled_tools(self.task.task_id, sorted(self.enabled))
+        for hit in hits:
+            if hit.name not in self.enabled:
+                self.enabled.add(hit.name)
+                self._enabled_order.append(hit.name)
+        await self.store.set_enabled_tools(self.task.task_id, self._enabled_order)
         return {
             # Host tools' descriptions are the server's own words, of any length.
             "enabled": [{"name": s.name, "description": bounded(s.description, 400)} for s in hits],
