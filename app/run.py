@@ -239,7 +239,9 @@ class RunExecutor:
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
         person = requester(items)
-        hit = await self.budgets.exceeded(person)
+        # Budgets bound what people ask; a run with no message (the `run` command, or settling a
+        # crashed run's effects) is still counted but never refused.
+        hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
             return await self._refuse(session, prompt, consumed, hit)
         meter = UsageMeter(
