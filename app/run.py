@@ -245,7 +245,13 @@ class RunExecutor:
         if hit is not None:
             return await self._refuse(session, prompt, consumed, hit)
         meter = UsageMeter(
-            self.store, task.task_id, person, task.channel, listener=self._listener(session), clock=self.clock
+            self.store,
+            task.task_id,
+            person,
+            task.channel,
+            listener=self._listener(session),
+            clock=self.clock,
+            bounded=bool(items),
         )
         summary, transcript = task.summary, _load_history(task.transcript)
         new_summary: str | None = None
@@ -404,7 +410,7 @@ class RunExecutor:
                     if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
                         continue
                     await session.journal.check()  # a run that lost its lease spends no more model calls
-                    if Agent.is_model_request_node(node) and meter.total.requests:
+                    if Agent.is_model_request_node(node) and meter.bounded and meter.total.requests:
                         hit = await self.budgets.exceeded(meter.person)
                         if hit is not None:
                             # Crossed mid-way: the step that crossed it is done (its tools ran); its

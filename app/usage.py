@@ -102,6 +102,8 @@ class UsageMeter:
     channel: str
     listener: UsageListener | None = None
     clock: Callable[[], float] = time.time
+    #: Whether budgets may stop this run (a person's message started it).
+    bounded: bool = True
     total: UsageRecord = field(init=False)
 
     def __post_init__(self) -> None:
