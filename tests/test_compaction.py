@@ -26,7 +26,7 @@ from testing.harness import AppHarness
 from testing.models import call
 
 FILLER = "Some chatter about the weather and the week, nothing anyone needs to remember. " * 10
-FACT = re.compile(r"\((msg_\w+)\):.*?the vault code is (\d+)")
+FACT = re.compile(r"\((msg_[\w-]+)\):.*?the vault code is (\d+)")
 
 
 def _texts(messages: list[ModelMessage]) -> list[str]:
