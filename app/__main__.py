@@ -1,4 +1,4 @@
-"""``python -m app``: serve, run, check, manifest, usage."""
+"""``python -m app``: serve, playground, run, check, manifest, usage."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ table); every command checks them first and exits 2 with one line per problem.""
 _EXAMPLES = """examples:
   python -m app check                  test the configuration against Slack, the database and the model
   python -m app serve                  run the server on $PORT
+  python -m app playground --demo      try it in a browser without Slack (or without a model key)
   python -m app run --channel '#general' "Say hello"
   python -m app manifest --url https://bot.example.com/slack/events
   python -m app usage --days 30        model tokens by day, person and channel
@@ -65,6 +66,26 @@ def _parser() -> argparse.ArgumentParser:
             "python -m app serve",
             "PORT=8080 LOG_LEVEL=DEBUG python -m app serve",
         ],
+    )
+    playground = _command(
+        sub,
+        "playground",
+        "try the app in a browser, without Slack: http://127.0.0.1:$PORT/",
+        "Start a local stand-in for a Slack workspace and the real app pointed at it, and serve a\n"
+        "page at http://127.0.0.1:$PORT/ (default 3000): a channel and a DM where you type as one of\n"
+        "a few people, mention the bot, reply in threads and attach files, and watch its replies,\n"
+        "reactions, edits, files, canvases, progress and buttons live. The app runs exactly as under\n"
+        "`serve` (agent.toml, skills, MCP servers, the same ingress and tools); only MODEL and its key\n"
+        "are needed. SLACK_* settings and DATABASE_URL are ignored: the store is SQLite in\n"
+        "$DATA_DIR/playground. --demo uses a built-in echo model instead of MODEL (no key at all).",
+        [
+            "python -m app playground --demo",
+            "MODEL=anthropic:claude-sonnet-4-5 ANTHROPIC_API_KEY=... python -m app playground",
+            "PORT=8000 python -m app playground",
+        ],
+    )
+    playground.add_argument(
+        "--demo", action="store_true", help="use a built-in echo model (not an LLM) that needs no key"
     )
     run = _command(
         sub,
@@ -184,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"threadbound: cannot start: {exc}", file=sys.stderr)
             return 2
         return 0
+    if args.command == "playground":
+        return asyncio.run(_playground(settings, demo=args.demo))
     if args.command == "run":
         return asyncio.run(_run(settings, args.channel, args.thread, args.prompt))
     if args.command == "check":
@@ -197,12 +220,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
+async def _playground(settings: Settings, *, demo: bool) -> int:
+    from .agent_file import AgentFile
+    from .playground import demo_model, ignored_settings, run_playground
+    from .server import StartupError
+
+    ignored = ignored_settings(settings)
+    if ignored:
+        print(
+            f"threadbound: the playground ignores {', '.join(ignored)}: it is its own Slack workspace, "
+            f"with its store in {settings.data_dir / 'playground'}",
+            file=sys.stderr,
+        )
+    if not demo and not settings.model:
+        try:
+            named = AgentFile.load(settings.resolved_agent_file).model
+        except ValueError:
+            named = "x"  # a broken agent file is reported, named, by the start-up below
+        if not named:
+            print(
+                "threadbound: MODEL is not set: set MODEL and its key (e.g. "
+                "MODEL=anthropic:claude-sonnet-4-5 and ANTHROPIC_API_KEY) in the environment or ./.env, "
+                "or run `python -m app playground --demo` for an echo model that needs no key",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        await run_playground(settings, model=demo_model() if demo else None)
+    except StartupError as exc:
+        print(f"threadbound: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 async def _run(settings: Settings, channel: str, thread: str, prompt: str) -> int:
     from .server import Service, StartupError
     from .target import TargetError, resolve_target
 
     try:
-        service = await Service.create(settings)
+        service = await Service.create(settings, webhook=False)
     except StartupError as exc:
         print(f"threadbound: cannot start: {exc}", file=sys.stderr)
         return 2

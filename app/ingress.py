@@ -96,17 +96,19 @@ class Ingress:
                 self._ignored.popitem(last=False)
         event = body.get("event")
         event = event if isinstance(event, dict) else {}
+        # An edit is logged with its author and text, which Slack nests in the edited message.
+        message = (edited_message(event) if event.get("subtype") == "message_changed" else None) or event
         fields: dict[str, Any] = {
             "type": event.get("type"),
             "channel": event.get("channel"),
-            "user": event.get("user") or event.get("bot_id"),
+            "user": message.get("user") or message.get("bot_id"),
             "outcome": result.outcome,
             "reason": result.reason,
             "duration_ms": round(seconds * 1000, 1),
         }
         if result.task_id:
             fields["task"] = result.task_id
-        text = event.get("text")
+        text = message.get("text")
         if self.settings.log_previews and isinstance(text, str) and text:
             fields["preview"] = logs.preview(text)
         level = logging.INFO if result.status == 200 else logging.WARNING

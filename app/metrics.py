@@ -18,6 +18,7 @@ contract error codes, Slack method names and Slack's own error strings.
 | ``threadbound_model_tokens_total`` | ``kind``: input, output, cache_read, cache_write |
 | ``threadbound_model_requests_total`` | |
 | ``threadbound_budget_hits_total`` | ``budget``: user, install |
+| ``threadbound_feedback_total`` | ``kind``: positive, negative |
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ class Metrics:
             "Requests refused and runs stopped by a daily token budget.",
             ["budget"],
             registry=r,
+        )
+        self.feedback = Counter(
+            "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
         )
 
     def render(self) -> bytes:

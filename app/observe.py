@@ -154,6 +154,9 @@ class Observer:
         self.metrics.deliveries_received.inc()
         self.metrics.deliveries.labels(outcome=result.outcome).inc()
 
+    def feedback(self, kind: str) -> None:
+        self.metrics.feedback.labels(kind=kind).inc()
+
     def model_request(self, seconds: float, outcome: str) -> None:
         self.metrics.model_latency.labels(outcome=outcome).observe(seconds)
 

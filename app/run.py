@@ -58,6 +58,7 @@ from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord,
 from .agent import RunDeps, instructions_for
 from .agent_file import AgentFile
 from .compaction import Compactor
+from .feedback import feedback_notes
 from .streaming import EventFeed
 from .usage import BudgetHit, Budgets, UsageMeter, footer, requester
 
@@ -199,6 +200,11 @@ class RunExecutor:
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
         prompt = await self.prompt(session, items, notes)
+        if self.feedback:
+            # Clicks on the task's answers since its last run (shown once; app.feedback).
+            lines = await feedback_notes(self.store, session)
+            if lines:
+                prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         return await self.execute(session, prompt, list(items), inbox)
 
     async def prompt(

@@ -40,6 +40,7 @@ from .agent import build_agent, build_model
 from .agent_file import AgentFile
 from .check import auth_failure
 from .compaction import Compactor
+from .feedback import Feedback
 from .ingress import Ingress
 from .interactions import Interactions
 from .mcp import McpServers
@@ -177,8 +178,11 @@ class Service:
         model: Model | None = None,
         hooks: RunHooks | None = None,
         owner: str | None = None,
+        webhook: bool = True,
     ) -> Service:
-        """Build everything and fail early, with a message naming the fix, on bad configuration."""
+        """Build everything and fail early, with a message naming the fix, on bad configuration.
+
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
@@ -189,7 +193,7 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name)
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -288,6 +292,8 @@ class Service:
             on_result=observer.delivery,
         )
         interactions = Interactions()
+        feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
+        interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions)
         return cls(
             settings,
@@ -361,6 +367,14 @@ class Service:
         await self.store.close()
 
 
+def _display_name(adapter: SlackAdapter) -> Callable[[str], Awaitable[str]]:
+    async def name_of(user_id: str) -> str:
+        name, _ = await adapter.user(user_id)
+        return name if name != "someone" else ""
+
+    return name_of
+
+
 async def serve(
     settings: Settings, *, model: Model | None = None, ready: asyncio.Event | None = None
 ) -> None:
@@ -396,9 +410,14 @@ async def serve(
 
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
-    where = f"{settings.host}:{settings.port}"
+    return listen_error(settings.host, settings.port, exc)
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
+    where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
-        return f"port {settings.port} is already in use ({where}): stop the other server or set another PORT"
+        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
     if exc.errno == errno.EACCES:
         return f"no permission to listen on {where}: use a PORT above 1023"
     if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):

@@ -156,19 +156,16 @@ def model_key_missing(model: str, settings: Settings) -> str | None:
     return None
 
 
-def missing_settings(settings: Settings, model: str | None) -> list[str]:
+def missing_settings(settings: Settings, model: str | None, *, webhook: bool = True) -> list[str]:
     """Required settings that are empty, in the order a newcomer sets them up.
 
     ``model`` is the model name in effect (``MODEL`` or the agent file's), or None when the caller
-    supplies a model object and none is required."""
-    missing = [
-        name
-        for name, value in (
-            ("SLACK_BOT_TOKEN", settings.slack_bot_token),
-            ("SLACK_SIGNING_SECRET", settings.slack_signing_secret),
-        )
-        if not value.get_secret_value()
-    ]
+    supplies a model object and none is required. Without the ``webhook`` (``run``) no request
+    arrives to verify, so the signing secret is not required."""
+    required = [("SLACK_BOT_TOKEN", settings.slack_bot_token)]
+    if webhook:
+        required.append(("SLACK_SIGNING_SECRET", settings.slack_signing_secret))
+    missing = [name for name, value in required if not value.get_secret_value()]
     if model is not None:
         key = model_key_missing(model, settings) if model else None
         missing += ["MODEL"] if not model else [key] if key else []

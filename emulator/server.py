@@ -65,6 +65,7 @@ class FakeSlack(Workspace):
         )
         self.calls: list[Call] = []
         self._observers: list[Callable[[Call], object]] = []
+        self._after: list[Callable[[Call], object]] = []
         #: Set (and replaced) whenever a call has been handled, to wake ``wait_for_calls``.
         self._handled = asyncio.Event()
         self.faults = Faults()
@@ -139,6 +140,11 @@ class FakeSlack(Workspace):
         """Call ``callback(call)`` as each Web API call arrives, before it is handled."""
         self._observers.append(callback)
 
+    def on_handled(self, callback: Callable[[Call], object]) -> None:
+        """Call ``callback(call)`` after each Web API call was handled (its effects applied, or
+        refused): the playground's cue that the workspace may have changed."""
+        self._after.append(callback)
+
     async def wait_for_calls(self, method: str, count: int = 1) -> list[Call]:
         """Wait until ``count`` calls of ``method`` have been handled (answered, failed or
         dropped); returns every handled call of ``method``. Bound it with ``asyncio.timeout``."""
@@ -152,6 +158,8 @@ class FakeSlack(Workspace):
         call.handled = True
         self._handled.set()
         self._handled = asyncio.Event()
+        for callback in self._after:
+            callback(call)
 
     # ------------------------------------------------------------------ faults
 

@@ -241,6 +241,11 @@ class Workspace:
 
     # ------------------------------------------------------------------ set-up
 
+    def start_clock_at(self, seconds: float) -> None:
+        """Hand out message ts from ``seconds`` on (the playground starts at the wall clock, so ts
+        never repeat across restarts while the app's store keeps its claims)."""
+        self._clock = max(self._clock, int(seconds * 1_000_000))
+
     def next_ts(self) -> str:
         """A new ts, strictly greater than every ts handed out or stored so far."""
         self._clock += 100

@@ -100,6 +100,19 @@ class EffectRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FeedbackRecord:
+    """A person's feedback on one of the task's answers (the latest click counts)."""
+
+    task_id: str
+    #: Provider reference of the answer's message.
+    message: str
+    user_id: str
+    user_name: str
+    kind: Literal["positive", "negative"]
+    clicked_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseRecord:
     task_id: str
     owner: str
@@ -298,5 +311,18 @@ class Store(Protocol):
         """Effects of ``task_id`` still open (attempted, result not recorded), oldest first."""
 
     async def get_effect(self, effect_id: str) -> EffectRecord | None: ...
+
+    # -- feedback -----------------------------------------------------------------
+    async def record_feedback(
+        self, *, task_id: str, message: str, user_id: str, user_name: str, kind: str, now: float
+    ) -> None:
+        """Store ``user_id``'s feedback on ``message`` of ``task_id`` (``positive``/``negative``),
+        replacing their earlier click on that message; it is not shown yet."""
+
+    async def pending_feedback(self, task_id: str) -> list[FeedbackRecord]:
+        """The task's feedback not shown to the model yet, oldest click first."""
+
+    async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
+        """Mark the task's feedback clicked at or before ``upto`` as shown."""
 
     async def stats(self) -> StoreStats: ...

@@ -21,8 +21,8 @@ Tables (same shape on both dialects):
   process (``register_instance``), with the key of that lock; see ``dead_owners``.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
-- ``model_usage`` (v6): one row per model request (tokens by kind) with its task, person, channel,
-  model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v6)
+- ``model_usage`` (v7): one row per model request (tokens by kind) with its task, person, channel,
+  model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v7)
   is the compacted summary of a long conversation's older turns (``app/compaction.py``).
 """
 
@@ -282,8 +282,23 @@ _V5: Final[tuple[str, ...]] = (
     "CREATE TABLE instances (owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, started_at REAL NOT NULL)",
 )
 
-#: v6: model usage per request, and a conversation's compacted summary on its task.
-_V6_USAGE = """CREATE TABLE model_usage (
+#: v6: feedback on answers (the feedback buttons), one per person and message; ``shown`` once a run
+#: has shown it to the model.
+_V6_FEEDBACK = """CREATE TABLE feedback (
+        task_id TEXT NOT NULL REFERENCES tasks (task_id),
+        message TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        user_name TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL CHECK (kind IN ('positive', 'negative')),
+        clicked_at {real} NOT NULL,
+        shown INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (task_id, message, user_id)
+    )"""
+_V6_SQLITE: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="REAL"),)
+_V6_POSTGRES: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="DOUBLE PRECISION"),)
+
+#: v7: model usage per request, and a conversation's compacted summary on its task.
+_V7_USAGE = """CREATE TABLE model_usage (
         task_id TEXT NOT NULL,
         person TEXT NOT NULL,
         channel TEXT NOT NULL,
@@ -296,12 +311,12 @@ _V6_USAGE = """CREATE TABLE model_usage (
         cache_write_tokens BIGINT NOT NULL,
         requests BIGINT NOT NULL
     )"""
-_V6_COMMON: Final[tuple[str, ...]] = (
+_V7_COMMON: Final[tuple[str, ...]] = (
     "CREATE INDEX model_usage_day ON model_usage (day, person)",
     "ALTER TABLE tasks ADD COLUMN summary TEXT NOT NULL DEFAULT ''",
 )
-_V6_SQLITE: Final[tuple[str, ...]] = (_V6_USAGE.format(real="REAL"), *_V6_COMMON)
-_V6_POSTGRES: Final[tuple[str, ...]] = (_V6_USAGE.format(real="DOUBLE PRECISION"), *_V6_COMMON)
+_V7_SQLITE: Final[tuple[str, ...]] = (_V7_USAGE.format(real="REAL"), *_V7_COMMON)
+_V7_POSTGRES: Final[tuple[str, ...]] = (_V7_USAGE.format(real="DOUBLE PRECISION"), *_V7_COMMON)
 
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
@@ -311,6 +326,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (4, {"sqlite": _V4, "postgres": _V4}),
     (5, {"sqlite": _V5, "postgres": _V5}),
     (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
+    (7, {"sqlite": _V7_SQLITE, "postgres": _V7_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

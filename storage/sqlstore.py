@@ -28,6 +28,7 @@ from ._rows import (
 from .base import (
     ClaimOutcome,
     EffectRecord,
+    FeedbackRecord,
     HandleKind,
     HandleRecord,
     InboxItem,
@@ -286,6 +287,39 @@ class SqlStore(ABC):
     async def get_effect(self, effect_id: str) -> EffectRecord | None:
         row = await self._one(sql.GET_EFFECT, effect_id=effect_id)
         return None if row is None else effect_from_row(row)
+
+    # -- feedback -----------------------------------------------------------------------
+    async def record_feedback(
+        self, *, task_id: str, message: str, user_id: str, user_name: str, kind: str, now: float
+    ) -> None:
+        if kind not in ("positive", "negative"):
+            raise StoreError(f"unknown feedback kind {kind!r}")
+        params = {
+            "task_id": task_id,
+            "message": message,
+            "user_id": user_id,
+            "user_name": user_name,
+            "kind": kind,
+            "now": now,
+        }
+        await self._execute(sql.RECORD_FEEDBACK, params)
+
+    async def pending_feedback(self, task_id: str) -> list[FeedbackRecord]:
+        rows = await self._fetch(sql.PENDING_FEEDBACK, {"task_id": task_id})
+        return [
+            FeedbackRecord(
+                task_id=str(r["task_id"]),
+                message=str(r["message"]),
+                user_id=str(r["user_id"]),
+                user_name=str(r["user_name"]),
+                kind="positive" if r["kind"] == "positive" else "negative",
+                clicked_at=float(r["clicked_at"]),
+            )
+            for r in rows
+        ]
+
+    async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
+        await self._execute(sql.MARK_FEEDBACK_SHOWN, {"task_id": task_id, "upto": upto})
 
     async def stats(self) -> StoreStats:
         row = await self._one(sql.STATS)

@@ -313,6 +313,23 @@ USAGE_BY_DAY: Final = Statement(
     " GROUP BY day, person, channel ORDER BY day, person, channel"
 )
 
+# -- feedback --------------------------------------------------------------------------------
+
+FEEDBACK_COLUMNS = "task_id, message, user_id, user_name, kind, clicked_at"
+#: A person's click on an answer's feedback buttons; a second click replaces the first.
+RECORD_FEEDBACK: Final = Statement(
+    "INSERT INTO feedback (task_id, message, user_id, user_name, kind, clicked_at, shown)"
+    " VALUES (:task_id, :message, :user_id, :user_name, :kind, :now, 0)"
+    " ON CONFLICT (task_id, message, user_id) DO UPDATE SET kind = excluded.kind,"
+    " user_name = excluded.user_name, clicked_at = excluded.clicked_at, shown = 0"
+)
+PENDING_FEEDBACK: Final = Statement(
+    f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE task_id = :task_id AND shown = 0 ORDER BY clicked_at"
+)
+MARK_FEEDBACK_SHOWN: Final = Statement(
+    "UPDATE feedback SET shown = 1 WHERE task_id = :task_id AND shown = 0 AND clicked_at <= :upto"
+)
+
 # -- stats -----------------------------------------------------------------------------------
 
 #: One row of counts; ``tasks`` and ``pending_inbox`` are StoreStats fields, the rest go to ``extra``.

@@ -99,6 +99,17 @@ def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
     ]
 
 
+def test_run_needs_no_signing_secret(here: Callable[..., str]) -> None:
+    """`run` serves no webhook, so with nothing set it asks only for the token and the model."""
+    assert here("run", "--channel", "C1", "hi").splitlines() == [
+        "threadbound: cannot start: 2 required settings are not set:",
+        "  SLACK_BOT_TOKEN  the Bot User OAuth Token (xoxb-…) on your Slack app's OAuth & Permissions page",
+        "  MODEL            e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5 "
+        "(or `model` in agent.toml)",
+        ADVICE.format("them"),
+    ]
+
+
 def test_anthropic_model_without_key_is_refused_by_serve(tmp_path: Path) -> None:
     """MODEL=anthropic:… without ANTHROPIC_API_KEY names the key and where to get it, no traceback."""
     values = {**GOOD, "MODEL": "anthropic:claude-sonnet-4-5"}
@@ -293,8 +304,7 @@ async def test_bolt_does_not_warn_that_the_token_is_ignored(
 
 def run_env(slack: FakeSlack, tmp_path: Path, llm_url: str = "http://127.0.0.1:9/v1") -> dict[str, str]:
     return {
-        "SLACK_BOT_TOKEN": slack.token,
-        "SLACK_SIGNING_SECRET": "test-signing-secret",
+        "SLACK_BOT_TOKEN": slack.token,  # and no signing secret: run serves no requests to verify
         "SLACK_API_URL": slack.api_url,
         "DATA_DIR": str(tmp_path / "data"),
         "MODEL": "openai-chat:fake",

@@ -34,14 +34,14 @@ def _no_ids(text: str) -> None:
 def test_a_forwarded_message_shows_author_place_time_and_text() -> None:
     """The forwarded message's author, channel, time and text reach the model, quoted."""
     text = render_message(_event("forwarded_message"), NAMES)
-    assert text == "> Forwarded message from Lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"
+    assert text == "> Forwarded message from lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"
     _no_ids(text)
 
 
 def test_a_share_with_a_comment_shows_both() -> None:
     """A share's comment comes first, then the shared message."""
     text = render_message(_event("share_with_message"), NAMES)
-    assert text.startswith("@threadbound hello check that out!\n\n> Forwarded message from Lev in #dev-null")
+    assert text.startswith("@threadbound hello check that out!\n\n> Forwarded message from lev in #dev-null")
     assert text.endswith("> this will be shared with a message")
 
 
@@ -51,6 +51,13 @@ def test_a_forwarded_slackbot_notice_names_slackbot() -> None:
     assert "what does this mean?" in text
     assert "> Forwarded message from Slackbot" in text
     assert "> You have been removed from #testing-slack-app by @Jade" in text
+
+
+def test_a_share_without_an_author_name_names_the_author_by_lookup() -> None:
+    """The share's own author_name is what Slack draws; without it the author's ID is looked up."""
+    att = {"is_share": True, "author_id": "U05JAA9EN4T", "text": "hi"}
+    assert "U05JAA9EN4T" in references({"attachments": [att]}).users
+    assert render_message({"attachments": [att]}, NAMES) == "> Forwarded message from Lev:\n> hi"
 
 
 def test_share_falls_back_to_attachment_text_then_fallback() -> None:

@@ -17,11 +17,11 @@ from testing.models import Turn, call, scripted
 
 # What the model must be shown for fixtures that start a turn; every other envelope starts nothing.
 TURNS: dict[str, list[str]] = {
-    "forwarded_message_dm": ["):\n> Forwarded message from Lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"],
+    "forwarded_message_dm": ["):\n> Forwarded message from lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"],
     "share_with_message": [
         "Lev (msg_",
         "@threadbound hello check that out!",
-        "> Forwarded message from Lev in #dev-null",
+        "> Forwarded message from lev in #dev-null",
         "> this will be shared with a message",
     ],
     "slackbot_forwarded_by_person": [
@@ -43,7 +43,7 @@ TURNS: dict[str, list[str]] = {
     ],
     "message_changed_adds_mention": [
         "@threadbound what is this about?",
-        "> Linked message from Jade in #general, 2022-09-23T20:51:32Z:",
+        "> Linked message from jadel in #general, 2022-09-23T20:51:32Z:",
         "> asdfhlkfasdlhsdf",
     ],
     "enterprise_grid_app_mention": ["Riv (msg_", "@threadbound is it everything a river should be?"],
@@ -146,6 +146,8 @@ async def test_fixture_end_to_end(name: str, tmp_path: Path) -> None:
         problems = [line for line in captured.lines() if line.get("level") in ("error", "critical")]
         assert problems == [] and "Traceback" not in captured.text
         [delivery, *_] = captured.lines("delivery")
+        if name.startswith("message_changed"):
+            assert delivery["user"] == "U043H11ES4V"  # an edit is logged with the edited message's author
         if name in IGNORED:
             assert prompts == [] and slack.bot_messages() == []
             assert (delivery["outcome"], delivery["reason"]) == ("ignored", IGNORED[name])
@@ -199,7 +201,7 @@ async def test_channel_read_rows_show_forwards_previews_and_rich_text(tmp_path: 
     assert "> Link preview (YouTube): [Tom Scott vs Irving Finkel" in texts[1]
     assert "> Link preview (computerwoche.de): [Blockchain revolutioniert Mobilität?" in texts[2]
     assert "> Sie lieben Ihr Auto?" in texts[2]
-    assert texts[3] == "> Forwarded message from Lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"
+    assert texts[3] == "> Forwarded message from lev in #dev-null, 2024-08-29T17:24:41Z:\n> 123"
     assert texts[4].startswith("- (a message in #release)\n")
     assert [row["author"]["display_name"] for row in rows[1:4]] == ["Kim", "Sam", "Lev"]
     for text in texts:

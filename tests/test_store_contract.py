@@ -826,3 +826,24 @@ async def test_stats_counts(store: Store) -> None:
     stats = await store.stats()
     assert (stats.tasks, stats.pending_inbox) == (1, 2)
     assert stats.extra["open_effects"] == 1 and stats.extra["leases"] == 0
+
+
+async def test_feedback_is_one_per_person_and_message_and_shown_once(store: Store) -> None:
+    """A second click by the same person on the same answer replaces the first; shown feedback is not
+    pending again, and a later click is."""
+    task = await store.create_task(channel="C1", thread_ts="1.000100", now=1.0)
+    common = {"task_id": task.task_id, "message": "C1:1.000200", "user_id": "U1", "user_name": "Alice"}
+    await store.record_feedback(**common, kind="positive", now=10.0)
+    await store.record_feedback(**common, kind="negative", now=11.0)
+    await store.record_feedback(**{**common, "user_id": "U2", "user_name": "Bob"}, kind="positive", now=12.0)
+    pending = await store.pending_feedback(task.task_id)
+    assert [(f.user_name, f.kind, f.clicked_at) for f in pending] == [
+        ("Alice", "negative", 11.0),
+        ("Bob", "positive", 12.0),
+    ]
+    await store.mark_feedback_shown(task.task_id, upto=12.0)
+    assert await store.pending_feedback(task.task_id) == []
+    await store.record_feedback(**common, kind="positive", now=13.0)
+    assert [f.kind for f in await store.pending_feedback(task.task_id)] == ["positive"]
+    with pytest.raises(StoreError):
+        await store.record_feedback(**common, kind="meh", now=14.0)

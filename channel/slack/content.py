@@ -71,7 +71,7 @@ def _collect(message: Mapping[str, Any], refs: References, depth: int) -> None:
             _collect_text(str(att.get(key) or ""), refs)
         for item in _fields(att):
             _collect_text(str(item.get("value") or ""), refs)
-        if isinstance(att.get("author_id"), str) and att["author_id"]:
+        if isinstance(att.get("author_id"), str) and att["author_id"] and not _author_label(att):
             refs.users.add(att["author_id"])
         channel_id = att.get("channel_id")
         if isinstance(channel_id, str) and channel_id:
@@ -226,9 +226,9 @@ def _attachment(att: Mapping[str, Any], names: Names, depth: int) -> str:
 
 def _share(att: Mapping[str, Any], names: Names, depth: int) -> str:
     kind = "Forwarded message" if att.get("is_share") else "Linked message"
+    # The name Slack draws on the share itself; looked up only when the share carries none.
     author_id = str(att.get("author_id") or "")
-    author = names.users.get(author_id, "").strip() if author_id else ""
-    author = author or _plain(att.get("author_name")) or _plain(att.get("author_subname")) or "someone"
+    author = _author_label(att) or (names.users.get(author_id, "").strip() if author_id else "") or "someone"
     header = f"{kind} from {author}"
     channel_id = str(att.get("channel_id") or "")
     channel = names.channels.get(channel_id, "").strip() if channel_id else ""
@@ -248,6 +248,10 @@ def _share(att: Mapping[str, Any], names: Names, depth: int) -> str:
     if files:
         body += ("\n" if body else "") + "(attached: " + ", ".join(files) + ")"
     return _quote(f"{header}:\n{body}" if body else f"{header} (no text)")
+
+
+def _author_label(att: Mapping[str, Any]) -> str:
+    return _plain(att.get("author_name")) or _plain(att.get("author_subname"))
 
 
 def _share_files(att: Mapping[str, Any]) -> list[Mapping[str, Any]]:

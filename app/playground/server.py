@@ -1,0 +1,446 @@
+"""``Playground``: the Slack emulator, the real app pointed at it, and the page that drives both.
+
+Three servers in one process, all over real HTTP:
+
+- the emulator (``emulator.FakeSlack``) on a loopback port: the app's Web API and file host;
+- the app itself (``app.server.Service``, exactly as ``serve`` builds it, with the agent file,
+  skills and MCP servers) on another loopback port, receiving signed Events API deliveries and
+  signed ``block_actions`` clicks on ``/slack/events``;
+- the page on ``HOST:PORT``: a person's post is stored in the workspace and delivered to the app
+  as Slack would deliver it; a click on a button becomes the interaction Slack would post. The
+  page follows the workspace live over server-sent events (``/api/events``): after every Web API
+  call the app makes, each open page gets a fresh snapshot (``view.snapshot``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import mimetypes
+import re
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from pydantic import SecretStr
+from pydantic_ai.models import Model
+
+from emulator import Call, FakeSlack
+from emulator import events as slack_events
+
+from ..run import RunHooks
+from ..server import Service, StartupError, listen_error
+from ..settings import Settings
+from .view import Retraction, ViewState, message_view, snapshot
+
+log = logging.getLogger(__name__)
+
+#: The channel everyone is in.
+GENERAL = "C0GENERAL"
+#: The people one can type as: (user id, name, DM channel with the bot).
+PEOPLE = (
+    ("U0ALICE", "alice", "Alice Chen", "D0ALICE"),
+    ("U0BOB", "bob", "Bob Okafor", "D0BOB"),
+    ("U0CAROL", "carol", "Carol Díaz", "D0CAROL"),
+)
+#: Largest file a person may attach from the page.
+MAX_UPLOAD_BYTES = 20 * 2**20
+_STATIC = resources.files(__package__) / "static"
+_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+class BadRequest(web.HTTPBadRequest):
+    """A 400 whose body is a JSON ``{"error": ...}`` the page shows."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(text=json.dumps({"error": error}), content_type="application/json")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What the app answered to one delivery."""
+
+    status: int
+    body: str
+
+
+def playground_settings(settings: Settings, slack: FakeSlack, secret: str) -> Settings:
+    """``settings`` with Slack pointed at the emulator and the store in its own embedded SQLite."""
+    return settings.model_copy(
+        update={
+            "slack_bot_token": SecretStr(slack.token),
+            "slack_signing_secret": SecretStr(secret),
+            "slack_api_url": slack.api_url,
+            "slack_file_origins": (slack.files_origin,),
+            "data_dir": settings.data_dir / "playground",
+            "database_url": "",
+            # Whoever can open the page may use it: the workspace is local, so no allow-lists.
+            "allowed_channels": (),
+            "allowed_users": (),
+        }
+    )
+
+
+def ignored_settings(settings: Settings) -> list[str]:
+    """The settings the user gave that the playground replaces (each is named in a note)."""
+    defaults = Settings.model_fields
+    names = []
+    for name in (
+        "slack_bot_token",
+        "slack_signing_secret",
+        "slack_api_url",
+        "slack_file_origins",
+        "database_url",
+    ):
+        value = getattr(settings, name)
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        default = defaults[name].default
+        default = default.get_secret_value() if isinstance(default, SecretStr) else default
+        if raw != default:
+            names.append(name.upper())
+    return names
+
+
+class Playground:
+    """See the module docstring. ``async with Playground(settings) as pg:`` then open ``pg.url``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        model: Model | None = None,
+        hooks: RunHooks | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.settings = settings
+        self.model = model
+        self.hooks = hooks
+        self.host = host
+        self.port = port
+        self.slack = FakeSlack(token="xoxb-playground")
+        self.secret = secrets.token_hex(16)
+        self.service: Service | None = None
+        self.app_url = ""
+        self.view = ViewState(people=[uid for uid, *_ in PEOPLE])
+        self._version = 0
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._deleting: dict[int, Retraction] = {}
+        self._runners: list[web.AppRunner] = []
+        self._http: aiohttp.ClientSession | None = None
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Playground:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        slack = self.slack
+        slack.start_clock_at(time.time())  # ts never repeat across restarts: the store keeps its claims
+        await slack.start()
+        slack.add_channel(GENERAL, "general")
+        for uid, name, real_name, dm in PEOPLE:
+            slack.add_user(uid, name, display_name=real_name.split()[0], real_name=real_name)
+            slack.add_channel(dm, f"dm-{name}", is_im=True, user=uid)
+        slack.observe(self._before_call)
+        slack.on_handled(self._after_call)
+        settings = playground_settings(self.settings, slack, self.secret)
+        self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
+        self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
+        self._http = aiohttp.ClientSession()
+        page = web.Application(client_max_size=MAX_UPLOAD_BYTES + 2**16)
+        page.router.add_get("/", self._index)
+        page.router.add_get("/healthz", self._healthz)
+        page.router.add_get("/static/{name}", self._static)
+        page.router.add_get("/api/state", self._state)
+        page.router.add_get("/api/events", self._events)
+        page.router.add_post("/api/messages", self._post_message)
+        page.router.add_post("/api/click", self._click)
+        page.router.add_get("/files/{fid}/{name}", self._file)
+        page.on_shutdown.append(self._end_streams)
+        try:
+            self.port = await self._serve(page, self.host, self.port)
+        except OSError as exc:
+            raise StartupError(listen_error(self.host, self.port, exc)) from exc
+
+    async def _serve(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
+        await runner.setup()
+        self._runners.append(runner)
+        await web.TCPSite(runner, host, port).start()
+        return int(runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        self._closing = True
+        self._notify()
+        for runner in reversed(self._runners):
+            await runner.cleanup()  # the app's on_shutdown drains its running turns
+        self._runners.clear()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self.service is not None:
+            await self.service.close()
+            self.service = None
+        await self.slack.stop()
+
+    async def __aenter__(self) -> Playground:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}/"
+
+    # ------------------------------------------------------------------ workspace changes
+
+    def _notify(self) -> None:
+        self._version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _before_call(self, call: Call) -> None:
+        # A deletion removes the message: remember what it said, to show a trace once it succeeds.
+        if call.method != "chat.delete":
+            return
+        channel, ts = str(call.params.get("channel") or ""), str(call.params.get("ts") or "")
+        message = self.slack.find(channel, ts)
+        if message is not None and self.slack.is_bots(message):
+            thread = str(message.get("thread_ts") or "")
+            self._deleting[id(call)] = Retraction(channel, ts, thread, str(message.get("text") or ""))
+
+    def _after_call(self, call: Call) -> None:
+        gone = self._deleting.pop(id(call), None)
+        ok = call.response is not None and call.response.get("ok")
+        if gone is not None and ok and self.slack.find(gone.channel, gone.ts) is None:
+            self.view.retractions.append(gone)
+        self._notify()
+
+    def snapshot(self) -> dict[str, Any]:
+        return snapshot(self.slack, self.view, self._version)
+
+    async def changed(self, after: int) -> int:
+        """Wait until the workspace changed after version ``after``; the new version."""
+        while self._version <= after and not self._closing:
+            await self._changed.wait()
+        return self._version
+
+    # ------------------------------------------------------------------ deliveries to the app
+
+    async def _post_to_app(self, body: bytes, headers: dict[str, str]) -> Delivery:
+        assert self._http is not None
+        async with self._http.post(f"{self.app_url}/slack/events", data=body, headers=headers) as response:
+            return Delivery(response.status, await response.text())
+
+    async def post(
+        self, person: str, channel: str, text: str, thread_ts: str = "", file: tuple[str, bytes] | None = None
+    ) -> tuple[str, list[Delivery]]:
+        """Store ``person``'s message and deliver it to the app as Slack would; its ts and the answers.
+
+        ``@name`` mentions (the bot's name, or a person's) become Slack mentions; ``file`` is
+        ``(name, bytes)`` attached to the message. Raises ``ValueError`` for a bad request."""
+        slack = self.slack
+        if person not in self.view.people:
+            raise ValueError(f"unknown person {person!r}")
+        chan = slack.channels.get(channel)
+        if chan is None:
+            raise ValueError(f"unknown conversation {channel!r}")
+        if chan.is_im and chan.user != person:
+            raise ValueError("a DM can only be written to by its person")
+        if not text.strip() and file is None:
+            raise ValueError("write something or attach a file")
+        if thread_ts:
+            root = slack.find(channel, thread_ts)
+            if root is None or slack.is_reply(root):
+                raise ValueError(f"no thread {thread_ts} in this conversation")
+        files = None
+        if file is not None:
+            name, data = file
+            fid = slack.new_id("F")
+            mimetype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            slack.add_file(fid, name, mimetype, data, user=person)
+            files = [slack.file_object(fid)]
+        ts = slack.add_message(channel, self._slack_text(text), person, thread_ts or None, files)
+        self._notify()
+        deliveries = []
+        for envelope in slack_events.message_events(slack, channel, ts):
+            deliveries.append(await self._post_to_app(*slack_events.event_body(envelope, self.secret)))
+        return ts, deliveries
+
+    async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery:
+        """``person`` clicks a button of message ``ts``: the signed ``block_actions`` Slack would post.
+
+        ``action`` names the element (``action_id``, ``block_id``, ``type``, ``value``); it must be
+        one of the message's buttons. Raises ``ValueError`` otherwise."""
+        if person not in self.view.people:
+            raise ValueError(f"unknown person {person!r}")
+        message = self.slack.find(channel, ts)
+        if message is None:
+            raise ValueError(f"no message {ts} in {channel!r}")
+        names = {uid: u.name for uid, u in self.slack.users.items()}
+        buttons = message_view(self.slack, channel, message, names)["buttons"]
+        keys = ("action_id", "block_id", "type", "value")
+        wanted = {k: str(action.get(k) or "") for k in keys}
+        if not any({k: b[k] for k in keys} == wanted for b in buttons):
+            raise ValueError("that message has no such button")
+        payload = slack_events.block_actions(self.slack, channel, ts, person, wanted)
+        return await self._post_to_app(*slack_events.interaction_body(payload, self.secret))
+
+    def _slack_text(self, text: str) -> str:
+        """What Slack stores for typed text: ``&<>`` escaped, ``@name`` as ``<@U…>`` for known names."""
+        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        by_name = {self.slack.bot_name.lower(): self.slack.bot_user_id}
+        for uid, name, real_name, _ in PEOPLE:
+            by_name[name] = uid
+            by_name[real_name.split()[0].lower()] = uid
+
+        def mention(match: re.Match[str]) -> str:
+            uid = by_name.get(match.group(1).lower())
+            return f"<@{uid}>" if uid else match.group(0)
+
+        return re.sub(r"(?<![\w@])@([\w.-]+)", mention, escaped)
+
+    # ------------------------------------------------------------------ HTTP: the page
+
+    async def _index(self, _: web.Request) -> web.Response:
+        return web.Response(body=(_STATIC / "index.html").read_bytes(), content_type="text/html")
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        kind = _STATIC_TYPES.get(Path(name).suffix)
+        resource = _STATIC / name
+        if kind is None or "/" in name or not resource.is_file():
+            raise web.HTTPNotFound()
+        return web.Response(body=resource.read_bytes(), content_type=kind, charset="utf-8")
+
+    async def _state(self, _: web.Request) -> web.Response:
+        return web.json_response(self.snapshot())
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
+        try:
+            seen = -1
+            while not self._closing:
+                state = self.snapshot()
+                seen = state["version"]
+                await response.write(f"data: {json.dumps(state)}\n\n".encode())
+                await self.changed(seen)
+        except ConnectionResetError:
+            pass  # the page went away; the next one gets a fresh snapshot
+        finally:
+            if task is not None:
+                self._streams.discard(task)
+        return response
+
+    async def _end_streams(self, _: web.Application) -> None:
+        self._closing = True
+        self._notify()
+        streams = list(self._streams)
+        for task in streams:
+            task.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        file = None
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            upload = form.get("file")
+            if isinstance(upload, web.FileField) and upload.filename:
+                file = (Path(upload.filename).name, upload.file.read())
+        else:
+            try:
+                body = await request.json()
+            except ValueError as exc:
+                raise BadRequest("the body must be JSON or a form") from exc
+            fields = {k: str(v) for k, v in body.items()} if isinstance(body, dict) else {}
+        try:
+            ts, deliveries = await self.post(
+                fields.get("as", ""),
+                fields.get("channel", ""),
+                fields.get("text", ""),
+                fields.get("thread_ts", ""),
+                file,
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"ts": ts, "deliveries": [d.status for d in deliveries]})
+
+    async def _click(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        try:
+            delivery = await self.click(
+                str(body.get("as") or ""), str(body.get("channel") or ""), str(body.get("ts") or ""), body
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": delivery.status})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        stored = self.slack.files.get(request.match_info["fid"])
+        if stored is None or stored.content is None:
+            raise web.HTTPNotFound()
+        # Whatever a person attached is served inert: never run as a page on the playground's origin.
+        headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+        return web.Response(body=stored.content, content_type=stored.mimetype, headers=headers)
+
+
+async def run_playground(settings: Settings, *, model: Model | None = None) -> None:
+    """``python -m app playground``: serve until SIGTERM/SIGINT (StartupError for what cannot work)."""
+    # The page drives the agent with your model key and has no sign-in: loopback unless HOST is set.
+    host = settings.host if "host" in settings.model_fields_set else "127.0.0.1"
+    playground = Playground(settings, model=model, host=host, port=settings.port)
+    await playground.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    print(f"threadbound playground: open {playground.url}  (Ctrl-C stops it)", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await playground.stop()
+
+
+__all__ = [
+    "GENERAL",
+    "PEOPLE",
+    "Delivery",
+    "Playground",
+    "ignored_settings",
+    "playground_settings",
+    "run_playground",
+]

@@ -1,0 +1,243 @@
+// The playground page: follows the workspace over server-sent events and re-renders the open
+// conversation; posts and clicks go to /api/messages and /api/click. Message HTML is rendered by
+// the server (Markdown with raw HTML disabled); everything else is set as text.
+"use strict";
+
+const ui = {
+  data: null,
+  person: localStorage.getItem("person") || "",
+  conversation: localStorage.getItem("conversation") || "",
+  thread: "",
+  clicked: new Set(),  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
+};
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value;
+    else if (key === "html") node.innerHTML = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value);
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+}
+
+function conversations() {
+  const all = ui.data ? ui.data.conversations : [];
+  return all.filter((c) => !c.dm || c.person === ui.person);
+}
+
+function current() {
+  const visible = conversations();
+  return visible.find((c) => c.id === ui.conversation) || visible[0] || null;
+}
+
+function renderPeople() {
+  const select = $("person");
+  if (select.options.length) return;
+  for (const p of ui.data.people) select.append(el("option", { value: p.id }, p.name));
+  if (!ui.data.people.some((p) => p.id === ui.person)) ui.person = ui.data.people[0].id;
+  select.value = ui.person;
+}
+
+function renderSidebar(conv) {
+  const nav = $("conversations");
+  nav.replaceChildren();
+  for (const c of conversations()) {
+    const label = c.dm ? `✉ ${ui.data.bot.name}` : `# ${c.name}`;
+    nav.append(el("a", {
+      href: "#", class: c.id === conv.id ? "active" : "", "data-conversation": c.id,
+      onclick: (e) => { e.preventDefault(); choose(c.id); },
+    }, label));
+  }
+}
+
+function messageNode(conv, m) {
+  const classes = ["msg", m.bot ? "bot" : "person", m.streaming && "streaming", m.retracted && "retracted", m.deleted && "deleted"];
+  const meta = el("div", { class: "meta" }, el("b", {}, m.name), m.bot ? el("span", { class: "badge" }, "APP") : null,
+    new Date(parseFloat(m.ts) * 1000).toLocaleTimeString(),
+    m.edited ? el("span", { class: "edited" }, " (edited)") : null,
+    m.retracted ? el("span", { class: "edited" }, " (retracted by the bot)") : null,
+    m.streaming ? el("span", { class: "edited" }, " (streaming…)") : null);
+  const body = el("div", { class: "body" }, meta, el("div", { class: "text", html: m.html }));
+  if (m.files.length) {
+    const files = el("div", { class: "files" });
+    for (const f of m.files) {
+      if (f.canvas) files.append(el("a", { class: "file", href: `#canvas-${f.id}` }, `🗒 ${f.name} (canvas)`));
+      else if (f.image) files.append(el("a", { class: "file", href: f.url, target: "_blank" }, el("img", { src: f.url, alt: f.name })));
+      else files.append(el("a", { class: "file", href: f.url, download: f.name }, `📄 ${f.name}`));
+    }
+    body.append(files);
+  }
+  if (m.buttons.length) {
+    const row = el("div", { class: "buttons" });
+    for (const b of m.buttons) {
+      const pressed = ui.clicked.has(clickKey(m, b));
+      row.append(el("button", {
+        type: "button", class: `bk ${b.style || ""} ${pressed ? "clicked" : ""}`, disabled: pressed,
+        "data-action-id": b.action_id, "data-value": b.value,
+        onclick: (e) => click(conv, m, b, e.currentTarget),
+      }, b.label));
+    }
+    body.append(row);
+  }
+  if (m.reactions.length) {
+    const row = el("div", { class: "reactions" });
+    for (const r of m.reactions) row.append(el("span", { class: "reaction", title: `${r.who.join(", ")} reacted :${r.name}:`, "data-reaction": r.name }, `${r.emoji} ${r.count}`));
+    body.append(row);
+  }
+  const initial = (m.name || "?").slice(0, 1).toUpperCase();
+  return el("div", { class: classes.filter(Boolean).join(" "), "data-ts": m.ts }, el("div", { class: "avatar" }, initial), body);
+}
+
+function renderMessages(conv) {
+  const box = $("messages");
+  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 60;
+  box.replaceChildren();
+  if (!conv.messages.length) {
+    box.append(el("p", { class: "empty" }, conv.dm
+      ? "Your direct messages with the bot. Say something — no mention needed here."
+      : "Nothing here yet. Mention @threadbound to start a task; replies in its thread continue it."));
+  }
+  for (const root of conv.messages) {
+    const thread = el("div", { class: "thread", "data-thread": root.ts }, messageNode(conv, root));
+    if (root.replies.length) {
+      const replies = el("div", { class: "replies" });
+      for (const r of root.replies) replies.append(messageNode(conv, r));
+      thread.append(replies);
+    }
+    const status = conv.statuses[root.ts];
+    if (status) thread.append(el("div", { class: "status" }, `${ui.data.bot.name} ${status}`));
+    if (!root.retracted && !root.deleted) {
+      thread.append(el("button", { type: "button", class: "reply-link", onclick: () => replyTo(root) },
+        root.replies.length ? `${root.replies.length} repl${root.replies.length === 1 ? "y" : "ies"} · Reply in thread` : "Reply in thread"));
+    }
+    box.append(thread);
+  }
+  if (atBottom) box.scrollTop = box.scrollHeight;
+}
+
+function renderCanvases(conv) {
+  const box = $("canvases");
+  box.replaceChildren();
+  for (const c of conv.canvases) {
+    const open = box.dataset.open === c.id;
+    box.append(el("details", { id: `canvas-${c.id}`, open: open ? "" : null }, el("summary", {}, `🗒 Canvas: ${c.title}`), el("div", { class: "text", html: c.html })));
+  }
+}
+
+function render() {
+  if (!ui.data) return;
+  renderPeople();
+  const conv = current();
+  if (!conv) return;
+  ui.conversation = conv.id;
+  renderSidebar(conv);
+  $("title").replaceChildren(conv.dm ? `✉ ${ui.data.bot.name}` : `# ${conv.name}`,
+    el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"));
+  renderCanvases(conv);
+  renderMessages(conv);
+  const target = $("target");
+  const root = ui.thread && conv.messages.find((m) => m.ts === ui.thread);
+  target.hidden = !root;
+  if (root) target.querySelector("span").textContent = `Replying in the thread of ${root.name}'s message`;
+}
+
+function choose(id) {
+  ui.conversation = id;
+  ui.thread = "";
+  localStorage.setItem("conversation", id);
+  render();
+}
+
+function replyTo(root) {
+  ui.thread = root.ts;
+  render();
+  $("text").focus();
+}
+
+async function send(event) {
+  event.preventDefault();
+  const conv = current();
+  const text = $("text").value;
+  const file = $("file").files[0];
+  if (!conv || (!text.trim() && !file)) return;
+  const form = new FormData();
+  form.append("as", ui.person);
+  form.append("channel", conv.id);
+  form.append("text", text);
+  if (ui.thread) form.append("thread_ts", ui.thread);
+  if (file) form.append("file", file, file.name);
+  $("send").disabled = true;
+  try {
+    const response = await fetch("/api/messages", { method: "POST", body: form });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    $("text").value = "";
+    $("file").value = "";
+    $("file-name").textContent = "Attach a file";
+    $("error").textContent = "";
+  } catch (err) {
+    $("error").textContent = `Not sent: ${err.message}`;
+  } finally {
+    $("send").disabled = false;
+  }
+}
+
+function clickKey(m, b) {
+  return `${ui.person}|${m.ts}|${b.action_id}|${b.value}`;
+}
+
+async function click(conv, m, button, node) {
+  node.disabled = true;
+  ui.clicked.add(clickKey(m, button));
+  try {
+    const response = await fetch("/api/click", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ as: ui.person, channel: conv.id, ts: m.ts, action_id: button.action_id,
+        block_id: button.block_id, type: button.type, value: button.value }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    $("error").textContent = answer.status === 200 ? "" : `The app answered the click with HTTP ${answer.status}`;
+  } catch (err) {
+    $("error").textContent = `Click not delivered: ${err.message}`;
+    ui.clicked.delete(clickKey(m, button));
+    node.disabled = false;
+  }
+}
+
+function connect() {
+  const events = new EventSource("/api/events");
+  events.onopen = () => { $("connection").textContent = "live"; $("connection").className = "connection live"; };
+  events.onerror = () => { $("connection").textContent = "reconnecting…"; $("connection").className = "connection"; };
+  events.onmessage = (e) => { ui.data = JSON.parse(e.data); render(); };
+}
+
+$("person").addEventListener("change", (e) => {
+  ui.person = e.target.value;
+  localStorage.setItem("person", ui.person);
+  ui.thread = "";
+  render();
+});
+$("composer").addEventListener("submit", send);
+$("text").addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
+});
+$("mention").addEventListener("click", () => {
+  const box = $("text");
+  box.value = `@${ui.data ? ui.data.bot.name : "threadbound"} ${box.value}`;
+  box.focus();
+});
+$("leave-thread").addEventListener("click", () => { ui.thread = ""; render(); });
+$("file").addEventListener("change", (e) => {
+  const file = e.target.files[0];
+  $("file-name").textContent = file ? file.name : "Attach a file";
+});
+$("canvases").addEventListener("toggle", (e) => {
+  if (e.target.open) $("canvases").dataset.open = e.target.id.replace("canvas-", "");
+}, true);
+connect();

@@ -1,0 +1,287 @@
+"""The workspace as the page shows it: conversations, threads and messages as JSON, Markdown as HTML.
+
+Rendering happens here, server-side, so the page needs no Markdown library:
+Slack's ``<@U…>``/``<url|label>``/``<!here>`` constructs become readable Markdown,
+then markdown-it (raw HTML off, so nothing a message says can inject markup)
+turns it into HTML. Block Kit buttons are described generically — any element of
+an ``actions`` or ``context_actions`` block with an ``action_id`` — so a click on
+any of them becomes the ``block_actions`` interaction Slack would send.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from emulator import Workspace
+from emulator.wire import JSON, ts_key
+
+_md = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["table", "strikethrough"])
+_CONSTRUCT = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")
+_ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
+#: A few reaction names as emoji; others show as ``:name:``, as Slack's fallback does.
+EMOJI = {
+    "eyes": "👀",
+    "white_check_mark": "✅",
+    "heavy_check_mark": "✔️",
+    "x": "❌",
+    "thumbsup": "👍",
+    "+1": "👍",
+    "thumbsdown": "👎",
+    "-1": "👎",
+    "tada": "🎉",
+    "rocket": "🚀",
+    "warning": "⚠️",
+    "hourglass_flowing_sand": "⏳",
+    "hourglass": "⌛",
+    "thinking_face": "🤔",
+    "memo": "📝",
+    "bulb": "💡",
+    "fire": "🔥",
+    "heart": "❤️",
+    "wave": "👋",
+    "pray": "🙏",
+    "raised_hands": "🙌",
+    "ok_hand": "👌",
+    "question": "❓",
+    "exclamation": "❗",
+    "sparkles": "✨",
+    "robot_face": "🤖",
+    "mag": "🔍",
+    "books": "📚",
+    "calendar": "📆",
+    "bug": "🐛",
+    "smile": "😄",
+    "slightly_smiling_face": "🙂",
+}
+
+
+@dataclass
+class Retraction:
+    """A bot message the app deleted: the page keeps a greyed trace of what it said."""
+
+    channel: str
+    ts: str
+    thread_ts: str
+    text: str
+
+
+@dataclass
+class ViewState:
+    """What the page adds to the workspace: retractions seen, and the people one can type as."""
+
+    people: list[str]
+    retractions: list[Retraction] = field(default_factory=list)
+
+
+def slack_to_markdown(text: str, names: Mapping[str, str]) -> str:
+    """Slack's ``<…>`` constructs as Markdown people read (``@name``, ``[label](url)``), entities
+    unescaped in the same pass so an escaped ``&lt;@U1&gt;`` stays literal."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(2):
+            return _ENTITIES[match.group(2)]
+        body = match.group(1)
+        target, _, label = body.partition("|")
+        if target.startswith("@"):
+            return f"@{names.get(target[1:], label or target[1:])}"
+        if target.startswith("#"):
+            return f"#{label or target[1:]}"
+        if target.startswith("!"):
+            special = target[1:].split("^")[0]
+            return f"@{label or special}"
+        if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", target):
+            return f"[{label}]({target})" if label else f"<{target}>"
+        return match.group(0)
+
+    return _CONSTRUCT.sub(replace, text)
+
+
+def markdown_html(text: str, names: Mapping[str, str]) -> str:
+    return _md.render(slack_to_markdown(text, names))
+
+
+def _text_of(element: Any) -> str:
+    if isinstance(element, Mapping):
+        return str(element.get("text") or "")
+    return ""
+
+
+def _buttons(block: Mapping[str, Any]) -> list[JSON]:
+    """The clickable elements of one block, each with what its click sends."""
+    out: list[JSON] = []
+    block_id = str(block.get("block_id") or "")
+    for element in block.get("elements") or []:
+        if not isinstance(element, Mapping) or not element.get("action_id"):
+            continue
+        kind = str(element.get("type") or "")
+        base = {"action_id": str(element["action_id"]), "block_id": block_id, "type": kind}
+        if kind == "feedback_buttons":
+            for side, icon in (("positive_button", "👍"), ("negative_button", "👎")):
+                button = element.get(side)
+                if isinstance(button, Mapping):
+                    label = _text_of(button.get("text")) or side
+                    out.append({**base, "value": str(button.get("value") or ""), "label": f"{icon} {label}"})
+            continue
+        label = _text_of(element.get("text")) or kind
+        out.append(
+            {**base, "value": str(element.get("value") or ""), "label": label, "style": element.get("style")}
+        )
+    return out
+
+
+def _body(message: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, list[JSON]]:
+    """The message's HTML and its buttons, from its blocks when it has renderable ones."""
+    parts: list[str] = []
+    buttons: list[JSON] = []
+    for block in message.get("blocks") or []:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "markdown":
+            parts.append(markdown_html(str(block.get("text") or ""), names))
+        elif kind in ("section", "header"):
+            parts.append(markdown_html(_text_of(block.get("text")), names))
+            for fld in block.get("fields") or []:
+                parts.append(markdown_html(_text_of(fld), names))
+        elif kind == "context":
+            small = " ".join(_text_of(e) for e in block.get("elements") or [])
+            if small:
+                parts.append(f'<div class="context">{markdown_html(small, names)}</div>')
+        elif kind == "divider":
+            parts.append("<hr>")
+        if kind in ("actions", "context_actions"):
+            buttons += _buttons(block)
+    if not parts:
+        parts.append(markdown_html(str(message.get("text") or ""), names))
+    return "".join(parts), buttons
+
+
+def message_view(ws: Workspace, channel: str, message: Mapping[str, Any], names: Mapping[str, str]) -> JSON:
+    user = str(message.get("user") or "")
+    bot = ws.is_bots(dict(message))
+    html, buttons = _body(message, names)
+    stream = ws.streams.get((channel, str(message["ts"])))
+    files: list[JSON] = []
+    for f in message.get("files") or []:
+        fid = str(f.get("id") or "")
+        if fid in ws.canvases:
+            files.append({"id": fid, "name": ws.canvases[fid].title, "canvas": True})
+        elif fid in ws.files:
+            stored = ws.files[fid]
+            files.append(
+                {
+                    "id": fid,
+                    "name": stored.name,
+                    "url": f"/files/{fid}/{stored.name}",
+                    "image": stored.mimetype.startswith("image/"),
+                    "size": stored.size,
+                }
+            )
+    reactions = [
+        {
+            "name": r["name"],
+            "emoji": EMOJI.get(r["name"], f":{r['name']}:"),
+            "count": r["count"],
+            "who": [names.get(u, u) for u in r["users"]],
+        }
+        for r in message.get("reactions") or []
+    ]
+    return {
+        "ts": message["ts"],
+        "thread_ts": message.get("thread_ts") or "",
+        "user": user,
+        "name": ws.bot_name if bot else names.get(user, user),
+        "bot": bot,
+        "html": html,
+        "buttons": buttons,
+        "files": files,
+        "reactions": reactions,
+        "edited": "edited" in message,
+        "deleted": message.get("subtype") == "tombstone",
+        "streaming": stream is not None and stream.state == "streaming",
+        "retracted": False,
+    }
+
+
+def _statuses(ws: Workspace, channel: str) -> dict[str, str]:
+    """The progress status showing under each thread now (the last one set; empty clears it)."""
+    out: dict[str, str] = {}
+    for status in ws.statuses:
+        if status.channel_id != channel:
+            continue
+        thread = ws.thread(channel, status.thread_ts)
+        root = thread[0]["ts"] if thread else status.thread_ts
+        if status.status:
+            out[root] = status.status
+        else:
+            out.pop(root, None)
+    return out
+
+
+def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
+    """Everything the page shows, in one JSON document."""
+    names = {uid: (u.display_name or u.real_name or u.name) for uid, u in ws.users.items()}
+    conversations: list[JSON] = []
+    for chan in ws.channels.values():
+        views = [message_view(ws, chan.id, m, names) for m in ws.stored(chan.id)]
+        for gone in state.retractions:
+            if gone.channel == chan.id:
+                views.append(
+                    {
+                        "ts": gone.ts,
+                        "thread_ts": gone.thread_ts,
+                        "user": ws.bot_user_id,
+                        "name": ws.bot_name,
+                        "bot": True,
+                        "html": markdown_html(gone.text, names),
+                        "buttons": [],
+                        "files": [],
+                        "reactions": [],
+                        "edited": False,
+                        "deleted": False,
+                        "streaming": False,
+                        "retracted": True,
+                    }
+                )
+        views.sort(key=lambda v: ts_key(v["ts"]))
+        roots = [v for v in views if not v["thread_ts"] or v["thread_ts"] == v["ts"]]
+        for root in roots:
+            root["replies"] = [v for v in views if v["thread_ts"] == root["ts"] and v is not root]
+        canvases = [
+            {"id": c.id, "title": c.title, "html": markdown_html(c.markdown, names)}
+            for c in ws.canvases.values()
+            if c.channel_id == chan.id or any(chan.id in a.get("channel_ids", []) for a in c.access)
+        ]
+        conversations.append(
+            {
+                "id": chan.id,
+                "name": chan.name,
+                "dm": chan.is_im,
+                "person": chan.user or "",
+                "messages": roots,
+                "statuses": _statuses(ws, chan.id),
+                "canvases": canvases,
+            }
+        )
+    return {
+        "version": version,
+        "bot": {"id": ws.bot_user_id, "name": ws.bot_name},
+        "people": [{"id": uid, "name": names[uid]} for uid in state.people],
+        "conversations": conversations,
+    }
+
+
+__all__ = [
+    "EMOJI",
+    "Retraction",
+    "ViewState",
+    "markdown_html",
+    "message_view",
+    "slack_to_markdown",
+    "snapshot",
+]

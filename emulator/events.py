@@ -1,0 +1,146 @@
+"""What the workspace sends the app: Events API envelopes and interactions, signed as Slack signs them.
+
+Slack POSTs events as JSON and clicks as form-encoded ``payload=<json>`` to the
+app's request URL, each with ``X-Slack-Request-Timestamp`` and a ``v0=`` HMAC-SHA256
+signature of ``v0:{timestamp}:{body}`` under the app's signing secret. The
+playground builds its deliveries here from the workspace's stored messages, so the
+app sees what Slack would send for the same message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from typing import Literal
+from urllib.parse import urlencode
+
+from .wire import JSON
+from .workspace import Workspace
+
+ChannelType = Literal["channel", "im", "group", "mpim"]
+
+
+def sign(body: bytes, secret: str, timestamp: int | None = None) -> dict[str, str]:
+    """The signature headers Slack sends with ``body``."""
+    ts = int(time.time()) if timestamp is None else int(timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": str(ts), "X-Slack-Signature": f"v0={digest}"}
+
+
+def event_body(envelope: JSON, secret: str) -> tuple[bytes, dict[str, str]]:
+    """An event envelope as Slack POSTs it: JSON body and signed headers."""
+    body = json.dumps(envelope).encode()
+    return body, {**sign(body, secret), "Content-Type": "application/json"}
+
+
+def interaction_body(payload: JSON, secret: str) -> tuple[bytes, dict[str, str]]:
+    """An interaction payload as Slack POSTs it: form-encoded ``payload=<json>`` and signed headers."""
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    return body, {**sign(body, secret), "Content-Type": "application/x-www-form-urlencoded"}
+
+
+def channel_type(ws: Workspace, channel: str) -> ChannelType:
+    chan = ws.channels[channel]
+    if chan.is_im:
+        return "im"
+    if chan.is_mpim:
+        return "mpim"
+    return "group" if chan.is_private else "channel"
+
+
+def envelope(ws: Workspace, event: JSON) -> JSON:
+    """``event`` wrapped in the ``event_callback`` envelope of this workspace's app."""
+    return {
+        "token": "verification-token",
+        "team_id": ws.team_id,
+        "context_team_id": ws.team_id,
+        "api_app_id": ws.app_id,
+        "event": event,
+        "type": "event_callback",
+        "event_id": f"Ev{uuid.uuid4().hex[:10].upper()}",
+        "event_time": int(time.time()),
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": ws.team_id,
+                "user_id": ws.bot_user_id,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+        "is_ext_shared_channel": False,
+        "event_context": f"4-{uuid.uuid4().hex}",
+    }
+
+
+def message_events(ws: Workspace, channel: str, ts: str) -> list[JSON]:
+    """The envelopes Slack sends for a person's stored message: ``app_mention`` when it mentions the
+    bot outside a DM, then the ``message`` event (the app subscribes to both; it dedupes them)."""
+    message = ws.find(channel, ts)
+    if message is None:
+        raise ValueError(f"no message {ts} in {channel}")
+    kind = channel_type(ws, channel)
+    event: JSON = {
+        "type": "message",
+        "channel": channel,
+        "user": message["user"],
+        "text": message.get("text", ""),
+        "ts": ts,
+        "event_ts": ts,
+        "channel_type": kind,
+        "team": ws.team_id,
+        "client_msg_id": str(uuid.uuid4()),
+    }
+    if ws.is_reply(message):
+        event["thread_ts"] = message["thread_ts"]
+    if message.get("files"):
+        event["subtype"] = "file_share"
+        event["files"] = ws.render(message, False)["files"]
+        event["upload"] = False
+    out = []
+    if kind != "im" and f"<@{ws.bot_user_id}>" in event["text"]:
+        mention = {k: v for k, v in event.items() if k not in ("channel_type", "subtype", "upload")}
+        mention["type"] = "app_mention"
+        out.append(envelope(ws, mention))
+    out.append(envelope(ws, event))
+    return out
+
+
+def block_actions(ws: Workspace, channel: str, ts: str, user: str, action: JSON) -> JSON:
+    """The ``block_actions`` payload Slack posts when ``user`` clicks ``action`` (an element's
+    ``action_id``, ``block_id``, ``type`` and ``value``) on the stored message ``ts``."""
+    message = ws.find(channel, ts)
+    if message is None:
+        raise ValueError(f"no message {ts} in {channel}")
+    person = ws.users.get(user)
+    name = person.name if person is not None else user.lower()
+    container: JSON = {"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": False}
+    if ws.is_reply(message) or message.get("thread_ts"):
+        container["thread_ts"] = message["thread_ts"]
+    return {
+        "type": "block_actions",
+        "token": "verification-token",
+        "api_app_id": ws.app_id,
+        "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex[:12]}",
+        "team": {"id": ws.team_id, "domain": "playground"},
+        "user": {"id": user, "username": name, "name": name, "team_id": ws.team_id},
+        "container": container,
+        "channel": {"id": channel, "name": ws.channels[channel].name},
+        "message": ws.render(message, True),
+        "response_url": f"https://hooks.slack.com/actions/{ws.team_id}/1/{uuid.uuid4().hex}",
+        "actions": [{**action, "action_ts": f"{time.time():.6f}"}],
+    }
+
+
+__all__ = [
+    "block_actions",
+    "channel_type",
+    "envelope",
+    "event_body",
+    "interaction_body",
+    "message_events",
+    "sign",
+]
