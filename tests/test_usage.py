@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from app import logs
 from app.settings import Settings
 from app.usage import utc_day
 from app.usage_report import usage_command
@@ -63,7 +65,7 @@ def workspace(slack: FakeSlack) -> None:
 
 async def test_usage_stored_per_request_with_cache_tokens_and_exposed_in_metrics(tmp_path: Path) -> None:
     """Each model request's tokens (cache reads and writes too) are stored with task, person, channel
-    and model, and counted in /metrics."""
+    and model, counted in /metrics and summed on the run's log line."""
     calls: list[str] = []
     usage = RequestUsage(input_tokens=120, output_tokens=7, cache_read_tokens=100, cache_write_tokens=15)
     async with FakeSlack() as slack:
@@ -71,9 +73,10 @@ async def test_usage_stored_per_request_with_cache_tokens_and_exposed_in_metrics
         async with AppHarness(
             slack, model=metered(reply_once, usage, calls), data_dir=tmp_path, stream="off"
         ) as app:
-            delivery, _ = mention(app, slack, "U1", "hello")
-            await delivery
-            await app.idle()
+            with logs.capture(app.settings, level=logging.INFO) as captured:
+                delivery, _ = mention(app, slack, "U1", "hello")
+                await delivery
+                await app.idle()
             assert app.service is not None
             rows = await app.service.store.usage_by_day("2000-01-01")
             metrics = await _metrics(app)
@@ -86,6 +89,9 @@ async def test_usage_stored_per_request_with_cache_tokens_and_exposed_in_metrics
     assert 'threadbound_model_tokens_total{kind="cache_read"} 200.0' in metrics
     assert 'threadbound_model_tokens_total{kind="cache_write"} 30.0' in metrics
     assert "threadbound_model_requests_total 2.0" in metrics
+    (finished,) = captured.lines("run finished")
+    assert (finished["requests"], finished["input_tokens"], finished["output_tokens"]) == (2, 240, 14)
+    assert (finished["cache_read_tokens"], finished["cache_write_tokens"]) == (200, 30)
 
 
 async def _metrics(app: AppHarness) -> str:
