@@ -127,8 +127,10 @@ class ChannelSession:
     # -- what the model is offered ------------------------------------------------
     @property
     def enabled_in_order(self) -> list[str]:
-        """The tools ``tool_search`` enabled, oldest first (how they are stored and offered)."""
-        return list(self._enabled_order)
+        """The tools ``tool_search`` enabled, oldest first (how they are stored and offered); any
+        added to ``enabled`` directly come after them, by name."""
+        ordered = [t for t in self._enabled_order if t in self.enabled]
+        return ordered + sorted(self.enabled - set(ordered))
 
     def active_specs(self) -> list[ToolSpec]:
         """The channel tools (and tool_search, mcp_search, skills) to offer the model now: the
@@ -141,14 +143,14 @@ class ChannelSession:
         if self.tools.skills:
             specs.append(SKILLS)
         deferred = {s.name: s for s in self.tools.channel_tools if s.starts != "active"}
-        return specs + [deferred[n] for n in self._enabled_order if n in deferred]
+        return specs + [deferred[n] for n in self.enabled_in_order if n in deferred]
 
     def active_host_tools(self) -> list[HostTool]:
         """The host's (MCP) tools to offer now: the eager ones, then those tool_search enabled in the
         order it did."""
         deferred = {t.name: t for t in self.tools.host_tools if t.starts != "active"}
         eager = [t for t in self.tools.host_tools if t.starts == "active"]
-        return eager + [deferred[n] for n in self._enabled_order if n in deferred]
+        return eager + [deferred[n] for n in self.enabled_in_order if n in deferred]
 
     def offered_names(self) -> list[str]:
         return [s.name for s in self.active_specs()] + [t.name for t in self.active_host_tools()]
@@ -551,7 +553,7 @@ class ChannelSession:
             if hit.name not in self.enabled:
                 self.enabled.add(hit.name)
                 self._enabled_order.append(hit.name)
-        await self.store.set_enabled_tools(self.task.task_id, self._enabled_order)
+        await self.store.set_enabled_tools(self.task.task_id, self.enabled_in_order)
         return {
             # Host tools' descriptions are the server's own words, of any length.
             "enabled": [{"name": s.name, "description": bounded(s.description, 400)} for s in hits],
