@@ -11,9 +11,12 @@ from .mcp_config import McpServerConfig, parse_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "mcp", "max_requests_per_run")
+_KEYS = ("instructions", "tools", "model", "mcp", "prompts", "max_requests_per_run")
 #: Model requests one run may make before it stops with an apology (a runaway tool loop).
 DEFAULT_MAX_REQUESTS_PER_RUN = 20
+#: Slack shows at most four suggested prompts; each is a title and the message it sends.
+MAX_PROMPTS = 4
+MAX_PROMPT_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,8 @@ class AgentFile:
     model: str = ""
     mcp: tuple[McpServerConfig, ...] = ()
     max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN
+    #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
+    prompts: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None) -> AgentFile:
@@ -49,12 +54,23 @@ class AgentFile:
         limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
+        prompts = data.get("prompts", [])
+        if (
+            not isinstance(prompts, list)
+            or not all(isinstance(p, str) and p.strip() and len(p) <= MAX_PROMPT_CHARS for p in prompts)
+            or len(prompts) > MAX_PROMPTS
+        ):
+            raise ValueError(
+                f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
+                f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
+            )
         return cls(
             instructions=instructions,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
             max_requests_per_run=limit,
+            prompts=tuple(p.strip() for p in prompts),
         )
 
 

@@ -273,7 +273,9 @@ def _check_skills(settings: Settings, report: _Report) -> None:
         report.line("PASS" if count else "WARN", "skills", f"{folder}: {count} skills (*.md)")
 
 
-async def _check_model(settings: Settings, report: _Report, agent_file: AgentFile | None) -> None:
+async def _check_model(
+    settings: Settings, report: _Report, agent_file: AgentFile | None, *, request: bool = True
+) -> None:
     from pydantic_ai import Agent
     from pydantic_ai.exceptions import (
         ModelAuthenticationError,
@@ -294,6 +296,9 @@ async def _check_model(settings: Settings, report: _Report, agent_file: AgentFil
         model = build_model(name, settings)
     except ValueError as exc:
         report.line("FAIL", "model", _short(exc))
+        return
+    if not request:  # the name and key are checked; only the request is skipped
+        report.line("SKIP", "model", f"{name} configured; request skipped (--no-model)")
         return
     try:
         async with asyncio.timeout(_MODEL_TIMEOUT):
@@ -335,10 +340,7 @@ async def run_checks(settings: Settings, *, model: bool = True, out: TextIO = sy
     await _check_database(settings, report)
     agent_file = await _load_agent_file(settings, report, identity)
     _check_skills(settings, report)
-    if model:
-        await _check_model(settings, report, agent_file)
-    else:
-        report.line("SKIP", "model", "skipped (--no-model)")
+    await _check_model(settings, report, agent_file, request=model)
     return 1 if report.failed else 0
 
 

@@ -27,6 +27,9 @@ BOT_EVENTS: dict[str, str] = {
     "message.mpim": "mpim:history",
 }
 
+#: Bot events the agent messaging experience adds (``--agent-view``); answered by ``app.agent_view``.
+AGENT_VIEW_EVENTS: tuple[str, ...] = ("app_home_opened", "assistant_thread_started")
+
 _DEV_HOSTS = ("localhost", "127.0.0.1", "::1")
 # Slack's limits: display_information.name ≤ 35 characters.
 _MAX_NAME = 35
@@ -75,14 +78,18 @@ def build_manifest(url: str, *, name: str = "threadbound", agent_view: bool = Fa
         },
         "bot_user": {"display_name": name, "always_online": True},
     }
+    events = list(BOT_EVENTS)
     if agent_view:
         features["agent_view"] = {"agent_description": _AGENT_DESCRIPTION}
+        # A new conversation in the agent view gets the agent file's suggested prompts
+        # (assistant_thread_started); the Messages tab reports being opened (app_home_opened).
+        events += list(AGENT_VIEW_EVENTS)
     return {
         "display_information": {"name": name, "description": _DESCRIPTION},
         "features": features,
         "oauth_config": {"scopes": {"bot": scopes}},
         "settings": {
-            "event_subscriptions": {"request_url": url, "bot_events": list(BOT_EVENTS)},
+            "event_subscriptions": {"request_url": url, "bot_events": events},
             # Clicks (feedback and approval buttons) are signed block_actions posted to the same URL.
             "interactivity": {"is_enabled": True, "request_url": url},
             "org_deploy_enabled": False,

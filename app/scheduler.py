@@ -5,6 +5,10 @@ leases, their heartbeat, the sweep, the concurrency cap, wake-ups and the hourly
 prune of claim keys. Ordering rules that keep messages from being lost or run twice:
 
 - Ingress appends to the inbox *before* it asks the scheduler to drive a task.
+- A wake-up only queues the task: one dispatcher task starts drivers, at a moment
+  when no delivery waits for its acknowledgement (``app.ack_gate``) or after
+  ``START_PATIENCE`` at most, yielding between starts, so starting runs never
+  competes with the claims the 200s wait for.
 - A driver takes the task's lease in the store (so this holds across instances),
   runs until the inbox is empty, releases the lease and then looks at the inbox
   once more: a message appended while another owner held the lease is picked up
@@ -31,6 +35,7 @@ from functools import partial
 
 from storage.base import Store, TaskRecord
 
+from .ack_gate import AckGate
 from .lease import Lease
 from .run import RunExecutor, RunOutcome
 
@@ -40,6 +45,10 @@ log = logging.getLogger(__name__)
 PRUNE_INTERVAL = 3600.0
 #: Seconds between looks for dead instances whose conversations to take over.
 TAKEOVER_INTERVAL = 5.0
+#: Most seconds run start-ups wait for a moment without acknowledgements in flight.
+START_PATIENCE = 0.25
+#: Drivers started at once when patience ran out during a sustained burst.
+START_BATCH = 8
 
 
 class Scheduler:
@@ -55,6 +64,7 @@ class Scheduler:
         owner: str | None = None,
         clock: Callable[[], float] = time.time,
         claim_retention: float = 604_800.0,
+        ack_gate: AckGate | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -68,15 +78,55 @@ class Scheduler:
         self._last_prune: float | None = None
         self._drivers: dict[str, asyncio.Task[None]] = {}
         self._accepting = True
+        #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
+        self.ack_gate = ack_gate
+        #: Tasks woken but not yet given a driver, in wake-up order; the dispatcher drains it.
+        self._wakeups: dict[str, None] = {}
+        self._woken = asyncio.Event()
+        self._dispatcher: asyncio.Task[None] | None = None
+        #: Set (and replaced) whenever the dispatcher started drivers, for ``idle``.
+        self._started = asyncio.Event()
 
     # -- wake-ups --------------------------------------------------------------------------
     def notify(self, task_id: str) -> None:
-        """Make sure a driver for ``task_id`` is running in this process (it may find the lease taken)."""
+        """Make sure a driver for ``task_id`` runs in this process soon (it may find the lease
+        taken). Cheap: the driver is started by the dispatcher, off the ack path."""
         if not self._accepting:
             return
         driver = self._drivers.get(task_id)
         if driver is not None and not driver.done():
             return  # its run polls the inbox at every step and it looks again before it lets go
+        self._wakeups[task_id] = None
+        self._woken.set()
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = asyncio.create_task(self._dispatch(), name="dispatcher")
+
+    async def _dispatch(self) -> None:
+        """Start drivers for woken tasks when the ack path is quiet (module docstring)."""
+        while self._accepting:
+            if not self._wakeups:
+                self._woken.clear()
+                await self._woken.wait()
+                continue
+            quiet = self.ack_gate is None or await self.ack_gate.quiet(START_PATIENCE)
+            started = 0
+            while self._wakeups and self._accepting:
+                if not quiet and started >= START_BATCH:
+                    break  # a sustained burst: a few runs per patience, the acks first
+                if quiet and started and self.ack_gate is not None and self.ack_gate.busy:
+                    break  # deliveries arrived meanwhile: let them be acknowledged first
+                task_id = next(iter(self._wakeups))
+                del self._wakeups[task_id]
+                self._start(task_id)
+                started += 1
+                await asyncio.sleep(0)  # the driver's first steps, and anything else ready, go now
+            self._started.set()
+            self._started = asyncio.Event()
+
+    def _start(self, task_id: str) -> None:
+        driver = self._drivers.get(task_id)
+        if driver is not None and not driver.done():
+            return
         driver = asyncio.create_task(self._drive(task_id), name=f"drive:{task_id}")
         self._drivers[task_id] = driver
         driver.add_done_callback(self._driver_done)
@@ -140,14 +190,22 @@ class Scheduler:
         return deleted
 
     async def idle(self) -> None:
-        """Wait until no driver is running (tests, the `run` command)."""
-        while self._drivers:
-            await asyncio.gather(*list(self._drivers.values()), return_exceptions=True)
+        """Wait until no driver is running or waiting to start (tests, the `run` command)."""
+        while self._drivers or (self._wakeups and self._accepting):
+            if self._drivers:
+                await asyncio.gather(*list(self._drivers.values()), return_exceptions=True)
+            else:
+                await self._started.wait()
 
     async def shutdown(self, grace: float) -> None:
         """Stop taking work, let running turns finish for ``grace`` seconds, then cancel the rest.
         Cancelled runs leave their inbox pending and release their leases, so the next start resumes them."""
         self._accepting = False
+        # Woken tasks not started yet keep their inbox: the next start's sweep resumes them.
+        self._wakeups.clear()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            await asyncio.gather(self._dispatcher, return_exceptions=True)
         drivers = list(self._drivers.values())
         if drivers:
             _done, pending = await asyncio.wait(drivers, timeout=grace)

@@ -36,8 +36,10 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
 
+from .ack_gate import AckGate
 from .agent import build_agent, build_model
 from .agent_file import AgentFile
+from .agent_view import AGENT_EVENTS, AgentView
 from .check import auth_failure
 from .compaction import Compactor
 from .feedback import Feedback
@@ -131,8 +133,16 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(settings: Settings, ingress: Ingress, interactions: Interactions | None = None) -> AsyncApp:
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
+        event = body.get("event")
+        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
@@ -164,6 +174,8 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
+    #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
+    agent_view: AgentView | None = None
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -245,7 +257,8 @@ class Service:
             await store.close()
             raise
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
-        run_hooks = combine(observer.hooks(), progress.hooks(), hooks)
+        agent_view = AgentView(adapter, agent_file.prompts)
+        run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         timed = TimedModel(model, observer)
         agent = build_agent(
             timed,
@@ -276,6 +289,7 @@ class Service:
             max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
+            ack_gate=AckGate(),
         )
         try:
             # From here until close, other instances can tell at once whether this one is alive.
@@ -294,7 +308,7 @@ class Service:
         interactions = Interactions()
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions)
+        bolt = build_bolt(settings, ingress, interactions, agent_view)
         return cls(
             settings,
             store,
@@ -305,6 +319,7 @@ class Service:
             observer=observer,
             interactions=interactions,
             mcp=mcp,
+            agent_view=agent_view,
         )
 
     def _web_app(self) -> web.Application:
@@ -318,11 +333,14 @@ class Service:
         return app
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        try:
-            bolt_request = await to_bolt_request(request)
-        except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
-            return web.Response(status=400, text="malformed request body")
-        return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+        # Counted until answered: run start-ups wait for a moment without acks in flight.
+        gate = self.runner.ack_gate
+        with gate.acking() if gate is not None else contextlib.nullcontext():
+            try:
+                bolt_request = await to_bolt_request(request)
+            except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
+                return web.Response(status=400, text="malformed request body")
+            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -359,6 +377,8 @@ class Service:
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         await self.runner.shutdown(grace)
+        if self.agent_view is not None:
+            await self.agent_view.close()  # titles of runs that just ended
 
     async def close(self) -> None:
         await self.drain(0)

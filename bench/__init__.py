@@ -57,6 +57,8 @@ class Scale:
     claim_rounds: int = 3
     #: Turns of the scripted conversation (tokens_per_turn, cacheable_prefix, slack_calls_per_turn).
     conversation_turns: int = 30
+    #: Mentions of the rate-limited burst, over two channels (burst_delivery).
+    burst_mentions: int = 40
     #: Wall-clock cap of one load phase (seconds): every load test stops by itself.
     time_cap: float = 60.0
 
@@ -88,6 +90,7 @@ SCALES: dict[Mode, Scale] = {
         claims=20,
         claim_rounds=1,
         conversation_turns=4,
+        burst_mentions=6,
         time_cap=10.0,
     ),
 }

@@ -34,6 +34,8 @@ MODULES = (
     "task_memory",
     "file_fetch",
     "store_claims",
+    "first_text",
+    "burst",
 )
 #: Where a run writes unless asked: untracked, so trying the benchmarks never dirties the checkout.
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.local.json"

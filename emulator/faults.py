@@ -9,6 +9,9 @@ each for ``times`` requests (``None``: every request from then on):
   client cannot tell whether it happened;
 - ``delay``: wait ``seconds`` before handling the request.
 
+A :class:`RateLimit` is not consumed either: it answers 429 with ``Retry-After`` to the
+requests of a key beyond a rate per scope (Slack's one post per second per channel).
+
 A *hold* is not consumed: from ``hold(key)`` until ``release(key)`` every request
 is handled and its answer kept back, and ``held(key)`` is set once one is waiting.
 Each server decides what an error answer looks like; this module only keeps the script.
@@ -17,6 +20,9 @@ Each server decides what an error answer looks like; this module only keeps the 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn
 
@@ -106,6 +112,32 @@ class Faults:
         if hold is not None:
             hold.began.set()
             await hold.gate.wait()
+
+
+class RateLimit:
+    """At most ``per_second`` requests per scope (e.g. per channel) after a burst of ``burst``,
+    as a leaky bucket (GCRA); a request beyond it is refused with the whole seconds to wait."""
+
+    def __init__(
+        self, per_second: float, burst: int = 1, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.interval = 1.0 / per_second
+        self.tolerance = (burst - 1) * self.interval
+        self._clock = clock
+        self._due: dict[str, float] = {}
+        #: Requests refused, per scope.
+        self.refused: dict[str, int] = {}
+
+    def admit(self, scope: str) -> int | None:
+        """None when a request in ``scope`` may go now (it is counted); else the ``Retry-After``
+        seconds (whole, at least 1, as Slack sends them)."""
+        now = self._clock()
+        due = max(self._due.get(scope, now), now)
+        if due - now > self.tolerance:
+            self.refused[scope] = self.refused.get(scope, 0) + 1
+            return max(1, math.ceil(due - self.tolerance - now))
+        self._due[scope] = due + self.interval
+        return None
 
 
 async def pause(fault: Fault | None) -> None:

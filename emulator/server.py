@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from .api import METHODS
-from .faults import Fault, Faults, drop_connection, pause
+from .faults import Fault, Faults, RateLimit, drop_connection, pause
 from .filehost import FileHost, FileRequest
 from .wire import JSON, Params, SlackError
 from .workspace import Workspace
@@ -69,6 +69,8 @@ class FakeSlack(Workspace):
         #: Set (and replaced) whenever a call has been handled, to wake ``wait_for_calls``.
         self._handled = asyncio.Event()
         self.faults = Faults()
+        #: Per-channel rate limits by method (``rate_limit``).
+        self.rate_limits: dict[str, RateLimit] = {}
         self._host = FileHost(self)
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -190,6 +192,21 @@ class FakeSlack(Workspace):
         """Wait ``seconds`` before handling the next ``times`` calls of ``method``."""
         self.faults.add(method, Fault("delay", times, seconds=seconds))
 
+    def rate_limit(
+        self,
+        methods: Iterable[str] = ("chat.postMessage", "chat.startStream"),
+        per_second: float = 1.0,
+        burst: int = 1,
+    ) -> RateLimit:
+        """From now on, calls of ``methods`` (one shared budget: every new message counts) beyond
+        ``per_second`` per channel, after a burst of ``burst``, are answered 429 with ``Retry-After``
+        and do nothing, like Slack's limit of about one post per second per channel. The returned
+        limit's ``refused`` counts the 429s per channel."""
+        limit = RateLimit(per_second, burst)
+        for method in methods:
+            self.rate_limits[method] = limit
+        return limit
+
     def clear_faults(self, method: str | None = None) -> None:
         """Forget pending ``fail``/``drop``/``delay`` faults (of one method, or all)."""
         self.faults.clear(method)
@@ -264,6 +281,12 @@ class FakeSlack(Workspace):
         await pause(fault)
         if fault is not None and fault.kind == "fail":
             return self._answer(call, {"ok": False, "error": fault.error}, fault.status, fault.headers())
+        limit = self.rate_limits.get(name)
+        if limit is not None:
+            wait = limit.admit(str(params.get("channel") or params.get("channel_id") or ""))
+            if wait is not None:
+                headers = {"Retry-After": str(wait)}
+                return self._answer(call, {"ok": False, "error": "ratelimited"}, 429, headers)
         try:
             needed = method.required_scope(self, params)
             if needed is not None and needed not in self.scopes:

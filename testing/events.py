@@ -206,6 +206,11 @@ def message_deleted(
     return _envelope(event, event_id)
 
 
+def event_callback(event: JSON, event_id: str | None = None) -> JSON:
+    """Any event (``assistant_thread_started``, ``app_home_opened``…) in its Events API envelope."""
+    return _envelope(event, event_id)
+
+
 def url_verification(challenge: str) -> JSON:
     """The ``url_verification`` request Slack sends when the request URL is set."""
     return {"token": VERIFICATION_TOKEN, "challenge": challenge, "type": "url_verification"}
@@ -311,6 +316,7 @@ __all__ = [
     "block_actions",
     "deliver",
     "deliver_interaction",
+    "event_callback",
     "message",
     "message_changed",
     "message_deleted",

@@ -73,8 +73,22 @@ async def test_no_model_skips_the_model(llm: FakeOpenAI, tmp_path: Path) -> None
     async with FakeSlack(token=TOKEN) as slack:
         code, lines = await check(slack, llm, tmp_path, run_model=False)
     assert code == 0
-    assert lines_of(lines, "SKIP", "model")
+    assert lines_of(lines, "SKIP", "model") == [
+        "SKIP  model           openai-chat:fake configured; request skipped (--no-model)"
+    ]
     assert llm.count == 0
+
+
+async def test_no_model_still_fails_a_missing_key(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """--no-model skips only the request: a model whose key is missing still FAILs, naming the key."""
+    async with FakeSlack(token=TOKEN) as slack:
+        anthropic = {"model": "anthropic:claude-sonnet-4-5", "anthropic_api_key": ""}
+        code, lines = await check(slack, llm, tmp_path, run_model=False, **anthropic)
+    assert code == 1
+    assert lines_of(lines, "FAIL", "model") == [
+        "FAIL  model           ANTHROPIC_API_KEY is not set, and MODEL=anthropic:claude-sonnet-4-5 needs it: "
+        "https://console.anthropic.com/settings/keys"
+    ]
 
 
 async def test_bad_token_fails_and_is_never_printed(llm: FakeOpenAI, tmp_path: Path) -> None:

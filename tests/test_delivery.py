@@ -13,8 +13,11 @@ import aiohttp
 import pytest
 
 from app import progress
+from app.ack_gate import AckGate
+from app.scheduler import Scheduler
 from channel.slack.adapter import SlackAdapter
 from emulator import FakeSlack
+from storage import open_store
 from storage.base import StoreError
 from testing import events
 from testing.harness import AppHarness
@@ -132,3 +135,74 @@ async def test_a_storage_failure_is_not_reported_as_a_slack_error(
     result = await env.session.call("channel_reply", {"text": "hello"})
     assert result["error"]["code"] == "tool_failed"
     assert env.slack.bot_messages("C1") == []
+
+
+async def test_a_burst_across_two_channels_at_one_post_per_second_loses_and_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    """Mentions in two channels at once, with Slack refusing more than one post per second per
+    channel: every thread gets exactly one reply, the 429s were waited out, nothing posted twice."""
+    per_channel = 4
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.add_channel("C2", "random")
+        slack.rate_limit(per_second=1.0, burst=1)
+        # However fast the runs go on this machine, the first two posts are refused (429) too.
+        slack.fail("chat.postMessage", error="ratelimited", retry_after=1, times=2)
+        # Whole posts (STREAM=off): the chat.postMessage path, never retried but for a 429.
+        harness = AppHarness(slack, model=echo_model(), data_dir=tmp_path, progress="off", stream="off")
+        async with harness as app:
+            roots: list[tuple[str, str]] = []
+            for n in range(per_channel):
+                for channel in ("C1", "C2"):
+                    text = f"<@UBOT> question {n} in {channel}"
+                    ts = slack.add_message(channel, text, user="U1")
+                    roots.append((channel, ts))
+            responses = await asyncio.gather(
+                *(
+                    app.deliver(events.app_mention(c, "U1", f"<@UBOT> question {n // 2} in {c}", ts))
+                    for n, (c, ts) in enumerate(roots)
+                )
+            )
+            assert all(r.status == 200 for r in responses)
+            await app.idle()
+        for channel, ts in roots:
+            replies = [m for m in slack.bot_messages(channel) if m.get("thread_ts") == ts]
+            assert len(replies) == 1, (channel, ts, replies)
+        assert len(slack.bot_messages()) == len(roots)
+        refused = [c for c in slack.calls_to("chat.postMessage") if not (c.response or {}).get("ok")]
+        assert len(refused) >= 2  # every refusal was waited out and made again
+
+
+class _NoRuns:
+    """An executor stand-in: these tests never get as far as a run."""
+
+
+async def test_run_start_ups_wait_until_no_acknowledgement_is_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wake-up during a delivery's acknowledgement starts its driver only after the 200 went out;
+    while deliveries keep arriving, drivers still start after a bounded patience."""
+    store = open_store(f"sqlite:///{tmp_path}/gate.db")
+    gate = AckGate()
+    scheduler = Scheduler(store=store, executor=_NoRuns(), ack_gate=gate)  # type: ignore[arg-type]
+    started: list[tuple[str, bool]] = []
+
+    async def drive(task_id: str) -> None:
+        started.append((task_id, gate.busy))
+
+    monkeypatch.setattr(scheduler, "_drive", drive)
+    try:
+        with gate.acking():
+            scheduler.notify("quiet-later")
+            for _ in range(10):  # give a driver every chance to start while the ack is in flight
+                await asyncio.sleep(0)
+        await scheduler.idle()
+        assert started == [("quiet-later", False)]
+        with gate.acking():  # a burst that never pauses
+            scheduler.notify("patience")
+            await scheduler.idle()
+        assert started[-1] == ("patience", True)
+    finally:
+        await scheduler.shutdown(0)
+        await store.close()

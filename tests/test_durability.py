@@ -39,7 +39,6 @@ async def env(tmp_path: Path) -> AsyncIterator[SessionEnv]:
             yield env
 
 
-
 def _server_env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path) -> dict[str, str]:
     return {
         "SLACK_BOT_TOKEN": slack.token,

@@ -216,6 +216,23 @@ async def test_missing_scope(slack: FakeSlack) -> None:
 # --------------------------------------------------------------------------- FakeSlack: faults
 
 
+async def test_rate_limit_refuses_a_second_post_in_the_same_channel_only(
+    slack: FakeSlack, client: AsyncWebClient
+) -> None:
+    """rate_limit() answers a post beyond one per second in a channel with 429 and a whole-second
+    Retry-After, posts nothing for it, and leaves other channels alone."""
+    slack.add_channel("C2", "random")
+    limit = slack.rate_limit(per_second=1.0, burst=1)
+    await client.chat_postMessage(channel="C1", text="first")
+    with pytest.raises(SlackApiError) as err:
+        await client.chat_postMessage(channel="C1", text="too soon")
+    assert err.value.response.status_code == 429
+    assert err.value.response.headers["Retry-After"] == "1"
+    await client.chat_postMessage(channel="C2", text="elsewhere")
+    assert [m["text"] for m in slack.messages("C1")] == ["first"]
+    assert len(slack.messages("C2")) == 1 and limit.refused == {"C1": 1}
+
+
 async def test_fail_ratelimited_then_recovers(slack: FakeSlack, client: AsyncWebClient) -> None:
     """fail() answers 429 with Retry-After once, posts nothing, then the method works again."""
     slack.fail("chat.postMessage", retry_after=7)

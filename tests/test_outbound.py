@@ -10,7 +10,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channel.errors import ChannelError
-from channel.slack.outbound import Outbound
+from channel.slack.outbound import MARGIN_S, Outbound
+
+#: One post's spacing at one post a second, margin included.
+STEP = 1.0 + MARGIN_S
 
 
 class VirtualTime:
@@ -62,7 +65,8 @@ async def test_posts_into_one_channel_leave_at_the_rate_after_a_short_burst() ->
 
     for n in range(6):
         assert await outbound.write("chat.postMessage", post(n), channel="C1", post=True) == n
-    assert sent == [(0, 0.0), (1, 0.0), (2, 0.0), (3, 1.0), (4, 2.0), (5, 3.0)]
+    assert [n for n, _ in sent] == list(range(6))
+    assert [t for _, t in sent] == pytest.approx([0.0, 0.0, 0.0, STEP, 2 * STEP, 3 * STEP])
 
 
 async def test_channels_are_paced_apart_and_other_writes_are_not_paced() -> None:
@@ -78,7 +82,7 @@ async def test_channels_are_paced_apart_and_other_writes_are_not_paced() -> None
     await outbound.write("reactions.add", ok, channel="C1")
     assert vt.sleeps == []
     await outbound.write("chat.postMessage", ok, channel="C1", post=True)
-    assert vt.sleeps == [1.0]
+    assert vt.sleeps == pytest.approx([STEP])
 
 
 async def test_a_429_is_waited_out_for_retry_after() -> None:
@@ -125,8 +129,8 @@ class ManualTime:
 
 
 async def test_a_429_holds_back_the_channels_other_posts() -> None:
-    """While one post waits out a 429, a later post into the same channel waits behind it, and a
-    post into another channel is not held back."""
+    """While one post waits out a 429, a later post into the same channel waits behind it (and
+    then a full interval, no burst), and a post into another channel is not held back."""
     mt = ManualTime()
     outbound = Outbound(clock=mt.clock, sleep=mt.sleep)
     attempts: list[tuple[str, float]] = []
@@ -149,8 +153,11 @@ async def test_a_429_holds_back_the_channels_other_posts() -> None:
     await asyncio.sleep(0)  # let it start and queue
     await outbound.write("chat.postMessage", lambda: other("C2"), channel="C2", post=True)
     mt.advance(60.0)
-    await asyncio.gather(first, later)
-    assert attempts == [("first", 0.0), ("C2", 0.0), ("first", 60.0), ("later", 60.0)]
+    await first
+    mt.advance(70.0)
+    await later
+    assert attempts[:3] == [("first", 0.0), ("C2", 0.0), ("first", 60.0)]
+    assert attempts[3][0] == "later" and attempts[3][1] >= 60.0 + STEP
 
 
 async def test_the_deadline_ends_the_wait_with_rate_limited() -> None:

@@ -78,7 +78,7 @@ async def test_a_mention_posted_as_a_person_gets_the_bots_reply_on_the_live_stre
         assert (root["ts"], root["name"], root["html"]) == (
             posted["ts"],
             "Bob",
-            "<p>@threadbound hi <em>there</em></p>\n",
+            "<p>@threadbound hi <strong>there</strong></p>\n",
         )
         reply = _bot_replies(state)[0]
         assert reply["thread_ts"] == posted["ts"] and reply["name"] == "threadbound"
@@ -288,6 +288,20 @@ def test_message_text_is_rendered_without_letting_markup_through() -> None:
     )
 
 
+def test_mrkdwn_is_rendered_as_slack_shows_it() -> None:
+    """mrkdwn (people's messages, cards' sections): *bold*, _italic_, ~strike~, ``` blocks mid-line,
+    :emoji:, a date's fallback text; Markdown's **bold** stays bold; code is left alone."""
+    from app.playground.view import mrkdwn_html
+
+    text = "*Approved* by _Bob_ ~maybe~ :white_check_mark: <!date^1700000000^{date_short}|just now> **x**"
+    assert mrkdwn_html(text, {}) == (
+        "<p><strong>Approved</strong> by <em>Bob</em> <s>maybe</s> ✅ just now <strong>x</strong></p>\n"
+    )
+    assert mrkdwn_html('Run with:```{\n  "a": "*b*"\n}```', {}) == (
+        "<p>Run with:</p>\n<pre><code>{\n  &quot;a&quot;: &quot;*b*&quot;\n}\n</code></pre>\n"
+    )
+
+
 async def test_the_demo_model_streams_a_labelled_echo_with_feedback_buttons(tmp_path: Path) -> None:
     """``--demo``'s model answers in final text, which the app streams into the thread: the answer
     says it is an echo and not an LLM, quotes the person, and ends with the feedback buttons."""
@@ -371,3 +385,20 @@ async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_p
         f"workspace, with its store in {tmp_path / 'data' / 'playground'}"
     ) in log
     assert (tmp_path / "data" / "playground" / "threadbound.db").is_file()
+
+
+def test_an_ephemeral_note_is_in_the_snapshot_for_its_person() -> None:
+    """A note the app posts with chat.postEphemeral is listed with the one person who may see it."""
+    from app.playground.view import ViewState, snapshot
+    from emulator import Workspace
+
+    ws = Workspace()
+    ws.add_channel("C1", "general")
+    ts = ws.add_message("C1", "hello", "U1")
+    if not hasattr(ws, "ephemerals"):
+        pytest.skip("this emulator has no chat.postEphemeral yet")
+    ws.ephemerals.append(("C1", "U2", ts, "Only *Alice* can decide this."))
+    [conversation] = snapshot(ws, ViewState(people=[]), 1)["conversations"]
+    assert conversation["ephemerals"] == [
+        {"user": "U2", "thread_ts": ts, "html": "<p>Only <em>Alice</em> can decide this.</p>\n"}
+    ]

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
+import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.interactions import Action
-from app.playground import GENERAL, Playground
+from app.playground import Playground
 from app.settings import Settings
-from testing.models import echo_model
+from testing.models import Turn, call, echo_model, scripted
 from testing.waiting import eventually
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -38,15 +38,12 @@ async def test_a_mention_typed_in_the_page_is_answered_and_a_button_click_reache
     tmp_path: Path,
 ) -> None:
     """In chromium: pick a person, type a mention, see the bot's rendered reply arrive live, click
-    the app's feedback button and an approval button on the bot's messages and see the app receive
-    each signed click; the screenshot is saved as playground.png in the test's folder."""
+    the app's feedback button under it and see the app count the signed click; the screenshot is
+    saved as playground.png in the test's folder."""
     settings = Settings(  # type: ignore[call-arg]
         _env_file=None, data_dir=tmp_path, agent_file=None, skills_dir=None, sweep_interval=3600.0
     )
-    clicked: asyncio.Queue[Action] = asyncio.Queue()
     async with Playground(settings, model=echo_model()) as pg, async_playwright() as pw:
-        assert pg.service is not None
-        pg.service.interactions.on("threadbound_approve", clicked.put)
         browser = await pw.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
         )
@@ -65,19 +62,6 @@ async def test_a_mention_typed_in_the_page_is_answered_and_a_button_click_reache
             # The app's own feedback buttons under its answer: 👍 is stored and counted by the app.
             await page.locator('button.bk[data-action-id="threadbound_feedback"]').first.click()
             await eventually(lambda: 'threadbound_feedback_total{kind="positive"} 1.0' in metrics(pg))
-            # The approval request as the approvals feature posts it: a Block Kit actions block.
-            await _ask_approval(pg, root_ts)
-            button = page.locator('button.bk[data-action-id="threadbound_approve"]')
-            await button.wait_for(timeout=30_000)
-            await button.click()
-            async with asyncio.timeout(30):
-                action = await clicked.get()
-            assert (action.user_id, action.channel, action.thread_ts, action.value) == (
-                "U0BOB",
-                GENERAL,
-                root_ts,
-                "approval-1",
-            )
             await page.screenshot(path=str(tmp_path / "playground.png"), full_page=True)
         finally:
             await browser.close()
@@ -89,31 +73,46 @@ def metrics(pg: Playground) -> str:
     return pg.service.observer.metrics.render().decode()
 
 
-async def _ask_approval(pg: Playground, thread_ts: str) -> None:
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": "May I run `deploy`?"}},
-        {
-            "type": "actions",
-            "block_id": "approval",
-            "elements": [
-                {
-                    "type": "button",
-                    "action_id": "threadbound_approve",
-                    "value": "approval-1",
-                    "style": "primary",
-                    "text": {"type": "plain_text", "text": "Approve"},
-                },
-                {
-                    "type": "button",
-                    "action_id": "threadbound_deny",
-                    "value": "approval-1",
-                    "style": "danger",
-                    "text": {"type": "plain_text", "text": "Deny"},
-                },
-            ],
-        },
-    ]
-    client = pg.slack.web_client()
-    await client.chat_postMessage(
-        channel=GENERAL, thread_ts=thread_ts, text="May I run deploy?", blocks=blocks
+@pytest.mark.skipif(
+    importlib.util.find_spec("app.approval_cards") is None, reason="approvals have not landed in this tree"
+)
+async def test_an_approval_card_clicked_in_the_page_lets_the_gated_call_run(tmp_path: Path) -> None:
+    """In chromium: Bob asks for a reaction that agent.toml gates (``approval``); the app's card
+    shows Approve/Deny, Bob clicks Approve, and the reaction and the resumed run's answer appear."""
+    agent_file = tmp_path / "agent.toml"
+    agent_file.write_text('approval = ["channel_react"]\n', encoding="utf-8")
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, data_dir=tmp_path, agent_file=agent_file, skills_dir=None, sweep_interval=3600.0
     )
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt and "react" in turn.prompt:
+            handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt)
+            assert handle is not None
+            return [call("channel_react", message=handle.group(1), emoji="white_check_mark")]
+        reacted = [r for name, r in turn.results if name == "channel_react"]
+        if reacted:
+            return [call("channel_reply", text="reacted: " + ("ok" if "error" not in reacted[0] else "no"))]
+        return [""]
+
+    async with Playground(settings, model=scripted(script)) as pg, async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 800})
+            await page.goto(pg.url)
+            await page.select_option("#person", "U0BOB")
+            await page.fill("#text", "@threadbound please react to this")
+            await page.press("#text", "Enter")
+            approve = page.locator('button.bk[data-action-id="threadbound_approve"]')
+            await approve.wait_for(timeout=30_000)
+            await page.screenshot(path=str(tmp_path / "approval-card.png"), full_page=True)
+            await approve.click()
+            await page.locator('.thread > .msg .reaction[data-reaction="white_check_mark"]').wait_for(
+                timeout=30_000
+            )
+            await page.locator(".msg.bot .text", has_text="reacted: ok").wait_for(timeout=30_000)
+            await page.screenshot(path=str(tmp_path / "approved.png"), full_page=True)
+        finally:
+            await browser.close()

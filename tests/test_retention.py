@@ -18,7 +18,6 @@ from testing.waiting import eventually
 DAY = 86_400.0
 
 
-
 async def _keys_present(store: Store, *, event_id: str, channel: str, ts: str) -> bool:
     """Whether a claim key of the message is recorded (a duplicate), probing without side effects
     on the message's task: the probe names a conversation that does not exist and create=False."""

@@ -6,10 +6,15 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from emulator import Call, FakeSlack
 from testing import events
-from testing.harness import AppHarness
+from testing.fake_model import FakeOpenAI, Reply, last_user_text
+from testing.harness import SIGNING_SECRET, AppHarness
 from testing.models import Turn, call, scripted
+from testing.process import ServerProcess
+from testing.waiting import eventually
 
 ANSWER = (
     "Here is what we decided. The launch moves to **March 3rd**, because QA needs the extra week. "
@@ -247,3 +252,98 @@ async def test_a_run_cut_off_mid_stream_answers_once_after_restart(tmp_path: Pat
         assert [_shown(m) for m in slack.bot_messages("C1")] == [ANSWER]
         assert _shown(slack.messages("C1", root)[-1]) == ANSWER
         assert any("cut off while being written and removed" in p for p in prompts)
+
+
+async def test_a_long_answer_is_split_like_a_post_and_each_part_can_be_edited(tmp_path: Path) -> None:
+    """A streamed answer over the post limit ends as exactly split_markdown's parts, one message each, each
+    with its own handle: editing the second part changes that message only."""
+    from channel.markdown import split_markdown
+
+    sections = [
+        f"## Part {n}\n\n" + ("All work and no play makes a dull answer. " * 60).strip() for n in range(5)
+    ]
+    long_answer = "\n\n".join(sections)
+    expected = split_markdown(long_answer, 8000)
+    assert len(expected) >= 2
+
+    parts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            return [call("channel_reply", text=long_answer)]
+        last = turn.results[-1][0] if turn.results else ""
+        if last == "channel_reply":
+            parts.extend(turn.results[-1][1]["parts"])
+            return [call("tool_search", query="edit a message")]
+        if last == "tool_search":
+            return [call("channel_edit", message=parts[1], text="second part, edited")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(
+            slack, model=scripted(script, chunk=400, chunk_delay=0.005), data_dir=tmp_path
+        ) as app:
+            _fast_flush(app)
+            await _mention(app)
+            await app.idle()
+        shown = [_shown(m) for m in slack.bot_messages("C1")]
+        assert shown == [expected[0], "second part, edited", *expected[2:]]
+        assert len(set(parts)) == len(expected)
+        assert slack.count("chat.startStream") >= 1
+
+
+KILLED_ANSWER = "The launch moves to March 3rd. " * 12
+
+
+def _kill_script(request: dict[str, Any]) -> Reply:
+    """Answer every prompt (the mention, and the resumed run's) with the same channel_reply."""
+    messages = request.get("messages") or [{}]
+    if messages[-1].get("role") == "tool":
+        return FakeOpenAI.text("")
+    return FakeOpenAI.tool_call("channel_reply", {"text": KILLED_ANSWER})
+
+
+async def test_sigkill_mid_stream_then_restart_leaves_one_answer(tmp_path: Path) -> None:
+    """SIGKILL while an append is in flight: the restarted process removes the partial message (the
+    model reads that it was cut off) and the thread ends with exactly one whole answer."""
+    async with FakeSlack() as slack, FakeOpenAI(_kill_script) as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SLACK_API_URL": slack.api_url,
+            "DATA_DIR": str(tmp_path / "data"),
+            "MODEL": "openai-chat:fake",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "x",
+            "LEASE_TTL": "2",
+            "SWEEP_INTERVAL": "0.5",
+        }
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server1.log")
+        await first.start()
+        slack.hold("chat.appendStream")
+        root = slack.add_message("C1", "<@UBOT> when is the launch?", user="U1")
+        mention = events.app_mention("C1", "U1", "<@UBOT> when is the launch?", root)
+        assert (
+            await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        await asyncio.wait_for(slack.held("chat.appendStream").wait(), 20)
+        first.kill()
+        await first.wait()
+        slack.release("chat.appendStream")
+        [partial] = slack.bot_messages("C1")
+        assert "metadata" not in partial  # never stopped: a fragment
+
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server2.log")
+        await second.start()
+        try:
+            await eventually(
+                lambda: any("cut off while being written" in last_user_text(r) for r in llm.requests)
+            )
+            await eventually(
+                lambda: [m.get("metadata") is not None for m in slack.bot_messages("C1")] == [True]
+            )
+        finally:
+            await second.stop()
+        assert [_shown(m) for m in slack.bot_messages("C1")] == [KILLED_ANSWER]

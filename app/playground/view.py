@@ -10,6 +10,7 @@ any of them becomes the ``block_actions`` interaction Slack would send.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,15 @@ EMOJI = {
     "bug": "🐛",
     "smile": "😄",
     "slightly_smiling_face": "🙂",
+    "raised_hand": "✋",
+    "no_entry": "⛔",
+    "no_entry_sign": "🚫",
+    "stopwatch": "⏱️",
+    "lock": "🔒",
+    "clipboard": "📋",
+    "link": "🔗",
+    "speech_balloon": "💬",
+    "page_facing_up": "📄",
 }
 
 
@@ -93,7 +103,9 @@ def slack_to_markdown(text: str, names: Mapping[str, str]) -> str:
             return f"#{label or target[1:]}"
         if target.startswith("!"):
             special = target[1:].split("^")[0]
-            return f"@{label or special}"
+            if special in ("here", "channel", "everyone", "subteam"):
+                return f"@{label or special}"
+            return label or special  # <!date^…|fallback>: the fallback text
         if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", target):
             return f"[{label}]({target})" if label else f"<{target}>"
         return match.group(0)
@@ -101,8 +113,58 @@ def slack_to_markdown(text: str, names: Mapping[str, str]) -> str:
     return _CONSTRUCT.sub(replace, text)
 
 
+_SHORTCODE = re.compile(r":([a-z0-9_+'-]+):")
+_CODE = re.compile(r"```(.*?)```|(`[^`\n]+`)", re.DOTALL)
+_BOLD = re.compile(r"(?<![*\w])\*(?![\s*])([^*\n]+?)(?<!\s)\*(?![*\w])")
+_ITALIC = re.compile(r"(?<![\w_])_(?![\s_])([^_\n]+?)(?<!\s)_(?![\w_])")
+_STRIKE = re.compile(r"(?<![~\w])~(?![\s~])([^~\n]+?)(?<!\s)~(?![~\w])")
+
+
+def _emoji(text: str) -> str:
+    return _SHORTCODE.sub(lambda m: EMOJI.get(m.group(1), m.group(0)), text)
+
+
+def mrkdwn_to_markdown(text: str, names: Mapping[str, str]) -> str:
+    """Slack's mrkdwn (``*bold*``, ``_italic_``, ``~strike~``, ```` ```code``` ```` anywhere on a
+    line, ``:emoji:``) as Markdown; code is left as it is."""
+    out: list[str] = []
+    last = 0
+    plain = slack_to_markdown(text, names)
+    for match in _CODE.finditer(plain):
+        out.append(_mrkdwn_span(plain[last : match.start()]))
+        if match.group(1) is not None:
+            out.append("\n\n```\n" + match.group(1).strip("\n") + "\n```\n\n")
+        else:
+            out.append(match.group(2))
+        last = match.end()
+    out.append(_mrkdwn_span(plain[last:]))
+    return "".join(out)
+
+
+def _mrkdwn_span(text: str) -> str:
+    text = _BOLD.sub(r"**\1**", text)
+    text = _ITALIC.sub(r"*\1*", text)
+    return _emoji(_STRIKE.sub(r"~~\1~~", text))
+
+
 def markdown_html(text: str, names: Mapping[str, str]) -> str:
-    return _md.render(slack_to_markdown(text, names))
+    """Markdown (a ``markdown`` block, ``markdown_text``, a canvas) as HTML."""
+    return _md.render(_emoji(slack_to_markdown(text, names)))
+
+
+def mrkdwn_html(text: str, names: Mapping[str, str]) -> str:
+    """Slack mrkdwn (a person's message, ``text``, ``mrkdwn`` text objects) as HTML."""
+    return _md.render(mrkdwn_to_markdown(text, names))
+
+
+def _text_html(obj: Any, names: Mapping[str, str]) -> str:
+    """A Block Kit text object as HTML: ``plain_text`` literally, ``mrkdwn`` as mrkdwn."""
+    if not isinstance(obj, Mapping):
+        return ""
+    text = str(obj.get("text") or "")
+    if obj.get("type") == "plain_text":
+        return html.escape(text)
+    return mrkdwn_html(text, names)
 
 
 def _text_of(element: Any) -> str:
@@ -144,20 +206,22 @@ def _body(message: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, li
         kind = block.get("type")
         if kind == "markdown":
             parts.append(markdown_html(str(block.get("text") or ""), names))
-        elif kind in ("section", "header"):
-            parts.append(markdown_html(_text_of(block.get("text")), names))
+        elif kind == "header":
+            parts.append(f"<h3>{_text_html(block.get('text'), names)}</h3>")
+        elif kind == "section":
+            parts.append(_text_html(block.get("text"), names))
             for fld in block.get("fields") or []:
-                parts.append(markdown_html(_text_of(fld), names))
+                parts.append(_text_html(fld, names))
         elif kind == "context":
-            small = " ".join(_text_of(e) for e in block.get("elements") or [])
+            small = "".join(_text_html(e, names) for e in block.get("elements") or [])
             if small:
-                parts.append(f'<div class="context">{markdown_html(small, names)}</div>')
+                parts.append(f'<div class="context">{small}</div>')
         elif kind == "divider":
             parts.append("<hr>")
         if kind in ("actions", "context_actions"):
             buttons += _buttons(block)
     if not parts:
-        parts.append(markdown_html(str(message.get("text") or ""), names))
+        parts.append(mrkdwn_html(str(message.get("text") or ""), names))
     return "".join(parts), buttons
 
 
@@ -230,7 +294,8 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
     for chan in ws.channels.values():
         views = [message_view(ws, chan.id, m, names) for m in ws.stored(chan.id)]
         for gone in state.retractions:
-            if gone.channel == chan.id:
+            # An empty one was a placeholder (a stream that never got text): nothing was ever shown.
+            if gone.channel == chan.id and gone.text.strip():
                 views.append(
                     {
                         "ts": gone.ts,
@@ -257,9 +322,16 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
             for c in ws.canvases.values()
             if c.channel_id == chan.id or any(chan.id in a.get("channel_ids", []) for a in c.access)
         ]
+        # Notes only one person sees (chat.postEphemeral): the page shows each to its person only.
+        ephemerals = [
+            {"user": user, "thread_ts": thread_ts, "html": markdown_html(text, names)}
+            for channel, user, thread_ts, text in getattr(ws, "ephemerals", [])
+            if channel == chan.id
+        ]
         conversations.append(
             {
                 "id": chan.id,
+                "ephemerals": ephemerals,
                 "name": chan.name,
                 "dm": chan.is_im,
                 "person": chan.user or "",

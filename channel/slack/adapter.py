@@ -455,6 +455,27 @@ class SlackAdapter(AdapterBase):
     ) -> LiveMessage:
         return await SlackLiveMessage.start(self, origin, markdown, steps, recipient)
 
+    async def set_title(self, origin: Origin, title: str) -> None:
+        """Name a DM thread in Slack's agent view (``assistant.threads.setTitle``)."""
+        await self.outbound.write(
+            "assistant.threads.setTitle",
+            lambda: self.writes.assistant_threads_setTitle(
+                channel_id=origin.channel, thread_ts=origin.thread_ts, title=title
+            ),
+            deadline=STATUS_DEADLINE,
+        )
+
+    async def suggest_prompts(self, origin: Origin, prompts: Sequence[str]) -> None:
+        """Offer prompts in a new agent-view thread (``assistant.threads.setSuggestedPrompts``)."""
+        entries = [{"title": p[:75], "message": p} for p in prompts]
+        await self.outbound.write(
+            "assistant.threads.setSuggestedPrompts",
+            lambda: self.writes.assistant_threads_setSuggestedPrompts(
+                channel_id=origin.channel, thread_ts=origin.thread_ts, prompts=entries
+            ),
+            deadline=STATUS_DEADLINE,
+        )
+
     async def set_status(self, origin: Origin, status: str) -> None:
         await self.outbound.write(
             "assistant.threads.setStatus",

@@ -10,10 +10,12 @@ until ``deadline`` seconds after the write began; then it fails ``rate_limited``
 
 Posts (``chat.postMessage``, file shares) into one channel leave in arrival
 order, at most ``rate`` a second after a burst of ``burst`` (a GCRA leaky bucket),
-so a burst of twenty replies is spread out instead of answered with 429s. A 429
-closes its lane (a channel's posts, or one method's other writes) for everyone
-until ``Retry-After`` has passed. Writes that post nothing (reactions, edits,
-status) are not paced.
+so a burst of twenty replies is spread out instead of answered with 429s. The
+spacing carries a small margin (``MARGIN_S``): posts sent exactly one second apart
+can arrive a hair closer and be refused, and every refusal costs a whole second.
+A 429 closes its lane (a channel's posts, or one method's other writes) for
+everyone until ``Retry-After`` has passed, and a channel that answered 429 gets no
+more bursts. Writes that post nothing (reactions, edits, status) are not paced.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ DEFAULT_DEADLINE = 300.0
 #: Posts per second into one channel, and how many may leave at once after a quiet spell.
 POST_RATE = 1.0
 POST_BURST = 3
+#: Seconds added to each post's spacing, so network jitter does not bring two posts under the limit.
+MARGIN_S = 0.05
 #: Wait after a 429 without a usable ``Retry-After`` (Slack always sends one; proxies may not).
 DEFAULT_RETRY_AFTER = 1.0
 #: Waits shorter than this are not worth a log line.
@@ -57,6 +61,8 @@ class _Lane:
     due: float = 0.0
     #: No call goes out before this (set from a 429's ``Retry-After``).
     closed_until: float = 0.0
+    #: Slack refused a post here: no more bursts in this lane, one post per interval.
+    strict: bool = False
     #: Hands out slots in arrival order.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -77,7 +83,7 @@ class Outbound:
         if deadline <= 0 or rate <= 0 or burst < 1:
             raise ValueError("deadline and rate must be positive and burst at least 1")
         self.deadline = deadline
-        self._interval = 1.0 / rate
+        self._interval = 1.0 / rate + MARGIN_S
         # GCRA tolerance: how far ahead of schedule a post may go (burst - 1 intervals).
         self._tolerance = (burst - 1) * self._interval
         self._clock = clock
@@ -119,6 +125,10 @@ class Outbound:
                     limited += 1
                     now = self._clock()
                     lane.closed_until = max(lane.closed_until, now + wait)
+                    if post:
+                        # Slots handed out before the refusal start again after it, one at a time.
+                        lane.strict = True
+                        lane.due = max(lane.due, lane.closed_until)
                     if now + wait > give_up:
                         raise self._gave_up(method, now - started, limited) from exc
                     continue
@@ -142,7 +152,8 @@ class Outbound:
                 now = self._clock()
                 ready = lane.closed_until
                 if paced:
-                    ready = max(ready, max(lane.due, now) - self._tolerance)
+                    tolerance = 0.0 if lane.strict else self._tolerance
+                    ready = max(ready, max(lane.due, now) - tolerance)
                 if ready <= now:
                     break
                 if ready > give_up:

@@ -45,6 +45,7 @@ def _status_scope(ws: Workspace, params: Params) -> str:
 
 METHODS = {
     "assistant.threads.setStatus": Method(set_status, _status_scope),
-    "assistant.threads.setTitle": Method(set_title, "assistant:write"),
-    "assistant.threads.setSuggestedPrompts": Method(set_suggested_prompts, "assistant:write"),
+    # Assumed to follow setStatus's 2026-03-05 rule (unverified: Slack documents it for setStatus).
+    "assistant.threads.setTitle": Method(set_title, _status_scope),
+    "assistant.threads.setSuggestedPrompts": Method(set_suggested_prompts, _status_scope),
 }

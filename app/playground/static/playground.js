@@ -92,6 +92,12 @@ function messageNode(conv, m) {
   return el("div", { class: classes.filter(Boolean).join(" "), "data-ts": m.ts }, el("div", { class: "avatar" }, initial), body);
 }
 
+function ephemeralNode(note) {
+  return el("div", { class: "msg bot ephemeral" }, el("div", { class: "avatar" }, "T"),
+    el("div", { class: "body" }, el("div", { class: "meta" }, el("b", {}, ui.data.bot.name),
+      el("span", { class: "edited" }, "Only visible to you")), el("div", { class: "text", html: note.html })));
+}
+
 function renderMessages(conv) {
   const box = $("messages");
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 60;
@@ -108,6 +114,9 @@ function renderMessages(conv) {
       for (const r of root.replies) replies.append(messageNode(conv, r));
       thread.append(replies);
     }
+    for (const note of conv.ephemerals.filter((n) => n.user === ui.person && n.thread_ts === root.ts)) {
+      thread.append(ephemeralNode(note));
+    }
     const status = conv.statuses[root.ts];
     if (status) thread.append(el("div", { class: "status" }, `${ui.data.bot.name} ${status}`));
     if (!root.retracted && !root.deleted) {
@@ -115,6 +124,10 @@ function renderMessages(conv) {
         root.replies.length ? `${root.replies.length} repl${root.replies.length === 1 ? "y" : "ies"} · Reply in thread` : "Reply in thread"));
     }
     box.append(thread);
+  }
+  const roots = new Set(conv.messages.map((m) => m.ts));
+  for (const note of conv.ephemerals.filter((n) => n.user === ui.person && !roots.has(n.thread_ts))) {
+    box.append(ephemeralNode(note));
   }
   if (atBottom) box.scrollTop = box.scrollHeight;
 }
