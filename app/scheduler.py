@@ -160,6 +160,9 @@ class Scheduler:
     async def take_over(self) -> int:
         """End the leases of registered instances whose process is gone and drive their
         conversations (and anything else due) now; how many dead instances were found."""
+        # Our own liveness first: a database restart ends the session holding it, and then every
+        # other instance would take our conversations every few seconds.
+        await self.store.register_instance(self.owner, now=self.clock())
         dead = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
         for owner in dead:
             ended = await self.store.expire_leases(owner, now=self.clock())

@@ -273,7 +273,9 @@ class Store(Protocol):
         """Tie ``owner``'s liveness to this store object until :meth:`close`: a session-level
         advisory lock on Postgres (the database ends it with the connection), a file lock next to
         the SQLite database (the kernel ends it with the process). Owners that never registered are
-        judged by their lease's expiry alone. Raises ``StoreError`` when ``owner`` is alive already."""
+        judged by their lease's expiry alone. Calling it again is cheap and takes the lock anew if
+        it was lost (a Postgres restart ended the session). Raises ``StoreError`` when ``owner``
+        is alive already elsewhere."""
 
     async def dead_owners(self, *, now: float) -> list[str]:
         """Registered owners of unexpired leases whose liveness has ended (their process is gone)."""

@@ -29,6 +29,9 @@ class FileLiveness:
     def _path(self, owner: str) -> Path:
         return self._dir / f"{_UNSAFE.sub('_', owner)[:100]}.lock"
 
+    def holds(self, owner: str) -> bool:
+        return owner in self._held
+
     async def hold(self, owner: str) -> None:
         """Lock ``owner``'s file for this process's life (until :meth:`release`); OSError
         (BlockingIOError) when a live process holds it already."""

@@ -97,8 +97,10 @@ class PostgresStore(SqlStore):
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
-        #: The connection holding this instance's liveness lock (register_instance), if any.
+        #: The connection holding this instance's liveness lock (register_instance), if any,
+        #: and the owner and key it holds it for.
         self._liveness: asyncpg.Connection | None = None
+        self._liveness_of: tuple[str, int] | None = None
 
     @property
     def schema(self) -> str | None:
@@ -192,7 +194,11 @@ class PostgresStore(SqlStore):
         return steps
 
     # -- liveness ----------------------------------------------------------------
-    async def _hold_liveness(self, owner: str) -> int:
+    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
+        held = self._liveness
+        if held is not None and not held.is_closed() and self._liveness_of is not None:
+            if self._liveness_of[0] == owner:
+                return self._liveness_of[1], False
         key = secrets.randbelow(2**31 - 1) + 1  # an int4 key, positive: it reads back unchanged
         try:
             conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
@@ -204,9 +210,10 @@ class PostgresStore(SqlStore):
             await conn.close()
             raise StoreError(f"postgres: {exc}") from exc
         old, self._liveness = self._liveness, conn
+        self._liveness_of = (owner, key)
         if old is not None:
-            await old.close()
-        return key
+            old.terminate()  # a session that may be dead already: no goodbye
+        return key, True
 
     async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         rows = await self._transact(lambda conn: conn.fetch(_LIVE_KEYS, _LIVENESS_LOCK_CLASS))

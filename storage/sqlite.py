@@ -357,7 +357,9 @@ class SQLiteStore(SqlStore):
         _answer(futures, done[0] if done else [interrupted] * len(futures))
 
     # -- liveness ----------------------------------------------------------------
-    async def _hold_liveness(self, owner: str) -> int:
+    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
+        if self._liveness is not None and self._liveness.holds(owner):
+            return 0, False
         if self._liveness is not None:
             try:
                 await self._liveness.hold(owner)
@@ -365,7 +367,7 @@ class SQLiteStore(SqlStore):
                 raise StoreError(f"an instance named {owner!r} is already running on this database") from exc
             except OSError as exc:
                 raise _store_error(exc) from exc
-        return 0
+        return 0, True
 
     async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         if self._liveness is None:

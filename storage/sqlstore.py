@@ -73,8 +73,9 @@ class SqlStore(ABC):
         called again when the backend reruns the transaction (a generator runs only once)."""
 
     @abstractmethod
-    async def _hold_liveness(self, owner: str) -> int:
-        """Take the lock that ends with this process (or its connection); returns its key."""
+    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
+        """Take the lock that ends with this process (or its connection): its key, and whether
+        it was taken now (False: this store holds it already, under the same key)."""
 
     @abstractmethod
     async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
@@ -236,8 +237,9 @@ class SqlStore(ABC):
 
     # -- instances -----------------------------------------------------------------------
     async def register_instance(self, owner: str, *, now: float) -> None:
-        lock_key = await self._hold_liveness(owner)
-        await self._execute(sql.REGISTER_INSTANCE, {"owner": owner, "lock_key": lock_key, "now": now})
+        lock_key, fresh = await self._hold_liveness(owner)
+        if fresh:
+            await self._execute(sql.REGISTER_INSTANCE, {"owner": owner, "lock_key": lock_key, "now": now})
 
     async def dead_owners(self, *, now: float) -> list[str]:
         rows = await self._fetch(sql.REGISTERED_LEASE_OWNERS, {"now": now})

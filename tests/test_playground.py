@@ -199,7 +199,7 @@ async def test_edits_reactions_status_streams_canvases_and_retractions_show_on_t
     tmp_path: Path,
 ) -> None:
     """What the bot does through the Web API shows in the snapshot: an edit is marked, a reaction
-    counted, the status shown under its thread, a streaming message flagged while it grows, a
+    counted, the status and title shown on its thread, a streaming message flagged while it grows, a
     canvas rendered, and a deleted message kept as a retracted trace."""
     async with Playground(_settings(tmp_path), model=echo_model()) as pg:
         ts, _ = await pg.post("U0ALICE", GENERAL, "hello, no mention")
@@ -223,6 +223,9 @@ async def test_edits_reactions_status_streams_canvases_and_retractions_show_on_t
         await client.api_call(
             "chat.appendStream", json={"channel": GENERAL, "ts": stream["ts"], "markdown_text": "ing"}
         )
+        await client.api_call(
+            "assistant.threads.setTitle", json={"channel_id": GENERAL, "thread_ts": ts, "title": "Launch"}
+        )
         canvas = await client.api_call(
             "canvases.create",
             json={
@@ -236,6 +239,7 @@ async def test_edits_reactions_status_streams_canvases_and_retractions_show_on_t
         root = conversation["messages"][0]
         assert root["reactions"] == [{"name": "eyes", "emoji": "👀", "count": 1, "who": ["threadbound"]}]
         assert conversation["statuses"] == {ts: "is thinking…"}
+        assert conversation["titles"] == {ts: "Launch"}
         by_ts = {r["ts"]: r for r in root["replies"]}
         assert by_ts[edited["ts"]]["edited"] and by_ts[edited["ts"]]["html"] == "<p>final</p>\n"
         assert by_ts[gone["ts"]]["retracted"] and by_ts[gone["ts"]]["html"] == "<p>oops</p>\n"

@@ -12,8 +12,10 @@ import aiohttp
 import asyncpg
 import pytest
 
-from app.run import APOLOGY
+from app.lease import Lease
+from app.run import APOLOGY, RunStopped
 from emulator import FakeSlack
+from storage import open_store
 from testing import events
 from testing.fake_model import FakeOpenAI, Reply, last_user_text
 from testing.harness import SIGNING_SECRET, AppHarness
@@ -225,3 +227,24 @@ async def test_on_postgres_a_live_instance_answers_for_a_killed_one(tmp_path: Pa
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             await conn.close()
+
+
+async def test_a_lease_whose_renewals_fail_for_a_whole_ttl_counts_as_lost(tmp_path: Path) -> None:
+    """When the store cannot be reached, the run keeps writing while its lease surely still holds,
+    and stops once a whole LEASE_TTL passed without a renewal (on the scheduler's clock)."""
+    store = open_store(f"sqlite:///{tmp_path}/lease.db")
+    await store.migrate()
+    clock = ManualClock()
+    try:
+        task = await store.create_task(channel="C1", thread_ts="1.1", now=clock.now)
+        assert await store.acquire_lease(task.task_id, owner="me", ttl=60, now=clock.now)
+        lease = Lease(store, task.task_id, owner="me", ttl=60, clock=clock)
+        await store.close()  # every store call fails from here on
+        clock.now += 40  # past half a lease: check asks the store, which fails; the lease still holds
+        await lease.check()
+        clock.now += 21  # a whole lease without a renewal: another instance may have it now
+        with pytest.raises(RunStopped):
+            await lease.check()
+        assert lease.lost.is_set()
+    finally:
+        await store.close()

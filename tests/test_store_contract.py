@@ -734,6 +734,16 @@ async def test_live_instances_are_never_dead(store_factory: StoreFactory) -> Non
     assert await second.dead_owners(now=T0 + 1) == []
 
 
+async def test_registering_again_is_harmless(store_factory: StoreFactory) -> None:
+    """register_instance is repeated every few seconds (to retake a liveness a database restart
+    ended): on a live registration it changes nothing and the owner stays alive."""
+    store, other = await store_factory(), await store_factory()
+    await store.register_instance("A", now=T0)
+    assert await store.acquire_lease(await new_task(store), owner="A", ttl=600, now=T0)
+    await store.register_instance("A", now=T0 + 5)
+    assert await other.dead_owners(now=T0 + 6) == []
+
+
 # -- handles -------------------------------------------------------------------------
 
 

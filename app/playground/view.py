@@ -337,6 +337,8 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
                 "person": chan.user or "",
                 "messages": roots,
                 "statuses": _statuses(ws, chan.id),
+                # assistant.threads.setTitle (the agent view titles a DM thread): the latest per thread.
+                "titles": {ts: title for channel, ts, title in ws.titles if channel == chan.id},
                 "canvases": canvases,
             }
         )

@@ -108,7 +108,9 @@ function renderMessages(conv) {
       : "Nothing here yet. Mention @threadbound to start a task; replies in its thread continue it."));
   }
   for (const root of conv.messages) {
-    const thread = el("div", { class: "thread", "data-thread": root.ts }, messageNode(conv, root));
+    const thread = el("div", { class: "thread", "data-thread": root.ts });
+    if (conv.titles[root.ts]) thread.append(el("div", { class: "thread-title" }, conv.titles[root.ts]));
+    thread.append(messageNode(conv, root));
     if (root.replies.length) {
       const replies = el("div", { class: "replies" });
       for (const r of root.replies) replies.append(messageNode(conv, r));
