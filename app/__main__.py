@@ -1,4 +1,4 @@
-"""``python -m app``: serve, playground, run, check, manifest."""
+"""``python -m app``: serve, playground, run, check, manifest, usage."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ _EXAMPLES = """examples:
   python -m app playground --demo      try it in a browser without Slack (or without a model key)
   python -m app run --channel '#general' "Say hello"
   python -m app manifest --url https://bot.example.com/slack/events
+  python -m app usage --days 30        model tokens by day, person and channel
 
 `python -m app COMMAND --help` describes each command."""
 
@@ -142,7 +143,34 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add features.agent_view (Slack's agent messaging experience, documented for paid plans)",
     )
+    usage = _command(
+        sub,
+        "usage",
+        "print model tokens by day, person and channel",
+        "Print the model tokens this install spent, from its database: one line per UTC day, person\n"
+        "(who asked) and channel, with input, output, cache-read and cache-write tokens and requests,\n"
+        "then the total. Budgets (USER_DAILY_TOKEN_BUDGET, DAILY_TOKEN_BUDGET) count input + output.\n"
+        "People and channels are shown by name, looked up in Slack; when Slack cannot be reached they\n"
+        "are shown by ID and the command says so. --json gives IDs and names, for scripts.",
+        [
+            "python -m app usage                 # today and the 6 days before",
+            "python -m app usage --days 1        # today (UTC) only",
+            "python -m app usage --days 30 --json | jq '.rows[] | select(.person.name == \"Alice\")'",
+        ],
+    )
+    usage.add_argument("--days", type=_positive, default=7, help="UTC days to show, today included (7)")
+    usage.add_argument("--json", action="store_true", help="print JSON with IDs and names")
     return parser
+
+
+def _positive(value: str) -> int:
+    try:
+        days = int(value)
+    except ValueError:
+        days = 0
+    if days < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of days, 1 or more, not {value!r}")
+    return days
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .check import run_checks
 
         return asyncio.run(run_checks(settings, model=not args.no_model))
+    if args.command == "usage":
+        from .usage_report import usage_command
+
+        return asyncio.run(usage_command(settings, days=args.days, as_json=args.json))
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -11,7 +11,9 @@ from .mcp_config import McpServerConfig, parse_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "approval", "mcp", "prompts")
+_KEYS = ("instructions", "tools", "model", "approval", "mcp", "prompts", "max_requests_per_run")
+#: Model requests one run may make before it stops with an apology (a runaway tool loop).
+DEFAULT_MAX_REQUESTS_PER_RUN = 20
 #: Slack shows at most four suggested prompts; each is a title and the message it sends.
 MAX_PROMPTS = 4
 MAX_PROMPT_CHARS = 200
@@ -20,8 +22,8 @@ MAX_PROMPT_CHARS = 200
 @dataclass(frozen=True, slots=True)
 class AgentFile:
     """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
-    or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision) and
-    ``[mcp.NAME]`` servers.
+    or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision),
+    ``[mcp.NAME]`` servers and ``max_requests_per_run``.
 
     :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
 
@@ -30,6 +32,7 @@ class AgentFile:
     model: str = ""
     mcp: tuple[McpServerConfig, ...] = ()
     approval: tuple[str, ...] = ()
+    max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN
     #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
     prompts: tuple[str, ...] = ()
 
@@ -55,6 +58,9 @@ class AgentFile:
             raise ValueError(
                 f'{path}: approval must be a list of tool names or globs, e.g. ["channel_retract"]'
             )
+        limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
         prompts = data.get("prompts", [])
         if (
             not isinstance(prompts, list)
@@ -71,6 +77,7 @@ class AgentFile:
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
             approval=tuple(approval),
+            max_requests_per_run=limit,
             prompts=tuple(p.strip() for p in prompts),
         )
 

@@ -15,6 +15,9 @@ contract error codes, Slack method names and Slack's own error strings.
 | ``threadbound_tool_calls_total`` | ``tool``, ``outcome``: ok or the error code |
 | ``threadbound_slack_api_calls_total`` | ``method``, ``outcome``: ok, Slack's error, or transport |
 | ``threadbound_model_request_duration_seconds`` | ``outcome``: ok, error |
+| ``threadbound_model_tokens_total`` | ``kind``: input, output, cache_read, cache_write |
+| ``threadbound_model_requests_total`` | |
+| ``threadbound_budget_hits_total`` | ``budget``: user, install |
 | ``threadbound_feedback_total`` | ``kind``: positive, negative |
 """
 
@@ -66,6 +69,21 @@ class Metrics:
             registry=r,
         )
 
+        self.model_tokens = Counter(
+            "threadbound_model_tokens",
+            "Model tokens by kind (input includes cache reads and writes, as providers report it).",
+            ["kind"],
+            registry=r,
+        )
+        self.model_requests = Counter(
+            "threadbound_model_requests", "Model requests whose usage was recorded.", registry=r
+        )
+        self.budget_hits = Counter(
+            "threadbound_budget_hits",
+            "Requests refused and runs stopped by a daily token budget.",
+            ["budget"],
+            registry=r,
+        )
         self.feedback = Counter(
             "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
         )

@@ -9,7 +9,9 @@ offers and adds no behaviour of its own:
 - the Slack adapter's ``on_call`` hook (:meth:`Observer.slack_call`, one adapter per
   service): Slack API calls by method and outcome, and a warning line for each failed one;
 - ``Ingress.on_result``: delivery counters (the ingress logs its own line);
-- :class:`TimedModel`: the time of every model request.
+- :class:`TimedModel`: the time of every model request;
+- ``RunHooks.on_usage``/``on_budget``: tokens and requests (and the run's totals on its end
+  line), budget hits.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from channel.session import ChannelSession
-from storage.base import InboxItem
+from storage.base import InboxItem, UsageRecord
 
 from . import logs
 from .ingress import IngressResult
@@ -47,6 +49,11 @@ class _Run:
     scope: logs.Scope
     tools: int = 0
     tool_errors: int = 0
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass
@@ -57,7 +64,9 @@ class Observer:
 
     # -- runs ------------------------------------------------------------------------------
     def hooks(self) -> RunHooks:
-        return RunHooks(on_start=self.on_start, on_end=self.on_end)
+        return RunHooks(
+            on_start=self.on_start, on_end=self.on_end, on_usage=self.usage, on_budget=self.budget_hit
+        )
 
     async def on_start(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         run_id = uuid.uuid4().hex[:12]
@@ -84,8 +93,32 @@ class Observer:
             tools=run.tools,
             tool_errors=run.tool_errors,
             replied=session.replied,
+            requests=run.requests,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            cache_read_tokens=run.cache_read_tokens,
+            cache_write_tokens=run.cache_write_tokens,
         )
         logs.close_scope(run.scope)
+
+    # -- model usage -------------------------------------------------------------------------
+    def usage(self, session: ChannelSession, record: UsageRecord) -> None:
+        m = self.metrics
+        m.model_requests.inc(record.requests)
+        m.model_tokens.labels(kind="input").inc(record.input_tokens)
+        m.model_tokens.labels(kind="output").inc(record.output_tokens)
+        m.model_tokens.labels(kind="cache_read").inc(record.cache_read_tokens)
+        m.model_tokens.labels(kind="cache_write").inc(record.cache_write_tokens)
+        run = self._runs.get(session)
+        if run is not None:
+            run.requests += record.requests
+            run.input_tokens += record.input_tokens
+            run.output_tokens += record.output_tokens
+            run.cache_read_tokens += record.cache_read_tokens
+            run.cache_write_tokens += record.cache_write_tokens
+
+    def budget_hit(self, session: ChannelSession, budget: str) -> None:
+        self.metrics.budget_hits.labels(budget=budget).inc()
 
     # -- tools -----------------------------------------------------------------------------
     def tool_end(self, session: ChannelSession, tool: str, outcome: str, seconds: float) -> None:
@@ -178,6 +211,8 @@ def combine(*hooks: RunHooks | None) -> RunHooks:
     starts = [h.on_start for h in present if h.on_start is not None]
     tools = [h.on_tool for h in present if h.on_tool is not None]
     ends = [h.on_end for h in reversed(present) if h.on_end is not None]
+    usages = [h.on_usage for h in present if h.on_usage is not None]
+    budgets = [h.on_budget for h in present if h.on_budget is not None]
 
     async def on_start(session: ChannelSession, items: Sequence[InboxItem]) -> None:
         for hook in starts:
@@ -191,8 +226,18 @@ def combine(*hooks: RunHooks | None) -> RunHooks:
         for hook in ends:
             await hook(session, items, status)
 
+    def on_usage(session: ChannelSession, record: UsageRecord) -> None:
+        for hook in usages:
+            hook(session, record)
+
+    def on_budget(session: ChannelSession, budget: str) -> None:
+        for hook in budgets:
+            hook(session, budget)
+
     return RunHooks(
         on_start=on_start if starts else None,
         on_tool=on_tool if tools else None,
         on_end=on_end if ends else None,
+        on_usage=on_usage if usages else None,
+        on_budget=on_budget if budgets else None,
     )

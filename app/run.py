@@ -5,7 +5,12 @@ this module does one run for a session it is given:
 
 - the prompt: the inbound messages as the session renders them (author, handle,
   text, files), plus notes about effects a crashed run left open;
-- the history: the task's saved transcript, trimmed to ``history_limit`` messages;
+- the history: the task's compacted summary (``app/compaction.py``) and saved transcript, trimmed
+  to ``history_limit`` messages as a last resort;
+- cost: the requester's and the install's daily token budgets are checked first (past one, a
+  short note and no model call); every response's usage is stored as it arrives
+  (``app/usage.py``); a run that crosses a budget, or reaches ``max_requests_per_run``, stops
+  before its next model request with a short note, keeping what it did;
 - steering: before each model request (and before a final answer is accepted) the
   run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
   into the running agent, so they are consumed with this run;
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -43,6 +49,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
     repair_messages,
 )
+from pydantic_ai.usage import UsageLimits
 
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
@@ -50,13 +57,15 @@ from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from channel.streaming import FLUSH_INTERVAL
-from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord
+from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord, UsageRecord
 
 from .agent import RunDeps, instructions_for
 from .agent_file import AgentFile
 from .approvals import CARD_EFFECT, WAITING, Approvals, is_decision
+from .compaction import Compactor
 from .feedback import feedback_notes
 from .streaming import EventFeed
+from .usage import BudgetHit, Budgets, UsageMeter, footer, requester
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,10 @@ APPROVAL_NOTE = (
     'refusal comes back as an error with code "denied", no decision in time as "expired".'
 )
 APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
+RUNAWAY = (
+    "Sorry, I stopped after {limit} model requests without finishing, to keep this from running away. "
+    "Ask again (perhaps more narrowly) and I'll continue."
+)
 
 #: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
 Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
@@ -83,6 +96,10 @@ class RunHooks:
     on_start: Callable[[ChannelSession, Sequence[InboxItem]], Awaitable[None]] | None = None
     on_tool: Callable[[ChannelSession, str], Awaitable[None]] | None = None
     on_end: Callable[[ChannelSession, Sequence[InboxItem], str], Awaitable[None]] | None = None
+    #: Each model request's stored usage (metrics, the run's log line).
+    on_usage: Callable[[ChannelSession, UsageRecord], None] | None = None
+    #: A budget refused a request or stopped a run: ``"user"`` or ``"install"``.
+    on_budget: Callable[[ChannelSession, str], None] | None = None
 
 
 @dataclass(slots=True)
@@ -111,6 +128,9 @@ class RunExecutor:
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
         approvals: Approvals | None = None,
+        budgets: Budgets | None = None,
+        compactor: Compactor | None = None,
+        usage_footer: bool = False,
         stream: bool = False,
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
@@ -128,6 +148,9 @@ class RunExecutor:
         self.history_limit = history_limit
         self.hooks = hooks or RunHooks()
         self.clock = clock
+        self.budgets = budgets or Budgets(store, clock=clock)
+        self.compactor = compactor
+        self.usage_footer = usage_footer
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
@@ -247,8 +270,8 @@ class RunExecutor:
         consumed = [i.item_id for i in items]
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
-        history = trim_history(_load_history(task.transcript), self.history_limit)
-        deferred = await self.approvals.results(task.task_id, history) if self.approvals else None
+        pending = _load_history(task.transcript)
+        deferred = await self.approvals.results(task.task_id, pending) if self.approvals else None
         if deferred is WAITING:
             return RunOutcome(task.task_id, "waiting", False)
         if not prompt.strip() and deferred is None and items:
@@ -257,6 +280,25 @@ class RunExecutor:
             return RunOutcome(task.task_id, "ok", False, "", consumed)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         requests: DeferredToolRequests | None = None
+        person = requester(items)
+        # Budgets bound what people ask; a run with no message (the `run` command, or settling a
+        # crashed run's effects) is still counted but never refused.
+        hit = await self.budgets.exceeded(person) if items else None
+        if hit is not None:
+            return await self._refuse(session, prompt, consumed, hit)
+        meter = UsageMeter(
+            self.store,
+            task.task_id,
+            person,
+            task.channel,
+            listener=self._listener(session),
+            clock=self.clock,
+            bounded=bool(items),
+        )
+        summary, transcript = task.summary, _load_history(task.transcript)
+        new_summary: str | None = None
+        prefix: list[ModelMessage] = []
+        history: list[ModelMessage] = []
         self.active_runs.add(task.task_id)
         status = "failed"
         output = ""
@@ -266,29 +308,41 @@ class RunExecutor:
             recipient = _recipient(items)
             if recipient is None and self.approvals is not None and items:
                 # Resumed by decisions alone: the answer is for the person who asked.
-                requester = await self.approvals.requester(items)
-                recipient = {"user": requester} if requester else None
+                asker = await self.approvals.requester(items)
+                recipient = {"user": asker} if asker else None
             session.stream_answers(recipient, interval=self.stream_interval)
         try:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, items)
             try:
+                if self.compactor is not None:
+                    compacted = await self.compactor.compact(summary, transcript, meter)
+                    if compacted is not None:
+                        new_summary, transcript = compacted
+                        summary = new_summary
+                prefix = Compactor.prefix(summary)
+                history = [*prefix, *trim_history(transcript, self.history_limit)]
                 info = await session.describe()
                 instructions = instructions_for(info, self.tools, self.agent_file.instructions)
                 if self.agent_file.approval:
                     instructions += APPROVAL_NOTE
                 async with asyncio.timeout(self.run_timeout):
-                    messages, result = await self._agent_run(
-                        session, prompt, history, instructions, consumed, steered, inbox, results
+                    messages, result, note = await self._agent_run(
+                        session, prompt, history, instructions, consumed, steered, inbox, meter, results
                     )
                 if isinstance(result, DeferredToolRequests):
                     requests = result  # gated calls: their cards are posted once the run is saved
                 else:
                     output = result or ""
-                if not session.replied and output.strip():
+                if note:
+                    await session.drop_answer()
+                    await session.post_markdown(note, feedback=False)
+                elif not session.replied and output.strip():
                     await session.answer_with(output)
                 else:
                     await session.drop_answer()  # streamed text that was no answer (or a silent end)
+                if self.usage_footer and meter.total.requests:
+                    await session.add_footer(footer(meter.total))
                 run_status = "ok"
             except asyncio.CancelledError:
                 status = "cancelled"
@@ -308,7 +362,7 @@ class RunExecutor:
                 # The steered messages are consumed with this run: they must stay part of the task.
                 # Calls left pending by a failed resume are closed out (they never run).
                 messages = [
-                    *repair_messages(history),
+                    *repair_messages(history or [*prefix, *transcript]),
                     ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
                     ModelResponse(parts=[TextPart(APOLOGY)]),
                 ]
@@ -319,9 +373,11 @@ class RunExecutor:
                 await self.approvals.open(session, requests, await self.approvals.requester(items))
             await self.store.save_run(
                 task.task_id,
-                transcript=ModelMessagesTypeAdapter.dump_json(messages),
+                # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
+                transcript=ModelMessagesTypeAdapter.dump_json(messages[len(prefix) :]),
                 consumed=consumed,
-                enabled_tools=sorted(session.enabled),
+                enabled_tools=session.enabled_in_order,
+                summary=new_summary,
             )
             if requests is not None and self.approvals is not None:
                 await self.approvals.post_cards(session, messages)
@@ -343,6 +399,42 @@ class RunExecutor:
                     log.warning("run end hook failed", exc_info=True)
         return RunOutcome(task.task_id, status, session.replied, output, consumed)
 
+    def _listener(self, session: ChannelSession) -> Callable[[UsageRecord], None] | None:
+        on_usage = self.hooks.on_usage
+        if on_usage is None:
+            return None
+        return lambda record: on_usage(session, record)
+
+    async def _refuse(
+        self, session: ChannelSession, prompt: str, consumed: list[int], hit: BudgetHit
+    ) -> RunOutcome:
+        """Past a budget: one short note in the thread, no model call, and the inbox consumed (so the
+        request does not come back); the exchange stays in the transcript like any other turn."""
+        task = session.task
+        log.warning(
+            "task %s: %s daily token budget used (%d of %d); request refused",
+            task.task_id, hit.kind, hit.spent, hit.budget,
+        )  # fmt: skip
+        if self.hooks.on_budget:
+            self.hooks.on_budget(session, hit.kind)
+        note = hit.note()
+        try:
+            await session.post_markdown(note, feedback=False)
+        except RunStopped:
+            return RunOutcome(task.task_id, "stopped", False, "", [])
+        except ChannelError as exc:
+            log.warning("could not post the budget note for task %s: %s", task.task_id, exc.message)
+        messages = [
+            *_load_history(task.transcript),
+            ModelRequest(parts=[UserPromptPart(prompt)]),
+            ModelResponse(parts=[TextPart(note)]),
+        ]
+        await session.journal.check()
+        await self.store.save_run(
+            task.task_id, transcript=ModelMessagesTypeAdapter.dump_json(messages), consumed=consumed
+        )
+        return RunOutcome(task.task_id, "refused", session.replied, "", consumed)
+
     async def _agent_run(
         self,
         session: ChannelSession,
@@ -352,9 +444,13 @@ class RunExecutor:
         consumed: list[int],
         steered: list[str],
         inbox: Inbox,
+        meter: UsageMeter,
         results: DeferredToolResults | None = None,
-    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None]:
+    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
+        """The run's messages, its output (text, or the gated calls waiting for approval), and the
+        note it stopped with (``""``: it finished)."""
         seen = set(consumed)
+        limit = self.agent_file.max_requests_per_run
         # Streaming: each model request and tool step is driven through node.stream(), its events
         # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
         feed = EventFeed(session) if session.streaming else None
@@ -363,39 +459,59 @@ class RunExecutor:
             message_history=history,
             deps=RunDeps(session),
             instructions=instructions,
+            usage_limits=UsageLimits(request_limit=limit),
             deferred_tool_results=results,
         ) as run:
-            async for node in run:
-                if run.result is not None:
-                    break  # the run ended; anything newer starts the next run
-                # Steering: before each model request (and before a final answer is accepted),
-                # show messages that arrived mid-run. Other nodes need no look at the inbox.
-                if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
-                    continue
-                await session.journal.check()  # a run that lost its lease spends no more model calls
-                fresh = [i for i in await inbox() if i.item_id not in seen]
-                if fresh:
-                    steering = await self.prompt(session, fresh)
-                    run.enqueue(steering, priority="asap")
-                    steered.append(steering)
-                    for item in fresh:
-                        seen.add(item.item_id)
-                        consumed.append(item.item_id)
-                if feed is None:
-                    continue
-                if Agent.is_model_request_node(node):
-                    feed.new_request()
-                    async with node.stream(run.ctx) as model_events:
-                        async for model_event in model_events:
-                            feed.model_event(model_event)
-                else:
-                    async with node.stream(run.ctx) as tool_events:
-                        async for tool_event in tool_events:
-                            await feed.tool_event(tool_event)
+            try:
+                async for node in run:
+                    if run.result is not None:
+                        break  # the run ended; anything newer starts the next run
+                    if Agent.is_call_tools_node(node):
+                        await meter.add(node.model_response)
+                    # Steering: before each model request (and before a final answer is accepted),
+                    # show messages that arrived mid-run. Other nodes need no look at the inbox.
+                    if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
+                        continue
+                    await session.journal.check()  # a run that lost its lease spends no more model calls
+                    if Agent.is_model_request_node(node) and meter.bounded and meter.total.requests:
+                        hit = await self.budgets.exceeded(meter.person)
+                        if hit is not None:
+                            # Crossed mid-way: the step that crossed it is done (its tools ran); its
+                            # results are kept, answered by the note, so the transcript stays whole.
+                            if self.hooks.on_budget:
+                                self.hooks.on_budget(session, hit.kind)
+                            note = hit.note()
+                            stop = ModelResponse(parts=[TextPart(note)])
+                            return [*run.all_messages(), node.request, stop], "", note
+                    fresh = [i for i in await inbox() if i.item_id not in seen]
+                    if fresh:
+                        steering = await self.prompt(session, fresh)
+                        run.enqueue(steering, priority="asap")
+                        steered.append(steering)
+                        for item in fresh:
+                            seen.add(item.item_id)
+                            consumed.append(item.item_id)
+                    if feed is None:
+                        continue
+                    if Agent.is_model_request_node(node):
+                        feed.new_request()
+                        async with node.stream(run.ctx) as model_events:
+                            async for model_event in model_events:
+                                feed.model_event(model_event)
+                    else:
+                        async with node.stream(run.ctx) as tool_events:
+                            async for tool_event in tool_events:
+                                await feed.tool_event(tool_event)
+            except UsageLimitExceeded:
+                # A runaway tool loop. The request that would pass the limit is already in the
+                # history (with the last tool results); the apology answers it.
+                log.warning("run of task %s reached max_requests_per_run (%d)", session.task.task_id, limit)
+                note = RUNAWAY.format(limit=limit)
+                return [*run.all_messages(), ModelResponse(parts=[TextPart(note)])], "", note
             result = run.result
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
-            return list(result.all_messages()), result.output
+            return list(result.all_messages()), result.output, ""
 
 
 def _recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ from .agent_file import AgentFile
 from .agent_view import AGENT_EVENTS, AgentView
 from .approvals import ApprovalGate, Approvals, gated
 from .check import auth_failure
+from .compaction import Compactor
 from .feedback import Feedback
 from .ingress import Ingress
 from .interactions import Interactions
@@ -56,6 +57,7 @@ from .run import RunExecutor, RunHooks
 from .scheduler import Scheduler
 from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
 from .streaming import check_mode as check_stream_mode
+from .usage import Budgets
 
 log = logging.getLogger(__name__)
 
@@ -264,8 +266,9 @@ class Service:
             store=store, adapter=adapter, approvers=settings.approvers, ttl=settings.approval_ttl
         )
         _warn_unmatched_approval(agent_file.approval, tools)
+        timed = TimedModel(model, observer)
         agent = build_agent(
-            TimedModel(model, observer),
+            timed,
             on_tool=run_hooks.on_tool,
             on_tool_end=observer.tool_end,
             toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
@@ -284,6 +287,9 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
+            budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
+            compactor=Compactor(timed, settings.compact_after_tokens),
+            usage_footer=settings.usage_footer,
             stream=stream_mode == "auto",
             feedback=True,
         )

@@ -62,6 +62,14 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(default=64, ge=1)
     #: Most transcript messages sent to the model (older turns are dropped at a prompt boundary).
     history_limit: int = Field(default=400, ge=1)
+    #: Tokens of history (about 4 characters each) past which older turns are summarised once by the
+    #: model and sent as that summary (``app/compaction.py``); 0 turns compaction off.
+    compact_after_tokens: int = Field(default=60_000, ge=0)
+    #: Input plus output tokens per UTC day: per requesting person, and for the whole install (0: none).
+    user_daily_token_budget: int = Field(default=0, ge=0)
+    daily_token_budget: int = Field(default=0, ge=0)
+    #: A small "1,234 tokens · 2 requests" line under each answer.
+    usage_footer: bool = False
     #: Seconds one Slack write may keep waiting out rate limits (429) before it fails ``rate_limited``.
     write_deadline: float = Field(default=300.0, gt=0)
     #: Seconds a conversation lease lives without a heartbeat.

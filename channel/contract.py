@@ -202,8 +202,9 @@ class ChannelAdapter(Protocol):
 
     async def react(self, ref: str, emoji: str, *, add: bool) -> None: ...
 
-    async def edit(self, ref: str, markdown: str, *, feedback: str = "") -> None:
-        """Replace a bot message's Markdown (``feedback`` as for :meth:`post`)."""
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
+        """Replace a bot message's Markdown (``feedback`` as for :meth:`post`); a non-empty ``footer``
+        is one line of small print under the text (the usage footer; Slack: a ``context`` block)."""
 
     async def retract(self, ref: str) -> None: ...
 
@@ -254,7 +255,7 @@ class AdapterBase:
     async def react(self, ref: str, emoji: str, *, add: bool) -> None:
         raise _unsupported("reactions")
 
-    async def edit(self, ref: str, markdown: str, *, feedback: str = "") -> None:
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         raise _unsupported("editing")
 
     async def retract(self, ref: str) -> None:

@@ -80,6 +80,8 @@ class FakeMessage:
     reactions: dict[str, list[str]] = field(default_factory=dict)
     effect_id: str = ""
     edited: bool = False
+    #: The small print under the post (``edit(..., footer=)``).
+    footer: str = ""
     #: The key its feedback buttons report, ``""`` without buttons.
     feedback: str = ""
     #: True while it is being streamed (``open_stream`` … ``stop``).
@@ -331,12 +333,13 @@ class FakeAdapter(AdapterBase):
                 raise ChannelError("provider_error", "No such reaction.", provider_code="no_reaction")
             who.remove(self.bot_name)
 
-    async def edit(self, ref: str, markdown: str, *, feedback: str = "") -> None:
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         self._enter("edit", ref, "edit")
         message = self._own(ref, "edited")
         self._check_length(markdown)
         message.text = markdown
         message.feedback = feedback
+        message.footer = footer
         message.edited = True
 
     async def retract(self, ref: str) -> None:

@@ -90,11 +90,16 @@ class ChannelSession:
         self.handles = HandleRegistry(store, task.task_id)
         self.journal = EffectJournal(store, task.task_id, clock, guard)
         selectable = {s.name for s in tools.deferred} | {t.name for t in tools.host_deferred}
-        self.enabled: set[str] = {t for t in task.enabled_tools if t in selectable}
+        # In the order they were enabled (as stored): offered after the starting tools in that order,
+        # so enabling one appends to the tool definitions and the cached prefix before it stays.
+        self._enabled_order: list[str] = [t for t in task.enabled_tools if t in selectable]
+        self.enabled: set[str] = set(self._enabled_order)
         #: Handles of every message the bot posted in this run.
         self.posted: list[str] = []
         #: Set once a channel_reply succeeded (or the host posted the final text).
         self.replied = False
+        # The newest post of this run, where a usage footer goes: its ref, text and feedback key.
+        self._last_post: tuple[str, str, str] | None = None
         #: Feedback buttons on each answer's last message report this key (the host sets it); "" for none.
         self.feedback = ""
         #: The answer being streamed, when the host turned streaming on (:meth:`stream_answers`).
@@ -120,20 +125,32 @@ class ChannelSession:
         }
 
     # -- what the model is offered ------------------------------------------------
+    @property
+    def enabled_in_order(self) -> list[str]:
+        """The tools ``tool_search`` enabled, oldest first (how they are stored and offered); any
+        added to ``enabled`` directly come after them, by name."""
+        ordered = [t for t in self._enabled_order if t in self.enabled]
+        return ordered + sorted(self.enabled - set(ordered))
+
     def active_specs(self) -> list[ToolSpec]:
-        """The channel tools (and tool_search, mcp_search, skills) to offer the model now."""
-        specs = [s for s in self.tools.channel_tools if s.starts == "active" or s.name in self.enabled]
+        """The channel tools (and tool_search, mcp_search, skills) to offer the model now: the
+        starting ones in catalog order, then those tool_search enabled, in the order it did."""
+        specs = [s for s in self.tools.channel_tools if s.starts == "active"]
         if self._searchable():
             specs.append(TOOL_SEARCH)
         if any(t.name not in self.enabled for t in self.tools.host_deferred):
             specs.append(MCP_SEARCH)  # the seed's name for tool_search, while MCP tools wait to be found
         if self.tools.skills:
             specs.append(SKILLS)
-        return specs
+        deferred = {s.name: s for s in self.tools.channel_tools if s.starts != "active"}
+        return specs + [deferred[n] for n in self.enabled_in_order if n in deferred]
 
     def active_host_tools(self) -> list[HostTool]:
-        """The host's (MCP) tools to offer now: the eager ones and those tool_search enabled."""
-        return [t for t in self.tools.host_tools if t.starts == "active" or t.name in self.enabled]
+        """The host's (MCP) tools to offer now: the eager ones, then those tool_search enabled in the
+        order it did."""
+        deferred = {t.name: t for t in self.tools.host_tools if t.starts != "active"}
+        eager = [t for t in self.tools.host_tools if t.starts == "active"]
+        return eager + [deferred[n] for n in self.enabled_in_order if n in deferred]
 
     def offered_names(self) -> list[str]:
         return [s.name for s in self.active_specs()] + [t.name for t in self.active_host_tools()]
@@ -190,6 +207,7 @@ class ChannelSession:
         if answer is not None:
             result = await answer.finish(markdown)
             self.replied = True
+            await self._remember_streamed(markdown, result)
             return result
         return await self.post_markdown(markdown)
 
@@ -244,6 +262,7 @@ class ChannelSession:
             self.answer = None
             result = await answer.finish(args.text)
             self.replied = True
+            await self._remember_streamed(args.text, result)
             return result
         return await self.post_markdown(args.text)
 
@@ -284,6 +303,7 @@ class ChannelSession:
                 handle = "unrecorded"
                 bridge_error = bounded(f"posted, but recording it failed: {exc}")
             handles.append(handle)
+            self._last_post = (posted.ref, part, self.feedback if feedback and last else "")
             if first_permalink is None:
                 first_permalink = posted.permalink
         self.replied = True
@@ -293,6 +313,30 @@ class ChannelSession:
         if bridge_error:
             result["bridge_error"] = bridge_error
         return result
+
+    async def add_footer(self, footer: str) -> None:
+        """Show ``footer`` (e.g. the run's usage) under this run's newest post, keeping its text and
+        feedback buttons; nothing when it posted nothing. A failure is logged: the answer is there."""
+        if self._last_post is None:
+            return
+        ref, markdown, feedback = self._last_post
+        await self.journal.check()
+        try:
+            await self.adapter.edit(ref, markdown, feedback=feedback, footer=footer)
+        except ChannelError as exc:
+            log.warning("could not add the footer to a post: %s", exc.message)
+
+    async def _remember_streamed(self, markdown: str, result: Result) -> None:
+        """A streamed answer ended as ``result``: its last message is where a footer goes."""
+        handles = result.get("parts") or [result.get("message")]
+        parts = split_markdown(strip_mass_mentions(markdown), self.adapter.max_post_chars)
+        if not parts or not isinstance(handles[-1], str) or not handles[-1].startswith("msg_"):
+            return
+        try:
+            record = await self.handles.resolve(handles[-1], "msg")
+        except (ChannelError, StoreError):
+            return
+        self._last_post = (record.ref, parts[-1], self.feedback)
 
     async def post_once(self, markdown: str, effect_id: str, *, feedback: str = "") -> Posted:
         """Post, never retrying; when the connection broke mid-request, look for the post instead."""
@@ -505,8 +549,11 @@ class ChannelSession:
             if len(candidates) > _LISTED:
                 listed += f", and {len(candidates) - _LISTED} more"
             return {"enabled": [], "message": "No tool matched. Tools you can still enable: " + listed}
-        self.enabled.update(s.name for s in hits)
-        await self.store.set_enabled_tools(self.task.task_id, sorted(self.enabled))
+        for hit in hits:
+            if hit.name not in self.enabled:
+                self.enabled.add(hit.name)
+                self._enabled_order.append(hit.name)
+        await self.store.set_enabled_tools(self.task.task_id, self.enabled_in_order)
         return {
             # Host tools' descriptions are the server's own words, of any length.
             "enabled": [{"name": s.name, "description": bounded(s.description, 400)} for s in hits],

@@ -59,6 +59,7 @@ from .base import (
     StoreError,
     StoreStats,
     TaskRecord,
+    UsageRecord,
 )
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "StoreError",
     "StoreStats",
     "TaskRecord",
+    "UsageRecord",
     "open_store",
     "sqlite_path",
 ]

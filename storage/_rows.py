@@ -17,6 +17,7 @@ from .base import (
     LeaseRecord,
     StoreStats,
     TaskRecord,
+    UsageRecord,
 )
 from .sql import Row
 
@@ -30,6 +31,20 @@ def task_from_row(row: Row) -> TaskRecord:
         transcript=bytes(row["transcript"]),
         enabled_tools=tuple(json.loads(tools) if isinstance(tools, str) else tools),
         created_at=float(row["created_at"]),
+        summary=str(row["summary"]),
+    )
+
+
+def usage_from_row(row: Row) -> UsageRecord:
+    return UsageRecord(
+        day=str(row["day"]),
+        person=str(row["person"]),
+        channel=str(row["channel"]),
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cache_read_tokens=int(row["cache_read_tokens"]),
+        cache_write_tokens=int(row["cache_write_tokens"]),
+        requests=int(row["requests"]),
     )
 
 

@@ -18,6 +18,8 @@ Vocabulary
   provider object (``ref``), with authorship recorded.
 - An **effect** is a journalled Slack write: opened before the call, closed
   with its result after it, so a crashed run can reconcile instead of repeat.
+- **Usage** is what one model request cost (tokens by kind), with the task, the
+  person who asked, the channel and the model; counted per UTC ``day``.
 
 All times are seconds since the epoch as floats, passed in by the caller
 (``now``) so tests can move the clock and instances agree on one notion of time.
@@ -45,6 +47,8 @@ class TaskRecord:
     #: Deferred tools the model enabled with ``tool_search``; kept across resumes.
     enabled_tools: tuple[str, ...]
     created_at: float
+    #: The compacted summary of the conversation's older turns (``app/compaction.py``); ``""`` if none.
+    summary: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,28 @@ class LeaseRecord:
     expires_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """What model requests cost: one request's usage when recorded, a sum in ``usage_by_day``."""
+
+    day: str  # UTC, YYYY-MM-DD
+    person: str  # the requester's provider user ID; "" when no person asked (the `run` command)
+    channel: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    requests: int = 0
+    task_id: str = ""  # "" in sums (which group by day, person and channel)
+    model: str = ""  # "" in sums
+    at: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """What budgets count: input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
 @dataclass(slots=True)
 class StoreStats:
     """Counts for readiness probes and benchmarks."""
@@ -236,11 +262,23 @@ class Store(Protocol):
         transcript: bytes,
         consumed: Sequence[int],
         enabled_tools: Sequence[str] | None = None,
+        summary: str | None = None,
     ) -> None:
         """After a run: store the transcript, mark the consumed inbox items done and, when
-        given, replace the enabled tools. One transaction: a crash leaves either all or nothing."""
+        given, replace the enabled tools and the summary. One transaction: a crash leaves either
+        all or nothing."""
 
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None: ...
+
+    # -- model usage ------------------------------------------------------------
+    async def record_usage(self, usage: UsageRecord) -> None:
+        """Append one model request's usage (``task_id``, ``model`` and ``at`` set)."""
+
+    async def tokens_spent(self, day: str, person: str | None = None) -> int:
+        """Input plus output tokens of UTC ``day``: everyone's, or ``person``'s."""
+
+    async def usage_by_day(self, since: str) -> list[UsageRecord]:
+        """Usage summed by day, person and channel from UTC day ``since`` on, oldest first."""
 
     # -- inbox ------------------------------------------------------------------
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:

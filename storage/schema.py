@@ -21,7 +21,10 @@ Tables (same shape on both dialects):
   process (``register_instance``), with the key of that lock; see ``dead_owners``.
 - ``handles``: unique per ``(task_id, kind, ref)`` and per ``(task_id, handle)``.
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
-- ``approvals`` (v7): gated tool calls waiting for (or given) a person's decision. ``decision`` is
+- ``model_usage`` (v7): one row per model request (tokens by kind) with its task, person, channel,
+  model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v7)
+  is the compacted summary of a long conversation's older turns (``app/compaction.py``).
+- ``approvals`` (v8): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
 """
@@ -297,8 +300,29 @@ _V6_FEEDBACK = """CREATE TABLE feedback (
 _V6_SQLITE: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="REAL"),)
 _V6_POSTGRES: Final[tuple[str, ...]] = (_V6_FEEDBACK.format(real="DOUBLE PRECISION"),)
 
-#: v7: approvals, one row per gated call (``app/approvals.py``).
-_V7_SQLITE: Final[tuple[str, ...]] = (
+#: v7: model usage per request, and a conversation's compacted summary on its task.
+_V7_USAGE = """CREATE TABLE model_usage (
+        task_id TEXT NOT NULL,
+        person TEXT NOT NULL,
+        channel TEXT NOT NULL,
+        model TEXT NOT NULL,
+        day TEXT NOT NULL,
+        at {real} NOT NULL,
+        input_tokens BIGINT NOT NULL,
+        output_tokens BIGINT NOT NULL,
+        cache_read_tokens BIGINT NOT NULL,
+        cache_write_tokens BIGINT NOT NULL,
+        requests BIGINT NOT NULL
+    )"""
+_V7_COMMON: Final[tuple[str, ...]] = (
+    "CREATE INDEX model_usage_day ON model_usage (day, person)",
+    "ALTER TABLE tasks ADD COLUMN summary TEXT NOT NULL DEFAULT ''",
+)
+_V7_SQLITE: Final[tuple[str, ...]] = (_V7_USAGE.format(real="REAL"), *_V7_COMMON)
+_V7_POSTGRES: Final[tuple[str, ...]] = (_V7_USAGE.format(real="DOUBLE PRECISION"), *_V7_COMMON)
+
+#: v8: approvals, one row per gated call (``app/approvals.py``).
+_V8_SQLITE: Final[tuple[str, ...]] = (
     """CREATE TABLE approvals (
         approval_id TEXT PRIMARY KEY,
         task_id TEXT NOT NULL REFERENCES tasks (task_id),
@@ -320,9 +344,9 @@ _V7_SQLITE: Final[tuple[str, ...]] = (
     "CREATE INDEX approvals_task ON approvals (task_id, tool_call_id)",
     "CREATE INDEX approvals_open ON approvals (created_at) WHERE decision IS NULL",
 )
-_V7_POSTGRES: Final[tuple[str, ...]] = (
-    _V7_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
-    *_V7_SQLITE[1:],
+_V8_POSTGRES: Final[tuple[str, ...]] = (
+    _V8_SQLITE[0].replace(" REAL", " DOUBLE PRECISION").replace(" WITHOUT ROWID", ""),
+    *_V8_SQLITE[1:],
 )
 
 #: ``(version, {dialect: statements})``, ascending.
@@ -334,6 +358,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (5, {"sqlite": _V5, "postgres": _V5}),
     (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
     (7, {"sqlite": _V7_SQLITE, "postgres": _V7_POSTGRES}),
+    (8, {"sqlite": _V8_SQLITE, "postgres": _V8_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

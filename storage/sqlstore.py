@@ -25,6 +25,7 @@ from ._rows import (
     lease_from_row,
     stats_from_row,
     task_from_row,
+    usage_from_row,
 )
 from .base import (
     ApprovalDecision,
@@ -39,6 +40,7 @@ from .base import (
     StoreError,
     StoreStats,
     TaskRecord,
+    UsageRecord,
 )
 from .schema import migration
 from .sql import Dialect, Procedure, Row, Script, Statement
@@ -170,12 +172,14 @@ class SqlStore(ABC):
         transcript: bytes,
         consumed: Sequence[int],
         enabled_tools: Sequence[str] | None = None,
+        summary: str | None = None,
     ) -> None:
         params = {
             "task_id": task_id,
             "transcript": transcript,
             "tools": self.dialect.texts(enabled_tools),
             "consumed": self.dialect.ids(consumed),
+            "summary": summary,
         }
         # An unknown task changes nothing: the update finds no row, the delete is scoped by task.
         if not (await self._call(sql.SAVE_RUN, params))["saved"]:
@@ -185,6 +189,32 @@ class SqlStore(ABC):
         row = await self._one(sql.SET_ENABLED_TOOLS, task_id=task_id, tools=self.dialect.texts(tools))
         if row is None:
             raise StoreError(f"unknown task {task_id!r}")
+
+    # -- model usage ---------------------------------------------------------------------
+    async def record_usage(self, usage: UsageRecord) -> None:
+        await self._execute(
+            sql.RECORD_USAGE,
+            {
+                "task_id": usage.task_id,
+                "person": usage.person,
+                "channel": usage.channel,
+                "model": usage.model,
+                "day": usage.day,
+                "at": usage.at,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "requests": usage.requests,
+            },
+        )
+
+    async def tokens_spent(self, day: str, person: str | None = None) -> int:
+        row = await self._one(sql.TOKENS_SPENT, day=day, person=person)
+        return int(row["spent"]) if row else 0
+
+    async def usage_by_day(self, since: str) -> list[UsageRecord]:
+        return [usage_from_row(r) for r in await self._fetch(sql.USAGE_BY_DAY, {"since": since})]
 
     # -- inbox ---------------------------------------------------------------------------
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:

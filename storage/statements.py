@@ -11,7 +11,7 @@ from typing import Final
 
 from .sql import Procedure, SqlType, Statement
 
-TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at"
+TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at, summary"
 INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
 LEASE_COLUMNS = "task_id, owner, expires_at"
 HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
@@ -158,6 +158,7 @@ CREATE_TASK: Final = Procedure(
         ("transcript", SqlType.BYTES),
         ("enabled_tools", SqlType.TEXTS),
         ("created_at", SqlType.REAL),
+        ("summary", SqlType.TEXT),
     ),
     steps=(
         Statement(
@@ -192,7 +193,7 @@ RECORD_ROOT: Final = Statement(
     " ON CONFLICT (channel, thread_ts) DO NOTHING"
 )
 
-#: ``Store.save_run``: the transcript, the tools when given (``:tools`` NULL keeps them), and the
+#: ``Store.save_run``: the transcript, the tools and the summary when given (NULL keeps them), and the
 #: consumed items, scoped by task (an id of another task's item is ignored, never consumed).
 SAVE_RUN: Final = Procedure(
     name="save_run",
@@ -201,11 +202,13 @@ SAVE_RUN: Final = Procedure(
         ("transcript", SqlType.BYTES),
         ("tools", SqlType.TEXTS),
         ("consumed", SqlType.IDS),
+        ("summary", SqlType.TEXT),
     ),
     returns=(("saved", SqlType.BOOL),),
     steps=(
         Statement(
-            "UPDATE tasks SET transcript = :transcript, enabled_tools = COALESCE(:tools, enabled_tools)"
+            "UPDATE tasks SET transcript = :transcript, enabled_tools = COALESCE(:tools, enabled_tools),"
+            " summary = COALESCE(:summary, summary)"
             " WHERE task_id = :task_id"
         ),
         Statement("DELETE FROM inbox WHERE task_id = :task_id AND item_id IN {each:consumed}"),
@@ -384,6 +387,25 @@ DECIDE: Final = Procedure(
             " WHERE approval_id = :approval_id AND decision_id = :decision_id) AS won"
         ),
     ),
+)
+
+# -- model usage -----------------------------------------------------------------------------
+
+RECORD_USAGE: Final = Statement(
+    "INSERT INTO model_usage (task_id, person, channel, model, day, at, input_tokens, output_tokens,"
+    " cache_read_tokens, cache_write_tokens, requests) VALUES (:task_id, :person, :channel, :model,"
+    " :day, :at, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :requests)"
+)
+#: Input plus output tokens of one UTC day, of everyone (``:person`` NULL) or of one person.
+TOKENS_SPENT: Final = Statement(
+    "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) AS spent FROM model_usage"
+    " WHERE day = :day AND (CAST(:person AS TEXT) IS NULL OR person = :person)"
+)
+USAGE_BY_DAY: Final = Statement(
+    "SELECT day, person, channel, SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens,"
+    " SUM(cache_read_tokens) AS cache_read_tokens, SUM(cache_write_tokens) AS cache_write_tokens,"
+    " SUM(requests) AS requests FROM model_usage WHERE day >= :since"
+    " GROUP BY day, person, channel ORDER BY day, person, channel"
 )
 
 # -- feedback --------------------------------------------------------------------------------

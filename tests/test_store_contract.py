@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from storage import ClaimOutcome, LeaseRecord, Store, StoreError, TaskRecord, open_store
+from storage import ClaimOutcome, LeaseRecord, Store, StoreError, TaskRecord, UsageRecord, open_store
 from storage.postgres import PostgresStore
 from storage.sqlite import SQLiteStore
 
@@ -501,7 +501,7 @@ async def test_set_task_thread_sets_empty_origin_once(store: Store) -> None:
     """set_task_thread fills an empty origin thread; a set origin is kept; an unknown task is a StoreError."""
     task = await store.create_task(channel="C1", thread_ts="", now=T0)
     await store.set_task_thread(task.task_id, "600.1")
-    assert await store.get_task(task.task_id) == TaskRecord(task.task_id, "C1", "600.1", b"", (), T0)
+    assert await store.get_task(task.task_id) == TaskRecord(task.task_id, "C1", "600.1", b"", (), T0, "")
     await store.set_task_thread(task.task_id, "700.1")
     got = await store.get_task(task.task_id)
     assert got is not None and got.thread_ts == "600.1"
@@ -553,6 +553,41 @@ async def test_save_run_tools_replaced_only_when_given(store: Store) -> None:
     await store.set_enabled_tools(task_id, ["channel_retract"])
     task = await store.get_task(task_id)
     assert task is not None and task.enabled_tools == ("channel_retract",) and task.transcript == b"b"
+
+
+async def test_save_run_summary_replaced_only_when_given(store: Store) -> None:
+    """A summary given with a run replaces the task's; a run saved without one keeps it."""
+    task_id = await new_task(store)
+    await store.save_run(task_id, transcript=b"a", consumed=[], summary="turn 1: the code is 4711")
+    await store.save_run(task_id, transcript=b"b", consumed=[])
+    task = await store.get_task(task_id)
+    assert task is not None and task.summary == "turn 1: the code is 4711" and task.transcript == b"b"
+
+
+async def test_usage_recorded_and_summed_by_day_person_and_channel(store: Store) -> None:
+    """Usage rows sum per day, person and channel; budgets count input plus output, per person or all."""
+
+    def used(day: str, person: str, channel: str, tokens: int, cached: int = 0) -> UsageRecord:
+        return UsageRecord(
+            day=day, person=person, channel=channel, input_tokens=tokens, output_tokens=1,
+            cache_read_tokens=cached, cache_write_tokens=2, requests=1, task_id="T1", model="m", at=T0,
+        )  # fmt: skip
+
+    for record in (
+        used("2026-01-01", "U1", "C1", 100),
+        used("2026-01-02", "U1", "C1", 10, cached=7),
+        used("2026-01-02", "U1", "C1", 20, cached=5),
+        used("2026-01-02", "U2", "C2", 1000),
+    ):
+        await store.record_usage(record)
+    assert await store.tokens_spent("2026-01-02") == 10 + 20 + 1000 + 3
+    assert await store.tokens_spent("2026-01-02", "U1") == 10 + 20 + 2
+    assert await store.tokens_spent("2026-01-03", "U1") == 0
+    rows = await store.usage_by_day("2026-01-02")
+    assert rows == [
+        UsageRecord("2026-01-02", "U1", "C1", 30, 2, 12, 4, 2),
+        UsageRecord("2026-01-02", "U2", "C2", 1000, 1, 0, 2, 1),
+    ]
 
 
 async def test_save_run_ignores_other_tasks_items(store: Store) -> None:

@@ -766,7 +766,8 @@ async def test_instructions_name_the_origin_without_raw_ids(tmp_path: Path) -> N
 async def test_instructions_do_not_change_when_tool_search_enables_a_tool(tmp_path: Path) -> None:
     """The instructions are byte-identical before and after tool_search enables channel_edit, and in the
     conversation's next run (a stable, cacheable prefix); they name the tools tool_search can enable,
-    and the search result, not the instructions, says what it enabled."""
+    and the search result, not the instructions, says what it enabled. The tool definitions keep their
+    order: the enabled tool is appended after them, in this run and the next."""
     seen = Seen()
 
     def plan(n: int, turn: Turn) -> list[Any]:
@@ -778,6 +779,9 @@ async def test_instructions_do_not_change_when_tool_search_enables_a_tool(tmp_pa
             root = await mention(app, "fix your last message")
             await mention(app, "and again", thread_ts=root)
     assert "channel_edit" not in seen.tools[0] and "channel_edit" in seen.tools[1]
+    before, after = seen.tools[0], seen.tools[1]
+    assert after[: len(before)] == before and "channel_edit" in after[len(before) :]
+    assert all(tools == seen.tools[1] for tools in seen.tools[1:])
     assert len(set(seen.instructions)) == 1
     assert "tool_search can enable more: channel_edit" in seen.instructions[0]
     search = next(r for name, r in seen.results if name == "tool_search")

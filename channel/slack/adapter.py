@@ -471,10 +471,12 @@ class SlackAdapter(AdapterBase):
                 lambda: self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji),
             )
 
-    async def edit(self, ref: str, markdown: str, *, feedback: str = "") -> None:
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         markdown = strip_mass_mentions(markdown)
         channel, ts = _split_ref(ref)
         blocks: list[dict[str, Any]] = [{"type": "markdown", "text": markdown}]
+        if footer:
+            blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
         if feedback:
             blocks += feedback_blocks(feedback)
         await self.outbound.write(
