@@ -281,6 +281,8 @@ class RunExecutor:
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         requests: DeferredToolRequests | None = None
         person = requester(items)
+        if not person and self.approvals is not None and items:
+            person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
         # Budgets bound what people ask; a run with no message (the `run` command, or settling a
         # crashed run's effects) is still counted but never refused.
         hit = await self.budgets.exceeded(person) if items else None

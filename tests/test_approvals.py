@@ -121,6 +121,9 @@ async def test_the_requester_approves_and_the_call_runs_once(tmp_path: Path) -> 
             # The same click again (a double click, a redelivery): nothing more happens.
             assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
             await _settle(app)
+            # The resumed run's model use is the asker's, like the run that asked.
+            usage = await app.service.store.usage_by_day(since="1970-01-01")
+            assert {row.person for row in usage} == {"U1"}
 
         assert _bot_reactions(slack, root) == ["white_check_mark"]
         assert slack.count("reactions.add") == 1
