@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -73,9 +72,6 @@ def metrics(pg: Playground) -> str:
     return pg.service.observer.metrics.render().decode()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("app.approval_cards") is None, reason="approvals have not landed in this tree"
-)
 async def test_an_approval_card_clicked_in_the_page_lets_the_gated_call_run(tmp_path: Path) -> None:
     """In chromium: Bob asks for a reaction that agent.toml gates (``approval``); the app's card
     shows Approve/Deny, Bob clicks Approve, and the reaction and the resumed run's answer appear."""

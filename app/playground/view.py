@@ -325,7 +325,7 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
         # Notes only one person sees (chat.postEphemeral): the page shows each to its person only.
         ephemerals = [
             {"user": user, "thread_ts": thread_ts, "html": markdown_html(text, names)}
-            for channel, user, thread_ts, text in getattr(ws, "ephemerals", [])
+            for channel, user, thread_ts, text in ws.ephemerals
             if channel == chan.id
         ]
         conversations.append(
