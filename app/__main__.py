@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "manifest":
         import json
 
-        from .manifest import build_manifest
+        from app.ops.manifest import build_manifest
 
         try:
             manifest = build_manifest(args.url, name=args.name, agent_view=args.agent_view)
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging(settings)
     if args.command == "serve":
-        from .server import StartupError, serve
+        from app.service import StartupError, serve
 
         try:
             asyncio.run(serve(settings))
@@ -210,20 +210,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         return asyncio.run(_run(settings, args.channel, args.thread, args.prompt))
     if args.command == "check":
-        from .check import run_checks
+        from app.ops.check import run_checks
 
         return asyncio.run(run_checks(settings, model=not args.no_model))
     if args.command == "usage":
-        from .usage_report import usage_command
+        from app.ops.usage_report import usage_command
 
         return asyncio.run(usage_command(settings, days=args.days, as_json=args.json))
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
 async def _playground(settings: Settings, *, demo: bool) -> int:
-    from .agent_file import AgentFile
+    from app.agent.agent_file import AgentFile
+    from app.service import StartupError
+
     from .playground import demo_model, ignored_settings, run_playground
-    from .server import StartupError
 
     ignored = ignored_settings(settings)
     if ignored:
@@ -254,8 +255,8 @@ async def _playground(settings: Settings, *, demo: bool) -> int:
 
 
 async def _run(settings: Settings, channel: str, thread: str, prompt: str) -> int:
-    from .server import Service, StartupError
-    from .target import TargetError, resolve_target
+    from app.ops.target import TargetError, resolve_target
+    from app.service import Service, StartupError
 
     try:
         service = await Service.create(settings, webhook=False)

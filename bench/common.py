@@ -20,15 +20,15 @@ from typing import Any
 import aiohttp
 import psutil
 
-from emulator import FakeSlack
-from testing import events
-from testing.memory import PeakRss
-from testing.process import LOOPBACK, REPO, ServerProcess
+from tests.support import events
+from tests.support.memory import PeakRss
+from tests.support.process import LOOPBACK, REPO, ServerProcess
+from threadbound_emulator import FakeSlack
 
 SIGNING_SECRET = "bench-signing-secret"
 
 
-# -- subprocess servers (``testing.process.ServerProcess``) ----------------------------------------
+# -- subprocess servers (``tests.support.process.ServerProcess``) ----------------------------------------
 
 
 async def quiet(server: ServerProcess, cap: float, busy_below: float = 0.1, window: float = 0.3) -> None:

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator import FakeSlack
-from testing import events
+from tests.support import events
+from threadbound_emulator import FakeSlack
 
 from . import Row, Scale
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, our_server, quiet

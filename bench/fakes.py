@@ -20,8 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
-from emulator import FakeSlack
-from testing.fake_model import FakeOpenAI
+from tests.support.fake_model import FakeOpenAI
+from threadbound_emulator import FakeSlack
 
 from .common import LOOPBACK, REPO
 

@@ -1,6 +1,6 @@
 """first_text_latency and stream_slack_calls: how soon a person sees the answer begin, and at what cost.
 
-Setup. The whole app in this process (``testing.harness.AppHarness``) next to FakeSlack, with a
+Setup. The whole app in this process (``tests.support.harness.AppHarness``) next to FakeSlack, with a
 scripted model that streams a 2,000-character answer in 20-character pieces spread over 5 seconds
 (tiny: 300 characters over 1 second) as final text. Ours streams it into the thread (``STREAM=auto``,
 default batching); the baseline is the same turn with ``STREAM=off``: the answer posted whole.
@@ -21,9 +21,9 @@ from pathlib import Path
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from emulator import Call, FakeSlack
-from testing import events
-from testing.harness import AppHarness
+from tests.support import events
+from tests.support.harness import AppHarness
+from threadbound_emulator import Call, FakeSlack
 
 from . import Row, Scale
 

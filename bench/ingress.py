@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from emulator import FakeSlack
-from testing import events
-from testing.fake_model import FakeOpenAI
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI
+from threadbound_emulator import FakeSlack
 
 from . import Row, Scale
 from .common import (

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator import FakeSlack
-from testing import events
-from testing.harness import SIGNING_SECRET, AppHarness
+from tests.support import events
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from threadbound_emulator import FakeSlack
 
 from . import Row, Scale
 from .common import bench_workspace, rss

@@ -22,8 +22,8 @@ from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.slack.adapter import SlackAdapter, SlackIdentity
-from emulator import FakeSlack
 from storage import open_store
+from threadbound_emulator import FakeSlack
 
 from . import Row, Scale
 

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import aiohttp
 
-from emulator import Call, FakeSlack
-from testing import events
-from testing.fake_model import FakeOpenAI
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI
+from threadbound_emulator import Call, FakeSlack
 
 from . import Row, Scale
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, median, our_server

@@ -25,6 +25,12 @@ from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
 
 import asyncpg  # noqa: E402
+
+# Subprocesses the tests start (`python -m tests.support.mcp_tickets`, the app under test) import
+# test support from the repository, which is not an installed package: put its root on their path.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
 import pytest  # noqa: E402
 
 from storage import Store, open_store  # noqa: E402

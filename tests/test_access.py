@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from app import logs
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 
 def _workspace(slack: FakeSlack) -> None:

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from app.agent_file import AgentFile
-from app.manifest import AGENT_VIEW_EVENTS, build_manifest
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
+from app.agent.agent_file import AgentFile
+from app.ops.manifest import AGENT_VIEW_EVENTS, build_manifest
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 URL = "https://bot.example.com/slack/events"
 

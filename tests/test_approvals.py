@@ -16,11 +16,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app.approval_cards import APPROVE, DENY, MAX_ARGS_CHARS, args_text
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
+from app.agent.approval_cards import APPROVE, DENY, MAX_ARGS_CHARS, args_text
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 _HANDLE = re.compile(r"\((msg_[A-Za-z0-9_-]+)\)")
 
@@ -334,7 +334,7 @@ async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
     agent.write_text(
         'approval = ["tickets_get_*"]\n'
         "[mcp.tickets]\n"
-        f'command = ["{python}", "-m", "testing.mcp_tickets"]\n'
+        f'command = ["{python}", "-m", "tests.support.mcp_tickets"]\n'
         'eager = ["get_ticket"]\n'
         "timeout = 5\n",
         encoding="utf-8",

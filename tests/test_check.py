@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from app.check import _Report, _secrets, run_checks
+from app.ops.check import _Report, _secrets, run_checks
 from app.settings import Settings
-from emulator import DEFAULT_SCOPES, FakeSlack
-from testing import FakeOpenAI
-from testing.harness import SIGNING_SECRET, settings_for
+from tests.support import FakeOpenAI
+from tests.support.harness import SIGNING_SECRET, settings_for
+from threadbound_emulator import DEFAULT_SCOPES, FakeSlack
 
 TOKEN = "xoxb-1111-2222-very-secret-token"
 MODEL_KEY = "sk-fake-model-key-0123456789"

@@ -18,11 +18,11 @@ import pytest
 
 from app.__main__ import _parser, main
 from app.settings import Settings, missing_settings
-from emulator import FakeSlack
-from testing import events
-from testing.fake_model import FakeOpenAI
-from testing.harness import AppHarness
-from testing.models import echo_model
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI
+from tests.support.harness import AppHarness
+from tests.support.models import echo_model
+from threadbound_emulator import FakeSlack
 
 TOKEN = "xoxb-1111-2222-cli-test-token"
 #: Everything `serve` requires, so a test can break exactly one thing.
@@ -439,7 +439,7 @@ def test_a_store_that_never_answers_ends_start_up(
 ) -> None:
     """A Postgres address that accepts connections and never answers ends start-up at the store
     timeout with one line, instead of hanging (the timeout is shortened for the test)."""
-    from app import server
+    from app import service as server
 
     monkeypatch.setattr(server, "STORE_OPEN_TIMEOUT", 0.5)
     with socket.socket() as silent:  # listens, so connecting succeeds, but nobody ever reads or writes

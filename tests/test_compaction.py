@@ -18,12 +18,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from app.compaction import SUMMARISER_INSTRUCTIONS, SUMMARY_HEADER, Compactor, _cut, render
-from app.usage import UsageMeter
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import call
+from app.agent.usage import UsageMeter
+from app.runs.compaction import SUMMARISER_INSTRUCTIONS, SUMMARY_HEADER, Compactor, _cut, render
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import call
+from threadbound_emulator import FakeSlack
 
 FILLER = "Some chatter about the weather and the week, nothing anyone needs to remember. " * 10
 FACT = re.compile(r"\((msg_[\w-]+)\):.*?the vault code is (\d+)")

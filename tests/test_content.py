@@ -6,12 +6,12 @@ import random
 import re
 from typing import Any
 
-from app.router import BotIdentity, classify
+from app.intake.router import BotIdentity, classify
 from app.settings import Settings
 from channel.slack.content import file_stubs, message_files, references, render_message, with_files
 from channel.slack.file_meta import file_meta
 from channel.slack.render import Names
-from testing import fixtures
+from tests.support import fixtures
 
 NAMES = Names(
     users={"U05JAA9EN4T": "Lev", "U043H11ES4V": "Jade", "UBOT": "threadbound", "USLACKBOT": "Slackbot"},

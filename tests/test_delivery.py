@@ -12,17 +12,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-from app import progress
-from app.ack_gate import AckGate
-from app.scheduler import Scheduler
+from app.runs import progress
+from app.runs.ack_gate import AckGate
+from app.runs.scheduler import Scheduler
 from channel.slack.adapter import SlackAdapter
-from emulator import FakeSlack
 from storage import open_store
 from storage.base import StoreError
-from testing import events
-from testing.harness import AppHarness
-from testing.models import echo_model
-from testing.sessions import SessionEnv, identity_of, slack_session
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import echo_model
+from tests.support.sessions import SessionEnv, identity_of, slack_session
+from threadbound_emulator import FakeSlack
 
 # A guard against hanging forever in a broken build, far above anything these tests wait for.
 GUARD_S = 20.0

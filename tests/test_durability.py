@@ -14,14 +14,14 @@ import aiohttp
 import pytest
 
 from channel.contract import Origin
-from emulator import FakeSlack
-from testing import events
-from testing.fake_model import FakeOpenAI, Reply, last_user_text
-from testing.harness import SIGNING_SECRET, AppHarness
-from testing.models import Turn, call, scripted
-from testing.process import ServerProcess
-from testing.sessions import SessionEnv, slack_session
-from testing.waiting import eventually
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from tests.support.models import Turn, call, scripted
+from tests.support.process import ServerProcess
+from tests.support.sessions import SessionEnv, slack_session
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
 
 
 def _workspace(slack: FakeSlack) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from emulator import FakeSlack
+from threadbound_emulator import FakeSlack
 
 
 def _setup(slack: FakeSlack) -> str:

@@ -18,9 +18,9 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from emulator import FakeSlack
-from testing import FakeOpenAI, events
-from testing.fake_model import Reply
+from tests.support import FakeOpenAI, events
+from tests.support.fake_model import Reply
+from threadbound_emulator import FakeSlack
 
 SECRET = "shhh"
 
@@ -473,7 +473,7 @@ async def test_fake_openai_streaming_and_faults() -> None:
 
 
 async def test_fake_openai_shares_the_fault_helper() -> None:
-    """FakeOpenAI's faults come from emulator.faults: a 429 with Retry-After, then a dropped
+    """FakeOpenAI's faults come from threadbound_emulator.faults: a 429 with Retry-After, then a dropped
     connection, then a normal answer, each consumed once and in order."""
     async with FakeOpenAI() as llm, aiohttp.ClientSession() as http:
         llm.fail(status=429, retry_after=3, message="slow down")

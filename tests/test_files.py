@@ -17,9 +17,9 @@ from channel.contract import FileMeta
 from channel.errors import ChannelError
 from channel.slack import downloads as slack_files
 from channel.slack.downloads import MAX_BYTES, download, safe_name
-from emulator import FakeSlack
-from testing.memory import PeakRss
-from testing.sessions import SessionEnv, slack_session
+from tests.support.memory import PeakRss
+from tests.support.sessions import SessionEnv, slack_session
+from threadbound_emulator import FakeSlack
 
 DEFERRED = ["channel_fetch_file", "channel_attach", "channel_post_document"]
 

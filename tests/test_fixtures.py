@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from app import logs
-from emulator import FakeSlack
-from testing import events, fixtures
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
+from tests.support import events, fixtures
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 # What the model must be shown for fixtures that start a turn; every other envelope starts nothing.
 TURNS: dict[str, list[str]] = {

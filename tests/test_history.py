@@ -15,11 +15,11 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from app.run import trim_history
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
+from app.runs.run import trim_history
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 
 def _turn(i: int) -> list[ModelMessage]:

@@ -7,11 +7,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from app.interactions import Action, Interactions
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import echo_model
+from app.intake.interactions import Action, Interactions
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import echo_model
+from threadbound_emulator import FakeSlack
 
 
 async def test_a_signed_click_reaches_its_handler_over_http(tmp_path: Path) -> None:

@@ -22,12 +22,12 @@ from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import Skill, SkillLibrary
 from channel.tools import CATALOG, MCP_SEARCH
-from emulator import FakeSlack
 from storage import open_store
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
-from testing.sessions import slack_session
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from tests.support.sessions import slack_session
+from threadbound_emulator import FakeSlack
 
 # Fragments of a property name that would let a caller address a conversation, person or workspace.
 _ADDRESSING = re.compile(r"channel|thread|user|team|workspace|conversation|recipient|target", re.IGNORECASE)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from app.__main__ import main
-from app.manifest import BOT_EVENTS, PLACEHOLDER_URL, build_manifest
+from app.ops.manifest import BOT_EVENTS, PLACEHOLDER_URL, build_manifest
 from channel.slack import features_from_scopes
 from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes
 from channel.tools import CATALOG
-from emulator import DEFAULT_SCOPES
+from threadbound_emulator import DEFAULT_SCOPES
 
 ROOT = Path(__file__).resolve().parent.parent
 URL = "https://bot.example.com/slack/events"

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from app.mcp import McpServer, McpServers, McpTool
-from app.mcp_config import McpConfigError, McpServerConfig, parse_servers
-from app.mcp_toolset import readable
+from app.agent.mcp.config import McpConfigError, McpServerConfig, parse_servers
+from app.agent.mcp.servers import McpServer, McpServers, McpTool
+from app.agent.mcp.toolset import readable
 from channel import tool_search
 from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from channel.tools import CATALOG
-from testing.harness import free_port
+from tests.support.harness import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-TICKETS = (sys.executable, "-m", "testing.mcp_tickets")
+TICKETS = (sys.executable, "-m", "tests.support.mcp_tickets")
 
 
 def tickets(**overrides: object) -> McpServerConfig:
@@ -153,7 +153,7 @@ async def test_http_server_gets_expanded_headers(http_url: str) -> None:
 
 async def test_an_http_server_that_restarted_is_reconnected() -> None:
     """A call while the HTTP server is down fails with a reason; once it is back, the next call works."""
-    from app.mcp import McpCallFailed
+    from app.agent.mcp.servers import McpCallFailed
 
     port = free_port()
     proc = await start_http(port)
@@ -240,13 +240,13 @@ async def test_servers_that_do_not_start_are_absent_and_contained() -> None:
 
 async def test_a_hanging_call_fails_at_its_timeout_and_the_server_still_answers() -> None:
     """A call past the server's timeout fails with tool_failed; the next call on the same server works."""
-    from app.mcp_toolset import tool_failed
+    from app.agent.mcp.toolset import tool_failed
 
     server = McpServer(tickets(timeout=1.0), {})
     await server.start()
     try:
         pid = (await server.call(tool(server, "whoami"), {}))["pid"]
-        from app.mcp import McpCallFailed
+        from app.agent.mcp.servers import McpCallFailed
 
         with pytest.raises(McpCallFailed, match="did not answer within 1 s") as caught:
             await server.call(tool(server, "hang"), {})
@@ -271,7 +271,7 @@ async def test_a_stdio_server_that_dies_during_a_call_fails_it_and_comes_back(
     stdio_server: McpServer,
 ) -> None:
     """A server that dies while answering fails that call with a reason; the next call restarts it."""
-    from app.mcp import McpCallFailed
+    from app.agent.mcp.servers import McpCallFailed
 
     first = (await stdio_server.call(tool(stdio_server, "whoami"), {}))["pid"]
     with pytest.raises(McpCallFailed, match="tickets_exit_server failed"):
@@ -282,7 +282,7 @@ async def test_a_stdio_server_that_dies_during_a_call_fails_it_and_comes_back(
 
 async def test_a_tool_error_is_a_bounded_failure(stdio_server: McpServer) -> None:
     """An error the tool raises comes back as a short reason naming the tool."""
-    from app.mcp import McpCallFailed
+    from app.agent.mcp.servers import McpCallFailed
 
     with pytest.raises(McpCallFailed, match=r"tickets_get_ticket failed: .*no ticket #99") as caught:
         await stdio_server.call(tool(stdio_server, "get_ticket"), {"ticket_id": 99})

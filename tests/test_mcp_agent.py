@@ -11,12 +11,12 @@ from typing import Any
 import psutil
 import pytest
 
-from app.check import run_checks
-from app.server import StartupError
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness, settings_for
-from testing.models import Turn, call, scripted
+from app.ops.check import run_checks
+from app.service import StartupError
+from tests.support import events
+from tests.support.harness import AppHarness, settings_for
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 PYTHON = sys.executable.replace("\\", "/")
 
@@ -29,7 +29,7 @@ def agent_file(tmp_path: Path, body: str) -> Path:
 
 TICKETS = f"""
 [mcp.tickets]
-command = ["{PYTHON}", "-m", "testing.mcp_tickets"]
+command = ["{PYTHON}", "-m", "tests.support.mcp_tickets"]
 env = {{ TICKETS_DB = "${{TICKETS_DB:-memory}}" }}
 eager = ["get_ticket"]
 exclude = ["exit_server"]

@@ -9,10 +9,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import logs
-from emulator import FakeSlack
-from testing import events
-from testing.harness import SIGNING_SECRET, AppHarness
-from testing.models import Turn, call, echo_model, scripted
+from tests.support import events
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from tests.support.models import Turn, call, echo_model, scripted
+from threadbound_emulator import FakeSlack
 
 TOKEN = "xoxb-4242-4242-observability-canary"
 

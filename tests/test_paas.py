@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.paas import ephemeral_disk_warning, ephemeral_platform
+from app.ops.paas import ephemeral_disk_warning, ephemeral_platform
 from app.settings import Settings
 
 
@@ -60,11 +60,11 @@ async def test_service_logs_the_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Service.create logs the warning at start-up on an ephemeral platform (here it then fails on MODEL)."""
-    from app.server import Service, StartupError
+    from app.service import Service, StartupError
 
     monkeypatch.setenv("DYNO", "web.1")
     monkeypatch.chdir(tmp_path)
     config = settings(tmp_path, slack_bot_token="xoxb-x", slack_signing_secret="s", model="")
-    with caplog.at_level(logging.WARNING, logger="app.server"), pytest.raises(StartupError, match="MODEL"):
+    with caplog.at_level(logging.WARNING, logger="app.service"), pytest.raises(StartupError, match="MODEL"):
         await Service.create(config)
     assert any("ephemeral disk" in r.getMessage() for r in caplog.records)

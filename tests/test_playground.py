@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from app.__main__ import main
-from app.interactions import Action
+from app.intake.interactions import Action
 from app.playground import GENERAL, Playground, demo_model
 from app.playground.view import markdown_html, slack_to_markdown
 from app.settings import Settings
-from testing.models import Turn, call, echo_model, scripted
+from tests.support.models import Turn, call, echo_model, scripted
 
 JSON = dict[str, Any]
 
@@ -260,7 +260,7 @@ def test_feedback_buttons_render_as_two_clickable_buttons() -> None:
     """A ``feedback_buttons`` element (in ``context_actions``) becomes a 👍 and a 👎 button, each
     sending its own value under the element's action id."""
     from app.playground.view import message_view
-    from emulator import Workspace
+    from threadbound_emulator import Workspace
 
     ws = Workspace()
     ws.add_channel("C1", "general")
@@ -356,7 +356,7 @@ def test_playground_without_a_model_says_what_to_set(
 
 async def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
     """The page's port already taken ends start-up with StartupError naming PORT."""
-    from app.server import StartupError
+    from app.service import StartupError
 
     async with Playground(_settings(tmp_path), model=echo_model()) as first:
         second = Playground(_settings(tmp_path / "b"), model=echo_model(), port=first.port)
@@ -367,7 +367,7 @@ async def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
 async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_path: Path) -> None:
     """``python -m app playground --demo`` as a process: notes the Slack settings it ignores,
     answers a post with the demo model, and exits 0 on SIGTERM."""
-    from testing.process import ServerProcess
+    from tests.support.process import ServerProcess
 
     argv = [sys.executable, "-m", "app", "playground", "--demo"]
     env = {"SLACK_BOT_TOKEN": "xoxb-my-real-token", "MODEL": "", "DATA_DIR": str(tmp_path / "data")}
@@ -394,7 +394,7 @@ async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_p
 def test_an_ephemeral_note_is_in_the_snapshot_for_its_person() -> None:
     """A note the app posts with chat.postEphemeral is listed with the one person who may see it."""
     from app.playground.view import ViewState, snapshot
-    from emulator import Workspace
+    from threadbound_emulator import Workspace
 
     ws = Workspace()
     ws.add_channel("C1", "general")

@@ -12,8 +12,8 @@ import pytest
 
 from app.playground import Playground
 from app.settings import Settings
-from testing.models import Turn, call, echo_model, scripted
-from testing.waiting import eventually
+from tests.support.models import Turn, call, echo_model, scripted
+from tests.support.waiting import eventually
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 

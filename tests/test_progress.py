@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from app.server import StartupError
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, echo_model, scripted
+from app.service import StartupError
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, echo_model, scripted
+from threadbound_emulator import FakeSlack
 
 
 def _workspace(slack: FakeSlack) -> None:

@@ -20,13 +20,13 @@ import respx
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.usage import RunUsage
 
-from app.agent import build_model
-from app.model_settings import cache_key, prompt_cache_settings
-from app.run import APOLOGY
+from app.agent.model_settings import cache_key, prompt_cache_settings
+from app.agent.runtime import build_model
+from app.runs.run import APOLOGY
 from app.settings import Settings
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
+from tests.support import events
+from tests.support.harness import AppHarness
+from threadbound_emulator import FakeSlack
 
 JSON = dict[str, Any]
 #: Usage the fake provider reports for each request, as the provider's own fields say it.

@@ -12,16 +12,16 @@ import aiohttp
 import asyncpg
 import pytest
 
-from app.lease import Lease
-from app.run import APOLOGY, RunStopped
-from emulator import FakeSlack
+from app.runs.lease import Lease
+from app.runs.run import APOLOGY, RunStopped
 from storage import open_store
-from testing import events
-from testing.fake_model import FakeOpenAI, Reply, last_user_text
-from testing.harness import SIGNING_SECRET, AppHarness
-from testing.models import Turn, call, scripted
-from testing.process import ServerProcess
-from testing.waiting import eventually
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from tests.support.models import Turn, call, scripted
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
 
 
 def _workspace(slack: FakeSlack) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from emulator import FakeSlack
 from storage import Store
-from testing import events
-from testing.harness import AppHarness
-from testing.models import echo_model
-from testing.waiting import eventually
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import echo_model
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
 
 DAY = 86_400.0
 
@@ -38,7 +38,7 @@ async def test_the_sweep_prunes_old_claim_keys_at_most_hourly(
 ) -> None:
     """CLAIM_RETENTION_DAYS reaches the runner; the sweep prunes keys older than it, at most once an
     hour by the runner's clock, keeps younger ones and logs how many it dropped."""
-    caplog.set_level(logging.INFO, logger="app.scheduler")
+    caplog.set_level(logging.INFO, logger="app.runs.scheduler")
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")

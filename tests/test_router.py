@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from app.router import BotIdentity, classify
+from app.intake.router import BotIdentity, classify
 from app.settings import Settings
-from testing import events, fixtures
+from tests.support import events, fixtures
 
 BOT = BotIdentity(user_id="UBOT", bot_id="BBOT")
 

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.agent import build_agent
-from app.agent_file import AgentFile
-from app.run import RunExecutor
+from app.agent.agent_file import AgentFile
+from app.agent.runtime import build_agent
+from app.runs.run import RunExecutor
 from channel.contract import Origin
 from channel.fake import FakeAdapter
 from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from storage import open_store
 from storage.base import InboxItem, Store
-from testing.models import Turn, call, scripted
+from tests.support.models import Turn, call, scripted
 
 
 async def _claim(store: Store, thread_ts: str, ts: str, text: str, *, create: bool = False) -> InboxItem:

@@ -12,10 +12,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from emulator import FakeSlack
-from testing import events
-from testing.harness import AppHarness
-from testing.models import Turn, call, scripted
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
 
 BASE_URL = os.environ.get("TEST_DATABASE_URL", "")
 pytestmark = pytest.mark.skipif(

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from app.__main__ import main
-from app.run import APOLOGY
-from emulator import FakeSlack
-from testing import events
-from testing.fake_model import FakeOpenAI
-from testing.harness import SIGNING_SECRET, AppHarness
-from testing.models import Turn, call, echo_model, scripted
+from app.runs.run import APOLOGY
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from tests.support.models import Turn, call, echo_model, scripted
+from threadbound_emulator import FakeSlack
 
 
 def _workspace(slack: FakeSlack) -> None:

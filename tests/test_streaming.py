@@ -8,13 +8,13 @@ from typing import Any
 
 import aiohttp
 
-from emulator import Call, FakeSlack
-from testing import events
-from testing.fake_model import FakeOpenAI, Reply, last_user_text
-from testing.harness import SIGNING_SECRET, AppHarness
-from testing.models import Turn, call, scripted
-from testing.process import ServerProcess
-from testing.waiting import eventually
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from tests.support.models import Turn, call, scripted
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
+from threadbound_emulator import Call, FakeSlack
 
 ANSWER = (
     "Here is what we decided. The launch moves to **March 3rd**, because QA needs the extra week. "

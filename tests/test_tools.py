@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from pydantic_ai.models import Model
 
-from app.agent_file import AgentFile
-from app.server import Service, StartupError
+from app.agent.agent_file import AgentFile
+from app.service import Service, StartupError
 from channel import tool_search
 from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, missing_implementations
 from channel.fake import ALL_FEATURES, FakeAdapter
@@ -24,12 +24,12 @@ from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
 from channel.tools import CHANNEL_TOOLS, ReplyArgs, ToolSpec
-from emulator import DEFAULT_SCOPES, FakeSlack
 from storage import open_store
-from testing import events
-from testing.harness import AppHarness, settings_for
-from testing.models import Turn, call, scripted
-from testing.sessions import SessionEnv, slack_session
+from tests.support import events
+from tests.support.harness import AppHarness, settings_for
+from tests.support.models import Turn, call, scripted
+from tests.support.sessions import SessionEnv, slack_session
+from threadbound_emulator import DEFAULT_SCOPES, FakeSlack
 
 DEFERRED = [s.name for s in CHANNEL_TOOLS if s.starts == "deferred"]
 ACTIVE = ["channel_reply", "channel_read", "channel_react", "tool_search"]

@@ -15,14 +15,14 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from app import logs
+from app.agent.usage import utc_day
+from app.ops.usage_report import usage_command
 from app.settings import Settings
-from app.usage import utc_day
-from app.usage_report import usage_command
-from emulator import FakeSlack
 from storage import UsageRecord, open_store
-from testing import events
-from testing.harness import AppHarness, settings_for
-from testing.models import call, echo_model
+from tests.support import events
+from tests.support.harness import AppHarness, settings_for
+from tests.support.models import call, echo_model
+from threadbound_emulator import FakeSlack
 
 Step = Callable[[list[ModelMessage], AgentInfo], list[Any]]
 

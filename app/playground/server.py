@@ -33,11 +33,11 @@ from aiohttp import web
 from pydantic import SecretStr
 from pydantic_ai.models import Model
 
-from emulator import Call, FakeSlack
-from emulator import events as slack_events
+from app.runs.run import RunHooks
+from app.service import Service, StartupError, listen_error
+from threadbound_emulator import Call, FakeSlack
+from threadbound_emulator import events as slack_events
 
-from ..run import RunHooks
-from ..server import Service, StartupError, listen_error
 from ..settings import Settings
 from .view import Retraction, ViewState, message_view, snapshot
 

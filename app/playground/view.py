@@ -18,8 +18,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from emulator import Workspace
-from emulator.wire import JSON, ts_key
+from threadbound_emulator import Workspace
+from threadbound_emulator.wire import JSON, ts_key
 
 _md = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["table", "strikethrough"])
 _CONSTRUCT = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")

@@ -1,0 +1,117 @@
+"""``agent.toml``: the deployment's own instructions, tool selection, model and MCP servers."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.agent.mcp.config import McpServerConfig, parse_servers
+
+#: A one-line ``instructions`` value with one of these endings is a file path, not the text.
+INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
+_KEYS = ("instructions", "tools", "model", "approval", "mcp", "prompts", "max_requests_per_run")
+#: Model requests one run may make before it stops with an apology (a runaway tool loop).
+DEFAULT_MAX_REQUESTS_PER_RUN = 20
+#: Slack shows at most four suggested prompts; each is a title and the message it sends.
+MAX_PROMPTS = 4
+MAX_PROMPT_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class AgentFile:
+    """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
+    or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision),
+    ``[mcp.NAME]`` servers and ``max_requests_per_run``.
+
+    :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
+
+    instructions: str = ""
+    tools: tuple[str, ...] | None = None
+    model: str = ""
+    mcp: tuple[McpServerConfig, ...] = ()
+    approval: tuple[str, ...] = ()
+    max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN
+    #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
+    prompts: tuple[str, ...] = ()
+
+    @classmethod
+    def load(cls, path: Path | None) -> AgentFile:
+        if path is None:
+            return cls()
+        if not path.is_file():
+            raise ValueError(f"AGENT_FILE {path} does not exist: create it or unset AGENT_FILE")
+        data = _read_toml(path)
+        unknown = set(data) - set(_KEYS)
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {', '.join(_KEYS)}")
+        for key in ("instructions", "model"):
+            if not isinstance(data.get(key, ""), str):
+                raise ValueError(f'{path}: {key} must be a string, e.g. {key} = "…"')
+        instructions = _instructions(path, data.get("instructions", ""))
+        tools = data.get("tools")
+        if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+            raise ValueError(f"{path}: tools must be a list of tool names or globs")
+        approval = data.get("approval", [])
+        if not isinstance(approval, list) or not all(isinstance(t, str) and t for t in approval):
+            raise ValueError(
+                f'{path}: approval must be a list of tool names or globs, e.g. ["channel_retract"]'
+            )
+        limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
+        prompts = data.get("prompts", [])
+        if (
+            not isinstance(prompts, list)
+            or not all(isinstance(p, str) and p.strip() and len(p) <= MAX_PROMPT_CHARS for p in prompts)
+            or len(prompts) > MAX_PROMPTS
+        ):
+            raise ValueError(
+                f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
+                f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
+            )
+        return cls(
+            instructions=instructions,
+            tools=tuple(tools) if tools is not None else None,
+            model=data.get("model", ""),
+            mcp=parse_servers(data.get("mcp"), source=path),
+            approval=tuple(approval),
+            max_requests_per_run=limit,
+            prompts=tuple(p.strip() for p in prompts),
+        )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's message ends "(at line L, column C)", or "(at end of document)" with no line.
+        where = str(exc).replace("(at end of document)", f"(at the end, line {_line_count(path)})")
+        raise ValueError(f"{path} is not valid TOML: {where}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except OSError as exc:
+        raise ValueError(f"{path} cannot be read: {exc.strerror}") from exc
+
+
+def _line_count(path: Path) -> int:
+    return max(1, len(path.read_bytes().splitlines()))
+
+
+def _instructions(path: Path, value: str) -> str:
+    """The instructions text. A single line ending in ``.md`` or ``.txt`` names a file beside the
+    agent file, which must exist: a typo must not silently become the instructions themselves."""
+    if "\n" in value or not value.strip().lower().endswith(INSTRUCTION_FILE_SUFFIXES):
+        return value
+    file = path.parent / value.strip()
+    try:
+        return file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(
+            f"{path}: instructions file {file} does not exist "
+            "(a one-line value ending in .md or .txt is a path; write inline instructions on several lines)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: instructions file {file} cannot be read: {exc}") from exc

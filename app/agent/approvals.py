@@ -1,0 +1,414 @@
+"""Approvals: a call matching ``approval`` in agent.toml waits in the thread for a person's decision.
+
+The flow, and what keeps each step safe:
+
+1. **Gate.** :class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required``
+   pattern): a matching call raises ``ApprovalRequired`` instead of running, and the run ends with a
+   ``DeferredToolRequests``. The executor then records one approval per call — the row and the
+   journal entry of its card in one transaction — saves the transcript (ending in the open calls)
+   and posts one card per call. The run ends: no lease, nothing in memory.
+2. **Cards** are journalled posts (effect tool ``approval_card``): after a crash the next driver
+   settles them (:meth:`Approvals.settle`) — found in the thread by their effect id, else posted
+   then; an approval whose call never reached a saved transcript is withdrawn (``void``).
+3. **Decisions.** A click (``threadbound_approve``/``threadbound_deny``, value the approval id) is
+   decided by the requester or a user in ``APPROVERS``; anyone else is told privately and nothing
+   changes. ``Store.decide_approval`` claims the decision atomically (the first one wins, across
+   instances, double clicks and restarts) and appends an inbox item in the same transaction, before
+   the click is acknowledged; the scheduler is woken like for a message. The card is updated to show
+   who decided and when, without buttons.
+4. **Expiry.** An approval open longer than ``APPROVAL_TTL`` is decided ``expired`` — when clicked
+   (checked on click) and by the scheduler's sweep (:meth:`Approvals.sweep`), whichever comes first.
+5. **Resume.** While any approval of a task is open, its messages wait in the inbox (the store does
+   not report it due). Once all are decided, the next run passes ``DeferredToolResults`` built from
+   the decisions (:meth:`Approvals.results`): approved calls run, denied/expired ones read
+   ``{"error": {"code": "denied"|"expired", ...}}``. An approved call is marked started in the store
+   before it runs (:meth:`ApprovalGate.call_tool`), so it runs at most once even if the run crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.toolsets import WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from app.agent.runtime import RunDeps
+from app.intake.interactions import Action
+from channel.contract import Origin, Posted
+from channel.errors import ChannelError
+from channel.session import ChannelSession
+from channel.tools import CATALOG
+from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
+
+from .approval_cards import APPROVE, DENY, decided_card, open_card
+
+log = logging.getLogger(__name__)
+
+#: The journal's tool name for posting an approval card.
+CARD_EFFECT = "approval_card"
+#: ``kind`` of the inbox payload a decision appends.
+DECISION_KIND = "approval_decision"
+
+
+class CardAdapter(Protocol):
+    """What approvals need of the Slack adapter beyond the channel contract."""
+
+    async def post_blocks(
+        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
+    ) -> Posted: ...
+
+    async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None: ...
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None: ...
+
+    async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]: ...
+
+
+def gated(globs: Sequence[str], name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, glob) for glob in globs)
+
+
+def is_decision(item: InboxItem) -> bool:
+    """The inbox item is a decision (resumes the task), not a message to show the model."""
+    try:
+        payload = json.loads(item.payload)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and payload.get("kind") == DECISION_KIND
+
+
+def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
+    """Tool calls of the transcript's last response that have no result yet (the pending ones)."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if isinstance(message, ModelResponse):
+            # Every request part with a tool call id is a result of that call (return, retry, search).
+            answered = {
+                getattr(part, "tool_call_id", None)
+                for later in history[index + 1 :]
+                if isinstance(later, ModelRequest)
+                for part in later.parts
+            }
+            return [c for c in message.tool_calls if c.tool_call_id not in answered]
+    return []
+
+
+def _error(code: str, message: str) -> str:
+    return json.dumps({"error": {"code": code, "message": message}})
+
+
+@dataclass
+class ApprovalGate(WrapperToolset[RunDeps]):
+    """Calls of tools matching ``globs`` wait for approval; an approved call starts at most once.
+    (A dataclass like every pydantic-ai wrapper: ``for_run`` copies it with ``replace``.)"""
+
+    globs: tuple[str, ...] = ()
+    store: Store | None = None
+    clock: Callable[[], float] = time.time
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
+    ) -> Any:
+        if not gated(self.globs, name) or _invalid_channel_call(name, tool_args):
+            # A channel call that fails validation gets its error result; no card for it.
+            return await super().call_tool(name, tool_args, ctx, tool)
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired
+        assert self.store is not None
+        task_id = ctx.deps.session.task.task_id
+        approval = _newest(await self.store.task_approvals(task_id), ctx.tool_call_id or "")
+        if approval is None or not await self.store.start_execution(approval.approval_id, now=self.clock()):
+            # Started before (a run that crashed after it began): never run it twice.
+            return json.loads(
+                _error(
+                    "tool_failed",
+                    "This approved call was already started before an interruption; its outcome is "
+                    "unknown. Check before asking to do it again.",
+                )
+            )
+        return await super().call_tool(name, tool_args, ctx, tool)
+
+
+def _invalid_channel_call(name: str, args: dict[str, Any]) -> bool:
+    spec = CATALOG.get(name)
+    if spec is None:
+        return False
+    try:
+        spec.args.model_validate(args)
+    except ValidationError:
+        return True
+    return False
+
+
+def _newest(approvals: Sequence[ApprovalRecord], tool_call_id: str) -> ApprovalRecord | None:
+    found = [a for a in approvals if a.tool_call_id == tool_call_id]
+    return found[-1] if found else None
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The task still waits for a decision on some approval."""
+
+
+WAITING = Waiting()
+
+
+class Approvals:
+    """Cards, clicks, the expiry sweep and the results a resumed run passes to pydantic-ai."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        adapter: CardAdapter,
+        approvers: Sequence[str] = (),
+        ttl: float = 86_400.0,
+        wake: Callable[[str], None] = lambda task_id: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.adapter = adapter
+        self.approvers = frozenset(approvers)
+        self.ttl = ttl
+        self.wake = wake
+        self.clock = clock
+        # Card updates after a click run here, so the click's 200 never waits on Slack.
+        self._updates: set[asyncio.Task[None]] = set()
+
+    # -- the run that made gated calls ---------------------------------------------------------
+    async def open(
+        self, session: ChannelSession, requests: DeferredToolRequests, requester: str
+    ) -> list[str]:
+        """Record one approval (and its card's journal entry) per gated call; their ids."""
+        await session.journal.check()
+        ids = []
+        for call in requests.approvals:
+            approval_id = f"apv_{uuid.uuid4().hex}"
+            await self.store.open_approval(
+                approval_id=approval_id,
+                task_id=session.task.task_id,
+                tool_call_id=call.tool_call_id,
+                tool=call.tool_name,
+                args=json.dumps(call.args_as_dict(), ensure_ascii=False),
+                requester=requester,
+                channel=session.origin.channel,
+                thread_ts=session.origin.thread_ts,
+                card_effect=uuid.uuid4().hex,
+                now=self.clock(),
+            )
+            ids.append(approval_id)
+        return ids
+
+    async def settle(
+        self, session: ChannelSession, effects: Sequence[EffectRecord], history: Sequence[ModelMessage]
+    ) -> None:
+        """Post (or find, after a crash) the cards of open card effects; withdraw an approval whose
+        call is not pending in the saved transcript (its run never saved)."""
+        pending = {c.tool_call_id for c in open_calls(history)}
+        for effect in effects:
+            await session.journal.check()
+            approval_id = str(json.loads(effect.args).get("approval_id") or "")
+            approval = await self.store.get_approval(approval_id)
+            if approval is None or approval.decision is not None:
+                # Decided (expired, say) before its card could be posted: no card is needed any more.
+                await session.journal.close(effect.effect_id, {"card": None})
+                continue
+            if approval.tool_call_id not in pending:
+                await self.store.decide_approval(
+                    approval_id,
+                    decision="void",
+                    user_id="",
+                    payload=_decision_payload(approval_id),
+                    now=self.clock(),
+                )
+                await session.journal.close(effect.effect_id, {"void": True})
+                continue
+            origin = Origin(approval.channel, approval.thread_ts)
+            found = await self.adapter.find_posted(origin, effect.effect_id)
+            if found:
+                posted = found[0]
+            else:
+                text, blocks = open_card(approval, self.ttl)
+                posted = await self.adapter.post_blocks(origin, text, blocks, effect_id=effect.effect_id)
+            await self.store.set_approval_card(approval_id, posted.ref.rpartition(":")[2])
+            await session.journal.close(effect.effect_id, {"card": posted.ref})
+
+    async def post_cards(self, session: ChannelSession, history: Sequence[ModelMessage]) -> None:
+        """Post the cards of this task's approvals whose card effects are still open. A failed post
+        leaves its effect open: the next sweep looks for the card in the thread and posts it if absent."""
+        effects = [e for e in await self.store.open_effects(session.task.task_id) if e.tool == CARD_EFFECT]
+        try:
+            await self.settle(session, effects, history)
+        except ChannelError as exc:
+            log.warning("an approval card was not posted (%s); the sweep retries it", exc.message)
+
+    async def waiting(self, task_id: str) -> bool:
+        return await self.store.has_open_approval(task_id)
+
+    async def requester(self, items: Sequence[InboxItem]) -> str:
+        """The person whose message led to this run: the newest message's author, else (a run
+        resumed by decisions) the requester of the approvals it resumes."""
+        for item in reversed(items):
+            try:
+                payload = json.loads(item.payload)
+            except ValueError:
+                continue
+            if not isinstance(payload, dict):
+                continue
+            if payload.get("kind") == DECISION_KIND:
+                approval = await self.store.get_approval(str(payload.get("approval_id") or ""))
+                if approval is not None and approval.requester:
+                    return approval.requester
+            elif isinstance(payload.get("user"), str):
+                return str(payload["user"])
+        return ""
+
+    # -- the run that resumes ----------------------------------------------------------------
+    async def results(
+        self, task_id: str, history: Sequence[ModelMessage]
+    ) -> DeferredToolResults | Waiting | None:
+        """What to pass as ``deferred_tool_results`` for the transcript's pending calls: None when
+        there are none, :data:`WAITING` while one is undecided."""
+        calls = open_calls(history)
+        if not calls:
+            return None
+        approvals = await self.store.task_approvals(task_id)
+        results: dict[str, bool | ToolDenied] = {}
+        for call in calls:
+            approval = _newest(approvals, call.tool_call_id)
+            if approval is None or approval.decision == "void":
+                results[call.tool_call_id] = ToolDenied(
+                    _error(
+                        "tool_failed",
+                        "This call was interrupted before anyone could approve it; ask again if needed.",
+                    )
+                )
+            elif approval.decision is None:
+                return WAITING
+            elif approval.decision == "approved":
+                results[call.tool_call_id] = True
+            elif approval.decision == "denied":
+                results[call.tool_call_id] = ToolDenied(
+                    _error(
+                        "denied",
+                        f"{approval.tool} was denied by a person in this conversation; it did not run.",
+                    )
+                )
+            else:
+                results[call.tool_call_id] = ToolDenied(
+                    _error("expired", f"Nobody approved {approval.tool} in time; it did not run.")
+                )
+        return DeferredToolResults(approvals=dict(results))
+
+    # -- clicks ----------------------------------------------------------------------------------
+    async def click(self, action: Action) -> None:
+        """A click on a card's button: decide, or tell the clicker privately why not."""
+        decision: ApprovalDecision = "approved" if action.action_id == APPROVE else "denied"
+        approval = await self.store.get_approval(action.value)
+        if approval is None:
+            await self._tell(action, "That approval request is unknown; nothing was changed.")
+            return
+        if action.user_id != approval.requester and action.user_id not in self.approvers:
+            who = f"<@{approval.requester}>" if approval.requester else "an approver"
+            await self._tell(
+                action, f"Only {who} or an approver can decide this request; nothing was changed."
+            )
+            return
+        if approval.decision is None and self.clock() - approval.created_at > self.ttl:
+            decision = "expired"  # checked on click: a late click cannot approve
+        try:
+            won = await self.store.decide_approval(
+                approval.approval_id,
+                decision=decision,
+                user_id=action.user_id,
+                payload=_decision_payload(approval.approval_id),
+                now=self.clock(),
+            )
+        except StoreError:
+            log.exception("could not record a decision on approval %s", approval.approval_id)
+            await self._tell(action, "Your decision could not be recorded just now; please click again.")
+            return
+        if won:
+            log.info(
+                "approval decided",
+                extra={
+                    "fields": {"approval": approval.approval_id, "decision": decision, "tool": approval.tool}
+                },
+            )
+            self.wake(approval.task_id)
+            self._update_card(approval.approval_id)
+            if decision == "expired":
+                await self._tell(action, "This request had expired; the call did not run.")
+            return
+        current = await self.store.get_approval(approval.approval_id)
+        if current is not None and current.decided_by == action.user_id and current.decision == decision:
+            return  # the same click delivered twice (or to two instances): already done
+        if current is not None and current.decision is not None:
+            await self._tell(action, f"This request was already {current.decision}; nothing was changed.")
+
+    async def _tell(self, action: Action, text: str) -> None:
+        try:
+            await self.adapter.tell_privately(
+                action.channel, action.user_id, text, thread_ts=action.thread_ts
+            )
+        except ChannelError as exc:
+            log.warning("could not tell %s privately: %s", action.user_id, exc.message)
+
+    def _update_card(self, approval_id: str) -> None:
+        task = asyncio.create_task(self._show_decision(approval_id), name=f"approval-card:{approval_id}")
+        self._updates.add(task)
+        task.add_done_callback(self._updates.discard)
+
+    async def _show_decision(self, approval_id: str) -> None:
+        approval = await self.store.get_approval(approval_id)
+        if approval is None or not approval.card_ts:
+            return
+        text, blocks = decided_card(approval)
+        try:
+            await self.adapter.update_blocks(f"{approval.channel}:{approval.card_ts}", text, blocks)
+        except ChannelError as exc:
+            log.warning("could not update approval card %s: %s", approval_id, exc.message)
+
+    # -- expiry ------------------------------------------------------------------------------------
+    async def sweep(self) -> int:
+        """Decide ``expired`` every approval open longer than the TTL; how many this call decided."""
+        decided = 0
+        for approval in await self.store.expired_approvals(before=self.clock() - self.ttl):
+            won = await self.store.decide_approval(
+                approval.approval_id,
+                decision="expired",
+                user_id="",
+                payload=_decision_payload(approval.approval_id),
+                now=self.clock(),
+            )
+            if won:
+                decided += 1
+                self.wake(approval.task_id)
+                self._update_card(approval.approval_id)
+        return decided
+
+    async def idle(self) -> None:
+        """Wait for card updates in flight (tests, shutdown)."""
+        while self._updates:
+            await asyncio.gather(*list(self._updates), return_exceptions=True)
+
+    def register(self, on: Callable[[str, Callable[[Action], Awaitable[None]]], None]) -> None:
+        """Route the two buttons' clicks here (``Interactions.on``)."""
+        on(APPROVE, self.click)
+        on(DENY, self.click)
+
+
+def _decision_payload(approval_id: str) -> str:
+    return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id})

@@ -1,0 +1,299 @@
+"""MCP servers from the agent file: start, list tools, call, restart, stop.
+
+Every server is contained: one that does not start or answer within its
+``startup_timeout`` makes its tools absent (``error`` says why) and nothing
+else changes. A call that fails, raises or runs past ``timeout`` raises
+:class:`McpCallFailed` with a short reason; a connection that broke (a stdio
+server that died, an HTTP session that was lost) is reopened on the server's
+next use, and a stdio server is checked with a ping before each call so one
+that died between calls is restarted before the call, not after it failed.
+
+What a server sees: a stdio server's environment is built from scratch — the
+file's ``env`` (``${VAR}`` expanded) plus the MCP SDK's short safe list (HOME,
+LOGNAME, PATH, SHELL, TERM, USER) and :data:`PASSED_THROUGH` — so the Slack
+token and every other secret of this process stay out of it. An HTTP server
+gets the file's ``headers`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fastmcp.client import Client
+from fastmcp.client.transports import ClientTransport, StdioTransport, StreamableHttpTransport
+from fastmcp.exceptions import McpError, ToolError
+from pydantic_ai.mcp import MCPToolset
+
+from app.agent.mcp.config import McpServerConfig
+from channel.errors import bounded
+
+log = logging.getLogger(__name__)
+
+#: Variables a stdio server inherits besides the SDK's own list: locale, time zone, temp dir. No secrets.
+PASSED_THROUGH = ("LANG", "LC_ALL", "TZ", "TMPDIR")
+# What model APIs accept as a tool name; an MCP tool whose prefixed name is not one is left out.
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# How long a stdio liveness ping may take before the call goes ahead anyway (a busy server is not dead).
+_PING_TIMEOUT = 5.0
+# Bound on how long closing a session may take (a wedged server must not hold up shutdown).
+_CLOSE_TIMEOUT = 10.0
+# Bound on a reason shown in logs, `check` and tool results.
+_REASON_BYTES = 300
+
+
+class McpCallFailed(Exception):
+    """A call that did not produce a result; the message says why, for the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpTool:
+    """One MCP tool as threadbound offers it: ``name`` is ``<server>_<tool>``."""
+
+    name: str
+    server: str
+    #: The tool's name on its server.
+    remote_name: str
+    description: str
+    #: The tool's input JSON schema, as the server gave it.
+    schema: Mapping[str, Any]
+    #: "active" when the server's ``eager`` globs select it, else "deferred" behind tool_search.
+    starts: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.server}: {self.remote_name.replace('_', ' ')}"
+
+    @property
+    def short_name(self) -> str:
+        return self.remote_name
+
+    def parameter_text(self) -> str:
+        """Parameter names and descriptions, for tool_search's scoring."""
+        properties = self.schema.get("properties")
+        if not isinstance(properties, dict):
+            return ""
+        return " ".join(
+            f"{name} {prop.get('description', '') if isinstance(prop, dict) else ''}"
+            for name, prop in properties.items()
+        )
+
+
+class McpServer:
+    """One configured server and its connection; never raises from start or stop."""
+
+    def __init__(self, config: McpServerConfig, environ: Mapping[str, str]) -> None:
+        self.config = config
+        # Expanded now, so a missing variable is a start-up error naming it (McpConfigError).
+        self._env, self._headers = config.resolve(environ)
+        self._passed = {k: environ[k] for k in PASSED_THROUGH if k in environ}
+        self._toolset: MCPToolset[Any] | None = None
+        self._broken = False
+        self._reconnect = asyncio.Lock()
+        #: The tools it offers, once started; empty when it failed.
+        self.tools: tuple[McpTool, ...] = ()
+        #: Why the server's tools are absent (None once it started).
+        self.error: str | None = "not started"
+        #: How many tools the server listed, before include/exclude.
+        self.listed = 0
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect (start the process for stdio) and list the tools; on failure record why."""
+        try:
+            toolset = await self._open()
+            async with asyncio.timeout(self.config.startup_timeout):
+                listed = await toolset.list_tools()
+        except Exception as exc:
+            await self._close()
+            self.error = _reason(exc, self.config.startup_timeout, "start")
+            log.warning("MCP server %s is unavailable, its tools are absent: %s", self.name, self.error)
+            return
+        self.listed = len(listed)
+        self.tools = tuple(self._offered(listed))
+        self.error = None
+        log.info(
+            "MCP server %s (%s): %d tools, %d offered",
+            self.name,
+            self.config.transport,
+            self.listed,
+            len(self.tools),
+        )
+
+    async def stop(self) -> None:
+        await self._close()
+
+    def _offered(self, listed: Sequence[Any]) -> list[McpTool]:
+        tools = []
+        for tool in listed:
+            if not self.config.selects(tool.name):
+                continue
+            name = f"{self.name}_{tool.name}"
+            if not _TOOL_NAME.match(name):
+                log.warning(
+                    "MCP server %s: tool %r left out, %r is not a valid tool name", self.name, tool.name, name
+                )
+                continue
+            tools.append(
+                McpTool(
+                    name=name,
+                    server=self.name,
+                    remote_name=tool.name,
+                    description=(tool.description or tool.title or tool.name).strip(),
+                    schema=tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"},
+                    starts="active" if self.config.is_eager(tool.name) else "deferred",
+                )
+            )
+        return tools
+
+    def _transport(self) -> ClientTransport:
+        if self.config.command:
+            program, *args = self.config.command
+            return StdioTransport(
+                command=program,
+                args=list(args),
+                # The SDK merges this over its own safe list; nothing else of os.environ is passed.
+                env={**self._passed, **self._env},
+                cwd=str(self.config.cwd) if self.config.cwd else None,
+                # Exiting the client ends the process: stop and restart really stop it.
+                keep_alive=False,
+            )
+        return StreamableHttpTransport(self.config.url, headers=self._headers or None)
+
+    async def _open(self) -> MCPToolset[Any]:
+        client: Client[Any] = Client(
+            self._transport(), name="threadbound", init_timeout=self.config.startup_timeout
+        )
+        toolset: MCPToolset[Any] = MCPToolset(client, id=self.name, tool_error_behavior="error")
+        async with asyncio.timeout(self.config.startup_timeout):
+            await toolset.__aenter__()
+        self._toolset = toolset
+        self._broken = False
+        return toolset
+
+    async def _close(self) -> None:
+        toolset, self._toolset = self._toolset, None
+        if toolset is None or not toolset.is_running:
+            return
+        try:
+            async with asyncio.timeout(_CLOSE_TIMEOUT):
+                await toolset.__aexit__(None, None, None)
+        except Exception as exc:
+            # Usual for a session that already broke (the HTTP server is gone); nothing is left open.
+            log.info("closing MCP server %s: %s", self.name, _reason(exc, _CLOSE_TIMEOUT, "close"))
+
+    # -- calls --------------------------------------------------------------------------
+    async def call(self, tool: McpTool, args: dict[str, Any]) -> Any:
+        """Call ``tool``; its result as pydantic-ai maps it (text, JSON, BinaryContent or a list)."""
+        toolset = await self._ready()
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                return await toolset.direct_call_tool(tool.remote_name, args)
+        except ToolError as exc:
+            raise McpCallFailed(bounded(f"{tool.name} failed: {exc}", _REASON_BYTES)) from exc
+        except TimeoutError as exc:
+            raise McpCallFailed(f"{tool.name} did not answer within {self.config.timeout:g} s") from exc
+        except McpError as exc:
+            if _connection_lost(exc):
+                self._broken = True
+            raise McpCallFailed(bounded(f"{tool.name} failed: {exc}", _REASON_BYTES)) from exc
+        except Exception as exc:
+            # Transport and protocol failures: the session may be unusable, so reopen it next time.
+            self._broken = True
+            log.warning("MCP call %s failed", tool.name, exc_info=True)
+            raise McpCallFailed(_reason(exc, self.config.timeout, "call")) from exc
+
+    async def _ready(self) -> MCPToolset[Any]:
+        """The open toolset, reopened first when the last call broke it or a stdio server died."""
+        toolset = self._toolset
+        if toolset is not None and not self._broken and self.config.command:
+            try:
+                async with asyncio.timeout(_PING_TIMEOUT):
+                    await toolset.client.ping()
+            except TimeoutError:
+                pass  # busy, perhaps with another long call; let the call's own timeout decide
+            except McpError as exc:
+                # Any answer, even "Method not found" (FastMCP 4 servers have no ping), means it lives.
+                self._broken = _connection_lost(exc)
+            except Exception:
+                self._broken = True
+        if toolset is not None and not self._broken:
+            return toolset
+        async with self._reconnect:
+            if self._toolset is not None and not self._broken:
+                return self._toolset  # another call reopened it while this one waited
+            log.warning("MCP server %s: reconnecting (the previous session was lost)", self.name)
+            await self._close()
+            try:
+                return await self._open()
+            except Exception as exc:
+                await self._close()
+                self._broken = True
+                reason = _reason(exc, self.config.startup_timeout, "restart")
+                log.warning("MCP server %s could not be restarted: %s", self.name, reason)
+                raise McpCallFailed(f"the {self.name} server is unavailable: {reason}") from exc
+
+
+class McpServers:
+    """Every server of the agent file; started together, each on its own."""
+
+    def __init__(self, configs: Sequence[McpServerConfig], environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        self.servers = [McpServer(c, env) for c in configs]
+        self._by_tool: dict[str, tuple[McpServer, McpTool]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.servers)
+
+    async def start(self) -> None:
+        await asyncio.gather(*(s.start() for s in self.servers))
+        self._by_tool = {t.name: (s, t) for s in self.servers for t in s.tools}
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.servers))
+
+    @property
+    def tools(self) -> tuple[McpTool, ...]:
+        """The tools of every server that started, in file order."""
+        return tuple(t for _, t in self._by_tool.values())
+
+    def lookup(self, name: str) -> tuple[McpServer, McpTool] | None:
+        return self._by_tool.get(name)
+
+    def unavailable(self) -> dict[str, str]:
+        """Servers whose tools are absent, with the reason."""
+        return {s.name: s.error for s in self.servers if s.error is not None}
+
+
+def _connection_lost(exc: McpError) -> bool:
+    # The SDK reports a dead peer as JSON-RPC error -32000 "Connection closed".
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", getattr(exc, "code", None))
+    return code == -32000 or "connection closed" in str(exc).lower()
+
+
+def _reason(exc: BaseException, timeout: float, what: str) -> str:
+    """A short, single-line reason for logs, `check` and the model."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s ({what})"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text}: {' '.join(str(cause).split())}"
+    return bounded(f"{type(exc).__name__}: {text}", _REASON_BYTES)
+
+
+__all__ = ["McpCallFailed", "McpServer", "McpServers", "McpTool"]

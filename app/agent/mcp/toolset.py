@@ -1,0 +1,144 @@
+"""MCP tools as one pydantic-ai toolset: offered per session, calls contained, results made readable.
+
+At each step the toolset lists the MCP tools the run's session offers now (its
+``eager`` tools, and the deferred ones ``tool_search`` enabled), so like the
+channel toolset it follows the session. A call never raises to the agent: a
+failure, an exception or a timeout becomes ``{"error": {"code": "tool_failed",
+...}}``. What a tool returns is turned into something every model can read:
+text and JSON stay as they are, and an image, audio clip or file is saved into
+the task's directory (``files/``) and named in the result, so ``channel_attach``
+can post it. Being an ordinary toolset, it can be wrapped like any other (for
+example with ``approval_required``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import mimetypes
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.messages import BinaryContent
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from app.agent.mcp.servers import McpCallFailed, McpServers, McpTool
+from app.agent.runtime import _ANY_OBJECT, _MAX_RETRIES, RunDeps, ToolFinished, ToolStarted
+from app.logs import bind
+from channel.errors import bounded
+
+#: Characters of a result the model reads; longer results are cut with a note saying so.
+MAX_RESULT_CHARS = 50_000
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def tool_failed(message: str) -> dict[str, Any]:
+    return {"error": {"code": "tool_failed", "message": bounded(message)}}
+
+
+class McpToolset(AbstractToolset[RunDeps]):
+    """The MCP tools the run's session offers now, from every server that started."""
+
+    def __init__(
+        self, servers: McpServers, on_start: ToolStarted | None = None, on_end: ToolFinished | None = None
+    ) -> None:
+        self._servers = servers
+        self._on_start = on_start
+        self._on_end = on_end
+        self._tools: dict[str, ToolsetTool[RunDeps]] = {}
+
+    @property
+    def id(self) -> str | None:
+        return "mcp"
+
+    async def get_tools(self, ctx: RunContext[RunDeps]) -> dict[str, ToolsetTool[RunDeps]]:
+        offered = {t.name for t in ctx.deps.session.active_host_tools()}
+        return {t.name: self._tool(t) for t in self._servers.tools if t.name in offered}
+
+    def _tool(self, tool: McpTool) -> ToolsetTool[RunDeps]:
+        built = self._tools.get(tool.name)
+        if built is None:
+            built = self._tools[tool.name] = ToolsetTool(
+                toolset=self,
+                tool_def=ToolDefinition(
+                    name=tool.name, description=tool.description, parameters_json_schema=dict(tool.schema)
+                ),
+                max_retries=_MAX_RETRIES,
+                # The server validates arguments; its refusal comes back as tool_failed, never a retry.
+                args_validator=_ANY_OBJECT,
+            )
+        return built
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
+    ) -> Any:
+        session = ctx.deps.session
+        with bind(tool=name):
+            if self._on_start is not None:
+                await self._on_start(session, name)
+            started = time.perf_counter()
+            outcome = "tool_failed"
+            try:
+                found = self._servers.lookup(name)
+                if found is None:
+                    return tool_failed(f"There is no MCP tool {name!r}.")
+                server, mcp_tool = found
+                try:
+                    value = await server.call(mcp_tool, tool_args)
+                except McpCallFailed as exc:
+                    return tool_failed(str(exc))
+                result = await readable(value, session.task_dir, name)
+                outcome = "ok"
+                return result
+            finally:
+                if self._on_end is not None:
+                    self._on_end(session, name, outcome, time.perf_counter() - started)
+
+
+async def readable(value: Any, task_dir: Path, tool_name: str) -> Any:
+    """``value`` (as pydantic-ai maps an MCP result) with binary parts saved as files and named."""
+    saved: list[str] = []
+
+    async def convert(item: Any) -> Any:
+        if isinstance(item, BinaryContent):
+            path = await _save(item, task_dir, tool_name)
+            saved.append(path)
+            return {"file": path, "media_type": item.media_type, "size": len(item.data)}
+        if isinstance(item, list):
+            return [await convert(x) for x in item]
+        return item
+
+    result = await convert(value)
+    if saved:
+        result = {
+            "content": result,
+            "note": "Saved in your task directory: " + ", ".join(saved) + ". Share one with channel_attach.",
+        }
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    if len(text) > MAX_RESULT_CHARS:
+        return text[:MAX_RESULT_CHARS] + f"\n[cut: the result had {len(text)} characters]"
+    return result
+
+
+async def _save(content: BinaryContent, task_dir: Path, tool_name: str) -> str:
+    """Write ``content`` under ``task_dir/files/``; returns its path relative to ``task_dir``."""
+    extension = mimetypes.guess_extension(content.media_type.split(";")[0].strip()) or ".bin"
+    # Named by the content's hash: the same image twice is one file, two different ones never collide.
+    name = _SAFE.sub("_", f"{tool_name}-{content.identifier}")[:120] + extension
+    relative = Path("files") / name
+
+    def write() -> None:
+        path = task_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            tmp = path.with_suffix(path.suffix + ".part")
+            tmp.write_bytes(content.data)
+            tmp.replace(path)
+
+    await asyncio.to_thread(write)
+    return str(relative)

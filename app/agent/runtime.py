@@ -1,0 +1,232 @@
+"""The agent runtime: the pydantic-ai agent, its model, its instructions and its one toolset.
+
+The channel tools reach pydantic-ai through :class:`ChannelToolset`, which lists
+whatever the run's :class:`channel.session.ChannelSession` offers at each step
+(so ``tool_search`` takes effect on the next request) and hands every call to
+the session. Arguments are validated by the session with the tool's own model,
+so a bad call becomes an error *result* the model reads, never a retry that
+could exhaust a budget and end the task. Around each call the toolset binds the
+tool's name to log lines and reports to the host's callbacks (progress before,
+metrics and the tool-call log line after).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import Agent, AgentRetries, DeferredToolRequests, RunContext
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.models import Model
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from app.logs import bind
+from app.settings import WHERE_TO_GET, Settings, model_key_missing
+from channel.contract import OriginInfo
+from channel.selection import ToolSelection
+from channel.session import ChannelSession
+from channel.tools import ToolSpec
+
+from .model_settings import run_model_settings
+
+# Accept any JSON object: the session validates with the tool's model and answers with an error result.
+_ANY_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
+# Only malformed JSON and calls of tools not offered now (a deferred tool before tool_search enabled it)
+# reach pydantic-ai's retry path; be generous so such a slip never ends a task.
+_MAX_RETRIES = 10
+# Deferred tools named in the instructions; MCP servers can bring hundreds (tool_search finds the rest).
+_NAMED_DEFERRED = 40
+
+#: Called before each tool call with the session and tool name (``RunHooks.on_tool``: progress).
+ToolStarted = Callable[[ChannelSession, str], Awaitable[None]]
+#: Called after each tool call: session, tool name, outcome (``"ok"`` or the error code), seconds.
+ToolFinished = Callable[[ChannelSession, str, str, float], None]
+
+
+@dataclass(slots=True)
+class RunDeps:
+    session: ChannelSession
+
+
+class ChannelToolset(AbstractToolset[RunDeps]):
+    """The session's active tools, re-listed at every step of a run."""
+
+    def __init__(self, on_start: ToolStarted | None = None, on_end: ToolFinished | None = None) -> None:
+        self._on_start = on_start
+        self._on_end = on_end
+        # Tool definitions never change for a spec; building schemas on every step showed up in profiles.
+        self._tools: dict[str, ToolsetTool[RunDeps]] = {}
+
+    @property
+    def id(self) -> str | None:
+        return "channel"
+
+    async def get_tools(self, ctx: RunContext[RunDeps]) -> dict[str, ToolsetTool[RunDeps]]:
+        return {spec.name: self._tool(spec) for spec in ctx.deps.session.active_specs()}
+
+    def _tool(self, spec: ToolSpec) -> ToolsetTool[RunDeps]:
+        tool = self._tools.get(spec.name)
+        if tool is None:
+            tool = self._tools[spec.name] = self._build(spec)
+        return tool
+
+    def _build(self, spec: ToolSpec) -> ToolsetTool[RunDeps]:
+        return ToolsetTool(
+            toolset=self,
+            tool_def=ToolDefinition(
+                name=spec.name, description=spec.description, parameters_json_schema=spec.schema()
+            ),
+            max_retries=_MAX_RETRIES,
+            args_validator=_ANY_OBJECT,
+        )
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
+    ) -> Any:
+        session = ctx.deps.session
+        with bind(tool=name):
+            if self._on_start is not None:
+                await self._on_start(session, name)
+            started = time.perf_counter()
+            outcome = "crashed"  # session.call answers every refusal with a result; this is a bug path
+            try:
+                result = await session.call(name, tool_args, call_id=ctx.tool_call_id or "")
+                outcome = _outcome(result)
+                return result
+            finally:
+                if self._on_end is not None:
+                    self._on_end(session, name, outcome, time.perf_counter() - started)
+
+
+def _outcome(result: Any) -> str:
+    error = result.get("error") if isinstance(result, dict) else None
+    return str(error.get("code") or "error") if isinstance(error, dict) else "ok"
+
+
+def build_model(name: str, settings: Settings) -> Model:
+    """A pydantic-ai model from ``openai-chat:NAME``, ``openai:NAME`` or ``anthropic:NAME``.
+
+    Raises ValueError, naming the setting to fix, for a malformed name or a missing key."""
+    provider, _, model_name = name.partition(":")
+    if not model_name:
+        raise ValueError(
+            f"MODEL must look like 'openai-chat:NAME', 'openai:NAME' or 'anthropic:NAME', not {name!r}"
+        )
+    key = model_key_missing(name, settings)
+    if key is not None:
+        raise ValueError(f"{key} is not set, and MODEL={name} needs it: {WHERE_TO_GET[key]}")
+    try:
+        return _provider_model(provider, model_name, settings)
+    except UserError as exc:  # pydantic-ai's word for a configuration mistake; say it in one line
+        raise ValueError(f"MODEL={name}: {exc}") from exc
+
+
+def _provider_model(provider: str, model_name: str, settings: Settings) -> Model:
+    if provider in ("openai-chat", "openai"):
+        from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        oai = OpenAIProvider(
+            base_url=settings.openai_base_url or None,
+            # Local OpenAI-compatible servers (vLLM, Ollama) often need no key, but the SDK wants one.
+            api_key=settings.openai_api_key.get_secret_value() or "not-needed",
+        )
+        if provider == "openai-chat":
+            return OpenAIChatModel(model_name, provider=oai)
+        return OpenAIResponsesModel(model_name, provider=oai)
+    if provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel(
+            model_name,
+            provider=AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value() or None),
+        )
+    raise ValueError(
+        f"MODEL={provider}:{model_name} names an unknown provider {provider!r}: "
+        "use openai-chat:NAME, openai:NAME or anthropic:NAME"
+    )
+
+
+def build_agent(
+    model: Model | str | None,
+    *,
+    on_tool: ToolStarted | None = None,
+    on_tool_end: ToolFinished | None = None,
+    toolsets: Sequence[AbstractToolset[RunDeps]] = (),
+    gate: Callable[[AbstractToolset[RunDeps]], AbstractToolset[RunDeps]] | None = None,
+) -> Agent[RunDeps, Any]:
+    """The agent with the channel toolset first, then ``toolsets`` (the MCP tools). ``gate`` wraps
+    them all (``app.approvals.ApprovalGate``): gated calls end the run with ``DeferredToolRequests``."""
+    # `None` output is allowed: ending with no text is how the model chooses to stay silent.
+    # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
+    every: list[AbstractToolset[RunDeps]] = [ChannelToolset(on_tool, on_tool_end), *toolsets]
+    output_type: Any = str | None
+    if gate is not None:
+        every = [gate(CombinedToolset(every))]
+        output_type = [str | None, DeferredToolRequests]
+    return Agent(
+        model,
+        deps_type=RunDeps,
+        output_type=output_type,
+        toolsets=every,
+        retries=AgentRetries(tools=_MAX_RETRIES),
+        model_settings=run_model_settings,  # prompt caching, per provider (app/model_settings.py)
+    )
+
+
+def instructions_for(info: OriginInfo, tools: ToolSelection, extra: str = "") -> str:
+    """The run's instructions: the same text for every request of a conversation (a cacheable prefix).
+
+    They name the tools a conversation *starts* with and the ones ``tool_search`` can enable, which
+    depend only on the deployment; what a search enabled is told in its result, never here, so the
+    instructions do not change when it does.
+    """
+    where = info.name + (" (in a thread)" if info.is_thread else "")
+    lines = [
+        f"You are a helpful assistant working in {info.provider.title()}, in {where}.",
+    ]
+    if info.permalink:
+        lines.append(f"Link to this conversation: {info.permalink}")
+    lines += [
+        "Everything you do acts on this one conversation only; your tools cannot reach any other.",
+        "Your answer reaches people only through channel_reply. Write replies in Markdown.",
+        "If you end your turn without calling channel_reply, your final text is posted as your reply.",
+        "People in this conversation also talk to each other: when a message is not for you, "
+        "end your turn with no channel_reply and an empty final text, and nothing is posted.",
+        "Messages and files are named by handles (msg_..., file_...). Use only handles you were given.",
+        "Tools you start with: " + ", ".join(_starting_tools(tools)) + ".",
+    ]
+    deferred = [s.name for s in tools.deferred] + [t.name for t in tools.host_deferred]
+    if deferred:
+        more = f" and {len(deferred) - _NAMED_DEFERRED} more" if len(deferred) > _NAMED_DEFERRED else ""
+        lines.append(
+            "tool_search can enable more: "
+            + ", ".join(deferred[:_NAMED_DEFERRED])
+            + more
+            + ". Its result lists what it enabled; enabled tools stay enabled in this conversation."
+        )
+    if tools.host_tools:
+        lines.append(
+            "Tools named <service>_<tool> come from connected services and act outside this conversation."
+        )
+    if extra.strip():
+        lines += ["", extra.strip()]
+    return "\n".join(lines)
+
+
+def _starting_tools(tools: ToolSelection) -> list[str]:
+    names = [s.name for s in tools.channel_tools if s.starts == "active"]
+    names += [t.name for t in tools.host_tools if t.starts == "active"]
+    if tools.deferred or tools.host_deferred:
+        names.append("tool_search")
+    if tools.host_deferred:
+        names.append("mcp_search")
+    if tools.skills:
+        names.append("skills")
+    return names

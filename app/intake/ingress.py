@@ -1,0 +1,148 @@
+"""Ingress: a verified Events API envelope becomes a durable inbox item, then a driver wake-up.
+
+The 200 goes out only after the claim and the inbox append committed (an
+acknowledged message is never lost) and before any model work starts. A store
+failure answers 503 so Slack retries the delivery instead of losing it.
+
+Every delivery logs one line (``event_id``, channel, outcome, reason, duration)
+— except Slack's retries of a delivery already logged as ignored, so a message
+outside the access rules is logged once with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app import logs
+from app.runs.scheduler import Scheduler
+from app.settings import Settings
+from storage.base import Store, StoreError
+
+from .router import BotIdentity, classify, edited_message
+
+log = logging.getLogger(__name__)
+
+# Inbound fields the run needs to render the message later as a person sees it (blocks hold
+# rich text, attachments hold forwarded messages and link previews); everything else is dropped.
+_KEPT = (
+    "channel",
+    "ts",
+    "thread_ts",
+    "user",
+    "text",
+    "blocks",
+    "attachments",
+    "files",
+    "bot_id",
+    "bot_profile",
+    "channel_type",
+    "subtype",
+    "username",
+)
+# Ignored event ids already logged; Slack retries a delivery at most three times within minutes.
+_RECENT_IGNORED = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class IngressResult:
+    status: int
+    outcome: str  # "claimed" | "duplicate" | "ignored" | "invalid" | "unavailable"
+    reason: str = ""
+    task_id: str | None = None
+
+
+class Ingress:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        scheduler: Scheduler,
+        bot: BotIdentity,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.bot = bot
+        self.settings = settings
+        self.clock = clock
+        self.on_result = on_result
+        self._ignored: OrderedDict[str, None] = OrderedDict()
+
+    async def handle(self, body: dict[str, Any]) -> IngressResult:
+        event_id = body.get("event_id")
+        started = time.perf_counter()
+        with logs.bind(event_id=event_id if isinstance(event_id, str) and event_id else None):
+            result = await self._handle(body)
+            self._log(result, body, time.perf_counter() - started)
+        if self.on_result is not None:
+            self.on_result(result, body)
+        return result
+
+    def _log(self, result: IngressResult, body: dict[str, Any], seconds: float) -> None:
+        event_id = str(body.get("event_id") or "")
+        if result.outcome == "ignored" and event_id:
+            if event_id in self._ignored:
+                return  # a retry of a delivery already logged with its reason
+            self._ignored[event_id] = None
+            if len(self._ignored) > _RECENT_IGNORED:
+                self._ignored.popitem(last=False)
+        event = body.get("event")
+        event = event if isinstance(event, dict) else {}
+        # An edit is logged with its author and text, which Slack nests in the edited message.
+        message = (edited_message(event) if event.get("subtype") == "message_changed" else None) or event
+        fields: dict[str, Any] = {
+            "type": event.get("type"),
+            "channel": event.get("channel"),
+            "user": message.get("user") or message.get("bot_id"),
+            "outcome": result.outcome,
+            "reason": result.reason,
+            "duration_ms": round(seconds * 1000, 1),
+        }
+        if result.task_id:
+            fields["task"] = result.task_id
+        text = message.get("text")
+        if self.settings.log_previews and isinstance(text, str) and text:
+            fields["preview"] = logs.preview(text)
+        level = logging.INFO if result.status == 200 else logging.WARNING
+        logs.event(log, "delivery", level=level, **{k: v for k, v in fields.items() if v is not None})
+
+    async def _handle(self, body: dict[str, Any]) -> IngressResult:
+        event = body.get("event")
+        event_id = body.get("event_id")
+        if not isinstance(event, dict) or not isinstance(event_id, str) or not event_id:
+            return IngressResult(400, "invalid", "event_callback without event or event_id")
+        decision = classify(event, self.bot, self.settings)
+        if decision.action == "ignore":
+            return IngressResult(200, "ignored", decision.reason)
+        # An edit that adds the bot's mention is answered as the message now reads.
+        message = edited_message(event) if event.get("subtype") == "message_changed" else event
+        message = message if message is not None else event
+        payload = json.dumps({k: message[k] for k in _KEPT if k in message})
+        try:
+            outcome = await self.store.claim_message(
+                event_id=event_id,
+                channel=decision.channel,
+                ts=decision.ts,
+                thread_ts=decision.thread_ts,
+                create=decision.create,
+                payload=payload,
+                now=self.clock(),
+            )
+        except StoreError as exc:
+            log.error("could not claim event %s: %s", event_id, exc)
+            return IngressResult(503, "unavailable", "store unavailable")
+        if outcome.status == "no_task":
+            return IngressResult(200, "ignored", "thread does not belong to a task")
+        if outcome.status == "duplicate":
+            return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
+        assert outcome.task_id is not None
+        self.scheduler.notify(outcome.task_id)
+        return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -1,0 +1,243 @@
+"""Observability wiring: run, tool, Slack-call and model-request events become metrics and log lines.
+
+One :class:`Observer` per service. It plugs into the seams the rest of the app
+offers and adds no behaviour of its own:
+
+- ``RunHooks`` (``on_start``/``on_end``): the run's log scope (``task``, ``run``),
+  its start and end lines, run counters and duration;
+- the toolset's after-call callback: one line and one count per tool call;
+- the Slack adapter's ``on_call`` hook (:meth:`Observer.slack_call`, one adapter per
+  service): Slack API calls by method and outcome, and a warning line for each failed one;
+- ``Ingress.on_result``: delivery counters (the ingress logs its own line);
+- :class:`TimedModel`: the time of every model request;
+- ``RunHooks.on_usage``/``on_budget``: tokens and requests (and the run's totals on its end
+  line), budget hits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from pydantic_ai import RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.settings import ModelSettings
+
+from app import logs
+from app.intake.ingress import IngressResult
+from app.runs.run import RunHooks
+from channel.session import ChannelSession
+from storage.base import InboxItem, UsageRecord
+
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Run:
+    run_id: str
+    started: float
+    scope: logs.Scope
+    tools: int = 0
+    tool_errors: int = 0
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass
+class Observer:
+    metrics: Metrics = field(default_factory=Metrics)
+    # Per run; weak so a run cancelled before on_end (shutdown) leaves nothing behind.
+    _runs: WeakKeyDictionary[ChannelSession, _Run] = field(default_factory=WeakKeyDictionary)
+
+    # -- runs ------------------------------------------------------------------------------
+    def hooks(self) -> RunHooks:
+        return RunHooks(
+            on_start=self.on_start, on_end=self.on_end, on_usage=self.usage, on_budget=self.budget_hit
+        )
+
+    async def on_start(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
+        run_id = uuid.uuid4().hex[:12]
+        # Opened here and closed in on_end: both are awaited in the runner's task, so every line
+        # logged in between (tools, Slack calls, the runner's own) carries task and run.
+        scope = logs.open_scope(task=session.task.task_id, run=run_id)
+        self._runs[session] = _Run(run_id, time.perf_counter(), scope)
+        self.metrics.runs_started.inc()
+        logs.event(log, "run started", messages=len(items))
+
+    async def on_end(self, session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
+        run = self._runs.pop(session, None)
+        if run is None:
+            return
+        seconds = time.perf_counter() - run.started
+        self.metrics.runs_finished.labels(outcome=status).inc()
+        self.metrics.run_duration.observe(seconds)
+        logs.event(
+            log,
+            "run finished",
+            level=logging.INFO if status == "ok" else logging.WARNING,
+            outcome=status,
+            duration_ms=round(seconds * 1000),
+            tools=run.tools,
+            tool_errors=run.tool_errors,
+            replied=session.replied,
+            requests=run.requests,
+            input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens,
+            cache_read_tokens=run.cache_read_tokens,
+            cache_write_tokens=run.cache_write_tokens,
+        )
+        logs.close_scope(run.scope)
+
+    # -- model usage -------------------------------------------------------------------------
+    def usage(self, session: ChannelSession, record: UsageRecord) -> None:
+        m = self.metrics
+        m.model_requests.inc(record.requests)
+        m.model_tokens.labels(kind="input").inc(record.input_tokens)
+        m.model_tokens.labels(kind="output").inc(record.output_tokens)
+        m.model_tokens.labels(kind="cache_read").inc(record.cache_read_tokens)
+        m.model_tokens.labels(kind="cache_write").inc(record.cache_write_tokens)
+        run = self._runs.get(session)
+        if run is not None:
+            run.requests += record.requests
+            run.input_tokens += record.input_tokens
+            run.output_tokens += record.output_tokens
+            run.cache_read_tokens += record.cache_read_tokens
+            run.cache_write_tokens += record.cache_write_tokens
+
+    def budget_hit(self, session: ChannelSession, budget: str) -> None:
+        self.metrics.budget_hits.labels(budget=budget).inc()
+
+    # -- tools -----------------------------------------------------------------------------
+    def tool_end(self, session: ChannelSession, tool: str, outcome: str, seconds: float) -> None:
+        run = self._runs.get(session)
+        if run is not None:
+            run.tools += 1
+            run.tool_errors += outcome != "ok"
+        self.metrics.tool_calls.labels(tool=tool, outcome=outcome).inc()
+        logs.event(
+            log,
+            "tool call",
+            level=logging.INFO if outcome == "ok" else logging.WARNING,
+            tool=tool,
+            outcome=outcome,
+            duration_ms=round(seconds * 1000),
+        )
+
+    # -- Slack -----------------------------------------------------------------------------
+    def slack_call(self, method: str, outcome: str, seconds: float) -> None:
+        self.metrics.slack_calls.labels(method=method, outcome=outcome).inc()
+        if outcome != "ok":
+            logs.event(
+                log,
+                "slack call failed",
+                level=logging.WARNING,
+                method=method,
+                code=outcome,
+                duration_ms=round(seconds * 1000),
+            )
+
+    # -- deliveries and model requests -------------------------------------------------------
+    def delivery(self, result: IngressResult, body: dict[str, Any]) -> None:
+        self.metrics.deliveries_received.inc()
+        self.metrics.deliveries.labels(outcome=result.outcome).inc()
+
+    def feedback(self, kind: str) -> None:
+        self.metrics.feedback.labels(kind=kind).inc()
+
+    def model_request(self, seconds: float, outcome: str) -> None:
+        self.metrics.model_latency.labels(outcome=outcome).observe(seconds)
+
+
+class TimedModel(WrapperModel):
+    """The wrapped model, unchanged, reporting the duration of every request to ``observer``."""
+
+    def __init__(self, wrapped: Model, observer: Observer) -> None:
+        super().__init__(wrapped)
+        self.observer = observer
+
+    async def request(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+    ) -> ModelResponse:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            response = await super().request(messages, model_settings, model_request_parameters)
+            outcome = "ok"
+            return response
+        finally:
+            self.observer.model_request(time.perf_counter() - started, outcome)
+
+    @asynccontextmanager
+    async def request_stream(
+        self,
+        messages: list[ModelMessage],
+        model_settings: ModelSettings | None,
+        model_request_parameters: ModelRequestParameters,
+        run_context: RunContext[Any] | None = None,
+    ) -> AsyncIterator[StreamedResponse]:
+        # Timed until the stream is consumed: the whole response, as for request().
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            async with super().request_stream(
+                messages, model_settings, model_request_parameters, run_context
+            ) as stream:
+                yield stream
+            outcome = "ok"
+        finally:
+            self.observer.model_request(time.perf_counter() - started, outcome)
+
+
+def combine(*hooks: RunHooks | None) -> RunHooks:
+    """One ``RunHooks`` calling each given one: starts and tools in order, ends in reverse order
+    (so the first hooks, e.g. the observer's log scope, wrap all the others)."""
+    present = [h for h in hooks if h is not None]
+    starts = [h.on_start for h in present if h.on_start is not None]
+    tools = [h.on_tool for h in present if h.on_tool is not None]
+    ends = [h.on_end for h in reversed(present) if h.on_end is not None]
+    usages = [h.on_usage for h in present if h.on_usage is not None]
+    budgets = [h.on_budget for h in present if h.on_budget is not None]
+
+    async def on_start(session: ChannelSession, items: Sequence[InboxItem]) -> None:
+        for hook in starts:
+            await hook(session, items)
+
+    async def on_tool(session: ChannelSession, name: str) -> None:
+        for hook in tools:
+            await hook(session, name)
+
+    async def on_end(session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
+        for hook in ends:
+            await hook(session, items, status)
+
+    def on_usage(session: ChannelSession, record: UsageRecord) -> None:
+        for hook in usages:
+            hook(session, record)
+
+    def on_budget(session: ChannelSession, budget: str) -> None:
+        for hook in budgets:
+            hook(session, budget)
+
+    return RunHooks(
+        on_start=on_start if starts else None,
+        on_tool=on_tool if tools else None,
+        on_end=on_end if ends else None,
+        on_usage=on_usage if usages else None,
+        on_budget=on_budget if budgets else None,
+    )

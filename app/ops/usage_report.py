@@ -1,0 +1,153 @@
+"""``python -m app usage``: model tokens by UTC day, person and channel, from the usage table.
+
+People and channels are shown by name, looked up once each through the Slack adapter (which caches
+them); when Slack cannot be reached the report still prints, by ID, and says so. ``--json`` gives
+IDs and names for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from app.agent.usage import utc_day
+from app.settings import Settings
+from channel.contract import Origin
+from channel.errors import ChannelError
+from channel.slack import SlackAdapter
+from storage.base import UsageRecord
+
+log = logging.getLogger(__name__)
+
+_COLUMNS = ("input", "output", "cache read", "cache write", "requests")
+#: How a usage row with no person (the `run` command) is shown.
+NO_PERSON = "(run command)"
+
+
+@dataclass(slots=True)
+class Names:
+    """Display names by ID; IDs stand for themselves when Slack is not reachable."""
+
+    adapter: SlackAdapter | None
+    people: dict[str, str] = field(default_factory=dict)
+    channels: dict[str, str] = field(default_factory=dict)
+
+    async def person(self, user_id: str) -> str:
+        if not user_id:
+            return NO_PERSON
+        if user_id not in self.people:
+            name = user_id
+            if self.adapter is not None:
+                found, _ = await self.adapter.user(user_id)
+                name = user_id if found == "someone" else found  # "someone": the lookup failed
+            self.people[user_id] = name
+        return self.people[user_id]
+
+    async def channel(self, channel_id: str) -> str:
+        if channel_id not in self.channels:
+            name = channel_id
+            if self.adapter is not None:
+                try:
+                    name = (await self.adapter.describe(Origin(channel_id, ""))).name or channel_id
+                except ChannelError:
+                    pass
+            self.channels[channel_id] = name
+        return self.channels[channel_id]
+
+
+async def usage_command(
+    settings: Settings, *, days: int, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    from app.service import StartupError, open_ready_store
+
+    try:
+        store = await open_ready_store(settings)
+    except StartupError as exc:
+        print(f"threadbound: {exc}", file=err)
+        return 2
+    try:
+        since = utc_day(time.time() - (days - 1) * 86_400)
+        rows = await store.usage_by_day(since)
+    finally:
+        await store.close()
+    adapter = await _adapter(settings)
+    if adapter is None:
+        print(
+            f"threadbound: Slack is not reachable at {settings.slack_api_url}: people and channels "
+            "are shown by ID",
+            file=err,
+        )
+    try:
+        names = Names(adapter)
+        report = [(row, await names.person(row.person), await names.channel(row.channel)) for row in rows]
+    finally:
+        if adapter is not None:
+            await adapter.close()
+    if as_json:
+        print(json.dumps(_json(report, since, days, names_resolved=adapter is not None), indent=2), file=out)
+    else:
+        print(_text(report, since, days), file=out)
+    return 0
+
+
+async def _adapter(settings: Settings) -> SlackAdapter | None:
+    token = settings.slack_bot_token.get_secret_value()
+    if not token:
+        return None
+    try:
+        return await SlackAdapter.connect(
+            token=token, api_url=settings.slack_api_url, file_origins=settings.slack_file_origins
+        )
+    except Exception as exc:  # any failure only costs the names
+        log.debug("no Slack for usage names: %s", exc)
+        return None
+
+
+def _counts(row: UsageRecord) -> tuple[int, ...]:
+    return (row.input_tokens, row.output_tokens, row.cache_read_tokens, row.cache_write_tokens, row.requests)
+
+
+def _total(rows: list[UsageRecord]) -> tuple[int, ...]:
+    return tuple(sum(c) for c in zip(*(_counts(r) for r in rows), strict=True)) if rows else (0,) * 5
+
+
+def _text(report: list[tuple[UsageRecord, str, str]], since: str, days: int) -> str:
+    title = f"Model tokens since {since} ({days} day{'s' if days != 1 else ''}, UTC days)"
+    if not report:
+        return f"{title}: none recorded."
+    table: list[tuple[str, ...]] = [("day", "person", "channel", *_COLUMNS)]
+    table += [(r.day, person, channel, *(f"{n:,}" for n in _counts(r))) for r, person, channel in report]
+    table.append(("total", "", "", *(f"{n:,}" for n in _total([r for r, _, _ in report]))))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = [title + ":"]
+    for line in table:
+        left = [cell.ljust(w) for cell, w in zip(line[:3], widths[:3], strict=True)]
+        right = [cell.rjust(w) for cell, w in zip(line[3:], widths[3:], strict=True)]
+        lines.append("  ".join(left + right).rstrip())
+    lines.append("Budgets count input + output; input includes cache reads and writes.")
+    return "\n".join(lines)
+
+
+def _json(
+    report: list[tuple[UsageRecord, str, str]], since: str, days: int, *, names_resolved: bool
+) -> dict[str, Any]:
+    keys = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
+    return {
+        "since": since,
+        "days": days,
+        "names_resolved": names_resolved,
+        "rows": [
+            {
+                "day": r.day,
+                "person": {"id": r.person, "name": person},
+                "channel": {"id": r.channel, "name": channel},
+                **dict(zip(keys, _counts(r), strict=True)),
+            }
+            for r, person, channel in report
+        ],
+        "total": dict(zip(keys, _total([r for r, _, _ in report]), strict=True)),
+    }

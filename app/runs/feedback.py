@@ -1,0 +1,83 @@
+"""Feedback on answers: the buttons under each answer, stored and counted, shown to the model next turn.
+
+Every answer's last message carries Slack's feedback buttons (``channel.slack.stream.feedback_blocks``)
+whose values are ``positive:<task id>`` / ``negative:<task id>``. A click arrives as a signed
+``block_actions`` interaction (``app.interactions``); :meth:`Feedback.click` stores it with its
+task, message and person (a second click by the same person on the same answer replaces the
+first), counts it in ``threadbound_feedback_total{kind}``, and starts nothing: the task's next run
+shows it to the model as a note (:func:`feedback_notes`), once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from app.intake.interactions import Action
+from channel.session import ChannelSession
+from channel.slack.stream import FEEDBACK_ACTION
+from storage.base import Store
+
+log = logging.getLogger(__name__)
+
+KINDS = {"positive": "helpful", "negative": "not helpful"}
+
+#: ``(user id) -> display name`` (the adapter's cached ``users.info``).
+NameOf = Callable[[str], Awaitable[str]]
+
+
+class Feedback:
+    """The click handler for :data:`FEEDBACK_ACTION`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        name_of: NameOf | None = None,
+        on_feedback: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self._name_of = name_of
+        self._on_feedback = on_feedback
+        self._clock = clock
+
+    action_id = FEEDBACK_ACTION
+
+    async def click(self, action: Action) -> None:
+        kind, _, task_id = action.value.partition(":")
+        if kind not in KINDS or not task_id or not action.user_id or not action.message_ts:
+            log.info("ignoring a malformed feedback click", extra={"fields": {"value": action.value[:80]}})
+            return
+        if await self.store.get_task(task_id) is None:
+            log.info("ignoring feedback on an unknown task", extra={"fields": {"task": task_id[:40]}})
+            return
+        name = action.user_name
+        if self._name_of is not None:
+            name = await self._name_of(action.user_id) or name
+        await self.store.record_feedback(
+            task_id=task_id,
+            message=f"{action.channel}:{action.message_ts}",
+            user_id=action.user_id,
+            user_name=name or "someone",
+            kind=kind,
+            now=self._clock(),
+        )
+        if self._on_feedback is not None:
+            self._on_feedback(kind)
+        log.info("feedback", extra={"fields": {"task": task_id, "kind": kind}})
+
+
+async def feedback_notes(store: Store, session: ChannelSession) -> list[str]:
+    """One line per click on the task's answers not shown yet ("Alice marked your answer msg_… as
+    not helpful"); marks them shown."""
+    pending = await store.pending_feedback(session.task.task_id)
+    if not pending:
+        return []
+    lines = []
+    for record in pending:
+        handle = await session.handles.mint("msg", record.message, authored=True)
+        lines.append(f"{record.user_name} marked your answer {handle} as {KINDS[record.kind]}.")
+    await store.mark_feedback_shown(session.task.task_id, upto=max(r.clicked_at for r in pending))
+    return lines

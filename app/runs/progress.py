@@ -1,0 +1,169 @@
+"""Visible progress while a run works: a runtime effect around the run, never a model tool.
+
+Where Slack allows it (the ``status`` feature: ``chat:write`` since Slack's 2026-03-05 change,
+and an origin that is a thread) the thread shows "is thinking…" and then the tool
+being used ("is reading the thread…"), cleared when the run ends. Otherwise — or
+when Slack refuses the status in ``auto`` mode — the newest inbound message gets a
+reaction (``PROGRESS_EMOJI``, default ``eyes``), removed when the run ends.
+
+``PROGRESS``: ``auto`` (status, else reaction), ``status``, ``reaction`` or ``off``.
+A failure here never fails a run: it is logged and the indicator gives up for that run.
+Nor does it hold a run up: showing the indicator may take ``SETTLE_S`` before the
+run's first tool or its end stops waiting for it, and clearing it ``CLEAR_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+from weakref import WeakKeyDictionary
+
+from app.agent.approvals import is_decision
+from channel.contract import ChannelAdapter, Origin
+from channel.errors import ChannelError
+from channel.session import ChannelSession
+from storage.base import InboxItem
+
+from .run import RunHooks
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "status", "reaction", "off")
+THINKING = "is thinking…"
+#: Status text while a tool works; tools not listed leave the status as it is.
+TOOL_STATUS: dict[str, str] = {
+    "channel_read": "is reading the thread…",
+    "channel_react": "is reacting…",
+    "channel_edit": "is editing a message…",
+    "channel_retract": "is removing a message…",
+    "channel_fetch_file": "is opening a file…",
+    "channel_attach": "is attaching a file…",
+    "channel_post_document": "is writing a document…",
+    "tool_search": "is looking for tools…",
+    "mcp_search": "is looking for tools…",
+    "skills": "is reading its skills…",
+    # channel_reply is absent: Slack clears the status when the app posts, a moment later.
+}
+#: Seconds a tool step or the run's end waits for the indicator to appear before giving up on it.
+SETTLE_S = 5.0
+#: Seconds the run's end spends clearing the indicator (a status Slack clears itself on the next post).
+CLEAR_S = 10.0
+# Our own reaction already there (a crashed run left it) or already gone is what we wanted.
+_HARMLESS = frozenset({"already_reacted", "no_reaction"})
+
+
+@dataclass(slots=True)
+class _Indicator:
+    kind: Literal["status", "reaction"]
+    origin: Origin
+    ref: str = ""
+    broken: bool = False
+
+
+class Progress:
+    def __init__(self, mode: str = "auto", emoji: str = "eyes") -> None:
+        mode = mode.strip().lower()
+        if mode not in MODES:
+            raise ValueError(f"PROGRESS must be one of {', '.join(MODES)}, not {mode!r}")
+        self.mode = mode
+        self.emoji = emoji.strip(":")
+        # Per run; weak so a run that never reached on_end (cancelled at shutdown) leaves nothing behind.
+        self._runs: WeakKeyDictionary[ChannelSession, _Indicator] = WeakKeyDictionary()
+        self._starting: WeakKeyDictionary[ChannelSession, asyncio.Task[None]] = WeakKeyDictionary()
+
+    def hooks(self) -> RunHooks:
+        if self.mode == "off":
+            return RunHooks()
+        return RunHooks(on_start=self.on_start, on_tool=self.on_tool, on_end=self.on_end)
+
+    async def on_start(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
+        # Shown in the background: the first model request must not wait for a Slack round trip.
+        self._starting[session] = asyncio.create_task(self._begin(session, items), name="progress")
+
+    async def _settled(self, session: ChannelSession) -> None:
+        starting = self._starting.pop(session, None)
+        if starting is None:
+            return
+        # Bounded: a Slack call stuck behind rate limits must not keep the run (and its lease) alive.
+        await asyncio.wait([starting], timeout=SETTLE_S)
+        if not starting.done():
+            log.debug("progress: indicator not shown in time; giving up for this run")
+            starting.cancel()
+            await asyncio.wait([starting])
+        if not starting.cancelled() and starting.exception() is not None:
+            log.warning("progress: showing the indicator failed", exc_info=starting.exception())
+
+    async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
+        adapter, origin = session.adapter, session.origin
+        if self.mode in ("auto", "status") and adapter.features.status and origin.thread_ts:
+            if await self._status(adapter, origin, THINKING):
+                self._runs[session] = _Indicator("status", origin)
+                return
+        if self.mode in ("auto", "reaction") and adapter.features.react and items:
+            messages = [i for i in items if not is_decision(i)]  # a decision is no message to mark
+            ref = await self._newest_ref(adapter, messages) if messages else ""
+            if ref and await self._react(adapter, ref, add=True):
+                self._runs[session] = _Indicator("reaction", origin, ref)
+
+    async def on_tool(self, session: ChannelSession, tool: str) -> None:
+        await self._settled(session)
+        if session.streaming:
+            return  # the streamed answer shows the step instead (app.streaming)
+        indicator = self._runs.get(session)
+        text = TOOL_STATUS.get(tool)
+        if indicator is None or indicator.kind != "status" or indicator.broken or text is None:
+            return
+        if not await self._status(session.adapter, indicator.origin, text):
+            indicator.broken = True  # one failure is enough: stop calling for the rest of the run
+
+    async def on_end(self, session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
+        await self._settled(session)
+        indicator = self._runs.pop(session, None)
+        if indicator is None or status == "stopped":
+            return  # stopped: the conversation's new owner shows (and clears) its own indicator
+        try:
+            async with asyncio.timeout(CLEAR_S):
+                if indicator.kind == "status":
+                    await self._status(session.adapter, indicator.origin, "")
+                else:
+                    await self._react(session.adapter, indicator.ref, add=False)
+        except TimeoutError:
+            log.debug("progress: indicator not cleared in time")
+
+    async def _newest_ref(self, adapter: ChannelAdapter, items: Sequence[InboxItem]) -> str:
+        try:
+            # view() renders with cached names (the prompt just rendered the same message): no extra call.
+            return (await adapter.view(json.loads(items[-1].payload))).ref
+        except (ChannelError, ValueError) as exc:
+            log.debug("progress: no message to react to (%s)", exc)
+            return ""
+
+    async def _status(self, adapter: ChannelAdapter, origin: Origin, text: str) -> bool:
+        try:
+            await adapter.set_status(origin, text)
+        except ChannelError as exc:
+            log.debug("progress: status not shown (%s)", exc.provider_code or exc.code)
+            return False
+        except Exception:  # the contract says adapters raise only ChannelError; progress must not fail a run
+            log.warning("progress: status failed unexpectedly", exc_info=True)
+            return False
+        return True
+
+    async def _react(self, adapter: ChannelAdapter, ref: str, *, add: bool) -> bool:
+        try:
+            await adapter.react(ref, self.emoji, add=add)
+        except ChannelError as exc:
+            if exc.provider_code in _HARMLESS:
+                return True
+            log.debug(
+                "progress: reaction not %s (%s)", "added" if add else "removed", exc.provider_code or exc.code
+            )
+            return False
+        except Exception:
+            log.warning("progress: reaction failed unexpectedly", exc_info=True)
+            return False
+        return True

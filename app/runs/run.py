@@ -1,0 +1,571 @@
+"""One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
+
+The scheduler (``app.scheduler``) decides *when* a task runs and holds its lease;
+this module does one run for a session it is given:
+
+- the prompt: the inbound messages as the session renders them (author, handle,
+  text, files), plus notes about effects a crashed run left open;
+- the history: the task's compacted summary (``app/compaction.py``) and saved transcript, trimmed
+  to ``history_limit`` messages as a last resort;
+- cost: the requester's and the install's daily token budgets are checked first (past one, a
+  short note and no model call); every response's usage is stored as it arrives
+  (``app/usage.py``); a run that crosses a budget, or reaches ``max_requests_per_run``, stops
+  before its next model request with a short note, keeping what it did;
+- steering: before each model request (and before a final answer is accepted) the
+  run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
+  into the running agent, so they are consumed with this run;
+- the end: the final text is posted when the model did not reply; a failure
+  apologises in the thread; the transcript is saved and the inbox items marked
+  consumed in one transaction (a crash before that re-runs them, and the effect
+  journal keeps the re-run from posting twice);
+- approvals (``app.approvals``): a run that made gated calls records them, saves, and posts their
+  cards; a task with an undecided approval does not run (``waiting``); the run after the decisions
+  passes them to pydantic-ai as ``deferred_tool_results``;
+- a run handed a ``guard`` (the scheduler's lease check) awaits it before every
+  write and every model request: when it raises :class:`RunStopped` the run ends
+  at once, without posting (no fallback, no apology) and without saving, leaving
+  its inbox to the conversation's new owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    UserPromptPart,
+    repair_messages,
+)
+from pydantic_ai.usage import UsageLimits
+
+from app.agent.agent_file import AgentFile
+from app.agent.approvals import CARD_EFFECT, WAITING, Approvals, is_decision
+from app.agent.runtime import RunDeps, instructions_for
+from app.agent.usage import BudgetHit, Budgets, UsageMeter, footer, requester
+from channel.contract import ChannelAdapter, Origin
+from channel.errors import ChannelError
+from channel.journal import WriteGuard
+from channel.selection import ToolSelection
+from channel.session import ChannelSession
+from channel.streaming import FLUSH_INTERVAL
+from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord, UsageRecord
+
+from .compaction import Compactor
+from .feedback import feedback_notes
+from .streaming import EventFeed
+
+log = logging.getLogger(__name__)
+
+#: Told to the model when some calls wait for approval (``approval`` in agent.toml).
+APPROVAL_NOTE = (
+    "\n\nSome actions wait for a person's approval: calling one posts an approval card in this "
+    "conversation and your turn ends there. You continue with its result once someone decides; a "
+    'refusal comes back as an error with code "denied", no decision in time as "expired".'
+)
+APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
+RUNAWAY = (
+    "Sorry, I stopped after {limit} model requests without finishing, to keep this from running away. "
+    "Ask again (perhaps more narrowly) and I'll continue."
+)
+
+#: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
+Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
+
+
+class RunStopped(Exception):
+    """The run may no longer act for its task (its lease was lost): it ends without writing or saving."""
+
+
+@dataclass(slots=True)
+class RunHooks:
+    """Runtime effects around a run (progress indicators, metrics); failures are the hook's own business."""
+
+    on_start: Callable[[ChannelSession, Sequence[InboxItem]], Awaitable[None]] | None = None
+    on_tool: Callable[[ChannelSession, str], Awaitable[None]] | None = None
+    on_end: Callable[[ChannelSession, Sequence[InboxItem], str], Awaitable[None]] | None = None
+    #: Each model request's stored usage (metrics, the run's log line).
+    on_usage: Callable[[ChannelSession, UsageRecord], None] | None = None
+    #: A budget refused a request or stopped a run: ``"user"`` or ``"install"``.
+    on_budget: Callable[[ChannelSession, str], None] | None = None
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    task_id: str
+    status: str  # "ok" | "failed"
+    replied: bool
+    output: str = ""
+    consumed: list[int] = field(default_factory=list)
+
+
+class RunExecutor:
+    """Runs the agent for one task at a time it is handed; knows nothing of leases or wake-ups."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        adapter: ChannelAdapter,
+        agent: Agent[RunDeps, Any],
+        tools: ToolSelection,
+        agent_file: AgentFile,
+        data_dir: Path,
+        run_timeout: float = 300.0,
+        history_limit: int = 400,
+        hooks: RunHooks | None = None,
+        clock: Callable[[], float] = time.time,
+        approvals: Approvals | None = None,
+        budgets: Budgets | None = None,
+        compactor: Compactor | None = None,
+        usage_footer: bool = False,
+        stream: bool = False,
+        stream_interval: float = FLUSH_INTERVAL,
+        feedback: bool = False,
+    ) -> None:
+        """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
+        answer ends with feedback buttons reporting the task id."""
+        self.store = store
+        self.approvals = approvals
+        self.adapter = adapter
+        self.agent = agent
+        self.tools = tools
+        self.agent_file = agent_file
+        self.data_dir = data_dir
+        self.run_timeout = run_timeout
+        self.history_limit = history_limit
+        self.hooks = hooks or RunHooks()
+        self.clock = clock
+        self.budgets = budgets or Budgets(store, clock=clock)
+        self.compactor = compactor
+        self.usage_footer = usage_footer
+        self.stream = stream
+        self.stream_interval = stream_interval
+        self.feedback = feedback
+        #: Runs in progress right now, by task id (for tests and benchmarks).
+        self.active_runs: set[str] = set()
+
+    async def waiting(self, task_id: str) -> bool:
+        """The task waits for a decision on an approval (its inbox waits with it)."""
+        return self.approvals is not None and await self.approvals.waiting(task_id)
+
+    def session(
+        self,
+        task: TaskRecord,
+        origin: Origin,
+        *,
+        adopt_first_root: bool = False,
+        guard: WriteGuard | None = None,
+    ) -> ChannelSession:
+        return ChannelSession(
+            adapter=self.adapter,
+            store=self.store,
+            task=task,
+            origin=origin,
+            tools=self.tools,
+            task_dir=self.data_dir / "tasks" / task.task_id,
+            adopt_first_root=adopt_first_root,
+            clock=self.clock,
+            guard=guard,
+        )
+
+    async def run_prompt(
+        self,
+        task: TaskRecord,
+        prompt: str,
+        *,
+        adopt_first_root: bool,
+        inbox: Inbox,
+        guard: WriteGuard | None = None,
+    ) -> RunOutcome:
+        """Run a prompt given directly (the `run` command) rather than taken from the inbox."""
+        session = self.session(
+            task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root, guard=guard
+        )
+        return await self.execute(session, prompt, [], inbox)
+
+    async def run_inbox(
+        self,
+        task_id: str,
+        items: Sequence[InboxItem],
+        effects: Sequence[EffectRecord],
+        inbox: Inbox,
+        guard: WriteGuard | None = None,
+    ) -> RunOutcome:
+        """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages,
+        ``guard`` is awaited before every write (see the module docstring)."""
+        task = await self.store.get_task(task_id)
+        if task is None:
+            raise StoreError(f"task {task_id} has inbox items but no record")
+        thread_ts = items[-1].thread_ts if items else task.thread_ts
+        session = self.session(task, Origin(task.channel, thread_ts), guard=guard)
+        cards = [e for e in effects if e.tool == CARD_EFFECT]
+        effects = [e for e in effects if e.tool != CARD_EFFECT]
+        try:
+            notes = await session.reconcile(effects) if effects else []
+            if self.approvals is not None:
+                if cards:
+                    await self.approvals.settle(session, cards, _load_history(task.transcript))
+                if await self.approvals.waiting(task_id):
+                    return RunOutcome(task_id, "waiting", False)  # its inbox waits for the decision
+        except RunStopped:
+            log.warning("run of task %s stopped before it began: its lease was lost", task_id)
+            return RunOutcome(task_id, "stopped", False)
+        prompt = await self.prompt(session, items, notes)
+        if self.feedback:
+            # Clicks on the task's answers since its last run (shown once; app.feedback).
+            lines = await feedback_notes(self.store, session)
+            if lines:
+                prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
+        return await self.execute(session, prompt, list(items), inbox)
+
+    async def prompt(
+        self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
+    ) -> str:
+        """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
+        lines: list[str] = []
+        for item in items:
+            if is_decision(item):
+                continue  # a decision on an approval resumes the task; it is no message
+            try:
+                row = await session.inbound_row(json.loads(item.payload))
+            except ChannelError as exc:
+                log.warning("could not render inbound message %s: %s", item.ts, exc.message)
+                lines.append(f"(a message that could not be shown: {exc.message})")
+                continue
+            text = str(row["text"])
+            # Markdown that needs to start a line (a quoted forward, a list, a code block) gets one.
+            sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
+            lines.append(f"{row['author']['display_name']} ({row['message']}):{sep}{text}")
+            for f in row["files"]:
+                if "file" not in f:
+                    lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
+                    continue
+                lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
+        if notes:
+            lines += ["", "Your previous run was interrupted before it finished:", *notes]
+        return "\n".join(lines)
+
+    async def execute(
+        self,
+        session: ChannelSession,
+        prompt: str,
+        items: list[InboxItem],
+        inbox: Inbox,
+    ) -> RunOutcome:
+        """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
+        task = session.task
+        consumed = [i.item_id for i in items]
+        # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
+        steered: list[str] = []
+        pending = _load_history(task.transcript)
+        deferred = await self.approvals.results(task.task_id, pending) if self.approvals else None
+        if deferred is WAITING:
+            return RunOutcome(task.task_id, "waiting", False)
+        if not prompt.strip() and deferred is None and items:
+            # Only decisions on calls no longer pending (withdrawn): nothing for the model to do.
+            await self.store.save_run(task.task_id, transcript=task.transcript, consumed=consumed)
+            return RunOutcome(task.task_id, "ok", False, "", consumed)
+        results = deferred if isinstance(deferred, DeferredToolResults) else None
+        requests: DeferredToolRequests | None = None
+        person = requester(items)
+        if not person and self.approvals is not None and items:
+            person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
+        # Budgets bound what people ask; a run with no message (the `run` command, or settling a
+        # crashed run's effects) is still counted but never refused.
+        hit = await self.budgets.exceeded(person) if items else None
+        if hit is not None:
+            return await self._refuse(session, prompt, consumed, hit)
+        meter = UsageMeter(
+            self.store,
+            task.task_id,
+            person,
+            task.channel,
+            listener=self._listener(session),
+            clock=self.clock,
+            bounded=bool(items),
+        )
+        summary, transcript = task.summary, _load_history(task.transcript)
+        new_summary: str | None = None
+        prefix: list[ModelMessage] = []
+        history: list[ModelMessage] = []
+        self.active_runs.add(task.task_id)
+        status = "failed"
+        output = ""
+        if self.feedback:
+            session.feedback = task.task_id
+        if self.stream:
+            recipient = _recipient(items)
+            if recipient is None and self.approvals is not None and items:
+                # Resumed by decisions alone: the answer is for the person who asked.
+                asker = await self.approvals.requester(items)
+                recipient = {"user": asker} if asker else None
+            session.stream_answers(recipient, interval=self.stream_interval)
+        try:
+            if self.hooks.on_start:
+                await self.hooks.on_start(session, items)
+            try:
+                if self.compactor is not None:
+                    compacted = await self.compactor.compact(summary, transcript, meter)
+                    if compacted is not None:
+                        new_summary, transcript = compacted
+                        summary = new_summary
+                prefix = Compactor.prefix(summary)
+                history = [*prefix, *trim_history(transcript, self.history_limit)]
+                info = await session.describe()
+                instructions = instructions_for(info, self.tools, self.agent_file.instructions)
+                if self.agent_file.approval:
+                    instructions += APPROVAL_NOTE
+                async with asyncio.timeout(self.run_timeout):
+                    messages, result, note = await self._agent_run(
+                        session, prompt, history, instructions, consumed, steered, inbox, meter, results
+                    )
+                if isinstance(result, DeferredToolRequests):
+                    requests = result  # gated calls: their cards are posted once the run is saved
+                else:
+                    output = result or ""
+                if note:
+                    await session.drop_answer()
+                    await session.post_markdown(note, feedback=False)
+                elif not session.replied and output.strip():
+                    await session.answer_with(output)
+                else:
+                    await session.drop_answer()  # streamed text that was no answer (or a silent end)
+                if self.usage_footer and meter.total.requests:
+                    await session.add_footer(footer(meter.total))
+                run_status = "ok"
+            except asyncio.CancelledError:
+                status = "cancelled"
+                raise  # shutdown: leave the inbox pending for the next owner
+            except Exception as exc:
+                if _stopped(exc):
+                    raise RunStopped(str(exc)) from exc
+                run_status = "failed"
+                log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
+                try:
+                    await session.drop_answer()
+                    await session.post_markdown(APOLOGY, feedback=False)
+                except RunStopped:
+                    raise
+                except Exception:
+                    log.warning("could not post the apology for task %s", task.task_id, exc_info=True)
+                # The steered messages are consumed with this run: they must stay part of the task.
+                # Calls left pending by a failed resume are closed out (they never run).
+                messages = [
+                    *repair_messages(history or [*prefix, *transcript]),
+                    ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
+                    ModelResponse(parts=[TextPart(APOLOGY)]),
+                ]
+            await session.journal.check()  # saving consumes the inbox: only the lease's holder may
+            if requests is not None and self.approvals is not None:
+                # Recorded before the save: a saved transcript's pending calls always have approvals
+                # (one whose run never saved is withdrawn when its card effect is settled).
+                await self.approvals.open(session, requests, await self.approvals.requester(items))
+            await self.store.save_run(
+                task.task_id,
+                # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
+                transcript=ModelMessagesTypeAdapter.dump_json(messages[len(prefix) :]),
+                consumed=consumed,
+                enabled_tools=session.enabled_in_order,
+                summary=new_summary,
+            )
+            if requests is not None and self.approvals is not None:
+                await self.approvals.post_cards(session, messages)
+            status = run_status
+        except RunStopped:
+            # Another owner has the task now: no apology, no transcript; the inbox stays theirs.
+            status = "stopped"
+            log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
+            return RunOutcome(task.task_id, status, session.replied, output, [])
+        finally:
+            session.stop_streaming()  # a cancelled run leaves its partial message to the next run's reconcile
+            self.active_runs.discard(task.task_id)
+            if self.hooks.on_end:
+                # Progress indicators and metrics must close even when the save failed or we were
+                # cancelled. Awaited in this task (no shield): hooks reset context variables they set.
+                try:
+                    await self.hooks.on_end(session, items, status)
+                except Exception:
+                    log.warning("run end hook failed", exc_info=True)
+        return RunOutcome(task.task_id, status, session.replied, output, consumed)
+
+    def _listener(self, session: ChannelSession) -> Callable[[UsageRecord], None] | None:
+        on_usage = self.hooks.on_usage
+        if on_usage is None:
+            return None
+        return lambda record: on_usage(session, record)
+
+    async def _refuse(
+        self, session: ChannelSession, prompt: str, consumed: list[int], hit: BudgetHit
+    ) -> RunOutcome:
+        """Past a budget: one short note in the thread, no model call, and the inbox consumed (so the
+        request does not come back); the exchange stays in the transcript like any other turn."""
+        task = session.task
+        log.warning(
+            "task %s: %s daily token budget used (%d of %d); request refused",
+            task.task_id, hit.kind, hit.spent, hit.budget,
+        )  # fmt: skip
+        if self.hooks.on_budget:
+            self.hooks.on_budget(session, hit.kind)
+        note = hit.note()
+        try:
+            await session.post_markdown(note, feedback=False)
+        except RunStopped:
+            return RunOutcome(task.task_id, "stopped", False, "", [])
+        except ChannelError as exc:
+            log.warning("could not post the budget note for task %s: %s", task.task_id, exc.message)
+        messages = [
+            *_load_history(task.transcript),
+            ModelRequest(parts=[UserPromptPart(prompt)]),
+            ModelResponse(parts=[TextPart(note)]),
+        ]
+        await session.journal.check()
+        await self.store.save_run(
+            task.task_id, transcript=ModelMessagesTypeAdapter.dump_json(messages), consumed=consumed
+        )
+        return RunOutcome(task.task_id, "refused", session.replied, "", consumed)
+
+    async def _agent_run(
+        self,
+        session: ChannelSession,
+        prompt: str,
+        history: list[ModelMessage],
+        instructions: str,
+        consumed: list[int],
+        steered: list[str],
+        inbox: Inbox,
+        meter: UsageMeter,
+        results: DeferredToolResults | None = None,
+    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
+        """The run's messages, its output (text, or the gated calls waiting for approval), and the
+        note it stopped with (``""``: it finished)."""
+        seen = set(consumed)
+        limit = self.agent_file.max_requests_per_run
+        # Streaming: each model request and tool step is driven through node.stream(), its events
+        # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
+        feed = EventFeed(session) if session.streaming else None
+        async with self.agent.iter(
+            prompt or None,  # a run resumed only by decisions brings no new prompt
+            message_history=history,
+            deps=RunDeps(session),
+            instructions=instructions,
+            usage_limits=UsageLimits(request_limit=limit),
+            deferred_tool_results=results,
+        ) as run:
+            try:
+                async for node in run:
+                    if run.result is not None:
+                        break  # the run ended; anything newer starts the next run
+                    if Agent.is_call_tools_node(node):
+                        await meter.add(node.model_response)
+                    # Steering: before each model request (and before a final answer is accepted),
+                    # show messages that arrived mid-run. Other nodes need no look at the inbox.
+                    if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
+                        continue
+                    await session.journal.check()  # a run that lost its lease spends no more model calls
+                    if Agent.is_model_request_node(node) and meter.bounded and meter.total.requests:
+                        hit = await self.budgets.exceeded(meter.person)
+                        if hit is not None:
+                            # Crossed mid-way: the step that crossed it is done (its tools ran); its
+                            # results are kept, answered by the note, so the transcript stays whole.
+                            if self.hooks.on_budget:
+                                self.hooks.on_budget(session, hit.kind)
+                            note = hit.note()
+                            stop = ModelResponse(parts=[TextPart(note)])
+                            return [*run.all_messages(), node.request, stop], "", note
+                    fresh = [i for i in await inbox() if i.item_id not in seen]
+                    if fresh:
+                        steering = await self.prompt(session, fresh)
+                        run.enqueue(steering, priority="asap")
+                        steered.append(steering)
+                        for item in fresh:
+                            seen.add(item.item_id)
+                            consumed.append(item.item_id)
+                    if feed is None:
+                        continue
+                    if Agent.is_model_request_node(node):
+                        feed.new_request()
+                        async with node.stream(run.ctx) as model_events:
+                            async for model_event in model_events:
+                                feed.model_event(model_event)
+                    else:
+                        async with node.stream(run.ctx) as tool_events:
+                            async for tool_event in tool_events:
+                                await feed.tool_event(tool_event)
+            except UsageLimitExceeded:
+                # A runaway tool loop. The request that would pass the limit is already in the
+                # history (with the last tool results); the apology answers it.
+                log.warning("run of task %s reached max_requests_per_run (%d)", session.task.task_id, limit)
+                note = RUNAWAY.format(limit=limit)
+                return [*run.all_messages(), ModelResponse(parts=[TextPart(note)])], "", note
+            result = run.result
+            if result is None:  # pragma: no cover - iter always ends with a result
+                raise RuntimeError("agent run ended without a result")
+            return list(result.all_messages()), result.output, ""
+
+
+def _recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
+    """The newest inbound message (as the ingress stored it): whom a streamed answer is for."""
+    for item in reversed(items):
+        try:
+            raw = json.loads(item.payload)
+        except ValueError:
+            continue
+        if isinstance(raw, dict) and not is_decision(item):
+            return raw
+    return None
+
+
+def _stopped(exc: BaseException) -> bool:
+    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped`."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue  # chains can loop
+        seen.add(id(current))
+        if isinstance(current, RunStopped):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        if current.__cause__ is not None:
+            pending.append(current.__cause__)
+    return False
+
+
+def trim_history(messages: list[ModelMessage], limit: int) -> list[ModelMessage]:
+    """The newest part of a transcript of at most ``limit`` messages, starting at a person's prompt.
+
+    A conversation that goes on for months (a DM's top level) must not outgrow the model's context
+    and end every run in an error; cutting only before a user prompt keeps tool calls with their results.
+    """
+    if len(messages) <= limit:
+        return messages
+    for start in range(len(messages) - limit, len(messages)):
+        message = messages[start]
+        if isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts):
+            return messages[start:]
+    return []
+
+
+def _load_history(transcript: bytes) -> list[ModelMessage]:
+    if not transcript:
+        return []
+    try:
+        return list(ModelMessagesTypeAdapter.validate_json(transcript))
+    except ValueError:
+        # A transcript from an incompatible pydantic-ai version must not brick the task.
+        log.warning("discarding an unreadable transcript")
+        return []

@@ -1,0 +1,1 @@
+"""threadbound's tests; ``tests.support`` holds what they (and the benchmarks) share."""

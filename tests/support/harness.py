@@ -1,0 +1,141 @@
+"""An in-process threadbound served over real HTTP next to a fake Slack, for tests and benchmarks.
+
+async with FakeSlack() as slack, AppHarness(slack, model=echo_model(), data_dir=tmp) as app:
+    slack.add_channel("C1", "general")
+    ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
+    await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
+    await app.idle()
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from pydantic_ai.models import Model
+
+from app.runs.run import RunHooks
+from app.service import Service
+from app.settings import Settings
+from threadbound_emulator import FakeSlack
+
+from . import events
+
+SIGNING_SECRET = "test-signing-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def settings_for(slack: FakeSlack, data_dir: Path, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "slack_bot_token": slack.token,
+        "slack_signing_secret": SIGNING_SECRET,
+        "slack_api_url": slack.api_url,
+        "slack_file_origins": (slack.files_origin,),
+        "data_dir": data_dir,
+        "model": "openai-chat:unused",
+        "openai_api_key": "sk-unused-in-tests",  # an OpenAI model without a key is refused at start-up
+        "sweep_interval": 3600.0,
+        "shutdown_grace": 5.0,
+        "agent_file": None,
+        "skills_dir": None,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+class AppHarness:
+    def __init__(
+        self,
+        slack: FakeSlack,
+        *,
+        model: Model | None,
+        data_dir: Path,
+        hooks: RunHooks | None = None,
+        owner: str | None = None,
+        model_name: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        """``model`` drives the agent in-process; with ``model=None`` the service builds the model
+        from ``model_name`` (a MODEL value such as ``openai-chat:NAME``) as production does."""
+        self.slack = slack
+        self.model = model
+        if model_name is not None:
+            overrides["model"] = model_name
+        self.settings = settings_for(slack, data_dir, **overrides)
+        self.hooks = hooks
+        self.owner = owner
+        self.service: Service | None = None
+        self._runner: web.AppRunner | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> AppHarness:
+        self.service = await Service.create(
+            self.settings, model=self.model, hooks=self.hooks, owner=self.owner
+        )
+        self._runner = web.AppRunner(self.service.web_app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        # aiohttp exposes the OS-chosen port only through the runner's bound addresses.
+        self.port = int(self._runner.addresses[0][1])
+        self._http = aiohttp.ClientSession()
+        return self
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self._runner is not None:
+            await self._runner.cleanup()  # on_shutdown drains the runner
+            self._runner = None
+        if self.service is not None:
+            await self.service.close()
+            self.service = None
+
+    async def __aenter__(self) -> AppHarness:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def deliver(self, envelope: dict[str, Any], retry_num: int | None = None) -> aiohttp.ClientResponse:
+        assert self._http is not None
+        return await events.deliver(
+            self._http, f"{self.url}/slack/events", envelope, SIGNING_SECRET, retry_num=retry_num
+        )
+
+    async def click(self, payload: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Deliver an interaction payload (``events.block_actions``), signed and form-encoded."""
+        assert self._http is not None
+        return await events.deliver_interaction(
+            self._http, f"{self.url}/slack/events", payload, SIGNING_SECRET
+        )
+
+    async def post_raw(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        assert self._http is not None
+        response = await self._http.post(f"{self.url}/slack/events", data=body, headers=headers)
+        await response.read()
+        return response
+
+    async def get(self, path: str) -> aiohttp.ClientResponse:
+        assert self._http is not None
+        response = await self._http.get(f"{self.url}{path}")
+        await response.read()
+        return response
+
+    async def idle(self) -> None:
+        assert self.service is not None
+        await self.service.runner.idle()

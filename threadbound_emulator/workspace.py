@@ -1,0 +1,611 @@
+"""The emulated workspace's state: users, conversations, messages, files, canvases, uploads.
+
+One ``Workspace`` is one Slack team with the app installed (its token, scopes and
+bot identity). Set it up with ``add_user`` / ``add_channel`` / ``add_message`` /
+``add_reaction`` / ``add_file``; read it back with ``messages`` / ``bot_messages`` /
+``file_content``. The Web API method families (``threadbound_emulator.api``) read and change it
+through the helpers at the bottom, which hold Slack's threading rules in one place.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .wire import JSON, Params, SlackError, ts_from_micros, ts_key
+
+FileMode = Literal["ok", "html_signin", "redirect", "long", "huge"]
+ChunkSource = Callable[[], Iterable[bytes]]
+
+DEFAULT_SCOPES: tuple[str, ...] = (
+    "app_mentions:read",
+    "chat:write",
+    "reactions:read",
+    "reactions:write",
+    "channels:history",
+    "groups:history",
+    "im:history",
+    "mpim:history",
+    "channels:read",
+    "groups:read",
+    "im:read",
+    "mpim:read",
+    "files:read",
+    "files:write",
+    "users:read",
+    "canvases:write",
+)
+
+FAKE_HOST = "https://fake.slack.com"
+HUGE_DECLARED_SIZE = 200 * 2**20
+CHUNK_SIZE = 256 * 1024
+
+
+@dataclass
+class Status:
+    """One accepted ``assistant.threads.setStatus`` call."""
+
+    channel_id: str
+    thread_ts: str
+    status: str
+
+
+@dataclass
+class Stream:
+    """One streamed message (``chat.startStream`` … ``chat.stopStream``), as the emulator saw it."""
+
+    channel: str
+    ts: str
+    recipient_user_id: str
+    recipient_team_id: str
+    #: ``time.monotonic()`` at start; the stream expires ``Workspace.stream_ttl`` seconds later.
+    started: float
+    #: ``streaming``, ``stopped`` or ``expired``.
+    state: str = "streaming"
+    #: The Markdown the message holds so far.
+    text: str = ""
+    #: The Markdown each call added (start, appends, stop), in order; ``""`` for a call without text.
+    appends: list[str] = field(default_factory=list)
+    #: Task updates by id: ``(title, latest status)``.
+    tasks: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Every ``(task id, status)`` update in arrival order.
+    task_updates: list[tuple[str, str]] = field(default_factory=list)
+    #: Blocks ``stopStream`` added under the text (feedback buttons).
+    blocks: list[JSON] = field(default_factory=list)
+
+
+@dataclass
+class Channel:
+    id: str
+    name: str
+    is_im: bool = False
+    is_private: bool = False
+    is_mpim: bool = False
+    user: str | None = None
+    #: Whether the bot is in it (``conversations.info``'s ``is_member``; lists private ones).
+    is_member: bool = True
+
+
+@dataclass
+class User:
+    id: str
+    name: str
+    display_name: str = ""
+    real_name: str = ""
+    is_bot: bool = False
+    bot_id: str | None = None
+
+
+@dataclass
+class File:
+    id: str
+    name: str
+    title: str
+    mimetype: str
+    content: bytes | None
+    size: int
+    mode: FileMode = "ok"
+    declared_size: int | None = None
+    chunk_source: ChunkSource | None = None
+    mp4_low: bytes | None = None
+    foreign: bool = False
+    user: str = ""
+    created: int = 0
+    shares: dict[str, dict[str, list[JSON]]] = field(default_factory=dict)
+    #: Deterministic filler block for ``content=None`` files (see ``Workspace.add_file``).
+    block: bytes | None = None
+
+    def chunks(self) -> Iterator[bytes]:
+        """The file's bytes in pieces, never as one object (except ``content`` itself)."""
+        if self.content is not None:
+            view = memoryview(self.content)
+            for start in range(0, len(view), CHUNK_SIZE):
+                yield bytes(view[start : start + CHUNK_SIZE])
+            return
+        if self.chunk_source is not None:
+            yield from self.chunk_source()
+            return
+        block = self.block or pattern_block(self.id)
+        left = self.size
+        while left > 0:
+            piece = block if left >= len(block) else block[:left]
+            left -= len(piece)
+            yield piece
+
+
+@dataclass
+class Canvas:
+    id: str
+    title: str
+    markdown: str
+    channel_id: str | None = None
+    access: list[JSON] = field(default_factory=list)
+
+
+@dataclass
+class Upload:
+    file_id: str
+    filename: str
+    length: int
+    alt_txt: str | None = None
+    data: bytes | None = None
+
+
+def pattern_block(seed: str) -> bytes:
+    """A CHUNK_SIZE block of deterministic, non-repeating-looking bytes derived from ``seed``."""
+    out = bytearray()
+    digest = hashlib.sha256(seed.encode()).digest()
+    while len(out) < CHUNK_SIZE:
+        out += digest
+        digest = hashlib.sha256(digest).digest()
+    return bytes(out[:CHUNK_SIZE])
+
+
+def filetype(name: str) -> str:
+    if "." in name:
+        return name.rsplit(".", 1)[1].lower()
+    return "binary"
+
+
+class Workspace:
+    """One team with the app installed; see the module docstring."""
+
+    def __init__(
+        self,
+        token: str = "xoxb-test",
+        scopes: Iterable[str] | None = None,
+        *,
+        bot_user_id: str = "UBOT",
+        bot_id: str = "BBOT",
+        team_id: str = "T1",
+        app_id: str = "A1",
+        bot_name: str = "threadbound",
+    ) -> None:
+        self.token = token
+        self.scopes: list[str] = list(DEFAULT_SCOPES if scopes is None else scopes)
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.team_id = team_id
+        self.team = "Fake Team"
+        self.app_id = app_id
+        self.bot_name = bot_name
+        #: Slack's behaviour here is disputed: when True, every page of
+        #: ``conversations.replies`` after the first starts with the root again.
+        self.replies_repeat_root = False
+
+        self.statuses: list[Status] = []
+        #: ``chat.postEphemeral`` calls: ``(channel, user, thread_ts, text)``; seen by that user only.
+        self.ephemerals: list[tuple[str, str, str, str]] = []
+        #: Streamed messages by ``(channel, ts)`` (``threadbound_emulator.api.streams``).
+        self.streams: dict[tuple[str, str], Stream] = {}
+        #: Seconds a stream stays open (Slack: about five minutes); ``expire_streams`` ends them now.
+        self.stream_ttl = 300.0
+        #: ``assistant.threads.setTitle`` calls: ``(channel, thread_ts, title)``.
+        self.titles: list[tuple[str, str, str]] = []
+        #: ``assistant.threads.setSuggestedPrompts`` calls: ``(channel, thread_ts, prompts)``.
+        self.suggested_prompts: list[tuple[str, str, list[JSON]]] = []
+        self.canvases: dict[str, Canvas] = {}
+        self.users: dict[str, User] = {}
+        self.channels: dict[str, Channel] = {}
+        self.files: dict[str, File] = {}
+        self.uploads: dict[str, Upload] = {}
+        self._messages: dict[str, list[JSON]] = {}
+        self._clock = 1_700_000_000_000_000
+        self._ids = 0
+        #: (files origin, other origin) once the file host serves; file URLs need them.
+        self._origins: tuple[str, str] | None = None
+        self.add_user(bot_user_id, bot_name, display_name=bot_name, real_name=bot_name, is_bot=True)
+        self.users[bot_user_id].bot_id = bot_id
+
+    # ------------------------------------------------------------------ origins
+
+    def serve_files_at(self, files_origin: str, other_origin: str) -> None:
+        """Where file URLs point: the file host's origin, and a second origin for refusal tests."""
+        self._origins = (files_origin, other_origin)
+
+    @property
+    def files_origin(self) -> str:
+        """The origin files are served from (put it in ``SLACK_FILE_ORIGINS``)."""
+        if self._origins is None:
+            raise RuntimeError("the workspace's file host is not started")
+        return self._origins[0]
+
+    @property
+    def other_origin(self) -> str:
+        """The same server under a different origin string, for refusal tests."""
+        if self._origins is None:
+            raise RuntimeError("the workspace's file host is not started")
+        return self._origins[1]
+
+    # ------------------------------------------------------------------ set-up
+
+    def start_clock_at(self, seconds: float) -> None:
+        """Hand out message ts from ``seconds`` on (the playground starts at the wall clock, so ts
+        never repeat across restarts while the app's store keeps its claims)."""
+        self._clock = max(self._clock, int(seconds * 1_000_000))
+
+    def next_ts(self) -> str:
+        """A new ts, strictly greater than every ts handed out or stored so far."""
+        self._clock += 100
+        return ts_from_micros(self._clock)
+
+    def new_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids:07d}"
+
+    def add_user(
+        self,
+        id: str,
+        name: str,
+        display_name: str = "",
+        real_name: str = "",
+        is_bot: bool = False,
+    ) -> None:
+        """Add (or replace) a user."""
+        self.users[id] = User(id, name, display_name, real_name, is_bot)
+
+    def add_channel(
+        self,
+        id: str,
+        name: str,
+        is_im: bool = False,
+        user: str | None = None,
+        *,
+        is_private: bool = False,
+        is_mpim: bool = False,
+        is_member: bool = True,
+    ) -> None:
+        """Add (or replace) a conversation; an IM names the other party in ``user``."""
+        private = is_private or is_im or is_mpim
+        self.channels[id] = Channel(id, name, is_im, private, is_mpim, user, is_member)
+        self._messages.setdefault(id, [])
+
+    def add_message(
+        self,
+        channel: str,
+        text: str,
+        user: str,
+        thread_ts: str | None = None,
+        files: list[JSON] | None = None,
+        bot_id: str | None = None,
+        ts: str | None = None,
+        *,
+        blocks: list[JSON] | None = None,
+        metadata: JSON | None = None,
+        subtype: str | None = None,
+    ) -> str:
+        """Store a message as if someone had posted it; returns its ts.
+
+        An unknown ``channel`` is created (named after its id). ``files`` are file
+        objects as they appear in messages (see ``file_object``). A ``thread_ts``
+        must name a top-level message already stored in the channel.
+        """
+        if channel not in self.channels:
+            self.add_channel(channel, channel.lower())
+        if ts is None:
+            ts = self.next_ts()
+        else:
+            key = ts_key(ts)
+            if any(ts_key(m["ts"]) == key for m in self._messages[channel]):
+                raise ValueError(f"a message with ts {ts} already exists in {channel}")
+            self._clock = max(self._clock, key[0] * 1_000_000 + key[1])
+        message: JSON = {"type": "message", "user": user, "text": text, "ts": ts, "team": self.team_id}
+        if subtype:
+            message["subtype"] = subtype
+        if bot_id:
+            message["bot_id"] = bot_id
+        if blocks is not None:
+            message["blocks"] = copy.deepcopy(blocks)
+        if files:
+            message["files"] = copy.deepcopy(files)
+            message["upload"] = False
+        if metadata is not None:
+            message["metadata"] = copy.deepcopy(metadata)
+        if thread_ts is not None and thread_ts != ts:
+            root = self.find(channel, thread_ts)
+            if root is None or self.is_reply(root):
+                raise ValueError(f"no thread root {thread_ts} in {channel}")
+            self.attach_reply(root, message)
+        self.insert(channel, message)
+        return ts
+
+    def add_reaction(self, channel: str, ts: str, name: str, user: str) -> None:
+        """Add someone's reaction to a stored message."""
+        message = self.find(channel, ts)
+        if message is None:
+            raise ValueError(f"no message {ts} in {channel}")
+        self.react(message, name, user)
+
+    def add_file(
+        self,
+        id: str,
+        name: str,
+        mimetype: str,
+        content: bytes | ChunkSource | None = None,
+        mode: FileMode = "ok",
+        declared_size: int | None = None,
+        mp4_low: bytes | None = None,
+        *,
+        size: int | None = None,
+        title: str | None = None,
+        user: str = "",
+        foreign: bool = False,
+    ) -> None:
+        """Add a downloadable file.
+
+        ``content`` is the bytes, or a callable returning an iterable of chunks
+        (then ``size`` is required), or ``None`` with ``size``: deterministic bytes
+        generated in 256 KiB chunks, so a 100 MiB file never exists as one object
+        (``file_sha256`` / ``file_content`` give what is served). ``declared_size``
+        is what ``files.info`` reports (default: the real size; mode ``"huge"``
+        reports 200 MiB). ``foreign=True`` puts the file's URLs on ``other_origin``.
+        Modes: ``"html_signin"`` serves Slack's sign-in page, ``"redirect"`` a 302
+        to it, ``"long"`` more bytes than declared.
+        """
+        if isinstance(content, bytes | bytearray):
+            raw = bytes(content)
+            data: bytes | None = raw
+            real = len(raw)
+            source: ChunkSource | None = None
+        elif callable(content):
+            if size is None:
+                raise ValueError("a chunk generator needs size=")
+            data, real, source = None, size, content
+        else:
+            if size is None:
+                raise ValueError("content=None needs size=")
+            data, real, source = None, size, None
+        self.files[id] = File(
+            id=id,
+            name=name,
+            title=title if title is not None else name,
+            mimetype=mimetype,
+            content=data,
+            size=real,
+            mode=mode,
+            declared_size=declared_size,
+            chunk_source=source,
+            mp4_low=mp4_low,
+            foreign=foreign,
+            user=user,
+            created=int(time.time()),
+            block=pattern_block(id) if data is None and source is None else None,
+        )
+
+    def expire_streams(self) -> int:
+        """End every open stream as Slack does after ~5 minutes (later appends fail); returns how many."""
+        open_streams = [s for s in self.streams.values() if s.state == "streaming"]
+        for stream in open_streams:
+            stream.state = "expired"
+        return len(open_streams)
+
+    # ------------------------------------------------------------------ inspection
+
+    def file_object(self, file_id: str) -> JSON:
+        """The file as ``files.info`` and message ``files`` show it (needs the server started)."""
+        if file_id in self.canvases:
+            return self.canvas_object(self.canvases[file_id])
+        return self.hosted_file_object(self.files[file_id])
+
+    def file_content(self, file_id: str) -> bytes:
+        """The bytes mode ``"ok"`` serves for the file (materialised: small files only)."""
+        return b"".join(self.files[file_id].chunks())
+
+    def file_sha256(self, file_id: str) -> str:
+        """Hex SHA-256 of the bytes mode ``"ok"`` serves, computed chunk by chunk."""
+        digest = hashlib.sha256()
+        for chunk in self.files[file_id].chunks():
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    def file_bytes_uploaded(self, file_id: str) -> bytes:
+        """The bytes an upload (``files_upload_v2``) stored for ``file_id``."""
+        data = self.files[file_id].content
+        if data is None:
+            raise ValueError(f"{file_id} was not uploaded")
+        return data
+
+    def messages(self, channel: str, thread_ts: str | None = None) -> list[JSON]:
+        """Copies of stored messages: the thread (root first) if ``thread_ts``, else every
+        message of the channel, replies included, oldest first."""
+        stored = self._messages.get(channel, [])
+        if thread_ts is None:
+            return copy.deepcopy(stored)
+        return copy.deepcopy(self.thread(channel, thread_ts))
+
+    def bot_messages(self, channel: str | None = None) -> list[JSON]:
+        """Copies of every message the bot posted (in one channel, or anywhere), oldest first."""
+        channels = [channel] if channel is not None else list(self._messages)
+        out = [m for c in channels for m in self._messages.get(c, []) if self.is_bots(m)]
+        return copy.deepcopy(out)
+
+    # ------------------------------------------------------------------ rules the methods share
+
+    def channel(self, params: Params, key: str = "channel") -> Channel:
+        """The conversation a call names, or ``channel_not_found``."""
+        chan = self.channels.get(str(params.get(key) or ""))
+        if chan is None:
+            raise SlackError("channel_not_found")
+        return chan
+
+    def stored(self, channel: str) -> list[JSON]:
+        """The channel's stored messages themselves (not copies), oldest first."""
+        return self._messages.setdefault(channel, [])
+
+    def find(self, channel: str, ts: str) -> JSON | None:
+        try:
+            key = ts_key(ts)
+        except ValueError:
+            return None
+        for message in self._messages.get(channel, []):
+            if ts_key(message["ts"]) == key:
+                return message
+        return None
+
+    @staticmethod
+    def is_reply(message: JSON) -> bool:
+        return "thread_ts" in message and message["thread_ts"] != message["ts"]
+
+    def is_bots(self, message: JSON) -> bool:
+        return message.get("bot_id") == self.bot_id or message.get("user") == self.bot_user_id
+
+    def insert(self, channel: str, message: JSON) -> None:
+        """Store a message in ts order."""
+        stored = self._messages.setdefault(channel, [])
+        key = ts_key(message["ts"])
+        index = len(stored)
+        while index > 0 and ts_key(stored[index - 1]["ts"]) > key:
+            index -= 1
+        stored.insert(index, message)
+
+    def attach_reply(self, root: JSON, reply: JSON) -> None:
+        """Make ``reply`` part of ``root``'s thread, updating the root's reply summary."""
+        reply["thread_ts"] = root["ts"]
+        reply["parent_user_id"] = root.get("user", "")
+        root["thread_ts"] = root["ts"]
+        root["reply_count"] = int(root.get("reply_count", 0)) + 1
+        users = list(root.get("reply_users", []))
+        if reply.get("user") and reply["user"] not in users:
+            users.append(reply["user"])
+        root["reply_users"] = users
+        root["reply_users_count"] = len(users)
+        if ts_key(reply["ts"]) > ts_key(str(root.get("latest_reply") or root["ts"])):
+            root["latest_reply"] = reply["ts"]
+
+    def thread(self, channel: str, ts: str) -> list[JSON]:
+        """The thread containing ``ts``, root first ([] if there is no such message)."""
+        message = self.find(channel, ts)
+        if message is None:
+            return []
+        root_ts = message["thread_ts"] if self.is_reply(message) else message["ts"]
+        root = self.find(channel, root_ts)
+        stored = self._messages.get(channel, [])
+        replies = [m for m in stored if self.is_reply(m) and m["thread_ts"] == root_ts]
+        return ([root] if root is not None else []) + replies
+
+    def thread_root(self, channel: str, thread_ts: Any) -> str | None:
+        """The root ts a post with ``thread_ts`` goes under (a reply's ts maps to its root)."""
+        if thread_ts in (None, ""):
+            return None
+        target = self.find(channel, str(thread_ts))
+        if target is None:
+            raise SlackError("thread_not_found")
+        return str(target["thread_ts"]) if self.is_reply(target) else str(target["ts"])
+
+    def render(self, message: JSON, metadata: bool) -> JSON:
+        """A message as the Web API returns it: a copy, with fresh file objects."""
+        out = copy.deepcopy(message)
+        if not metadata:
+            out.pop("metadata", None)
+        if "files" in out:
+            out["files"] = [self._refresh_file(f) for f in out["files"]]
+        return out
+
+    def _refresh_file(self, file: JSON) -> JSON:
+        fid = file.get("id")
+        if isinstance(fid, str) and (fid in self.files or fid in self.canvases) and self._origins:
+            if file.get("file_access") == "check_file_info":
+                return file
+            return self.file_object(fid)
+        return file
+
+    def bot_message(self, text: str, ts: str) -> JSON:
+        """A new message as the bot posts it."""
+        return {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "text": text,
+            "ts": ts,
+            "team": self.team_id,
+            "bot_profile": {"id": self.bot_id, "app_id": self.app_id, "name": self.bot_name},
+        }
+
+    def permalink(self, channel: str, message: JSON) -> str:
+        link = f"{FAKE_HOST}/archives/{channel}/p{message['ts'].replace('.', '')}"
+        if self.is_reply(message):
+            link += f"?thread_ts={message['thread_ts']}&cid={channel}"
+        return link
+
+    def react(self, message: JSON, name: str, user: str) -> None:
+        """Add ``user``'s reaction ``name``; ``already_reacted`` if it is there."""
+        reactions: list[JSON] = message.setdefault("reactions", [])
+        for reaction in reactions:
+            if reaction["name"] == name:
+                if user in reaction["users"]:
+                    raise SlackError("already_reacted")
+                reaction["users"].append(user)
+                reaction["count"] = len(reaction["users"])
+                return
+        reactions.append({"name": name, "users": [user], "count": 1})
+
+    def hosted_file_object(self, f: File) -> JSON:
+        """A hosted file as Slack describes it, its URLs on the file host."""
+        origin = self.other_origin if f.foreign else self.files_origin
+        if f.mode == "huge":
+            size = f.declared_size if f.declared_size is not None else HUGE_DECLARED_SIZE
+        else:
+            size = f.declared_size if f.declared_size is not None else f.size
+        obj: JSON = {
+            "id": f.id,
+            "created": f.created,
+            "timestamp": f.created,
+            "name": f.name,
+            "title": f.title,
+            "mimetype": f.mimetype,
+            "filetype": filetype(f.name),
+            "pretty_type": filetype(f.name).upper(),
+            "user": f.user,
+            "mode": "hosted",
+            "editable": False,
+            "is_external": False,
+            "is_public": True,
+            "size": size,
+            "url_private": f"{origin}/files/{f.id}/{f.name}",
+            "url_private_download": f"{origin}/files/{f.id}/download/{f.name}",
+            "permalink": f"{FAKE_HOST}/files/{f.user or self.bot_user_id}/{f.id}/{f.name}",
+        }
+        if f.mp4_low is not None:
+            obj["mp4_low"] = f"{origin}/files/{f.id}/mp4_low/{f.name}"
+        if f.shares:
+            obj["shares"] = copy.deepcopy(f.shares)
+        return obj
+
+    def canvas_object(self, canvas: Canvas) -> JSON:
+        return {
+            "id": canvas.id,
+            "name": canvas.title,
+            "title": canvas.title,
+            "mimetype": "application/vnd.slack-docs",
+            "filetype": "quip",
+            "pretty_type": "Canvas",
+            "user": self.bot_user_id,
+            "size": len(canvas.markdown.encode()),
+            "permalink": f"{FAKE_HOST}/docs/{self.team_id}/{canvas.id}",
+            "url_private": f"{FAKE_HOST}/docs/{self.team_id}/{canvas.id}",
+        }
