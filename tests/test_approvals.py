@@ -330,11 +330,12 @@ async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
     """`approval` globs match MCP tools too: the call to a real MCP server waits for its card and,
     once approved, its result reaches the model."""
     python = sys.executable.replace("\\", "/")
+    tickets = (Path(__file__).parent / "support" / "mcp_tickets.py").as_posix()
     agent = tmp_path / "agent.toml"
     agent.write_text(
         'approval = ["tickets_get_*"]\n'
         "[mcp.tickets]\n"
-        f'command = ["{python}", "-m", "tests.support.mcp_tickets"]\n'
+        f'command = ["{python}", "{tickets}"]\n'
         'eager = ["get_ticket"]\n'
         "timeout = 5\n",
         encoding="utf-8",

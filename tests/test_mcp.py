@@ -1,4 +1,4 @@
-"""MCP servers from the agent file, against real MCP servers (testing/mcp_tickets.py) over stdio and HTTP."""
+"""MCP servers from the agent file, against real MCP servers (tests/support/mcp_tickets.py): stdio, HTTP."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from channel.tools import CATALOG
 from tests.support.harness import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-TICKETS = (sys.executable, "-m", "tests.support.mcp_tickets")
+TICKETS = (sys.executable, str(ROOT / "tests" / "support" / "mcp_tickets.py"))
 
 
 def tickets(**overrides: object) -> McpServerConfig:

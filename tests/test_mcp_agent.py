@@ -19,6 +19,7 @@ from tests.support.models import Turn, call, scripted
 from threadbound_emulator import FakeSlack
 
 PYTHON = sys.executable.replace("\\", "/")
+TICKETS_SERVER = (Path(__file__).parent / "support" / "mcp_tickets.py").as_posix()
 
 
 def agent_file(tmp_path: Path, body: str) -> Path:
@@ -29,7 +30,7 @@ def agent_file(tmp_path: Path, body: str) -> Path:
 
 TICKETS = f"""
 [mcp.tickets]
-command = ["{PYTHON}", "-m", "tests.support.mcp_tickets"]
+command = ["{PYTHON}", "{TICKETS_SERVER}"]
 env = {{ TICKETS_DB = "${{TICKETS_DB:-memory}}" }}
 eager = ["get_ticket"]
 exclude = ["exit_server"]
