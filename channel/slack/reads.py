@@ -87,7 +87,7 @@ class Reads(Lookups):
         for message in raw:
             refs.add(references(message))
         names = await self._resolve(refs)
-        files = await self._resolve_files(raw)
+        files = await self._file_infos.resolve(channel, raw)
         return [self._view(channel, with_files(m, files), names) for m in raw]
 
     def _view(self, channel: str, message: Mapping[str, Any], names: Names) -> MessageView:
