@@ -39,9 +39,10 @@ from channel.errors import ChannelError
 from channel.markdown import plain_fallback
 
 from .canvases import create_canvas
-from .content import References, file_stubs, message_files, references, render_message, with_files
+from .content import References, message_files, references, render_message, with_files
 from .downloads import download
 from .errors import SlackCallObserver, slack_call
+from .file_access import FileInfos
 from .file_meta import file_meta
 from .outbound import DEFAULT_DEADLINE, Outbound
 from .render import Names, display_name, strip_mass_mentions
@@ -52,8 +53,6 @@ from .uploads import upload
 
 log = logging.getLogger(__name__)
 
-# files.info answers meaning the bot may not see the file (not a passing failure).
-_FILE_HIDDEN = frozenset({"file_not_found", "file_deleted", "access_denied", "not_allowed", "not_visible"})
 #: Metadata event type that carries the effect id of a post (see the effect journal).
 EFFECT_EVENT = "threadbound_effect"
 # conversations.replies allows 1,000 per call, history 999: the fewest calls for a whole thread.
@@ -115,9 +114,8 @@ class SlackAdapter(AdapterBase):
         # Names of channels a message refers to; "" when Slack would not say (another
         # workspace, a private channel): cosmetic, so a failed lookup is not retried.
         self._channel_names: dict[str, str] = {}
-        # files.info answers for Slack Connect file stubs, per file; a file Slack said the bot
-        # cannot see is remembered as None (an unanswered lookup is tried again next time).
-        self._file_infos: dict[str, dict[str, Any] | None] = {}
+        # files.info answers for file stubs and forwarded files, and which of them get a handle.
+        self._file_infos = FileInfos(self._files_info)
         if identity.user_id and identity.bot_name:
             # auth.test already named the bot: mentions of it cost no users.info call.
             self._user_names[identity.user_id] = (identity.bot_name, True)
@@ -285,28 +283,13 @@ class SlackAdapter(AdapterBase):
         for message in raw:
             refs.add(references(message))
         names = await self._resolve(refs)
-        files = await self._resolve_files(raw)
+        files = await self._file_infos.resolve(channel, raw)
         return [self._view(channel, with_files(m, files), names) for m in raw]
 
-    async def _resolve_files(self, raw: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-        """``files.info`` for every file stub in ``raw`` (cached per file), so the model sees the
-        real name, type and size; a file the bot may not see stays a stub (listed as unavailable)."""
-        stubs = sorted(set().union(*(file_stubs(m) for m in raw))) if raw else []
-        await asyncio.gather(*(self._file_info_cached(f) for f in stubs if f not in self._file_infos))
-        return {f: info for f in stubs if (info := self._file_infos.get(f)) is not None}
-
-    async def _file_info_cached(self, file_id: str) -> None:
-        try:
-            async with self._call("files.info"):
-                response = await self.reads.files_info(file=file_id)
-        except ChannelError as exc:
-            if exc.code == "not_found" or exc.provider_code in _FILE_HIDDEN:
-                self._file_infos[file_id] = None
-            else:
-                log.warning("files.info for a file stub failed: %s", exc.message)
-            return
-        info = response.get("file")
-        self._file_infos[file_id] = dict(info) if isinstance(info, Mapping) and info.get("id") else None
+    async def _files_info(self, file_id: str) -> Mapping[str, Any]:
+        async with self._call("files.info"):
+            response = await self.reads.files_info(file=file_id)
+        return {"file": response.get("file")}
 
     async def _resolve(self, refs: References) -> Names:
         """Names for every reference, looked up (cached) where the message gave no label."""
