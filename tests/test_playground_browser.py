@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - the test extra installs it
     async_playwright = None  # type: ignore[assignment]
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.skipif(
         async_playwright is None, reason="playwright is not installed (pip install -e '.[test]')"
     ),
