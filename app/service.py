@@ -39,6 +39,7 @@ from app.intake.agent_view import AGENT_EVENTS, AgentView
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
+from app.intake.socket_mode import SocketModeError, SocketModeIntake, open_connection_url
 from app.ops.check import auth_failure
 from app.ops.metrics import CONTENT_TYPE_LATEST
 from app.ops.observe import Observer, TimedModel, combine
@@ -57,7 +58,7 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
 
-from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .settings import WHERE_TO_GET, Settings, app_token_problem, describe_database, missing_settings
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,11 @@ class StartupError(Exception):
     """Configuration that cannot work; the message says what to fix."""
 
 
+#: The answer of POST /slack/events when deliveries come over Socket Mode only.
+HTTP_EVENTS_OFF = (
+    "this app takes Slack deliveries over Socket Mode (SLACK_APP_TOKEN is set); "
+    "set SLACK_HTTP_EVENTS=true to take them over HTTP as well"
+)
 #: Seconds start-up waits for the store to open and migrate before giving up with a reason.
 STORE_OPEN_TIMEOUT = 20.0
 
@@ -134,12 +140,11 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(
-    settings: Settings,
-    ingress: Ingress,
-    interactions: Interactions | None = None,
-    agent_view: AgentView | None = None,
-) -> AsyncApp:
+def event_handler(
+    ingress: Ingress, agent_view: AgentView | None
+) -> Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]:
+    """What an ``event_callback`` body becomes, over HTTP and over Socket Mode alike: ``(status, reason)``."""
+
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
         event = body.get("event")
         if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
@@ -147,6 +152,16 @@ def build_bolt(
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
+    return handle
+
+
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
+    handle = event_handler(ingress, agent_view)
     # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
     # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
     # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
@@ -179,6 +194,10 @@ class Service:
     approvals: Approvals | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
+    #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``), started and stopped with the web app.
+    socket: SocketModeIntake | None = None
+    #: The first Socket Mode URL, fetched by ``create`` (which thereby checked the app token).
+    socket_url: str | None = None
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -197,7 +216,8 @@ class Service:
     ) -> Service:
         """Build everything and fail early, with a message naming the fix, on bad configuration.
 
-        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret,
+        and takes no Socket Mode deliveries either."""
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
@@ -208,7 +228,14 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
+        socket_mode = webhook and settings.socket_mode
+        problem = app_token_problem(settings.slack_app_token.get_secret_value()) if socket_mode else None
+        if webhook and not settings.socket_mode and not settings.http_events:
+            problem = "SLACK_HTTP_EVENTS=false without SLACK_APP_TOKEN leaves Slack no way to deliver events"
+        if problem:
+            raise StartupError(problem)
+        needs_secret = webhook and settings.http_events
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=needs_secret)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -224,6 +251,13 @@ class Service:
             try:
                 model = build_model(model_name, settings)
             except ValueError as exc:
+                raise StartupError(str(exc)) from exc
+        socket_url = None
+        if socket_mode:  # checks the app token before anything is opened
+            try:
+                token = settings.slack_app_token.get_secret_value()
+                socket_url = await open_connection_url(token, settings.slack_api_url)
+            except SocketModeError as exc:
                 raise StartupError(str(exc)) from exc
         store = await open_ready_store(settings)
         observer = Observer()
@@ -323,6 +357,15 @@ class Service:
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
+        socket = None
+        if socket_url is not None:
+            socket = SocketModeIntake(
+                app_token=settings.slack_app_token.get_secret_value(),
+                api_url=settings.slack_api_url,
+                on_event=event_handler(ingress, agent_view),
+                on_interaction=interactions.handle,
+                ack_gate=runner.ack_gate,
+            )
         return cls(
             settings,
             store,
@@ -335,6 +378,8 @@ class Service:
             mcp=mcp,
             approvals=approvals,
             agent_view=agent_view,
+            socket=socket,
+            socket_url=socket_url,
         )
 
     def _web_app(self) -> web.Application:
@@ -348,6 +393,8 @@ class Service:
         return app
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
+        if not self.settings.http_events:
+            return web.Response(status=404, text=HTTP_EVENTS_OFF)
         # Counted until answered: run start-ups wait for a moment without acks in flight.
         gate = self.runner.ack_gate
         with gate.acking() if gate is not None else contextlib.nullcontext():
@@ -365,6 +412,8 @@ class Service:
             await self.store.ping()
         except StoreError as exc:
             return web.json_response({"ok": False, "store": str(exc)}, status=503)
+        if self.socket is not None:
+            return web.json_response({"ok": True, "socket_mode": self.socket.connected})
         return web.json_response({"ok": True})
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -382,11 +431,16 @@ class Service:
         # Conversations of instances that died (a crash before this restart included), at once.
         takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
         self._background.append(takeover)
+        if self.socket is not None:
+            self.socket.start(self.socket_url)
+            log.info("taking Slack deliveries over Socket Mode")
 
     async def _on_shutdown(self, _: web.Application) -> None:
         await self.drain(self.settings.shutdown_grace)
 
     async def drain(self, grace: float) -> None:
+        if self.socket is not None:  # stop taking deliveries first; those being claimed are acked
+            await self.socket.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
