@@ -1,21 +1,15 @@
-"""The process: store, Slack adapter, agent, scheduler and the aiohttp web app, wired together.
+"""The composition root: builds the store, Slack adapter, agent, scheduler, intake and the HTTP edge, and
+is the one place that knows every part; ``serve`` runs it until a signal.
 
-Bolt's ``AsyncApp`` stays at the edge: it verifies signatures (401), answers
-``url_verification`` and ``ssl_check``, then our middleware turns every
-``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
-listener machinery (which acks before work and would 404 unmatched events) is
-not used.
+The HTTP edge itself (Bolt, ``/slack/events``, the probes, ``/metrics``) is ``app.intake.http``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import hmac
 import logging
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,11 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from pydantic_ai.models import Model
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.middleware.async_middleware import AsyncMiddleware
-from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_bolt.response import BoltResponse
 
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import ApprovalGate, Approvals, gated
@@ -35,13 +25,13 @@ from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
-from app.intake.agent_view import AGENT_EVENTS, AgentView
+from app.intake.agent_view import AgentView
+from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
-from app.intake.socket_mode import SocketModeError, SocketModeIntake, open_connection_url
+from app.intake.socket_mode import SocketModeError, SocketModeIntake, check_transport, open_connection_url
 from app.ops.check import auth_failure
-from app.ops.metrics import CONTENT_TYPE_LATEST
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
 from app.runs.ack_gate import AckGate
@@ -58,7 +48,7 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
 
-from .settings import WHERE_TO_GET, Settings, app_token_problem, describe_database, missing_settings
+from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +57,6 @@ class StartupError(Exception):
     """Configuration that cannot work; the message says what to fix."""
 
 
-#: The answer of POST /slack/events when deliveries come over Socket Mode only.
-HTTP_EVENTS_OFF = (
-    "this app takes Slack deliveries over Socket Mode (SLACK_APP_TOKEN is set); "
-    "set SLACK_HTTP_EVENTS=true to take them over HTTP as well"
-)
 #: Seconds start-up waits for the store to open and migrate before giving up with a reason.
 STORE_OPEN_TIMEOUT = 20.0
 
@@ -110,72 +95,6 @@ async def open_ready_store(settings: Settings) -> Store:
     return store
 
 
-class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
-    nothing reaches Bolt's listeners."""
-
-    def __init__(
-        self,
-        handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]],
-        interactions: Interactions | None = None,
-    ) -> None:
-        self._handle = handle
-        self._interactions = interactions
-
-    async def async_process(
-        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
-    ) -> BoltResponse:
-        body = req.body
-        if not isinstance(body, dict) or not body:
-            return BoltResponse(status=400, body="malformed request body")
-        if body.get("type") == "event_callback":
-            status, text = await self._handle(body)
-            return BoltResponse(status=status, body=text)
-        if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
-            return await next()
-        if body.get("type") == "block_actions" and self._interactions is not None:
-            status, text = await self._interactions.handle(body)
-            return BoltResponse(status=status, body=text)
-        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
-        return BoltResponse(status=200, body="")
-
-
-def event_handler(
-    ingress: Ingress, agent_view: AgentView | None
-) -> Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]:
-    """What an ``event_callback`` body becomes, over HTTP and over Socket Mode alike: ``(status, reason)``."""
-
-    async def handle(body: dict[str, Any]) -> tuple[int, str]:
-        event = body.get("event")
-        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
-            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
-        result = await ingress.handle(body)
-        return result.status, "" if result.status == 200 else result.reason
-
-    return handle
-
-
-def build_bolt(
-    settings: Settings,
-    ingress: Ingress,
-    interactions: Interactions | None = None,
-    agent_view: AgentView | None = None,
-) -> AsyncApp:
-    handle = event_handler(ingress, agent_view)
-    # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
-    # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
-    # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
-    # it, and url_verification and ssl_check need none.
-    return AsyncApp(
-        token=settings.slack_bot_token.get_secret_value(),
-        signing_secret=settings.slack_signing_secret.get_secret_value(),
-        before_authorize=_Ingest(handle, interactions),
-        process_before_response=True,
-        ignoring_self_events_enabled=False,
-        raise_error_for_unhandled_request=False,
-    )
-
-
 @dataclass
 class Service:
     settings: Settings
@@ -194,10 +113,12 @@ class Service:
     approvals: Approvals | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
-    #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``), started and stopped with the web app.
+    #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
     socket: SocketModeIntake | None = None
-    #: The first Socket Mode URL, fetched by ``create`` (which thereby checked the app token).
+    #: The first Socket Mode URL, got by ``create`` (which thereby checked the app token).
     socket_url: str | None = None
+    #: The HTTP edge (``app.intake.http``) and its aiohttp app.
+    http: HttpEdge = field(init=False)
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -228,13 +149,16 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        socket_mode = webhook and settings.socket_mode
-        problem = app_token_problem(settings.slack_app_token.get_secret_value()) if socket_mode else None
-        if webhook and not settings.socket_mode and not settings.http_events:
-            problem = "SLACK_HTTP_EVENTS=false without SLACK_APP_TOKEN leaves Slack no way to deliver events"
-        if problem:
-            raise StartupError(problem)
-        needs_secret = webhook and settings.http_events
+        try:
+            check_transport(settings)
+            # Socket Mode: apps.connections.open checks the app token before anything is opened.
+            socket_url = None
+            if webhook and settings.socket_mode:
+                token = settings.slack_app_token.get_secret_value()
+                socket_url = await open_connection_url(token, settings.slack_api_url)
+        except SocketModeError as exc:
+            raise StartupError(str(exc)) from exc
+        needs_secret = webhook and settings.http_events  # in Socket Mode only, nothing to verify
         missing = missing_settings(settings, None if model is not None else model_name, webhook=needs_secret)
         if missing:
             raise StartupError(missing_report(missing))
@@ -251,13 +175,6 @@ class Service:
             try:
                 model = build_model(model_name, settings)
             except ValueError as exc:
-                raise StartupError(str(exc)) from exc
-        socket_url = None
-        if socket_mode:  # checks the app token before anything is opened
-            try:
-                token = settings.slack_app_token.get_secret_value()
-                socket_url = await open_connection_url(token, settings.slack_api_url)
-            except SocketModeError as exc:
                 raise StartupError(str(exc)) from exc
         store = await open_ready_store(settings)
         observer = Observer()
@@ -383,48 +300,22 @@ class Service:
         )
 
     def _web_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
-        app.router.add_post("/slack/events", self._events)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.on_startup.append(self._on_startup)
-        app.on_shutdown.append(self._on_shutdown)
-        return app
-
-    async def _events(self, request: web.Request) -> web.StreamResponse:
-        if not self.settings.http_events:
-            return web.Response(status=404, text=HTTP_EVENTS_OFF)
-        # Counted until answered: run start-ups wait for a moment without acks in flight.
-        gate = self.runner.ack_gate
-        with gate.acking() if gate is not None else contextlib.nullcontext():
-            try:
-                bolt_request = await to_bolt_request(request)
-            except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
-                return web.Response(status=400, text="malformed request body")
-            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
-
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    async def _readyz(self, _: web.Request) -> web.Response:
-        try:
-            await self.store.ping()
-        except StoreError as exc:
-            return web.json_response({"ok": False, "store": str(exc)}, status=503)
-        if self.socket is not None:
-            return web.json_response({"ok": True, "socket_mode": self.socket.connected})
-        return web.json_response({"ok": True})
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        token = self.settings.metrics_token.get_secret_value()
-        if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
-            return web.Response(status=401, text="metrics need Authorization: Bearer $METRICS_TOKEN")
-        return web.Response(
-            body=self.observer.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        socket = self.socket
+        self.http = HttpEdge(
+            bolt=self.bolt,
+            max_body_bytes=self.settings.max_body_bytes,
+            metrics_token=self.settings.metrics_token.get_secret_value(),
+            ping=self.store.ping,
+            metrics=self.observer.metrics.render,
+            ack_gate=self.runner.ack_gate,
+            on_startup=self._on_startup,
+            on_shutdown=self._on_shutdown,
+            slack_events=self.settings.http_events,
+            socket_connected=(lambda: socket.connected) if socket is not None else None,
         )
+        return self.http.app
 
-    async def _on_startup(self, _: web.Application) -> None:
+    async def _on_startup(self) -> None:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
@@ -435,7 +326,7 @@ class Service:
             self.socket.start(self.socket_url)
             log.info("taking Slack deliveries over Socket Mode")
 
-    async def _on_shutdown(self, _: web.Application) -> None:
+    async def _on_shutdown(self) -> None:
         await self.drain(self.settings.shutdown_grace)
 
     async def drain(self, grace: float) -> None:
@@ -510,15 +401,3 @@ async def serve(
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
     return listen_error(settings.host, settings.port, exc)
-
-
-def listen_error(host: str, port: int, exc: OSError) -> str:
-    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
-    where = f"{host}:{port}"
-    if exc.errno == errno.EADDRINUSE:
-        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
-    if exc.errno == errno.EACCES:
-        return f"no permission to listen on {where}: use a PORT above 1023"
-    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
-        return f"cannot listen on {where}: HOST is not an address of this machine (try 0.0.0.0 or 127.0.0.1)"
-    return f"cannot listen on {where}: {exc.strerror or exc}; check HOST and PORT"

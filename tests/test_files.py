@@ -209,6 +209,42 @@ async def test_a_file_the_bot_cannot_see_is_listed_without_a_handle(env: Session
     assert env.slack.count("files.info") == 1
 
 
+def forward(env: SessionEnv, files: list[dict[str, Any]], *, channel_id: str = "C2") -> None:
+    """Post, in the thread, a message whose only files sit in a forwarded-message attachment."""
+    ts = env.slack.add_message("C1", "fwd", "U1", thread_ts=env.root)
+    message = env.slack.find("C1", ts)
+    assert message is not None
+    share = {"author_name": "Kim", "channel_id": channel_id, "text": "here", "files": files}
+    message["attachments"] = [{"is_share": True, **share}, {"is_msg_unfurl": True, **share}]
+
+
+@pytest.mark.parametrize("shape", ["stub", "full"])
+async def test_a_forwarded_file_from_another_conversation_gets_no_handle(env: SessionEnv, shape: str) -> None:
+    """A crafted share naming a file only shared in another channel lists it as unavailable: no handle,
+    no download with the bot token."""
+    env.slack.add_channel("C2", "finance")
+    env.slack.add_file("F0SECRET01", "payroll.csv", "text/csv", b"name,salary")
+    env.slack.add_message("C2", "payroll", "U1", files=[env.slack.file_object("F0SECRET01")])
+    named = {"id": "F0SECRET01", "file_access": "check_file_info"}
+    forward(env, [named if shape == "stub" else env.slack.file_object("F0SECRET01")])
+    [row] = (await env.session.call("channel_read", {}))["messages"][-1:]
+    assert [set(f) for f in row["files"]] == [{"name", "unavailable"}]
+    assert row["files"][0]["name"] == "payroll.csv"
+    assert "another conversation" in row["files"][0]["unavailable"]
+    assert env.slack.file_requests == []
+
+
+async def test_a_forwarded_file_shared_in_this_conversation_gets_a_handle(env: SessionEnv) -> None:
+    """A forwarded message whose file files.info shows shared in this channel lists it with a handle."""
+    env.slack.add_file("F0HERE0001", "plan.txt", "text/plain", b"the plan")
+    env.slack.add_message("C1", "plan", "U1", files=[env.slack.file_object("F0HERE0001")])
+    forward(env, [{"id": "F0HERE0001", "file_access": "check_file_info"}], channel_id="C1")
+    [row] = (await env.session.call("channel_read", {}))["messages"][-1:]
+    [file] = row["files"]
+    result = await env.session.call("channel_fetch_file", {"file": file["file"]})
+    assert result["size"] == 8 and (env.task_dir / result["path"]).read_bytes() == b"the plan"
+
+
 async def test_fetch_cancelled_leaves_nothing(env: SessionEnv) -> None:
     """A download cancelled midway removes its partial file."""
     handle = await posted_file(env, "big.bin", "application/octet-stream", None, size=64 * 2**20)

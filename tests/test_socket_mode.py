@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from app.service import HTTP_EVENTS_OFF, Service, StartupError
+from app.intake.http import HTTP_EVENTS_OFF
+from app.service import Service, StartupError
 from tests.support import events
 from tests.support.harness import SIGNING_SECRET, AppHarness, settings_for
 from tests.support.models import echo_model
@@ -174,7 +175,7 @@ async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_config
             assert ready.status == 200 and (await ready.json())["socket_mode"] is True
             await app.idle()
             assert _replies(slack, root) == []
-        both = {"slack_http_events": True, "slack_signing_secret": SIGNING_SECRET}
+        both: dict[str, Any] = {"slack_http_events": True, "slack_signing_secret": SIGNING_SECRET}
         data = tmp_path / "both"
         async with AppHarness(slack, model=echo_model(), data_dir=data, socket_mode=True, **both) as app:
             http_root = slack.add_message("C1", "<@UBOT> by http", user="U1")
@@ -194,9 +195,7 @@ async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_config
         ("xapp-1-A1-1-revoked", "SLACK_APP_TOKEN is invalid or revoked"),
     ],
 )
-async def test_a_bad_app_token_stops_start_with_one_line(
-    tmp_path: Path, token: str, expected: str
-) -> None:
+async def test_a_bad_app_token_stops_start_with_one_line(tmp_path: Path, token: str, expected: str) -> None:
     """A wrong-shaped app token is refused before any network call, a revoked one by
     apps.connections.open; either way one line names SLACK_APP_TOKEN and what to do."""
     async with FakeSlack() as slack:

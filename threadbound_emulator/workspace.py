@@ -331,7 +331,22 @@ class Workspace:
                 raise ValueError(f"no thread root {thread_ts} in {channel}")
             self.attach_reply(root, message)
         self.insert(channel, message)
+        self.record_shares(channel, message)
         return ts
+
+    def record_shares(self, channel: str, message: JSON) -> None:
+        """Note, as Slack does, that the files on ``message`` itself are shared in ``channel``
+        (``files.info`` then lists the channel under ``shares``)."""
+        chan = self.channels[channel]
+        for file in message.get("files") or []:
+            stored = self.files.get(str(file.get("id") or ""))
+            if stored is None:
+                continue
+            share: JSON = {"ts": message["ts"], "channel_name": chan.name, "team_id": self.team_id}
+            if message.get("thread_ts") and message["thread_ts"] != message["ts"]:
+                share["thread_ts"] = message["thread_ts"]
+            bucket = stored.shares.setdefault("private" if chan.is_private else "public", {})
+            bucket.setdefault(channel, []).append(share)
 
     def add_reaction(self, channel: str, ts: str, name: str, user: str) -> None:
         """Add someone's reaction to a stored message."""

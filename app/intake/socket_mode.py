@@ -33,6 +33,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from app import logs
 from app.runs.ack_gate import AckGate
+from app.settings import Settings, app_token_problem
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,19 @@ _TIMEOUT = 10  # seconds for apps.connections.open
 
 class SocketModeError(Exception):
     """``apps.connections.open`` refused the app token; the message says what to fix."""
+
+
+def check_transport(settings: Settings) -> None:
+    """``SocketModeError`` (one line, before any network call) when the delivery settings cannot
+    work: a SLACK_APP_TOKEN of the wrong shape, or SLACK_HTTP_EVENTS=false without one."""
+    if settings.socket_mode:
+        problem = app_token_problem(settings.slack_app_token.get_secret_value())
+        if problem:
+            raise SocketModeError(problem)
+    elif not settings.http_events:
+        raise SocketModeError(
+            "SLACK_HTTP_EVENTS=false without SLACK_APP_TOKEN leaves Slack no way to deliver events"
+        )
 
 
 async def open_connection_url(app_token: str, api_url: str) -> str:
@@ -189,4 +203,11 @@ class SocketModeIntake:
             log.warning("an ack was lost (%s); Slack will send envelope %s again", exc, request.envelope_id)
 
 
-__all__ = ["PING_INTERVAL", "Handler", "SocketModeError", "SocketModeIntake", "open_connection_url"]
+__all__ = [
+    "PING_INTERVAL",
+    "Handler",
+    "SocketModeError",
+    "SocketModeIntake",
+    "check_transport",
+    "open_connection_url",
+]

@@ -3,34 +3,29 @@
 Three servers in one process, all over real HTTP:
 
 - the emulator (``emulator.FakeSlack``) on a loopback port: the app's Web API and file host;
-- the app itself (``app.server.Service``, exactly as ``serve`` builds it, with the agent file,
+- the app itself (``app.service.Service``, exactly as ``serve`` builds it, with the agent file,
   skills and MCP servers) on another loopback port, receiving signed Events API deliveries and
   signed ``block_actions`` clicks on ``/slack/events``;
-- the page on ``HOST:PORT``: a person's post is stored in the workspace and delivered to the app
-  as Slack would deliver it; a click on a button becomes the interaction Slack would post. The
-  page follows the workspace live over server-sent events (``/api/events``): after every Web API
-  call the app makes, each open page gets a fresh snapshot (``view.snapshot``).
+- the page on ``HOST:PORT`` (``page.Page``): a person's post is stored in the workspace and
+  delivered to the app as Slack would deliver it; a click on a button becomes the interaction
+  Slack would post. The page follows the workspace live over server-sent events
+  (``/api/events``): after every Web API call the app makes, each open page gets a fresh
+  snapshot (``view.snapshot``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import mimetypes
-import re
 import secrets
 import signal
 import time
-from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from pydantic import SecretStr
 from pydantic_ai.models import Model
 
 from app.runs.run import RunHooks
@@ -39,78 +34,19 @@ from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
+from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
+from .workspace import (
+    GENERAL,
+    PEOPLE,
+    Delivery,
+    ignored_settings,
+    playground_settings,
+    seed,
+    slack_text,
+)
 
 log = logging.getLogger(__name__)
-
-#: The channel everyone is in.
-GENERAL = "C0GENERAL"
-#: The people one can type as: (user id, name, DM channel with the bot).
-PEOPLE = (
-    ("U0ALICE", "alice", "Alice Chen", "D0ALICE"),
-    ("U0BOB", "bob", "Bob Okafor", "D0BOB"),
-    ("U0CAROL", "carol", "Carol Díaz", "D0CAROL"),
-)
-#: Largest file a person may attach from the page.
-MAX_UPLOAD_BYTES = 20 * 2**20
-_STATIC = resources.files(__package__) / "static"
-_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
-
-
-class BadRequest(web.HTTPBadRequest):
-    """A 400 whose body is a JSON ``{"error": ...}`` the page shows."""
-
-    def __init__(self, error: str) -> None:
-        super().__init__(text=json.dumps({"error": error}), content_type="application/json")
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """What the app answered to one delivery."""
-
-    status: int
-    body: str
-
-
-def playground_settings(settings: Settings, slack: FakeSlack, secret: str) -> Settings:
-    """``settings`` with Slack pointed at the emulator and the store in its own embedded SQLite."""
-    return settings.model_copy(
-        update={
-            "slack_bot_token": SecretStr(slack.token),
-            "slack_signing_secret": SecretStr(secret),
-            # The playground delivers over signed HTTP, never over Socket Mode.
-            "slack_app_token": SecretStr(""),
-            "slack_http_events": None,
-            "slack_api_url": slack.api_url,
-            "slack_file_origins": (slack.files_origin,),
-            "data_dir": settings.data_dir / "playground",
-            "database_url": "",
-            # Whoever can open the page may use it: the workspace is local, so no allow-lists.
-            "allowed_channels": (),
-            "allowed_users": (),
-        }
-    )
-
-
-def ignored_settings(settings: Settings) -> list[str]:
-    """The settings the user gave that the playground replaces (each is named in a note)."""
-    defaults = Settings.model_fields
-    names = []
-    for name in (
-        "slack_bot_token",
-        "slack_signing_secret",
-        "slack_app_token",
-        "slack_api_url",
-        "slack_file_origins",
-        "database_url",
-    ):
-        value = getattr(settings, name)
-        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
-        default = defaults[name].default
-        default = default.get_secret_value() if isinstance(default, SecretStr) else default
-        if raw != default:
-            names.append(name.upper())
-    return names
 
 
 class Playground:
@@ -141,7 +77,6 @@ class Playground:
         self._deleting: dict[int, Retraction] = {}
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
-        self._streams: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -157,26 +92,14 @@ class Playground:
         slack = self.slack
         slack.start_clock_at(time.time())  # ts never repeat across restarts: the store keeps its claims
         await slack.start()
-        slack.add_channel(GENERAL, "general")
-        for uid, name, real_name, dm in PEOPLE:
-            slack.add_user(uid, name, display_name=real_name.split()[0], real_name=real_name)
-            slack.add_channel(dm, f"dm-{name}", is_im=True, user=uid)
+        seed(slack)
         slack.observe(self._before_call)
         slack.on_handled(self._after_call)
         settings = playground_settings(self.settings, slack, self.secret)
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
         self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
         self._http = aiohttp.ClientSession()
-        page = web.Application(client_max_size=MAX_UPLOAD_BYTES + 2**16)
-        page.router.add_get("/", self._index)
-        page.router.add_get("/healthz", self._healthz)
-        page.router.add_get("/static/{name}", self._static)
-        page.router.add_get("/api/state", self._state)
-        page.router.add_get("/api/events", self._events)
-        page.router.add_post("/api/messages", self._post_message)
-        page.router.add_post("/api/click", self._click)
-        page.router.add_get("/files/{fid}/{name}", self._file)
-        page.on_shutdown.append(self._end_streams)
+        page = Page(self).app()
         try:
             self.port = await self._serve(page, self.host, self.port)
         except OSError as exc:
@@ -238,6 +161,10 @@ class Playground:
             self.view.retractions.append(gone)
         self._notify()
 
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self.slack, self.view, self._version)
 
@@ -282,7 +209,7 @@ class Playground:
             mimetype = mimetypes.guess_type(name)[0] or "application/octet-stream"
             slack.add_file(fid, name, mimetype, data, user=person)
             files = [slack.file_object(fid)]
-        ts = slack.add_message(channel, self._slack_text(text), person, thread_ts or None, files)
+        ts = slack.add_message(channel, slack_text(slack, text), person, thread_ts or None, files)
         self._notify()
         deliveries = []
         for envelope in slack_events.message_events(slack, channel, ts):
@@ -307,118 +234,6 @@ class Playground:
             raise ValueError("that message has no such button")
         payload = slack_events.block_actions(self.slack, channel, ts, person, wanted)
         return await self._post_to_app(*slack_events.interaction_body(payload, self.secret))
-
-    def _slack_text(self, text: str) -> str:
-        """What Slack stores for typed text: ``&<>`` escaped, ``@name`` as ``<@U…>`` for known names."""
-        escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        by_name = {self.slack.bot_name.lower(): self.slack.bot_user_id}
-        for uid, name, real_name, _ in PEOPLE:
-            by_name[name] = uid
-            by_name[real_name.split()[0].lower()] = uid
-
-        def mention(match: re.Match[str]) -> str:
-            uid = by_name.get(match.group(1).lower())
-            return f"<@{uid}>" if uid else match.group(0)
-
-        return re.sub(r"(?<![\w@])@([\w.-]+)", mention, escaped)
-
-    # ------------------------------------------------------------------ HTTP: the page
-
-    async def _index(self, _: web.Request) -> web.Response:
-        return web.Response(body=(_STATIC / "index.html").read_bytes(), content_type="text/html")
-
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    async def _static(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        kind = _STATIC_TYPES.get(Path(name).suffix)
-        resource = _STATIC / name
-        if kind is None or "/" in name or not resource.is_file():
-            raise web.HTTPNotFound()
-        return web.Response(body=resource.read_bytes(), content_type=kind, charset="utf-8")
-
-    async def _state(self, _: web.Request) -> web.Response:
-        return web.json_response(self.snapshot())
-
-    async def _events(self, request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await response.prepare(request)
-        task = asyncio.current_task()
-        if task is not None:
-            self._streams.add(task)
-        try:
-            seen = -1
-            while not self._closing:
-                state = self.snapshot()
-                seen = state["version"]
-                await response.write(f"data: {json.dumps(state)}\n\n".encode())
-                await self.changed(seen)
-        except ConnectionResetError:
-            pass  # the page went away; the next one gets a fresh snapshot
-        finally:
-            if task is not None:
-                self._streams.discard(task)
-        return response
-
-    async def _end_streams(self, _: web.Application) -> None:
-        self._closing = True
-        self._notify()
-        streams = list(self._streams)
-        for task in streams:
-            task.cancel()
-        await asyncio.gather(*streams, return_exceptions=True)
-
-    async def _post_message(self, request: web.Request) -> web.Response:
-        file = None
-        if request.content_type == "multipart/form-data":
-            form = await request.post()
-            fields = {k: v for k, v in form.items() if isinstance(v, str)}
-            upload = form.get("file")
-            if isinstance(upload, web.FileField) and upload.filename:
-                file = (Path(upload.filename).name, upload.file.read())
-        else:
-            try:
-                body = await request.json()
-            except ValueError as exc:
-                raise BadRequest("the body must be JSON or a form") from exc
-            fields = {k: str(v) for k, v in body.items()} if isinstance(body, dict) else {}
-        try:
-            ts, deliveries = await self.post(
-                fields.get("as", ""),
-                fields.get("channel", ""),
-                fields.get("text", ""),
-                fields.get("thread_ts", ""),
-                file,
-            )
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
-        return web.json_response({"ts": ts, "deliveries": [d.status for d in deliveries]})
-
-    async def _click(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise BadRequest("the body must be JSON") from exc
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
-        try:
-            delivery = await self.click(
-                str(body.get("as") or ""), str(body.get("channel") or ""), str(body.get("ts") or ""), body
-            )
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from exc
-        return web.json_response({"status": delivery.status})
-
-    async def _file(self, request: web.Request) -> web.Response:
-        stored = self.slack.files.get(request.match_info["fid"])
-        if stored is None or stored.content is None:
-            raise web.HTTPNotFound()
-        # Whatever a person attached is served inert: never run as a page on the playground's origin.
-        headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
-        return web.Response(body=stored.content, content_type=stored.mimetype, headers=headers)
 
 
 async def run_playground(settings: Settings, *, model: Model | None = None) -> None:

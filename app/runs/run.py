@@ -11,9 +11,11 @@ this module does one run for a session it is given:
   short note and no model call); every response's usage is stored as it arrives
   (``app/usage.py``); a run that crosses a budget, or reaches ``max_requests_per_run``, stops
   before its next model request with a short note, keeping what it did;
-- steering: before each model request (and before a final answer is accepted) the
-  run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
+- the agent's steps (``app/runs/steps.py``): before each model request (and before a final answer
+  is accepted) the run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
   into the running agent, so they are consumed with this run;
+- the prompt (``app/runs/prompt.py``), the history (``app/runs/history.py``) and the outcome, hooks
+  and fixed notes (``app/runs/outcome.py``) live beside this module;
 - the end: the final text is posted when the model did not reply; a failure
   apologises in the thread; the transcript is saved and the inbox items marked
   consumed in one transaction (a crash before that re-runs them, and the effect
@@ -30,16 +32,13 @@ this module does one run for a session it is given:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
-from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -49,10 +48,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
     repair_messages,
 )
-from pydantic_ai.usage import UsageLimits
 
 from app.agent.agent_file import AgentFile
-from app.agent.approvals import CARD_EFFECT, WAITING, Approvals, is_decision
+from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps, instructions_for
 from app.agent.usage import BudgetHit, Budgets, UsageMeter, footer, requester
 from channel.contract import ChannelAdapter, Origin
@@ -65,50 +63,25 @@ from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord,
 
 from .compaction import Compactor
 from .feedback import feedback_notes
-from .streaming import EventFeed
+from .history import load_history, trim_history
+from .outcome import APOLOGY, RUNAWAY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
+from .prompt import APPROVAL_NOTE, render_prompt
+from .prompt import recipient as stream_recipient
+from .steps import AgentSteps
+
+__all__ = [
+    "APOLOGY",
+    "APPROVAL_NOTE",
+    "RUNAWAY",
+    "Inbox",
+    "RunExecutor",
+    "RunHooks",
+    "RunOutcome",
+    "RunStopped",
+    "trim_history",
+]
 
 log = logging.getLogger(__name__)
-
-#: Told to the model when some calls wait for approval (``approval`` in agent.toml).
-APPROVAL_NOTE = (
-    "\n\nSome actions wait for a person's approval: calling one posts an approval card in this "
-    "conversation and your turn ends there. You continue with its result once someone decides; a "
-    'refusal comes back as an error with code "denied", no decision in time as "expired".'
-)
-APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
-RUNAWAY = (
-    "Sorry, I stopped after {limit} model requests without finishing, to keep this from running away. "
-    "Ask again (perhaps more narrowly) and I'll continue."
-)
-
-#: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
-Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
-
-
-class RunStopped(Exception):
-    """The run may no longer act for its task (its lease was lost): it ends without writing or saving."""
-
-
-@dataclass(slots=True)
-class RunHooks:
-    """Runtime effects around a run (progress indicators, metrics); failures are the hook's own business."""
-
-    on_start: Callable[[ChannelSession, Sequence[InboxItem]], Awaitable[None]] | None = None
-    on_tool: Callable[[ChannelSession, str], Awaitable[None]] | None = None
-    on_end: Callable[[ChannelSession, Sequence[InboxItem], str], Awaitable[None]] | None = None
-    #: Each model request's stored usage (metrics, the run's log line).
-    on_usage: Callable[[ChannelSession, UsageRecord], None] | None = None
-    #: A budget refused a request or stopped a run: ``"user"`` or ``"install"``.
-    on_budget: Callable[[ChannelSession, str], None] | None = None
-
-
-@dataclass(slots=True)
-class RunOutcome:
-    task_id: str
-    status: str  # "ok" | "failed"
-    replied: bool
-    output: str = ""
-    consumed: list[int] = field(default_factory=list)
 
 
 class RunExecutor:
@@ -217,7 +190,7 @@ class RunExecutor:
             notes = await session.reconcile(effects) if effects else []
             if self.approvals is not None:
                 if cards:
-                    await self.approvals.settle(session, cards, _load_history(task.transcript))
+                    await self.approvals.settle(session, cards, load_history(task.transcript))
                 if await self.approvals.waiting(task_id):
                     return RunOutcome(task_id, "waiting", False)  # its inbox waits for the decision
         except RunStopped:
@@ -234,29 +207,8 @@ class RunExecutor:
     async def prompt(
         self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
     ) -> str:
-        """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
-        lines: list[str] = []
-        for item in items:
-            if is_decision(item):
-                continue  # a decision on an approval resumes the task; it is no message
-            try:
-                row = await session.inbound_row(json.loads(item.payload))
-            except ChannelError as exc:
-                log.warning("could not render inbound message %s: %s", item.ts, exc.message)
-                lines.append(f"(a message that could not be shown: {exc.message})")
-                continue
-            text = str(row["text"])
-            # Markdown that needs to start a line (a quoted forward, a list, a code block) gets one.
-            sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
-            lines.append(f"{row['author']['display_name']} ({row['message']}):{sep}{text}")
-            for f in row["files"]:
-                if "file" not in f:
-                    lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
-                    continue
-                lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
-        if notes:
-            lines += ["", "Your previous run was interrupted before it finished:", *notes]
-        return "\n".join(lines)
+        """The inbound messages as the model's user prompt (:func:`app.runs.prompt.render_prompt`)."""
+        return await render_prompt(session, items, notes)
 
     async def execute(
         self,
@@ -270,7 +222,7 @@ class RunExecutor:
         consumed = [i.item_id for i in items]
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
-        pending = _load_history(task.transcript)
+        pending = load_history(task.transcript)
         deferred = await self.approvals.results(task.task_id, pending) if self.approvals else None
         if deferred is WAITING:
             return RunOutcome(task.task_id, "waiting", False)
@@ -297,7 +249,7 @@ class RunExecutor:
             clock=self.clock,
             bounded=bool(items),
         )
-        summary, transcript = task.summary, _load_history(task.transcript)
+        summary, transcript = task.summary, load_history(task.transcript)
         new_summary: str | None = None
         prefix: list[ModelMessage] = []
         history: list[ModelMessage] = []
@@ -307,7 +259,7 @@ class RunExecutor:
         if self.feedback:
             session.feedback = task.task_id
         if self.stream:
-            recipient = _recipient(items)
+            recipient = stream_recipient(items)
             if recipient is None and self.approvals is not None and items:
                 # Resumed by decisions alone: the answer is for the person who asked.
                 asker = await self.approvals.requester(items)
@@ -329,7 +281,13 @@ class RunExecutor:
                 if self.agent_file.approval:
                     instructions += APPROVAL_NOTE
                 async with asyncio.timeout(self.run_timeout):
-                    messages, result, note = await self._agent_run(
+                    steps = AgentSteps(
+                        self.agent,
+                        max_requests=self.agent_file.max_requests_per_run,
+                        budgets=self.budgets,
+                        on_budget=self.hooks.on_budget,
+                    )
+                    messages, result, note = await steps.run(
                         session, prompt, history, instructions, consumed, steered, inbox, meter, results
                     )
                 if isinstance(result, DeferredToolRequests):
@@ -350,7 +308,7 @@ class RunExecutor:
                 status = "cancelled"
                 raise  # shutdown: leave the inbox pending for the next owner
             except Exception as exc:
-                if _stopped(exc):
+                if stopped(exc):
                     raise RunStopped(str(exc)) from exc
                 run_status = "failed"
                 log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
@@ -427,7 +385,7 @@ class RunExecutor:
         except ChannelError as exc:
             log.warning("could not post the budget note for task %s: %s", task.task_id, exc.message)
         messages = [
-            *_load_history(task.transcript),
+            *load_history(task.transcript),
             ModelRequest(parts=[UserPromptPart(prompt)]),
             ModelResponse(parts=[TextPart(note)]),
         ]
@@ -436,136 +394,3 @@ class RunExecutor:
             task.task_id, transcript=ModelMessagesTypeAdapter.dump_json(messages), consumed=consumed
         )
         return RunOutcome(task.task_id, "refused", session.replied, "", consumed)
-
-    async def _agent_run(
-        self,
-        session: ChannelSession,
-        prompt: str,
-        history: list[ModelMessage],
-        instructions: str,
-        consumed: list[int],
-        steered: list[str],
-        inbox: Inbox,
-        meter: UsageMeter,
-        results: DeferredToolResults | None = None,
-    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
-        """The run's messages, its output (text, or the gated calls waiting for approval), and the
-        note it stopped with (``""``: it finished)."""
-        seen = set(consumed)
-        limit = self.agent_file.max_requests_per_run
-        # Streaming: each model request and tool step is driven through node.stream(), its events
-        # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
-        feed = EventFeed(session) if session.streaming else None
-        async with self.agent.iter(
-            prompt or None,  # a run resumed only by decisions brings no new prompt
-            message_history=history,
-            deps=RunDeps(session),
-            instructions=instructions,
-            usage_limits=UsageLimits(request_limit=limit),
-            deferred_tool_results=results,
-        ) as run:
-            try:
-                async for node in run:
-                    if run.result is not None:
-                        break  # the run ended; anything newer starts the next run
-                    if Agent.is_call_tools_node(node):
-                        await meter.add(node.model_response)
-                    # Steering: before each model request (and before a final answer is accepted),
-                    # show messages that arrived mid-run. Other nodes need no look at the inbox.
-                    if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
-                        continue
-                    await session.journal.check()  # a run that lost its lease spends no more model calls
-                    if Agent.is_model_request_node(node) and meter.bounded and meter.total.requests:
-                        hit = await self.budgets.exceeded(meter.person)
-                        if hit is not None:
-                            # Crossed mid-way: the step that crossed it is done (its tools ran); its
-                            # results are kept, answered by the note, so the transcript stays whole.
-                            if self.hooks.on_budget:
-                                self.hooks.on_budget(session, hit.kind)
-                            note = hit.note()
-                            stop = ModelResponse(parts=[TextPart(note)])
-                            return [*run.all_messages(), node.request, stop], "", note
-                    fresh = [i for i in await inbox() if i.item_id not in seen]
-                    if fresh:
-                        steering = await self.prompt(session, fresh)
-                        run.enqueue(steering, priority="asap")
-                        steered.append(steering)
-                        for item in fresh:
-                            seen.add(item.item_id)
-                            consumed.append(item.item_id)
-                    if feed is None:
-                        continue
-                    if Agent.is_model_request_node(node):
-                        feed.new_request()
-                        async with node.stream(run.ctx) as model_events:
-                            async for model_event in model_events:
-                                feed.model_event(model_event)
-                    else:
-                        async with node.stream(run.ctx) as tool_events:
-                            async for tool_event in tool_events:
-                                await feed.tool_event(tool_event)
-            except UsageLimitExceeded:
-                # A runaway tool loop. The request that would pass the limit is already in the
-                # history (with the last tool results); the apology answers it.
-                log.warning("run of task %s reached max_requests_per_run (%d)", session.task.task_id, limit)
-                note = RUNAWAY.format(limit=limit)
-                return [*run.all_messages(), ModelResponse(parts=[TextPart(note)])], "", note
-            result = run.result
-            if result is None:  # pragma: no cover - iter always ends with a result
-                raise RuntimeError("agent run ended without a result")
-            return list(result.all_messages()), result.output, ""
-
-
-def _recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
-    """The newest inbound message (as the ingress stored it): whom a streamed answer is for."""
-    for item in reversed(items):
-        try:
-            raw = json.loads(item.payload)
-        except ValueError:
-            continue
-        if isinstance(raw, dict) and not is_decision(item):
-            return raw
-    return None
-
-
-def _stopped(exc: BaseException) -> bool:
-    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped`."""
-    pending, seen = [exc], set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue  # chains can loop
-        seen.add(id(current))
-        if isinstance(current, RunStopped):
-            return True
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        if current.__cause__ is not None:
-            pending.append(current.__cause__)
-    return False
-
-
-def trim_history(messages: list[ModelMessage], limit: int) -> list[ModelMessage]:
-    """The newest part of a transcript of at most ``limit`` messages, starting at a person's prompt.
-
-    A conversation that goes on for months (a DM's top level) must not outgrow the model's context
-    and end every run in an error; cutting only before a user prompt keeps tool calls with their results.
-    """
-    if len(messages) <= limit:
-        return messages
-    for start in range(len(messages) - limit, len(messages)):
-        message = messages[start]
-        if isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts):
-            return messages[start:]
-    return []
-
-
-def _load_history(transcript: bytes) -> list[ModelMessage]:
-    if not transcript:
-        return []
-    try:
-        return list(ModelMessagesTypeAdapter.validate_json(transcript))
-    except ValueError:
-        # A transcript from an incompatible pydantic-ai version must not brick the task.
-        log.warning("discarding an unreadable transcript")
-        return []

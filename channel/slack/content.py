@@ -24,7 +24,16 @@ from typing import Any
 from .blocks import block_refs, render_blocks
 from .render import Names, labels_in, render_text, unlabelled_channels_in, user_ids_in
 
-__all__ = ["References", "file_stubs", "message_files", "references", "render_message", "with_files"]
+__all__ = [
+    "References",
+    "file_stubs",
+    "message_files",
+    "references",
+    "render_message",
+    "shared_file_ids",
+    "shared_in",
+    "with_files",
+]
 
 #: Characters of a link preview's text shown ("briefly").
 UNFURL_CHARS = 280
@@ -136,6 +145,37 @@ def file_stubs(message: Mapping[str, Any]) -> set[str]:
         for f in message_files(message)
         if f.get("file_access") == "check_file_info" and isinstance(f.get("id"), str)
     }
+
+
+def shared_file_ids(message: Mapping[str, Any]) -> set[str]:
+    """IDs of the files ``message`` carries only inside forwarded or linked messages, not on itself.
+
+    Anyone can post an attachment that claims to share a file, so such a file gets a handle only
+    when ``files.info`` shows it shared in this conversation (see :func:`shared_in`)."""
+    own = {str(f.get("id")) for f in _files_of({"files": message.get("files")}, _MAX_SHARE_DEPTH)}
+    return {
+        str(f["id"])
+        for f in message_files(message)
+        if isinstance(f.get("id"), str) and f["id"] and f["id"] not in own
+    }
+
+
+def shared_in(info: Mapping[str, Any], channel: str) -> bool:
+    """Whether a ``files.info`` file object shows the file shared in ``channel``
+    (``channels``/``groups``/``ims``, or a key of ``shares.public``/``shares.private``)."""
+    if not channel:
+        return False
+    for key in ("channels", "groups", "ims"):
+        listed = info.get(key)
+        if isinstance(listed, list) and channel in listed:
+            return True
+    shares = info.get("shares")
+    if isinstance(shares, Mapping):
+        for bucket in ("public", "private"):
+            where = shares.get(bucket)
+            if isinstance(where, Mapping) and channel in where:
+                return True
+    return False
 
 
 def with_files(message: Mapping[str, Any], resolved: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:

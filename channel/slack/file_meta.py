@@ -14,6 +14,9 @@ from channel.contract import FileMeta
 MAX_BYTES = 100 * 2**20
 
 
+#: The ``file_access`` value the adapter gives a forwarded file not shared in this conversation.
+NOT_SHARED_HERE = "not_shared_here"
+
 #: Stand-ins Slack sends instead of a file the bot may not see, and what the model is told.
 _UNAVAILABLE = {
     ("mode", "tombstone"): "the file was deleted",
@@ -21,6 +24,10 @@ _UNAVAILABLE = {
     ("file_access", "check_file_info"): "Slack does not let the bot see this file",
     ("file_access", "access_denied"): "Slack does not let the bot see this file",
     ("file_access", "file_not_found"): "the file was deleted or is not shared with the bot",
+    ("file_access", NOT_SHARED_HERE): (
+        "the file was forwarded from another conversation and is not shared in this one; "
+        "ask for it to be shared here"
+    ),
 }
 
 

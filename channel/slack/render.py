@@ -20,6 +20,7 @@ from channel import markdown
 __all__ = [
     "Names",
     "display_name",
+    "fallback_text",
     "labels_in",
     "render_text",
     "strip_mass_mentions",
@@ -169,3 +170,10 @@ def _render_special(command: str, label: str, names: Names) -> str:
         return label or "a date"
     # Unknown special command (its arguments may hold IDs): the label only.
     return label
+
+
+def fallback_text(text: str) -> str:
+    """The plain-text notification fallback of Markdown ``text``, escaped so it cannot form a
+    mention or link."""
+    plain = markdown.plain_fallback(text)
+    return plain.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

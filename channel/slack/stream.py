@@ -21,15 +21,13 @@ unclosed ``<`` at the end of what arrived is held back until its ``>`` (or the s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
-from .render import strip_mass_mentions
-
-if TYPE_CHECKING:
-    from .adapter import SlackAdapter
+from .link import SlackLink
+from .render import fallback_text, strip_mass_mentions
 
 #: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
 FEEDBACK_ACTION = "threadbound_feedback"
@@ -77,7 +75,7 @@ def _held(text: str) -> int:
 class SlackLiveMessage:
     """One streamed message (see :class:`channel.contract.LiveMessage`)."""
 
-    def __init__(self, adapter: SlackAdapter, origin: Origin, ts: str) -> None:
+    def __init__(self, adapter: SlackLink, origin: Origin, ts: str) -> None:
         self._adapter = adapter
         self._channel = origin.channel
         self.ts = ts
@@ -94,7 +92,7 @@ class SlackLiveMessage:
     @classmethod
     async def start(
         cls,
-        adapter: SlackAdapter,
+        adapter: SlackLink,
         origin: Origin,
         markdown: str,
         steps: tuple[Step, ...],
@@ -178,8 +176,6 @@ class SlackLiveMessage:
         self._pending = ""
 
     async def _mark(self, metadata: dict[str, Any], feedback: str) -> None:
-        from .adapter import fallback_text
-
         blocks: list[dict[str, Any]] = [{"type": "markdown", "text": self.sent}] if self.sent else []
         if feedback:
             blocks += feedback_blocks(feedback)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "slack"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slack"
 
 
 def load(name: str) -> dict[str, Any]:

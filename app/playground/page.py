@@ -1,0 +1,170 @@
+"""The page's HTTP side: the HTML, its static files, the live state and the two write endpoints.
+
+``Page(driver).app()`` is the aiohttp application served on ``HOST:PORT``. The driver
+(``server.Playground``) does the work: ``post`` stores a person's message and delivers it,
+``click`` sends a signed ``block_actions``; the page follows the workspace over server-sent
+events (``/api/events``), one fresh snapshot after every change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from threadbound_emulator import FakeSlack
+
+from .workspace import Delivery
+
+#: Largest file a person may attach from the page.
+MAX_UPLOAD_BYTES = 20 * 2**20
+_STATIC = resources.files(__package__) / "static"
+_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+
+
+class BadRequest(web.HTTPBadRequest):
+    """A 400 whose body is a JSON ``{"error": ...}`` the page shows."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(text=json.dumps({"error": error}), content_type="application/json")
+
+
+class Driver(Protocol):
+    """What the page needs from the playground."""
+
+    slack: FakeSlack
+
+    @property
+    def closing(self) -> bool: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    async def changed(self, after: int) -> int: ...
+
+    async def post(
+        self, person: str, channel: str, text: str, thread_ts: str = "", file: tuple[str, bytes] | None = None
+    ) -> tuple[str, list[Delivery]]: ...
+
+    async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery: ...
+
+
+class Page:
+    """The page's routes over ``driver``; ``app()`` builds the aiohttp application."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self._streams: set[asyncio.Task[Any]] = set()
+
+    def app(self) -> web.Application:
+        page = web.Application(client_max_size=MAX_UPLOAD_BYTES + 2**16)
+        page.router.add_get("/", self._index)
+        page.router.add_get("/healthz", self._healthz)
+        page.router.add_get("/static/{name}", self._static)
+        page.router.add_get("/api/state", self._state)
+        page.router.add_get("/api/events", self._events)
+        page.router.add_post("/api/messages", self._post_message)
+        page.router.add_post("/api/click", self._click)
+        page.router.add_get("/files/{fid}/{name}", self._file)
+        page.on_shutdown.append(self._end_streams)
+        return page
+
+    async def _index(self, _: web.Request) -> web.Response:
+        return web.Response(body=(_STATIC / "index.html").read_bytes(), content_type="text/html")
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _static(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        kind = _STATIC_TYPES.get(Path(name).suffix)
+        resource = _STATIC / name
+        if kind is None or "/" in name or not resource.is_file():
+            raise web.HTTPNotFound()
+        return web.Response(body=resource.read_bytes(), content_type=kind, charset="utf-8")
+
+    async def _state(self, _: web.Request) -> web.Response:
+        return web.json_response(self.driver.snapshot())
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        task = asyncio.current_task()
+        if task is not None:
+            self._streams.add(task)
+        try:
+            seen = -1
+            while not self.driver.closing:
+                state = self.driver.snapshot()
+                seen = state["version"]
+                await response.write(f"data: {json.dumps(state)}\n\n".encode())
+                await self.driver.changed(seen)
+        except ConnectionResetError:
+            pass  # the page went away; the next one gets a fresh snapshot
+        finally:
+            if task is not None:
+                self._streams.discard(task)
+        return response
+
+    async def _end_streams(self, _: web.Application) -> None:
+        streams = list(self._streams)
+        for task in streams:
+            task.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        file = None
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            upload = form.get("file")
+            if isinstance(upload, web.FileField) and upload.filename:
+                file = (Path(upload.filename).name, upload.file.read())
+        else:
+            try:
+                body = await request.json()
+            except ValueError as exc:
+                raise BadRequest("the body must be JSON or a form") from exc
+            fields = {k: str(v) for k, v in body.items()} if isinstance(body, dict) else {}
+        try:
+            ts, deliveries = await self.driver.post(
+                fields.get("as", ""),
+                fields.get("channel", ""),
+                fields.get("text", ""),
+                fields.get("thread_ts", ""),
+                file,
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"ts": ts, "deliveries": [d.status for d in deliveries]})
+
+    async def _click(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        try:
+            delivery = await self.driver.click(
+                str(body.get("as") or ""), str(body.get("channel") or ""), str(body.get("ts") or ""), body
+            )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": delivery.status})
+
+    async def _file(self, request: web.Request) -> web.Response:
+        stored = self.driver.slack.files.get(request.match_info["fid"])
+        if stored is None or stored.content is None:
+            raise web.HTTPNotFound()
+        # Whatever a person attached is served inert: never run as a page on the playground's origin.
+        headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+        return web.Response(body=stored.content, content_type=stored.mimetype, headers=headers)
+
+
+__all__ = ["MAX_UPLOAD_BYTES", "BadRequest", "Driver", "Page"]

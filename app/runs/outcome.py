@@ -1,0 +1,61 @@
+"""What a run ends with and how it is told to stop: its outcome, its hooks, the fixed notes it posts."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from channel.session import ChannelSession
+from storage.base import InboxItem, UsageRecord
+
+APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
+RUNAWAY = (
+    "Sorry, I stopped after {limit} model requests without finishing, to keep this from running away. "
+    "Ask again (perhaps more narrowly) and I'll continue."
+)
+
+#: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
+Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
+
+
+class RunStopped(Exception):
+    """The run may no longer act for its task (its lease was lost): it ends without writing or saving."""
+
+
+@dataclass(slots=True)
+class RunHooks:
+    """Runtime effects around a run (progress indicators, metrics); failures are the hook's own business."""
+
+    on_start: Callable[[ChannelSession, Sequence[InboxItem]], Awaitable[None]] | None = None
+    on_tool: Callable[[ChannelSession, str], Awaitable[None]] | None = None
+    on_end: Callable[[ChannelSession, Sequence[InboxItem], str], Awaitable[None]] | None = None
+    #: Each model request's stored usage (metrics, the run's log line).
+    on_usage: Callable[[ChannelSession, UsageRecord], None] | None = None
+    #: A budget refused a request or stopped a run: ``"user"`` or ``"install"``.
+    on_budget: Callable[[ChannelSession, str], None] | None = None
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    task_id: str
+    status: str  # "ok" | "failed"
+    replied: bool
+    output: str = ""
+    consumed: list[int] = field(default_factory=list)
+
+
+def stopped(exc: BaseException) -> bool:
+    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped`."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue  # chains can loop
+        seen.add(id(current))
+        if isinstance(current, RunStopped):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        if current.__cause__ is not None:
+            pending.append(current.__cause__)
+    return False

@@ -1,0 +1,122 @@
+"""The agent's steps within one run: model requests and tool calls, with steering, budgets and streaming.
+
+Before each model request (and before a final answer is accepted) the run checks its lease, its
+budgets, and asks its :data:`~app.runs.outcome.Inbox` for messages that arrived meanwhile, which are
+enqueued into the running agent so they are consumed with this run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.usage import UsageLimits
+
+from app.agent.runtime import RunDeps
+from app.agent.usage import Budgets, UsageMeter
+from channel.session import ChannelSession
+
+from .outcome import RUNAWAY, Inbox
+from .prompt import render_prompt
+from .streaming import EventFeed
+
+log = logging.getLogger(__name__)
+
+
+class AgentSteps:
+    """Drives one agent run node by node for a :class:`~app.runs.run.RunExecutor`."""
+
+    def __init__(
+        self,
+        agent: Agent[RunDeps, Any],
+        *,
+        max_requests: int,
+        budgets: Budgets,
+        on_budget: Callable[[ChannelSession, str], None] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.max_requests = max_requests
+        self.budgets = budgets
+        self.on_budget = on_budget
+
+    async def run(
+        self,
+        session: ChannelSession,
+        prompt: str,
+        history: list[ModelMessage],
+        instructions: str,
+        consumed: list[int],
+        steered: list[str],
+        inbox: Inbox,
+        meter: UsageMeter,
+        results: DeferredToolResults | None = None,
+    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
+        """The run's messages, its output (text, or the gated calls waiting for approval), and the
+        note it stopped with (``""``: it finished)."""
+        seen = set(consumed)
+        limit = self.max_requests
+        # Streaming: each model request and tool step is driven through node.stream(), its events
+        # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
+        feed = EventFeed(session) if session.streaming else None
+        async with self.agent.iter(
+            prompt or None,  # a run resumed only by decisions brings no new prompt
+            message_history=history,
+            deps=RunDeps(session),
+            instructions=instructions,
+            usage_limits=UsageLimits(request_limit=limit),
+            deferred_tool_results=results,
+        ) as run:
+            try:
+                async for node in run:
+                    if run.result is not None:
+                        break  # the run ended; anything newer starts the next run
+                    if Agent.is_call_tools_node(node):
+                        await meter.add(node.model_response)
+                    # Steering: before each model request (and before a final answer is accepted),
+                    # show messages that arrived mid-run. Other nodes need no look at the inbox.
+                    if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
+                        continue
+                    await session.journal.check()  # a run that lost its lease spends no more model calls
+                    if Agent.is_model_request_node(node) and meter.bounded and meter.total.requests:
+                        hit = await self.budgets.exceeded(meter.person)
+                        if hit is not None:
+                            # Crossed mid-way: the step that crossed it is done (its tools ran); its
+                            # results are kept, answered by the note, so the transcript stays whole.
+                            if self.on_budget:
+                                self.on_budget(session, hit.kind)
+                            note = hit.note()
+                            stop = ModelResponse(parts=[TextPart(note)])
+                            return [*run.all_messages(), node.request, stop], "", note
+                    fresh = [i for i in await inbox() if i.item_id not in seen]
+                    if fresh:
+                        steering = await render_prompt(session, fresh)
+                        run.enqueue(steering, priority="asap")
+                        steered.append(steering)
+                        for item in fresh:
+                            seen.add(item.item_id)
+                            consumed.append(item.item_id)
+                    if feed is None:
+                        continue
+                    if Agent.is_model_request_node(node):
+                        feed.new_request()
+                        async with node.stream(run.ctx) as model_events:
+                            async for model_event in model_events:
+                                feed.model_event(model_event)
+                    else:
+                        async with node.stream(run.ctx) as tool_events:
+                            async for tool_event in tool_events:
+                                await feed.tool_event(tool_event)
+            except UsageLimitExceeded:
+                # A runaway tool loop. The request that would pass the limit is already in the
+                # history (with the last tool results); the apology answers it.
+                log.warning("run of task %s reached max_requests_per_run (%d)", session.task.task_id, limit)
+                note = RUNAWAY.format(limit=limit)
+                return [*run.all_messages(), ModelResponse(parts=[TextPart(note)])], "", note
+            result = run.result
+            if result is None:  # pragma: no cover - iter always ends with a result
+                raise RuntimeError("agent run ended without a result")
+            return list(result.all_messages()), result.output, ""

@@ -1,0 +1,70 @@
+"""Files: fetching one into the task directory, attaching one from it, posting a document."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..contract import FileMeta
+from ..errors import ChannelError
+from ..markdown import strip_mass_mentions
+from ..tools import AttachArgs, FetchFileArgs, PostDocumentArgs
+from .state import Result, SessionState
+
+
+class Files(SessionState):
+    async def _fetch_file(self, args: FetchFileArgs) -> Result:
+        record = await self.handles.resolve(args.file, "file")
+        data = json.loads(record.data or "{}")
+        meta = FileMeta(
+            ref=record.ref,
+            name=str(data.get("name") or "file"),
+            media_type=str(data.get("media_type") or "application/octet-stream"),
+            size=int(data.get("size") or 0),
+            data={k: v for k, v in data.items() if k not in ("name", "media_type", "size")},
+        )
+        if not meta.data.get("url"):
+            meta = await self.adapter.file_info(record.ref)
+        fetched = await self.adapter.fetch_file(meta, self.task_dir, variant=args.variant)
+        return {
+            "path": str(fetched.path.relative_to(self.task_dir)),
+            "media_type": fetched.media_type,
+            "size": fetched.size,
+            "sha256": fetched.sha256,
+        }
+
+    def _task_path(self, raw: str) -> Path:
+        root = self.task_dir.resolve()
+        candidate = Path(raw)
+        path = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        if not path.is_relative_to(root):
+            raise ChannelError("file_refused", "path must name a file inside your task directory.")
+        if not path.is_file():
+            raise ChannelError("not_found", f"no file at {raw!r} in your task directory.")
+        return path
+
+    async def _attach(self, args: AttachArgs) -> Result:
+        path = self._task_path(args.path)
+        comment = strip_mass_mentions(args.comment) if args.comment else None
+
+        async def act() -> Result:
+            uploaded = await self.adapter.attach(self.origin, path, title=args.title, comment=comment)
+            row = await self._file_row(uploaded.file, authored=True)
+            result: Result = {"file": row["file"]}
+            if uploaded.message_ref:
+                result["message"] = await self.handles.mint("msg", uploaded.message_ref, authored=True)
+            return result
+
+        return await self.journal.write(
+            "channel_attach", {"path": str(path.relative_to(self.task_dir.resolve()))}, act
+        )
+
+    async def _post_document(self, args: PostDocumentArgs) -> Result:
+        markdown = strip_mass_mentions(args.markdown)
+
+        async def act() -> Result:
+            doc = await self.adapter.post_document(self.origin, args.title, markdown)
+            handle = await self.handles.mint("file", doc.ref, authored=True)
+            return {"document": handle, "permalink": doc.permalink}
+
+        return await self.journal.write("channel_post_document", {"title": args.title}, act)

@@ -1,0 +1,192 @@
+"""Posting: replies (split into parts, journalled, never twice), footers, reactions, edits, retractions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from storage.base import EffectRecord, StoreError
+
+from ..contract import Origin, Posted
+from ..errors import ChannelError, bounded
+from ..journal import reconcile
+from ..markdown import split_markdown, strip_mass_mentions
+from ..tools import EditArgs, ReactArgs, ReplyArgs, RetractArgs
+from .state import CALL_ID, Result, SessionState
+
+log = logging.getLogger(__name__)
+
+
+class Replies(SessionState):
+    async def _reply(self, args: ReplyArgs) -> Result:
+        answer = self.answer
+        call_id = CALL_ID.get()
+        if answer is not None and call_id and f"call:{call_id}" in answer.sources:
+            self.answer = None
+            result = await answer.finish(args.text)
+            self.replied = True
+            await self._remember_streamed(args.text, result)
+            return result
+        return await self.post_markdown(args.text)
+
+    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> Result:
+        """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too
+        (``feedback=False``: no feedback buttons, e.g. on an apology)."""
+        text = strip_mass_mentions(markdown)
+        parts = split_markdown(text, self.adapter.max_post_chars)
+        if not parts:
+            raise ChannelError("invalid_arguments", "text is blank; write the reply in text.")
+        handles: list[str] = []
+        first_permalink: str | None = None
+        bridge_error: str | None = None
+        for index, part in enumerate(parts):
+            effect_id = await self.journal.open(
+                "channel_reply",
+                {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index},
+            )
+            last = index == len(parts) - 1
+            try:
+                posted = await self.post_once(
+                    part, effect_id, feedback=self.feedback if feedback and last else ""
+                )
+            except ChannelError as exc:
+                await self.journal.close(effect_id, exc.as_result())
+                if handles:
+                    exc.message = bounded(
+                        f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})"
+                    )
+                raise
+            try:
+                handle = await self.record_post(posted)
+                await self.journal.close(effect_id, {"message": handle})
+            except StoreError as exc:
+                # The provider has the post; never post again. Tell the model what we know (its
+                # permalink is in the result; the ref is the adapter's and never shown).
+                log.exception("recording a post failed after the provider accepted it")
+                handle = "unrecorded"
+                bridge_error = bounded(f"posted, but recording it failed: {exc}")
+            handles.append(handle)
+            self._last_post = (posted.ref, part, self.feedback if feedback and last else "")
+            if first_permalink is None:
+                first_permalink = posted.permalink
+        self.replied = True
+        result: Result = {"message": handles[0], "permalink": first_permalink}
+        if len(handles) > 1:
+            result["parts"] = handles
+        if bridge_error:
+            result["bridge_error"] = bridge_error
+        return result
+
+    async def add_footer(self, footer: str) -> None:
+        """Show ``footer`` (e.g. the run's usage) under this run's newest post, keeping its text and
+        feedback buttons; nothing when it posted nothing. A failure is logged: the answer is there."""
+        if self._last_post is None:
+            return
+        ref, markdown, feedback = self._last_post
+        await self.journal.check()
+        try:
+            await self.adapter.edit(ref, markdown, feedback=feedback, footer=footer)
+        except ChannelError as exc:
+            log.warning("could not add the footer to a post: %s", exc.message)
+
+    async def _remember_streamed(self, markdown: str, result: Result) -> None:
+        """A streamed answer ended as ``result``: its last message is where a footer goes."""
+        handles = result.get("parts") or [result.get("message")]
+        parts = split_markdown(strip_mass_mentions(markdown), self.adapter.max_post_chars)
+        if not parts or not isinstance(handles[-1], str) or not handles[-1].startswith("msg_"):
+            return
+        try:
+            record = await self.handles.resolve(handles[-1], "msg")
+        except (ChannelError, StoreError):
+            return
+        self._last_post = (record.ref, parts[-1], self.feedback)
+
+    async def post_once(self, markdown: str, effect_id: str, *, feedback: str = "") -> Posted:
+        """Post, never retrying; when the connection broke mid-request, look for the post instead."""
+        try:
+            return await self.adapter.post(self.origin, markdown, effect_id=effect_id, feedback=feedback)
+        except ChannelError as exc:
+            if exc.provider_code != "transport":
+                raise
+            try:
+                found = await self.adapter.find_posted(self.origin, effect_id)
+            except ChannelError:
+                found = []
+            if not found:
+                raise
+            return found[0]
+
+    async def record_post(self, posted: Posted) -> str:
+        """Mint the handle of a message the bot just posted (and route a new root to this task)."""
+        handle = await self.handles.mint("msg", posted.ref, authored=True)
+        self.posted.append(handle)
+        if posted.new_root:
+            await self.store.record_root(
+                channel=self.origin.channel, ts=posted.new_root, task_id=self.task.task_id
+            )
+            if self._adopt_first_root and not self.origin.thread_ts:
+                await self.store.set_task_thread(self.task.task_id, posted.new_root)
+                self.origin = Origin(self.origin.channel, posted.new_root)
+                self._adopt_first_root = False
+        return handle
+
+    def forget_post(self, handle: str) -> None:
+        """A message posted in this run was removed again (a streamed text that was no answer)."""
+        if handle in self.posted:
+            self.posted.remove(handle)
+
+    async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
+        """Settle effects a crashed run left open (see :func:`channel.journal.reconcile`)."""
+        return await reconcile(self.journal, self.adapter, self.origin, effects, self.record_post)
+
+    # -- reactions, edits, retractions ----------------------------------------------------
+    async def _react(self, args: ReactArgs) -> Result:
+        record = await self.handles.resolve(args.message, "msg")
+        emoji = args.emoji.strip(":")
+        add = args.action == "add"
+
+        async def act() -> Result:
+            try:
+                await self.adapter.react(record.ref, emoji, add=add)
+            except ChannelError as exc:
+                if exc.provider_code == "already_reacted":
+                    return {"ok": True, "note": f"you had already reacted with :{emoji}:"}
+                if exc.provider_code == "no_reaction":
+                    return {"ok": True, "note": f"there was no :{emoji}: reaction of yours to remove"}
+                raise
+            return {"ok": True}
+
+        return await self.journal.write("channel_react", {"ref": record.ref, "emoji": emoji, "add": add}, act)
+
+    async def _own(self, handle: str) -> str:
+        record = await self.handles.resolve(handle, "msg")
+        if not record.authored:
+            raise ChannelError(
+                "not_authored", f"{handle} was not posted by you; you can only change your own messages."
+            )
+        return record.ref
+
+    async def _edit(self, args: EditArgs) -> Result:
+        ref = await self._own(args.message)
+        text = strip_mass_mentions(args.text)
+        if len(text) > self.adapter.max_post_chars:
+            raise ChannelError(
+                "invalid_arguments",
+                f"text is {len(text)} characters; one message holds {self.adapter.max_post_chars}. "
+                "Edit with a shorter text, or reply with the rest.",
+            )
+
+        async def act() -> Result:
+            await self.adapter.edit(ref, text)
+            return {"message": args.message}
+
+        return await self.journal.write("channel_edit", {"ref": ref, "text": text}, act)
+
+    async def _retract(self, args: RetractArgs) -> Result:
+        ref = await self._own(args.message)
+
+        async def act() -> Result:
+            await self.adapter.retract(ref)
+            return {"ok": True}
+
+        return await self.journal.write("channel_retract", {"ref": ref}, act)
