@@ -30,7 +30,7 @@ from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
-from app.intake.socket_mode import SocketModeError, SocketModeIntake, check_transport, open_connection_url
+from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
@@ -150,12 +150,7 @@ class Service:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
         try:
-            check_transport(settings)
-            # Socket Mode: apps.connections.open checks the app token before anything is opened.
-            socket_url = None
-            if webhook and settings.socket_mode:
-                token = settings.slack_app_token.get_secret_value()
-                socket_url = await open_connection_url(token, settings.slack_api_url)
+            socket_url = await first_socket_url(settings, serving=webhook)
         except SocketModeError as exc:
             raise StartupError(str(exc)) from exc
         needs_secret = webhook and settings.http_events  # in Socket Mode only, nothing to verify
@@ -276,13 +271,8 @@ class Service:
         bolt = build_bolt(settings, ingress, interactions, agent_view)
         socket = None
         if socket_url is not None:
-            socket = SocketModeIntake(
-                app_token=settings.slack_app_token.get_secret_value(),
-                api_url=settings.slack_api_url,
-                on_event=event_handler(ingress, agent_view),
-                on_interaction=interactions.handle,
-                ack_gate=runner.ack_gate,
-            )
+            handle = event_handler(ingress, agent_view)
+            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runner.ack_gate)
         return cls(
             settings,
             store,

@@ -64,6 +64,15 @@ def check_transport(settings: Settings) -> None:
         )
 
 
+async def first_socket_url(settings: Settings, *, serving: bool) -> str | None:
+    """Start-up's Socket Mode checks: :func:`check_transport`, then, when ``serving`` in Socket Mode,
+    the first connection URL (``apps.connections.open`` checks the app token); else None."""
+    check_transport(settings)
+    if not (serving and settings.socket_mode):
+        return None
+    return await open_connection_url(settings.slack_app_token.get_secret_value(), settings.slack_api_url)
+
+
 async def open_connection_url(app_token: str, api_url: str) -> str:
     """A fresh WebSocket URL from ``apps.connections.open``, or ``SocketModeError`` in one line."""
     client = AsyncWebClient(base_url=api_url, timeout=_TIMEOUT)
@@ -114,16 +123,15 @@ class SocketModeIntake:
 
     def __init__(
         self,
-        *,
-        app_token: str,
-        api_url: str,
+        settings: Settings,
         on_event: Handler,
         on_interaction: Handler,
+        *,
         ack_gate: AckGate | None = None,
         ping_interval: float = PING_INTERVAL,
     ) -> None:
-        self.app_token = app_token
-        self.api_url = api_url
+        self.app_token = settings.slack_app_token.get_secret_value()
+        self.api_url = settings.slack_api_url
         self.on_event = on_event
         self.on_interaction = on_interaction
         self.ack_gate = ack_gate
@@ -209,5 +217,6 @@ __all__ = [
     "SocketModeError",
     "SocketModeIntake",
     "check_transport",
+    "first_socket_url",
     "open_connection_url",
 ]
