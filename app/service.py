@@ -209,7 +209,11 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals(
-            store=store, adapter=adapter, approvers=settings.approvers, ttl=settings.approval_ttl
+            store=store,
+            adapter=adapter,
+            approvers=settings.approvers,
+            approval_by=settings.approval_by,
+            ttl=settings.approval_ttl,
         )
         _warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from storage import sqlite_path
@@ -95,6 +95,17 @@ class Settings(BaseSettings):
     approvers: CSV = ()
     #: Seconds an approval card stays open; after that the call counts as ``expired``.
     approval_ttl: float = Field(default=86_400.0, gt=0)
+    #: Who decides approvals: ``requester`` (the person whose message led to the call, or anyone in
+    #: ``APPROVERS``) or ``approvers`` (only people in ``APPROVERS``).
+    approval_by: Literal["requester", "approvers"] = "requester"
+    #: Serve people from other organisations in Slack Connect channels (else ignored, with a log line).
+    allow_external_users: bool = False
+    #: Conversations one person's messages may have running at once; more wait their turn.
+    user_max_runs: int = Field(default=4, ge=1)
+    #: Disk a task's fetched and produced files may use; past it a fetch is refused (``file_refused``).
+    task_files_max_bytes: int = Field(default=524_288_000, ge=1)
+    #: A task's files are removed after this many days without activity (the task and handles stay).
+    files_ttl_days: float = Field(default=7.0, gt=0)
 
     #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"
@@ -127,6 +138,13 @@ class Settings(BaseSettings):
             raise ValueError(
                 "must be at least 1 hour (0.042 days), since Slack retries a delivery for minutes"
             )
+        return value
+
+    @field_validator("approval_by")
+    @classmethod
+    def _approvers_named(cls, value: str, info: ValidationInfo) -> str:
+        if value == "approvers" and not info.data.get("approvers"):
+            raise ValueError("only APPROVERS would decide, and APPROVERS is empty: set it to user IDs")
         return value
 
     @property

@@ -288,7 +288,7 @@ async def _check_model(
         UnexpectedModelBehavior,
     )
 
-    from app.agent.runtime import build_model
+    from app.agent.models import build_model, credential_hint
 
     name = settings.model or (agent_file.model if agent_file is not None else "")
     if not name:
@@ -316,9 +316,9 @@ async def _check_model(
         return
     except Exception as exc:
         # Any provider failure is a finding here, never a crash of the check.
-        anthropic = name.startswith("anthropic:")
-        key = "ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY"
-        where = "the network" if anthropic else "OPENAI_BASE_URL and the network"
+        key = credential_hint(name)
+        custom_url = name.startswith(("openai:", "openai-chat:"))
+        where = "OPENAI_BASE_URL and the network" if custom_url else "the network"
         if isinstance(exc, ModelAuthenticationError):
             fix = f"check {key}"
         elif isinstance(exc, ModelConnectionError):
@@ -333,9 +333,9 @@ async def _check_model(
     report.line("PASS", "model", f"{name} answered")
 
 
-async def run_checks(settings: Settings, *, model: bool = True, out: TextIO = sys.stdout) -> int:
-    """Run every check, print one line per finding to ``out``; 0 when nothing FAILed, else 1."""
-    report = _Report(out, _secrets(settings))
+async def run_checks(settings: Settings, *, model: bool = True, out: TextIO | None = None) -> int:
+    """Run every check, print one line per finding to ``out`` (stdout); 0 when nothing FAILed, else 1."""
+    report = _Report(out or sys.stdout, _secrets(settings))
     identity = await _check_token(settings, report)
     _check_scopes(identity, report)
     _check_signing_secret(settings, report)
