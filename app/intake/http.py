@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 #: At most one warning line per this many seconds about refused requests (the rest are counted).
 REFUSAL_LOG_INTERVAL = 60.0
 
+#: The answer of POST /slack/events when deliveries come over Socket Mode only.
+HTTP_EVENTS_OFF = (
+    "this app takes Slack deliveries over Socket Mode (SLACK_APP_TOKEN is set); "
+    "set SLACK_HTTP_EVENTS=true to take them over HTTP as well"
+)
+
 
 class _Ingest(AsyncMiddleware):
     """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
@@ -75,12 +81,11 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(
-    settings: Settings,
-    ingress: Ingress,
-    interactions: Interactions | None = None,
-    agent_view: AgentView | None = None,
-) -> AsyncApp:
+def event_handler(
+    ingress: Ingress, agent_view: AgentView | None
+) -> Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]:
+    """What an ``event_callback`` body becomes, over HTTP and over Socket Mode alike: ``(status, reason)``."""
+
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
         event = body.get("event")
         if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
@@ -88,6 +93,16 @@ def build_bolt(
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
+    return handle
+
+
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
+    handle = event_handler(ingress, agent_view)
     # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
     # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
     # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
@@ -117,8 +132,14 @@ class HttpEdge:
         ack_gate: AckGate | None,
         on_startup: Callable[[], Awaitable[None]],
         on_shutdown: Callable[[], Awaitable[None]],
+        slack_events: bool = True,
+        socket_connected: Callable[[], bool] | None = None,
     ) -> None:
-        """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry."""
+        """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
+        ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
+        :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz."""
+        self._slack_events = slack_events
+        self._socket_connected = socket_connected
         self.bolt = bolt
         self._signing_secret = signing_secret
         self._refused = 0
@@ -139,6 +160,8 @@ class HttpEdge:
         self.app = app
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
+        if not self._slack_events:
+            return web.Response(status=404, text=HTTP_EVENTS_OFF)
         # Counted until answered: run start-ups wait for a moment without acks in flight.
         gate = self._ack_gate
         with gate.acking() if gate is not None else contextlib.nullcontext():
@@ -186,6 +209,8 @@ class HttpEdge:
             # Callers learn only that it is not ready; what failed (a database host, say) goes to the log.
             log.warning("readyz: the store is unreachable: %s", exc)
             return web.json_response({"ok": False}, status=503)
+        if self._socket_connected is not None:
+            return web.json_response({"ok": True, "socket_mode": self._socket_connected()})
         return web.json_response({"ok": True})
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -30,6 +30,8 @@ def unsigned_reason(
     secret: str, headers: Mapping[str, str], body: bytes, now: float | None = None
 ) -> str | None:
     """Why ``body`` with ``headers`` is not a fresh request signed with ``secret``; None if it is."""
+    if not secret:
+        return "no SLACK_SIGNING_SECRET to check it with"  # an empty key would sign for anyone
     timestamp = headers.get("X-Slack-Request-Timestamp", "")
     given = headers.get("X-Slack-Signature", "")
     if not timestamp or not given:
