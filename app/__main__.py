@@ -163,6 +163,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _export_dotenv() -> None:
+    """Put ./.env's lines into the environment where it has no value of its own: Settings reads .env
+    itself, but the model providers pydantic-ai builds (GOOGLE_API_KEY, GROQ_API_KEY, AWS_*) read
+    only the environment."""
+    import os
+    from pathlib import Path
+
+    from dotenv import dotenv_values
+
+    if Path(".env").is_file():
+        for name, value in dotenv_values(".env").items():
+            if value is not None:
+                os.environ.setdefault(name, value)
+
+
 def _positive(value: str) -> int:
     try:
         days = int(value)
@@ -193,6 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in explain(exc):
             print(f"threadbound: {line}", file=sys.stderr)
         return 2
+    _export_dotenv()
     from .logs import configure_logging
 
     configure_logging(settings)

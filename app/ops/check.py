@@ -40,7 +40,9 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # equal it (a placeholder key "ollama" and MODEL=openai-chat:ollama), and hides nothing worth hiding.
 MIN_SECRET_CHARS = 12
 # Anything shaped like a Slack token or an OpenAI/Anthropic key, configured or not.
-_KEY_SHAPES = re.compile(r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})")
+_KEY_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|xapp-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})"
+)
 
 
 @dataclass
@@ -64,6 +66,7 @@ def _secrets(settings: Settings) -> list[str]:
     values = [
         settings.slack_bot_token.get_secret_value(),
         settings.slack_signing_secret.get_secret_value(),
+        settings.slack_app_token.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
         settings.metrics_token.get_secret_value(),
@@ -285,7 +288,7 @@ async def _check_model(
         UnexpectedModelBehavior,
     )
 
-    from app.agent.runtime import build_model
+    from app.agent.models import build_model, credential_hint
 
     name = settings.model or (agent_file.model if agent_file is not None else "")
     if not name:
@@ -313,9 +316,9 @@ async def _check_model(
         return
     except Exception as exc:
         # Any provider failure is a finding here, never a crash of the check.
-        anthropic = name.startswith("anthropic:")
-        key = "ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY"
-        where = "the network" if anthropic else "OPENAI_BASE_URL and the network"
+        key = credential_hint(name)
+        custom_url = name.startswith(("openai:", "openai-chat:"))
+        where = "OPENAI_BASE_URL and the network" if custom_url else "the network"
         if isinstance(exc, ModelAuthenticationError):
             fix = f"check {key}"
         elif isinstance(exc, ModelConnectionError):
@@ -330,9 +333,9 @@ async def _check_model(
     report.line("PASS", "model", f"{name} answered")
 
 
-async def run_checks(settings: Settings, *, model: bool = True, out: TextIO = sys.stdout) -> int:
-    """Run every check, print one line per finding to ``out``; 0 when nothing FAILed, else 1."""
-    report = _Report(out, _secrets(settings))
+async def run_checks(settings: Settings, *, model: bool = True, out: TextIO | None = None) -> int:
+    """Run every check, print one line per finding to ``out`` (stdout); 0 when nothing FAILed, else 1."""
+    report = _Report(out or sys.stdout, _secrets(settings))
     identity = await _check_token(settings, report)
     _check_scopes(identity, report)
     _check_signing_secret(settings, report)
