@@ -297,6 +297,7 @@ class Service:
         socket = self.socket
         self.http = HttpEdge(
             bolt=self.bolt,
+            signing_secret=self.settings.slack_signing_secret.get_secret_value(),
             max_body_bytes=self.settings.max_body_bytes,
             metrics_token=self.settings.metrics_token.get_secret_value(),
             ping=self.store.ping,

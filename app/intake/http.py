@@ -1,7 +1,10 @@
 """The HTTP edge: the aiohttp app serving ``/slack/events`` (through Bolt), ``/healthz``, ``/readyz``
 and ``/metrics``.
 
-Bolt's ``AsyncApp`` stays at the edge: it verifies signatures (401), answers
+Nothing unsigned is parsed: ``/slack/events`` checks the signature on the raw bytes first
+(``signature.unsigned_reason``; 401 and at most one warning line), and a signed body that does
+not parse (bad JSON, a form ``payload`` that is not JSON, nesting too deep) is a 400, never a 500.
+Bolt's ``AsyncApp`` stays at the edge: it verifies signatures again (401), answers
 ``url_verification`` and ``ssl_check``, then our middleware turns every
 ``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
 listener machinery (which acks before work and would 404 unmatched events) is
@@ -14,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -33,6 +38,11 @@ from storage import StoreError
 from .agent_view import AGENT_EVENTS, AgentView
 from .ingress import Ingress
 from .interactions import Interactions
+from .signature import unsigned_reason
+
+log = logging.getLogger(__name__)
+#: At most one warning line per this many seconds about refused requests (the rest are counted).
+REFUSAL_LOG_INTERVAL = 60.0
 
 #: The answer of POST /slack/events when deliveries come over Socket Mode only.
 HTTP_EVENTS_OFF = (
@@ -114,6 +124,7 @@ class HttpEdge:
         self,
         *,
         bolt: AsyncApp,
+        signing_secret: str,
         max_body_bytes: int,
         metrics_token: str,
         ping: Callable[[], Awaitable[None]],
@@ -130,6 +141,9 @@ class HttpEdge:
         self._slack_events = slack_events
         self._socket_connected = socket_connected
         self.bolt = bolt
+        self._signing_secret = signing_secret
+        self._refused = 0
+        self._refusal_logged_at = -REFUSAL_LOG_INTERVAL
         self._metrics_token = metrics_token
         self._ping = ping
         self._render_metrics = metrics
@@ -151,11 +165,39 @@ class HttpEdge:
         # Counted until answered: run start-ups wait for a moment without acks in flight.
         gate = self._ack_gate
         with gate.acking() if gate is not None else contextlib.nullcontext():
+            raw = await request.read()
+            reason = unsigned_reason(self._signing_secret, request.headers, raw)
+            if reason is not None:
+                self._refuse(reason)
+                return web.Response(status=401, text="invalid request")
             try:
-                bolt_request = await to_bolt_request(request)
-            except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
+                # Bolt parses the body eagerly: bad JSON, bad form data, bad UTF-8, a body that is not
+                # an object (Bolt then fails reading its fields) or one nested deeper than the parser
+                # recurses lands here.
+                bolt_request = AsyncBoltRequest(
+                    body=raw.decode("utf-8"), query=request.query_string, headers=dict(request.headers)
+                )
+            except (ValueError, RecursionError, AttributeError, TypeError):
                 return web.Response(status=400, text="malformed request body")
-            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+            try:
+                return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+            except RecursionError:  # parsed, but nested too deep for what walks it next
+                log.warning("a signed request on /slack/events is nested too deeply to handle")
+                return web.Response(status=400, text="malformed request body")
+
+    def _refuse(self, reason: str) -> None:
+        """One warning line per ``REFUSAL_LOG_INTERVAL`` at most, counting the refusals in between."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL:
+            log.warning(
+                "refused %d unsigned request(s) on /slack/events (latest: %s); check SLACK_SIGNING_SECRET "
+                "if Slack's own deliveries are refused",
+                self._refused,
+                reason,
+            )
+            self._refused = 0
+            self._refusal_logged_at = now
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -164,7 +206,9 @@ class HttpEdge:
         try:
             await self._ping()
         except StoreError as exc:
-            return web.json_response({"ok": False, "store": str(exc)}, status=503)
+            # Callers learn only that it is not ready; what failed (a database host, say) goes to the log.
+            log.warning("readyz: the store is unreachable: %s", exc)
+            return web.json_response({"ok": False}, status=503)
         if self._socket_connected is not None:
             return web.json_response({"ok": True, "socket_mode": self._socket_connected()})
         return web.json_response({"ok": True})
