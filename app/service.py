@@ -134,7 +134,7 @@ class Service:
 
         ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
         try:
-            agent_file = AgentFile.load(settings.resolved_agent_file)
+            agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
             mcp = McpServers(agent_file.mcp)
         except ValueError as exc:
