@@ -10,7 +10,8 @@ The tests, the benchmarks and the playground drive the real app against it::
 Modules: ``workspace`` (users, conversations, messages, files: the state),
 ``api`` (the Web API methods, one module per family), ``filehost`` (downloads,
 sign-in page, upload targets), ``faults`` (scripted failures, shared with the fake
-model server), ``server`` (``FakeSlack``: the HTTP server around them), ``wire``
+model server), ``server`` (``FakeSlack``: the HTTP server around them), ``socket_mode``
+(``apps.connections.open`` and the Socket Mode WebSocket, ``FakeSlack.socket``), ``wire``
 (parameter parsing and ``SlackError``). Deliberate choices where Slack's
 behaviour is unknown or irrelevant are noted where they are made.
 """
@@ -18,18 +19,21 @@ behaviour is unknown or irrelevant are noted where they are made.
 from .faults import Fault, Faults
 from .filehost import FileRequest
 from .server import Call, FakeSlack
+from .socket_mode import Envelope, SocketMode
 from .wire import SlackError
 from .workspace import DEFAULT_SCOPES, FileMode, Status, Stream, Workspace
 
 __all__ = [
     "DEFAULT_SCOPES",
     "Call",
+    "Envelope",
     "FakeSlack",
     "Fault",
     "Faults",
     "FileMode",
     "FileRequest",
     "SlackError",
+    "SocketMode",
     "Status",
     "Stream",
     "Workspace",

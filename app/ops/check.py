@@ -40,7 +40,9 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # equal it (a placeholder key "ollama" and MODEL=openai-chat:ollama), and hides nothing worth hiding.
 MIN_SECRET_CHARS = 12
 # Anything shaped like a Slack token or an OpenAI/Anthropic key, configured or not.
-_KEY_SHAPES = re.compile(r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})")
+_KEY_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|xapp-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})"
+)
 
 
 @dataclass
@@ -64,6 +66,7 @@ def _secrets(settings: Settings) -> list[str]:
     values = [
         settings.slack_bot_token.get_secret_value(),
         settings.slack_signing_secret.get_secret_value(),
+        settings.slack_app_token.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
         settings.metrics_token.get_secret_value(),

@@ -147,9 +147,10 @@ class SlackLiveMessage:
             )
         except ChannelError as exc:
             if exc.provider_code in _CLOSED:
-                raise StreamClosed(
-                    exc.message, unsent=self._pending + markdown, provider_code=exc.provider_code
-                ) from exc
+                # The held-back text is reported unsent here, once: the stop that follows must not
+                # report it again (the continuation would start that much too early and repeat it).
+                unsent, self._pending = self._pending + markdown, ""
+                raise StreamClosed(exc.message, unsent=unsent, provider_code=exc.provider_code) from exc
             raise
         self.sent += sendable
         self._pending = pending
