@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from app.agent.agent_file import AgentFile
 from app.agent.mcp.servers import McpServers
+from app.intake.socket_mode import SocketModeError, check_transport, open_connection_url
 from app.settings import Settings, describe_database
 from channel.errors import ChannelError
 from channel.skills import SkillLibrary
@@ -135,8 +136,24 @@ def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
             report.line("WARN", "scopes", f"{scope} is missing: cannot {purpose(scope)}; {_REINSTALL}")
 
 
+async def _check_app_token(settings: Settings, report: _Report) -> None:
+    """Socket Mode only: the app token's shape, then ``apps.connections.open`` (no connection is made)."""
+    try:
+        check_transport(settings)
+        if settings.socket_mode:
+            await open_connection_url(settings.slack_app_token.get_secret_value(), settings.slack_api_url)
+    except SocketModeError as exc:
+        report.line("FAIL", "app token", str(exc))
+        return
+    if settings.socket_mode:
+        both = " and over HTTP (SLACK_HTTP_EVENTS=true)" if settings.http_events else ""
+        report.line("PASS", "app token", f"opens Socket Mode connections: deliveries over the socket{both}")
+
+
 def _check_signing_secret(settings: Settings, report: _Report) -> None:
-    if settings.slack_signing_secret.get_secret_value():
+    if settings.socket_mode and not settings.http_events:
+        report.line("SKIP", "signing secret", "not needed: deliveries come over Socket Mode only")
+    elif settings.slack_signing_secret.get_secret_value():
         report.line("PASS", "signing secret", "set")
     else:
         detail = "SLACK_SIGNING_SECRET is not set: copy it from Basic Information → App Credentials"
@@ -338,6 +355,7 @@ async def run_checks(settings: Settings, *, model: bool = True, out: TextIO | No
     report = _Report(out or sys.stdout, _secrets(settings))
     identity = await _check_token(settings, report)
     _check_scopes(identity, report)
+    await _check_app_token(settings, report)
     _check_signing_secret(settings, report)
     _check_file_origins(settings, report)
     await _check_database(settings, report)

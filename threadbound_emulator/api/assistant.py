@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError, as_json
+from ..wire import JSON, Params, SlackError, as_json
 from ..workspace import Status, Workspace
+from .method import Method
 
 
 def set_status(ws: Workspace, params: Params) -> JSON:

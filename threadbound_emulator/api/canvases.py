@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError, as_json, as_list
+from ..wire import JSON, Params, SlackError, as_json, as_list
 from ..workspace import Canvas, Workspace
+from .method import Method
 
 
 def create(ws: Workspace, params: Params) -> JSON:

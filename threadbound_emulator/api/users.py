@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError
+from ..wire import JSON, Params, SlackError
 from ..workspace import FAKE_HOST, Workspace
+from .method import Method
 
 
 def auth_test(ws: Workspace, params: Params) -> JSON:
