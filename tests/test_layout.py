@@ -28,7 +28,6 @@ OVERSIZE_ALLOWED: dict[str, str] = {
     "channel.markdown": "Markdown splitting and rendering",
     "storage.base": "the store's records and interface",
     "storage.statements": "the SQL statements",
-    "threadbound_emulator.workspace": "the emulated workspace",
 }
 
 #: Imports that break a rule below and are being fixed (issue 20); same as above: only shrinks.
