@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import Agent, AgentRetries, DeferredToolRequests, RunContext
@@ -30,6 +29,7 @@ from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from channel.tools import ToolSpec
 
+from .deps import RunDeps
 from .model_settings import run_model_settings
 from .models import build_model as build_model  # re-exported: where callers have found it
 
@@ -45,11 +45,6 @@ _NAMED_DEFERRED = 40
 ToolStarted = Callable[[ChannelSession, str], Awaitable[None]]
 #: Called after each tool call: session, tool name, outcome (``"ok"`` or the error code), seconds.
 ToolFinished = Callable[[ChannelSession, str, str, float], None]
-
-
-@dataclass(slots=True)
-class RunDeps:
-    session: ChannelSession
 
 
 class ChannelToolset(AbstractToolset[RunDeps]):

@@ -26,9 +26,14 @@ from typing import Any
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
+<<<<<<< HEAD
 from .link import effect_id_of
 from .lookback import Lookback, shown_text
 from .render import fallback_text, strip_mass_mentions
+=======
+from .link import SlackLink
+from .render import NO_UNFURL, fallback_text, strip_mass_mentions
+>>>>>>> main
 
 #: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
 FEEDBACK_ACTION = "threadbound_feedback"
@@ -101,7 +106,7 @@ class SlackLiveMessage:
     ) -> SlackLiveMessage:
         if not origin.thread_ts:
             raise ChannelError("unsupported", "Slack streams only into a thread.")
-        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts}
+        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts, **NO_UNFURL}
         user = str((recipient or {}).get("user") or "")
         if user:
             team = str((recipient or {}).get("team") or (recipient or {}).get("user_team") or "")
@@ -161,7 +166,16 @@ class SlackLiveMessage:
             raise ChannelError("slack_error", "the streamed message does not show what was sent")
 
         try:
+<<<<<<< HEAD
             await self._adapter.once("chat.appendStream", send, check)
+=======
+            await self._adapter.outbound.write(
+                "chat.appendStream",
+                lambda: self._adapter.writes.chat_appendStream(
+                    channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
+                ),
+            )
+>>>>>>> main
         except ChannelError as exc:
             if exc.provider_code in _CLOSED:
                 # The held-back text is reported unsent here, once: the stop that follows must not
@@ -175,7 +189,7 @@ class SlackLiveMessage:
     async def stop(self, *, effect_id: str, feedback: str = "") -> None:
         rest = strip_mass_mentions(self._pending)
         metadata = self._adapter.effect_metadata(effect_id)
-        kwargs: dict[str, Any] = {"channel": self._channel, "ts": self.ts, "metadata": metadata}
+        kwargs: dict[str, Any] = {"channel": self._channel, "ts": self.ts, "metadata": metadata, **NO_UNFURL}
         if rest:
             kwargs["chunks"] = [{"type": "markdown_text", "text": rest}]
         if feedback:
@@ -222,6 +236,7 @@ class SlackLiveMessage:
                 text=fallback_text(self.sent) or " ",
                 blocks=blocks,
                 metadata=metadata,
+<<<<<<< HEAD
             )
             return True
 
@@ -234,3 +249,8 @@ class SlackLiveMessage:
 def stream_after(origin: Origin, recipient: Mapping[str, Any] | None) -> str:
     """The message a stream comes after: the one it answers, else the thread's root."""
     return str((recipient or {}).get("ts") or origin.thread_ts)
+=======
+                **NO_UNFURL,
+            ),
+        )
+>>>>>>> main
