@@ -26,14 +26,9 @@ from typing import Any
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
-<<<<<<< HEAD
 from .link import effect_id_of
 from .lookback import Lookback, shown_text
-from .render import fallback_text, strip_mass_mentions
-=======
-from .link import SlackLink
 from .render import NO_UNFURL, fallback_text, strip_mass_mentions
->>>>>>> main
 
 #: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
 FEEDBACK_ACTION = "threadbound_feedback"
@@ -153,7 +148,9 @@ class SlackLiveMessage:
             return
 
         async def send() -> bool:
-            await self._adapter.writes.chat_appendStream(channel=self._channel, ts=self.ts, chunks=chunks)
+            await self._adapter.writes.chat_appendStream(
+                channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
+            )
             return True
 
         async def check() -> bool | None:
@@ -166,16 +163,7 @@ class SlackLiveMessage:
             raise ChannelError("slack_error", "the streamed message does not show what was sent")
 
         try:
-<<<<<<< HEAD
             await self._adapter.once("chat.appendStream", send, check)
-=======
-            await self._adapter.outbound.write(
-                "chat.appendStream",
-                lambda: self._adapter.writes.chat_appendStream(
-                    channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
-                ),
-            )
->>>>>>> main
         except ChannelError as exc:
             if exc.provider_code in _CLOSED:
                 # The held-back text is reported unsent here, once: the stop that follows must not
@@ -236,7 +224,7 @@ class SlackLiveMessage:
                 text=fallback_text(self.sent) or " ",
                 blocks=blocks,
                 metadata=metadata,
-<<<<<<< HEAD
+                **NO_UNFURL,
             )
             return True
 
@@ -249,8 +237,3 @@ class SlackLiveMessage:
 def stream_after(origin: Origin, recipient: Mapping[str, Any] | None) -> str:
     """The message a stream comes after: the one it answers, else the thread's root."""
     return str((recipient or {}).get("ts") or origin.thread_ts)
-=======
-                **NO_UNFURL,
-            ),
-        )
->>>>>>> main

@@ -2,17 +2,12 @@
 ephemeral notes, agent-view status, titles and prompts, and opening a streamed message.
 
 Every write leaves through the adapter's :class:`.outbound.Outbound` (paced per channel,
-<<<<<<< HEAD
 429s waited out) and is never retried here; an ambiguous answer (a dropped connection, a
 5xx, ``internal_error``…) is settled by a look at Slack (:mod:`.lookback`): a post by its
 effect id, an edit by the text shown, a deletion by the message being gone, a reaction by
 the bot being among its users. An ephemeral note and a status cannot be looked up.
-Outgoing text loses Slack's mass-mention syntax (``render.strip_mass_mentions``).
-=======
-429s waited out) and is never retried here. Outgoing text loses Slack's mass-mention
-syntax (``render.strip_mass_mentions``), and every write carrying it asks Slack for no link or
-media previews (``render.NO_UNFURL``).
->>>>>>> main
+Outgoing text loses Slack's mass-mention syntax (``render.strip_mass_mentions``), and every
+write carrying it asks Slack for no link or media previews (``render.NO_UNFURL``).
 """
 
 from __future__ import annotations
@@ -22,14 +17,9 @@ from typing import Any
 
 from channel.contract import LiveMessage, Origin, Posted, Step
 
-<<<<<<< HEAD
 from .link import split_ref
 from .lookback import Lookback, shown_text
-from .render import fallback_text, strip_mass_mentions
-=======
-from .link import SlackLink, split_ref
 from .render import NO_UNFURL, fallback_text, strip_mass_mentions
->>>>>>> main
 from .stream import SlackLiveMessage, feedback_blocks
 
 #: Seconds a status line may wait out rate limits: shown minutes late it would be wrong.
@@ -79,10 +69,11 @@ class Writes(Lookback):
     async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None:
         """Replace a host message's text and blocks (an approval card once decided)."""
         channel, ts = split_ref(ref)
-<<<<<<< HEAD
 
         async def send() -> bool:
-            await self.writes.chat_update(channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks])
+            await self.writes.chat_update(
+                channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks], **NO_UNFURL
+            )
             return True
 
         async def check() -> bool | None:
@@ -90,14 +81,6 @@ class Writes(Lookback):
             return True if now is not None and now.get("text") == text else None
 
         await self.once("chat.update", send, check)
-=======
-        await self.outbound.write(
-            "chat.update",
-            lambda: self.writes.chat_update(
-                channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks], **NO_UNFURL
-            ),
-        )
->>>>>>> main
 
     async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
         """Show ``text`` to ``user`` only (``chat.postEphemeral``), in ``thread_ts`` when given."""
@@ -138,10 +121,11 @@ class Writes(Lookback):
             blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
         if feedback:
             blocks += feedback_blocks(feedback)
-<<<<<<< HEAD
 
         async def send() -> bool:
-            await self.writes.chat_update(channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks)
+            await self.writes.chat_update(
+                channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks, **NO_UNFURL
+            )
             return True
 
         async def check() -> bool | None:
@@ -149,14 +133,6 @@ class Writes(Lookback):
             return True if now is not None and shown_text(now) == markdown else None
 
         await self.once("chat.update", send, check)
-=======
-        await self.outbound.write(
-            "chat.update",
-            lambda: self.writes.chat_update(
-                channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks, **NO_UNFURL
-            ),
-        )
->>>>>>> main
 
     async def retract(self, ref: str) -> None:
         channel, ts = split_ref(ref)
