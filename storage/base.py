@@ -168,11 +168,12 @@ class Store(Protocol):
         fence: Fence | None,
         close: tuple[str, str] | None = None,
         feedback_upto: float | None = None,
+        summary: str | None = None,
     ) -> None:
         """Mid-run: store the transcript so far, mark the inbox items it showed the model consumed
         and the run open (the task is due until :meth:`save_run` closes it), and close the journal
-        entry ``close = (effect_id, result)`` and mark feedback shown, when given. One transaction,
-        fenced like :meth:`save_run`."""
+        entry ``close = (effect_id, result)``, mark feedback shown and replace the summary, when
+        given. One transaction, fenced like :meth:`save_run`."""
 
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None: ...
 

@@ -34,6 +34,7 @@ from .base import (
     StoreStats,
     TaskRecord,
 )
+from .crashpoints import crash_point
 from .schema import migration
 from .sqlcore import new_id
 from .sqlstore_people import PeopleMethods
@@ -79,7 +80,10 @@ class SqlStore(PeopleMethods):
             "now": now,
             "claim_id": new_id(),
         }
-        return claim_from_row(await self._call(sql.CLAIM, params))
+        crash_point("store.claim.before")
+        outcome = claim_from_row(await self._call(sql.CLAIM, params))
+        crash_point("store.claim.after")
+        return outcome
 
     async def prune_claims(self, *, older_than: float) -> int:
         # One statement per batch, each its own transaction: between batches other writers get the
@@ -134,8 +138,9 @@ class SqlStore(PeopleMethods):
         fence: Fence | None,
         close: tuple[str, str] | None = None,
         feedback_upto: float | None = None,
+        summary: str | None = None,
     ) -> None:
-        await self._save(task_id, transcript, consumed, None, None, fence, True, close, feedback_upto)
+        await self._save(task_id, transcript, consumed, None, summary, fence, True, close, feedback_upto)
 
     async def _save(
         self,
@@ -161,7 +166,14 @@ class SqlStore(PeopleMethods):
             "feedback_upto": feedback_upto,
             "fence": _token(task_id, fence),
         }
+        kind = "checkpoint" if run_open else "save"
+        crash_point(f"store.{kind}.before")
+        if consumed:
+            crash_point("store.consume.before")
         row = await self._call(sql.SAVE_RUN, params)
+        if consumed:
+            crash_point("store.consume.after")
+        crash_point(f"store.{kind}.after")
         # An unknown task changes nothing: the update finds no row, the delete is scoped by task.
         if not row["saved"]:
             raise StoreError(f"unknown task {task_id!r}")
@@ -265,12 +277,18 @@ class SqlStore(PeopleMethods):
             "call_id": call_id,
             "fence": _token(task_id, fence),
         }
-        if not await self._execute(sql.OPEN_EFFECT, params):
+        crash_point("store.journal_open.before")
+        opened = await self._execute(sql.OPEN_EFFECT, params)
+        crash_point("store.journal_open.after")
+        if not opened:
             raise LeaseMoved(f"the lease of task {task_id!r} has moved: the write was not journalled")
 
     async def close_effect(self, effect_id: str, *, result: str, fence: Fence | None = None) -> None:
         token = None if fence is None else fence.token
-        if await self._one(sql.CLOSE_EFFECT, effect_id=effect_id, result=result, fence=token) is None:
+        crash_point("store.journal_close.before")
+        row = await self._one(sql.CLOSE_EFFECT, effect_id=effect_id, result=result, fence=token)
+        crash_point("store.journal_close.after")
+        if row is None:
             if fence is not None and await self.get_effect(effect_id) is not None:
                 raise LeaseMoved(f"the lease of task {fence.task_id!r} has moved: {effect_id} stays open")
             raise StoreError(f"unknown effect {effect_id!r}")

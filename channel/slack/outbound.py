@@ -31,6 +31,7 @@ from typing import TypeVar
 from slack_sdk.errors import SlackApiError
 
 from channel.errors import ChannelError
+from storage.crashpoints import crash_point
 
 from .errors import SlackCallObserver, slack_call
 
@@ -65,6 +66,21 @@ class _Lane:
     strict: bool = False
     #: Hands out slots in arrival order.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+#: The crash-matrix point kind (``storage.crashpoints``) of each write to a conversation; the other
+#: writes (statuses, titles, prompts, ephemeral notes, canvases) change no message of the answer.
+CRASH_KINDS: dict[str, str] = {
+    "chat.postMessage": "post",
+    "chat.startStream": "startStream",
+    "chat.appendStream": "appendStream",
+    "chat.stopStream": "stopStream",
+    "chat.update": "update",
+    "chat.delete": "delete",
+    "reactions.add": "reaction",
+    "reactions.remove": "reaction",
+    "files.upload_v2": "upload",
+}
 
 
 class Outbound:
@@ -115,9 +131,14 @@ class Outbound:
         try:
             while True:
                 await self._wait_turn(lane, method, started, give_up, paced=post, limited=limited)
+                kind = CRASH_KINDS.get(method)
                 try:
+                    if kind:
+                        crash_point(f"slack.{kind}.before")
                     async with slack_call(method, self.observer):
                         result = await call()
+                    if kind:
+                        crash_point(f"slack.{kind}.after")
                 except ChannelError as exc:
                     wait = _retry_after(exc)
                     if wait is None:
