@@ -55,7 +55,9 @@ class Lease:
     async def renew(self) -> bool:
         """Extend the lease in the store; False (and ``lost`` set) when it is someone else's now."""
         now = self._clock()
-        if await self.store.renew_lease(self.task_id, owner=self.owner, ttl=self.ttl, now=now, fence=self.fence):
+        if await self.store.renew_lease(
+            self.task_id, owner=self.owner, ttl=self.ttl, now=now, fence=self.fence
+        ):
             self._confirmed = now
             return True
         self._lose("another owner took it")

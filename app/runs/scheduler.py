@@ -80,6 +80,8 @@ class Scheduler:
         #: Run at the start of every sweep (the approvals' expiry check); its failure is logged.
         self.on_sweep = on_sweep
         self._drivers: dict[str, asyncio.Task[None]] = {}
+        #: Tasks woken while their driver ran: it looks at the inbox again before it ends.
+        self._again: set[str] = set()
         self._accepting = True
         #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate
@@ -98,7 +100,11 @@ class Scheduler:
             return
         driver = self._drivers.get(task_id)
         if driver is not None and not driver.done():
-            return  # its run polls the inbox at every step and it looks again before it lets go
+            # Its run polls the inbox at every step and it looks again before it lets go; that last
+            # look may already be running (on Postgres, on a snapshot older than this message), so
+            # the driver is told to look once more.
+            self._again.add(task_id)
+            return
         self._wakeups[task_id] = None
         self._woken.set()
         if self._dispatcher is None or self._dispatcher.done():
@@ -233,7 +239,10 @@ class Scheduler:
         inbox = partial(self.store.pending_inbox, task_id)
         waiting = False
         while self._accepting:
-            fence = await self.store.take_lease(task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock())
+            self._again.discard(task_id)
+            fence = await self.store.take_lease(
+                task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+            )
             if fence is None:
                 return  # another instance runs it; it will see our inbox item
             lease = self._lease(fence)
@@ -260,7 +269,9 @@ class Scheduler:
             if waiting and await self.executor.waiting(task_id):
                 return  # the decision wakes it (a decision made since our check is seen just above)
             waiting = False
-            if not self._accepting or not await self.store.pending_inbox(task_id):
+            if not self._accepting:
+                return
+            if not await self.store.pending_inbox(task_id) and task_id not in self._again:
                 return
 
     def _lease(self, fence: Fence) -> Lease:
@@ -272,7 +283,9 @@ class Scheduler:
     # -- direct use (the `run` command) ----------------------------------------------------
     async def run_prompt(self, task: TaskRecord, prompt: str, *, adopt_first_root: bool) -> RunOutcome:
         """Run ``prompt`` on ``task`` under its lease; raises when another run holds it."""
-        fence = await self.store.take_lease(task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock())
+        fence = await self.store.take_lease(
+            task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+        )
         if fence is None:
             raise RuntimeError("that conversation is busy with another run; try again when it finishes")
         lease = self._lease(fence)
