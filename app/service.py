@@ -1,21 +1,15 @@
-"""The process: store, Slack adapter, agent, scheduler and the aiohttp web app, wired together.
+"""The composition root: builds the store, Slack adapter, agent, scheduler, intake and the HTTP edge, and
+is the one place that knows every part; ``serve`` runs it until a signal.
 
-Bolt's ``AsyncApp`` stays at the edge: it verifies signatures (401), answers
-``url_verification`` and ``ssl_check``, then our middleware turns every
-``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
-listener machinery (which acks before work and would 404 unmatched events) is
-not used.
+The HTTP edge itself (Bolt, ``/slack/events``, the probes, ``/metrics``) is ``app.intake.http``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import hmac
 import logging
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,11 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from pydantic_ai.models import Model
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
-from slack_bolt.middleware.async_middleware import AsyncMiddleware
-from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_bolt.response import BoltResponse
 
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import ApprovalGate, Approvals, gated
@@ -35,12 +25,13 @@ from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
-from app.intake.agent_view import AGENT_EVENTS, AgentView
+from app.intake.agent_view import AgentView
+from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
+from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
-from app.ops.metrics import CONTENT_TYPE_LATEST
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
 from app.runs.ack_gate import AckGate
@@ -104,63 +95,6 @@ async def open_ready_store(settings: Settings) -> Store:
     return store
 
 
-class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
-    nothing reaches Bolt's listeners."""
-
-    def __init__(
-        self,
-        handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]],
-        interactions: Interactions | None = None,
-    ) -> None:
-        self._handle = handle
-        self._interactions = interactions
-
-    async def async_process(
-        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
-    ) -> BoltResponse:
-        body = req.body
-        if not isinstance(body, dict) or not body:
-            return BoltResponse(status=400, body="malformed request body")
-        if body.get("type") == "event_callback":
-            status, text = await self._handle(body)
-            return BoltResponse(status=status, body=text)
-        if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
-            return await next()
-        if body.get("type") == "block_actions" and self._interactions is not None:
-            status, text = await self._interactions.handle(body)
-            return BoltResponse(status=status, body=text)
-        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
-        return BoltResponse(status=200, body="")
-
-
-def build_bolt(
-    settings: Settings,
-    ingress: Ingress,
-    interactions: Interactions | None = None,
-    agent_view: AgentView | None = None,
-) -> AsyncApp:
-    async def handle(body: dict[str, Any]) -> tuple[int, str]:
-        event = body.get("event")
-        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
-            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
-        result = await ingress.handle(body)
-        return result.status, "" if result.status == 200 else result.reason
-
-    # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
-    # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
-    # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
-    # it, and url_verification and ssl_check need none.
-    return AsyncApp(
-        token=settings.slack_bot_token.get_secret_value(),
-        signing_secret=settings.slack_signing_secret.get_secret_value(),
-        before_authorize=_Ingest(handle, interactions),
-        process_before_response=True,
-        ignoring_self_events_enabled=False,
-        raise_error_for_unhandled_request=False,
-    )
-
-
 @dataclass
 class Service:
     settings: Settings
@@ -179,6 +113,12 @@ class Service:
     approvals: Approvals | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
+    #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
+    socket: SocketModeIntake | None = None
+    #: The first Socket Mode URL, got by ``create`` (which thereby checked the app token).
+    socket_url: str | None = None
+    #: The HTTP edge (``app.intake.http``) and its aiohttp app.
+    http: HttpEdge = field(init=False)
     web_app: web.Application = field(init=False)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -197,9 +137,10 @@ class Service:
     ) -> Service:
         """Build everything and fail early, with a message naming the fix, on bad configuration.
 
-        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret,
+        and takes no Socket Mode deliveries either."""
         try:
-            agent_file = AgentFile.load(settings.resolved_agent_file)
+            agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
             mcp = McpServers(agent_file.mcp)
         except ValueError as exc:
@@ -208,7 +149,12 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
+        try:
+            socket_url = await first_socket_url(settings, serving=webhook)
+        except SocketModeError as exc:
+            raise StartupError(str(exc)) from exc
+        needs_secret = webhook and settings.http_events  # in Socket Mode only, nothing to verify
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=needs_secret)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -263,7 +209,11 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals(
-            store=store, adapter=adapter, approvers=settings.approvers, ttl=settings.approval_ttl
+            store=store,
+            adapter=adapter,
+            approvers=settings.approvers,
+            approval_by=settings.approval_by,
+            ttl=settings.approval_ttl,
         )
         _warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)
@@ -323,6 +273,10 @@ class Service:
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
+        socket = None
+        if socket_url is not None:
+            handle = event_handler(ingress, agent_view)
+            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runner.ack_gate)
         return cls(
             settings,
             store,
@@ -335,58 +289,44 @@ class Service:
             mcp=mcp,
             approvals=approvals,
             agent_view=agent_view,
+            socket=socket,
+            socket_url=socket_url,
         )
 
     def _web_app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
-        app.router.add_post("/slack/events", self._events)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        app.on_startup.append(self._on_startup)
-        app.on_shutdown.append(self._on_shutdown)
-        return app
-
-    async def _events(self, request: web.Request) -> web.StreamResponse:
-        # Counted until answered: run start-ups wait for a moment without acks in flight.
-        gate = self.runner.ack_gate
-        with gate.acking() if gate is not None else contextlib.nullcontext():
-            try:
-                bolt_request = await to_bolt_request(request)
-            except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
-                return web.Response(status=400, text="malformed request body")
-            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
-
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"ok": True})
-
-    async def _readyz(self, _: web.Request) -> web.Response:
-        try:
-            await self.store.ping()
-        except StoreError as exc:
-            return web.json_response({"ok": False, "store": str(exc)}, status=503)
-        return web.json_response({"ok": True})
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        token = self.settings.metrics_token.get_secret_value()
-        if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
-            return web.Response(status=401, text="metrics need Authorization: Bearer $METRICS_TOKEN")
-        return web.Response(
-            body=self.observer.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        socket = self.socket
+        self.http = HttpEdge(
+            bolt=self.bolt,
+            signing_secret=self.settings.slack_signing_secret.get_secret_value(),
+            max_body_bytes=self.settings.max_body_bytes,
+            metrics_token=self.settings.metrics_token.get_secret_value(),
+            ping=self.store.ping,
+            metrics=self.observer.metrics.render,
+            ack_gate=self.runner.ack_gate,
+            on_startup=self._on_startup,
+            on_shutdown=self._on_shutdown,
+            slack_events=self.settings.http_events,
+            socket_connected=(lambda: socket.connected) if socket is not None else None,
         )
+        return self.http.app
 
-    async def _on_startup(self, _: web.Application) -> None:
+    async def _on_startup(self) -> None:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
         # Conversations of instances that died (a crash before this restart included), at once.
         takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
         self._background.append(takeover)
+        if self.socket is not None:
+            self.socket.start(self.socket_url)
+            log.info("taking Slack deliveries over Socket Mode")
 
-    async def _on_shutdown(self, _: web.Application) -> None:
+    async def _on_shutdown(self) -> None:
         await self.drain(self.settings.shutdown_grace)
 
     async def drain(self, grace: float) -> None:
+        if self.socket is not None:  # stop taking deliveries first; those being claimed are acked
+            await self.socket.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -456,15 +396,3 @@ async def serve(
 
 def _listen_error(settings: Settings, exc: OSError) -> str:
     return listen_error(settings.host, settings.port, exc)
-
-
-def listen_error(host: str, port: int, exc: OSError) -> str:
-    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
-    where = f"{host}:{port}"
-    if exc.errno == errno.EADDRINUSE:
-        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
-    if exc.errno == errno.EACCES:
-        return f"no permission to listen on {where}: use a PORT above 1023"
-    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
-        return f"cannot listen on {where}: HOST is not an address of this machine (try 0.0.0.0 or 127.0.0.1)"
-    return f"cannot listen on {where}: {exc.strerror or exc}; check HOST and PORT"

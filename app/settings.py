@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from storage import sqlite_path
@@ -38,6 +38,11 @@ class Settings(BaseSettings):
 
     slack_bot_token: SecretStr = SecretStr("")
     slack_signing_secret: SecretStr = SecretStr("")
+    #: An app-level token (``xapp-…``): deliveries arrive over Socket Mode (``app/intake/socket_mode.py``).
+    slack_app_token: SecretStr = SecretStr("")
+    #: Whether POST /slack/events takes deliveries: unset means yes without SLACK_APP_TOKEN and no with it
+    #: (Socket Mode); ``true`` with SLACK_APP_TOKEN takes both, ``false`` without it is refused.
+    slack_http_events: bool | None = None
     slack_api_url: str = "https://slack.com/api/"
     slack_file_origins: CSV = ("https://files.slack.com",)
 
@@ -49,6 +54,8 @@ class Settings(BaseSettings):
     openai_base_url: str = ""
     anthropic_api_key: SecretStr = SecretStr("")
     agent_file: Path | None = None
+    #: MCP servers in the common ``{"mcpServers": {...}}`` JSON format, besides the agent file's.
+    mcp_config: Path | None = None
     skills_dir: Path | None = None
 
     #: Interface the server listens on.
@@ -90,6 +97,17 @@ class Settings(BaseSettings):
     approvers: CSV = ()
     #: Seconds an approval card stays open; after that the call counts as ``expired``.
     approval_ttl: float = Field(default=86_400.0, gt=0)
+    #: Who decides approvals: ``requester`` (the person whose message led to the call, or anyone in
+    #: ``APPROVERS``) or ``approvers`` (only people in ``APPROVERS``).
+    approval_by: Literal["requester", "approvers"] = "requester"
+    #: Serve people from other organisations in Slack Connect channels (else ignored, with a log line).
+    allow_external_users: bool = False
+    #: Conversations one person's messages may have running at once; more wait their turn.
+    user_max_runs: int = Field(default=4, ge=1)
+    #: Disk a task's fetched and produced files may use; past it a fetch is refused (``file_refused``).
+    task_files_max_bytes: int = Field(default=524_288_000, ge=1)
+    #: A task's files are removed after this many days without activity (the task and handles stay).
+    files_ttl_days: float = Field(default=7.0, gt=0)
 
     #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"
@@ -123,6 +141,25 @@ class Settings(BaseSettings):
                 "must be at least 1 hour (0.042 days), since Slack retries a delivery for minutes"
             )
         return value
+
+    @field_validator("approval_by")
+    @classmethod
+    def _approvers_named(cls, value: str, info: ValidationInfo) -> str:
+        if value == "approvers" and not info.data.get("approvers"):
+            raise ValueError("only APPROVERS would decide, and APPROVERS is empty: set it to user IDs")
+        return value
+
+    @property
+    def socket_mode(self) -> bool:
+        """Deliveries arrive over Socket Mode (SLACK_APP_TOKEN is set)."""
+        return bool(self.slack_app_token.get_secret_value())
+
+    @property
+    def http_events(self) -> bool:
+        """POST /slack/events takes Slack deliveries (see ``slack_http_events``)."""
+        if self.slack_http_events is None:
+            return not self.socket_mode
+        return self.slack_http_events
 
     @property
     def resolved_database_url(self) -> str:
@@ -160,12 +197,28 @@ def model_key_missing(model: str, settings: Settings) -> str | None:
     return None
 
 
+def app_token_problem(token: str) -> str | None:
+    """What is wrong with the shape of a SLACK_APP_TOKEN (naming what was probably pasted), or None."""
+    if token.startswith("xapp-"):
+        return None
+    if token.startswith("xoxb-"):
+        pasted = "the bot token (xoxb-)"
+    elif token.startswith(("xoxp-", "xoxe")):
+        pasted = "a user token" if token.startswith("xoxp-") else "a refresh token"
+    elif len(token) == 32 and all(c in "0123456789abcdef" for c in token):
+        pasted = "a signing secret or client secret"
+    else:
+        pasted = ""
+    looks = f" — this looks like {pasted}" if pasted else ""
+    return f"SLACK_APP_TOKEN must start with xapp-{looks}: copy the app-level token from Basic Information"
+
+
 def missing_settings(settings: Settings, model: str | None, *, webhook: bool = True) -> list[str]:
     """Required settings that are empty, in the order a newcomer sets them up.
 
     ``model`` is the model name in effect (``MODEL`` or the agent file's), or None when the caller
-    supplies a model object and none is required. Without the ``webhook`` (``run``) no request
-    arrives to verify, so the signing secret is not required."""
+    supplies a model object and none is required. Without the ``webhook`` (``run``, or Socket Mode
+    without HTTP deliveries) no request arrives to verify, so the signing secret is not required."""
     required = [("SLACK_BOT_TOKEN", settings.slack_bot_token)]
     if webhook:
         required.append(("SLACK_SIGNING_SECRET", settings.slack_signing_secret))
@@ -231,6 +284,7 @@ __all__ = [
     "LOG_LEVELS",
     "WHERE_TO_GET",
     "Settings",
+    "app_token_problem",
     "describe_database",
     "explain",
     "load_settings",

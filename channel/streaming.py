@@ -33,15 +33,13 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .contract import LiveMessage, Posted, Step
 from .errors import ChannelError, StreamClosed
 from .journal import STREAM_EFFECT
 from .markdown import split_markdown, strip_mass_mentions
-
-if TYPE_CHECKING:
-    from .session import ChannelSession
+from .reply_host import ReplyHost
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +91,7 @@ class AnswerStream:
 
     def __init__(
         self,
-        session: ChannelSession,
+        session: ReplyHost,
         *,
         recipient: Mapping[str, Any] | None,
         feedback: str = "",

@@ -21,6 +21,8 @@ Vocabulary
 - **Usage** is what one model request cost (tokens by kind), with the task, the
   person who asked, the channel and the model; counted per UTC ``day``.
 
+The records themselves are in ``storage/records.py``.
+
 All times are seconds since the epoch as floats, passed in by the caller
 (``now``) so tests can move the clock and instances agree on one notion of time.
 """
@@ -30,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from .records import (
+# Every record is also importable from here (``from storage.base import TaskRecord``).
+from .records import (  # noqa: F401
     ApprovalDecision,
     ApprovalRecord,
     ClaimOutcome,
@@ -49,27 +52,6 @@ from .records import (
     TaskRecord,
     UsageRecord,
 )
-
-__all__ = [
-    "ApprovalDecision",
-    "ApprovalRecord",
-    "ClaimOutcome",
-    "ClaimStatus",
-    "EffectRecord",
-    "EffectState",
-    "FeedbackRecord",
-    "Fence",
-    "HandleKind",
-    "HandleRecord",
-    "InboxItem",
-    "LeaseMoved",
-    "LeaseRecord",
-    "Store",
-    "StoreError",
-    "StoreStats",
-    "TaskRecord",
-    "UsageRecord",
-]
 
 
 @runtime_checkable

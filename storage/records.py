@@ -1,7 +1,5 @@
-"""The records the store hands out and takes (tasks, inbox items, leases, effects, approvals, usage).
-
-Defined apart from the :class:`~storage.base.Store` protocol, which re-exports every name here.
-"""
+"""The records the store hands out (tasks, inbox items, handles, effects, approvals, usage…) and
+:class:`StoreError`; the vocabulary is in :mod:`storage.base`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Every statement the store runs, written once for both dialects (``storage/sql.py``).
+"""Every statement the store runs, written once for both dialects (``storage/sql.py``); those of
+approvals, leases (with fencing) and usage are in ``approval_statements.py``,
+``lease_statements.py`` and ``usage_statements.py``.
 
 Single statements are atomic on their own. The three multi-statement writes (a claim, creating a
 task, saving a run) are :class:`~storage.sql.Procedure` s: one transaction, one database trip on
@@ -9,88 +11,39 @@ from __future__ import annotations
 
 from typing import Final
 
-from .sql import Procedure, SqlType, Statement
-from .statements_leases import (
-    ACQUIRE_LEASE as ACQUIRE_LEASE,
+# The store reads every statement from this module: those of approvals, leases and usage too.
+from .approval_statements import (  # noqa: F401
+    APPROVAL_COLUMNS,
+    DECIDE,
+    EXPIRED_APPROVALS,
+    GET_APPROVAL,
+    HAS_OPEN_APPROVAL,
+    OPEN_APPROVAL,
+    SET_APPROVAL_CARD,
+    START_EXECUTION,
+    TASK_APPROVALS,
 )
-from .statements_leases import (
-    EXPIRE_LEASES as EXPIRE_LEASES,
-)
-from .statements_leases import (
-    FORGET_INSTANCE as FORGET_INSTANCE,
-)
-from .statements_leases import (
-    GET_LEASE as GET_LEASE,
-)
-
-# Leases and fencing live in ``statements_leases.py``, re-exported like these:
-from .statements_leases import (
-    LEASE_COLUMNS as LEASE_COLUMNS,
-)
-from .statements_leases import (
-    REGISTER_INSTANCE as REGISTER_INSTANCE,
-)
-from .statements_leases import (
-    REGISTERED_LEASE_OWNERS as REGISTERED_LEASE_OWNERS,
-)
-from .statements_leases import (
-    RELEASE_LEASE as RELEASE_LEASE,
-)
-from .statements_leases import (
-    RENEW_LEASE as RENEW_LEASE,
-)
-from .statements_leases import (
+from .lease_statements import (  # noqa: F401
+    ACQUIRE_LEASE,
+    EXPIRE_LEASES,
+    FORGET_INSTANCE,
+    GET_LEASE,
+    LEASE_COLUMNS,
+    REGISTER_INSTANCE,
+    REGISTERED_LEASE_OWNERS,
+    RELEASE_LEASE,
+    RENEW_LEASE,
     fenced,
 )
-
-# Approvals, feedback and usage live in ``statements_people.py``; re-exported: one namespace of statements.
-from .statements_people import (
-    APPROVAL_COLUMNS as APPROVAL_COLUMNS,
-)
-from .statements_people import (
-    DECIDE as DECIDE,
-)
-from .statements_people import (
-    EXPIRED_APPROVALS as EXPIRED_APPROVALS,
-)
-from .statements_people import (
-    FEEDBACK_COLUMNS as FEEDBACK_COLUMNS,
-)
-from .statements_people import (
-    GET_APPROVAL as GET_APPROVAL,
-)
-from .statements_people import (
-    HAS_OPEN_APPROVAL as HAS_OPEN_APPROVAL,
-)
-from .statements_people import (
-    MARK_FEEDBACK_SHOWN as MARK_FEEDBACK_SHOWN,
-)
-from .statements_people import (
-    OPEN_APPROVAL as OPEN_APPROVAL,
-)
-from .statements_people import (
-    PENDING_FEEDBACK as PENDING_FEEDBACK,
-)
-from .statements_people import (
-    RECORD_FEEDBACK as RECORD_FEEDBACK,
-)
-from .statements_people import (
-    RECORD_USAGE as RECORD_USAGE,
-)
-from .statements_people import (
-    SET_APPROVAL_CARD as SET_APPROVAL_CARD,
-)
-from .statements_people import (
-    START_EXECUTION as START_EXECUTION,
-)
-from .statements_people import (
-    TASK_APPROVALS as TASK_APPROVALS,
-)
-from .statements_people import (
-    TOKENS_SPENT as TOKENS_SPENT,
-)
-from .statements_people import (
-    USAGE_BY_DAY as USAGE_BY_DAY,
+from .sql import Procedure, SqlType, Statement
+from .usage_statements import (  # noqa: F401
+    FEEDBACK_COLUMNS,
+    MARK_FEEDBACK_SHOWN,
+    PENDING_FEEDBACK,
+    RECORD_FEEDBACK,
+    RECORD_USAGE,
+    TOKENS_SPENT,
+    USAGE_BY_DAY,
 )
 
 TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at, summary, run_open"

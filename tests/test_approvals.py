@@ -16,7 +16,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app.agent.approval_cards import APPROVE, DENY, MAX_ARGS_CHARS, args_text
+from app.agent.approval_args import MAX_SECTION_CHARS, MAX_SECTIONS, ArgumentsUnshowable, arg_sections
+from app.agent.approval_cards import APPROVE, DENY
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
@@ -366,10 +367,110 @@ async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
 
 
 def test_card_arguments_are_bounded_and_cannot_mention_or_break_out() -> None:
-    """A card shows at most MAX_ARGS_CHARS of arguments; fences and mention syntax are neutralised."""
-    shown = args_text(json.dumps({"text": "x" * 5000}))
-    assert len(shown) < MAX_ARGS_CHARS + 40 and "more characters" in shown
-    assert "```" not in args_text(json.dumps({"text": "```<!channel>```"}))
+    """Long values are shortened within Slack's section limit; fences and mention syntax are neutralised."""
+    [shown] = arg_sections(json.dumps({"text": "x" * 5000}))
+    assert len(shown) <= MAX_SECTION_CHARS and "more characters" in shown
+    [fenced] = arg_sections(json.dumps({"text": "```<!channel>```"}))
+    assert "```" not in fenced[3:-3] and "<!channel>" not in fenced
+
+
+def test_every_argument_key_is_shown_whatever_the_order_and_length() -> None:
+    """The attack of issue 19: a 1,700-character body before ``to`` no longer hides ``to``; nested keys and
+    list items are shown too, and a newline in a value cannot forge a line of its own."""
+    args = {
+        "body": "x" * 1700 + '\nto: "friend@example.com"',
+        "to": "attacker@evil.example",
+        "cc": {"list": ["a@example.com", "b" * 4000], "bcc": "spy@evil.example"},
+    }
+    text = "\n".join(arg_sections(json.dumps(args)))
+    assert '\nto: "attacker@evil.example"' in text
+    assert 'cc.list[0]: "a@example.com"' in text and "cc.list[1]: " in text
+    assert 'cc.bcc: "spy@evil.example"' in text
+    assert '\nto: "friend' not in text and "more characters" in text
+
+
+def test_many_keys_fit_by_shortening_values_and_too_many_cannot_be_shown() -> None:
+    """Fifty long values are all shown, shortened, within the card's block limits; ten thousand keys, or
+    one key longer than a section, cannot be shown at all."""
+    sections = arg_sections(json.dumps({f"k{i}": "v" * 3000 for i in range(50)}))
+    assert len(sections) <= MAX_SECTIONS and all(len(s) <= MAX_SECTION_CHARS for s in sections)
+    assert all(f"k{i}: " in "".join(sections) for i in range(50))
+    with pytest.raises(ArgumentsUnshowable):
+        arg_sections(json.dumps({f"k{i}": i for i in range(10_000)}))
+    with pytest.raises(ArgumentsUnshowable):
+        arg_sections(json.dumps({"k" * 4000: 1}))
+
+
+def _notify_agent(tmp_path: Path) -> Path:
+    python = sys.executable.replace("\\", "/")
+    tickets = (Path(__file__).parent / "support" / "mcp_tickets.py").as_posix()
+    agent = tmp_path / "agent.toml"
+    agent.write_text(
+        'approval = ["tickets_notify"]\n'
+        "[mcp.tickets]\n"
+        f'command = ["{python}", "{tickets}"]\n'
+        'eager = ["notify"]\n'
+        "timeout = 5\n",
+        encoding="utf-8",
+    )
+    return agent
+
+
+@pytest.mark.parametrize("keys", [1, 5000])
+async def test_a_card_shows_the_key_that_matters_or_the_call_is_denied(tmp_path: Path, keys: int) -> None:
+    """A gated MCP call with a long body before ``to`` gets a card showing ``to``; one whose arguments no
+    card can show is denied at once (the model reads ``denied``), and no card is posted."""
+    seen: list[Any] = []
+    meta = {f"m{i}": "x" for i in range(keys)}
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt and "notify" in turn.prompt:
+            return [call("tickets_notify", body="b" * 1700, to="attacker@evil.example", meta=meta)]
+        for name, result in turn.results:
+            if name == "tickets_notify":
+                seen.append(result)
+                return [call("channel_reply", text="done")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _notify_agent(tmp_path)
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent
+        ) as app:
+            await _ask(app, slack, "<@UBOT> notify them")
+            cards = _cards(slack)
+        if keys == 1:
+            [card] = cards
+            assert 'to: \\"attacker@evil.example\\"' in json.dumps(card["blocks"]) and seen == []
+        else:
+            assert cards == [] and seen[0]["error"]["code"] == "denied"
+            assert "approval card" in seen[0]["error"]["message"]
+
+
+async def test_approval_by_approvers_lets_only_approvers_decide(tmp_path: Path) -> None:
+    """With APPROVAL_BY=approvers the requester's own click is refused privately; an approver decides."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(
+            slack,
+            model=scripted(script),
+            data_dir=tmp_path,
+            agent_file=agent,
+            approvers=("U9",),
+            approval_by="approvers",
+        ) as app:
+            root = await _ask(app, slack)
+            [card] = _cards(slack)
+            assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+            await _settle(app)
+            assert slack.ephemerals and "Only an approver can decide" in slack.ephemerals[0][3]
+            assert _bot_reactions(slack, root) == [] and script.results == []
+            assert (await app.click(_click(card, "U9", APPROVE, root))).status == 200
+            await _settle(app)
+        assert _bot_reactions(slack, root) == ["white_check_mark"]
 
 
 BASE_URL = os.environ.get("TEST_DATABASE_URL", "")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from app.agent.agent_file import AgentFile
 from app.settings import Settings
 from channel.tools import CATALOG
@@ -26,10 +28,15 @@ def _section(markdown: str, heading: str) -> str:
     return match.group(1)
 
 
+def _setting_rows() -> list[list[str]]:
+    """The configuration reference's table rows, as cells."""
+    lines = _read(DOCS / "configuration.md").splitlines()
+    return [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line.startswith("| `")]
+
+
 def documented_settings() -> list[str]:
     """The variables in the configuration reference's table: the first cell of each row."""
-    rows = [line for line in _read(DOCS / "configuration.md").splitlines() if line.startswith("| `")]
-    return [name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row.split("|")[1])]
+    return [name for row in _setting_rows() for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", row[0])]
 
 
 def test_configuration_reference_lists_every_setting() -> None:
@@ -39,6 +46,35 @@ def test_configuration_reference_lists_every_setting() -> None:
     assert sorted(set(documented) - model) == [], "documented but not in app/settings.py"
     assert sorted(model - set(documented)) == [], "in app/settings.py but not in docs/configuration.md"
     assert len(documented) == len(set(documented)), "a variable documented twice"
+
+
+def _same_default(cell: str, default: object) -> bool:
+    """Whether a documented default (the first backticked value of the cell) is the model's default."""
+    shown = re.match(r"`([^`]*)`", cell)
+    if shown is None:
+        return False
+    value = shown.group(1)
+    if isinstance(default, bool):
+        return value == str(default).lower()
+    if isinstance(default, int | float):
+        return float(value) == float(default)
+    if isinstance(default, Path):
+        return Path(value) == default
+    if isinstance(default, tuple):
+        return value == ",".join(default)
+    return value == default
+
+
+def test_configuration_reference_shows_the_defaults() -> None:
+    """Each documented default is the settings model's default; settings without one show none."""
+    for row in _setting_rows():
+        (name,) = re.findall(r"`([A-Z][A-Z0-9_]+)`", row[0])
+        default = Settings.model_fields[name.lower()].default
+        if isinstance(default, SecretStr):
+            default = default.get_secret_value()
+        if default in ("", (), None):
+            continue  # required, or derived from others (DATABASE_URL, AGENT_FILE): the cell says how
+        assert _same_default(row[1], default), f"{name}: documented {row[1]!r}, the model says {default!r}"
 
 
 def mapped_modules() -> list[str]:

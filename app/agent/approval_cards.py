@@ -1,23 +1,23 @@
 """The approval card: what a gated call would do, as Slack Block Kit, before and after a decision.
 
-A card says which tool would run and with which arguments (pretty JSON, bounded, escaped so
-nothing in the arguments can mention, link or break out of the code block), who asked and when it
-expires, and carries the two buttons. Once decided it says who decided what, and when, and has no
-buttons left. Text fallbacks keep notifications readable.
+A card says which tool would run and with which arguments (every key, long values shortened,
+escaped so nothing in the arguments can mention, link or break out of the code block: see
+:mod:`app.agent.approval_args`), who asked and when it expires, and carries the two buttons. Once
+decided it says who decided what, and when, and has no buttons left. Text fallbacks keep
+notifications readable.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from storage.base import ApprovalRecord
 
+from .approval_args import ArgumentsUnshowable, arg_sections, escape
+
 APPROVE = "threadbound_approve"
 DENY = "threadbound_deny"
 
-#: Characters of pretty-printed arguments shown on a card (Slack allows 3,000 per section).
-MAX_ARGS_CHARS = 1500
 #: Characters of a tool name shown (MCP servers name their own tools).
 _MAX_TOOL_CHARS = 120
 
@@ -31,24 +31,6 @@ _OUTCOME = {
 }
 
 
-def escape(text: str) -> str:
-    """Slack mrkdwn escaping: ``&``, ``<`` and ``>`` can no longer form mentions or links."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def args_text(args: str) -> str:
-    """The call's arguments as readable JSON, bounded to :data:`MAX_ARGS_CHARS`."""
-    try:
-        shown = json.dumps(json.loads(args), indent=2, ensure_ascii=False)
-    except ValueError:
-        shown = args
-    if len(shown) > MAX_ARGS_CHARS:
-        cut = len(shown) - MAX_ARGS_CHARS
-        shown = f"{shown[:MAX_ARGS_CHARS]}\n… ({cut} more characters)"
-    # A fence inside the arguments would end the code block early.
-    return shown.replace("```", "`\u200b``")
-
-
 def tool_name(approval: ApprovalRecord) -> str:
     return escape(approval.tool[:_MAX_TOOL_CHARS])
 
@@ -58,10 +40,25 @@ def _when(ts: float, fallback: str) -> str:
     return f"<!date^{int(ts)}^{{date_short_pretty}} at {{time}}|{fallback}>"
 
 
+def showable(approval: ApprovalRecord) -> bool:
+    """Whether the card can show every argument key of the call (else it cannot be approved)."""
+    try:
+        arg_sections(approval.args)
+    except ArgumentsUnshowable:
+        return False
+    return True
+
+
 def _body(approval: ApprovalRecord, heading: str) -> list[Block]:
+    try:
+        sections = arg_sections(approval.args)
+    except ArgumentsUnshowable:
+        # The gate denies such a call before it asks; a record from before that rule gets a card
+        # without arguments and without an Approve button.
+        sections = ["_(arguments too large to show; this call cannot be approved)_"]
     return [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"{heading} `{tool_name(approval)}` with:"}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{escape(args_text(approval.args))}```"}},
+        *({"type": "section", "text": {"type": "mrkdwn", "text": text}} for text in sections),
     ]
 
 
@@ -81,13 +78,19 @@ def open_card(approval: ApprovalRecord, ttl: float) -> tuple[str, list[Block]]:
                 "type": "actions",
                 "block_id": "threadbound_approval",
                 "elements": [
-                    {
-                        "type": "button",
-                        "action_id": APPROVE,
-                        "text": {"type": "plain_text", "text": "Approve"},
-                        "style": "primary",
-                        "value": approval.approval_id,
-                    },
+                    *(
+                        [
+                            {
+                                "type": "button",
+                                "action_id": APPROVE,
+                                "text": {"type": "plain_text", "text": "Approve"},
+                                "style": "primary",
+                                "value": approval.approval_id,
+                            }
+                        ]
+                        if showable(approval)
+                        else []
+                    ),
                     {
                         "type": "button",
                         "action_id": DENY,

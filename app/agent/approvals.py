@@ -28,7 +28,6 @@ The flow, and what keeps each step safe:
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import json
 import logging
 import time
@@ -37,22 +36,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
-from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
-from pydantic_ai.toolsets import WrapperToolset
-from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from app.agent.runtime import RunDeps
-from app.intake.interactions import Action
+from app.clicks import Action
 from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 from channel.session import ChannelSession
-from channel.tools import CATALOG
 from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
-from .approval_cards import APPROVE, DENY, decided_card, open_card
+from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
+from .approval_gate import ApprovalGate, error_json, gated, newest_approval
+
+__all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +70,6 @@ class CardAdapter(Protocol):
     async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None: ...
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]: ...
-
-
-def gated(globs: Sequence[str], name: str) -> bool:
-    return any(fnmatch.fnmatchcase(name, glob) for glob in globs)
 
 
 def is_decision(item: InboxItem) -> bool:
@@ -105,58 +97,6 @@ def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
     return []
 
 
-def _error(code: str, message: str) -> str:
-    return json.dumps({"error": {"code": code, "message": message}})
-
-
-@dataclass
-class ApprovalGate(WrapperToolset[RunDeps]):
-    """Calls of tools matching ``globs`` wait for approval; an approved call starts at most once.
-    (A dataclass like every pydantic-ai wrapper: ``for_run`` copies it with ``replace``.)"""
-
-    globs: tuple[str, ...] = ()
-    store: Store | None = None
-    clock: Callable[[], float] = time.time
-
-    async def call_tool(
-        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
-    ) -> Any:
-        if not gated(self.globs, name) or _invalid_channel_call(name, tool_args):
-            # A channel call that fails validation gets its error result; no card for it.
-            return await super().call_tool(name, tool_args, ctx, tool)
-        if not ctx.tool_call_approved:
-            raise ApprovalRequired
-        assert self.store is not None
-        task_id = ctx.deps.session.task.task_id
-        approval = _newest(await self.store.task_approvals(task_id), ctx.tool_call_id or "")
-        if approval is None or not await self.store.start_execution(approval.approval_id, now=self.clock()):
-            # Started before (a run that crashed after it began): never run it twice.
-            return json.loads(
-                _error(
-                    "tool_failed",
-                    "This approved call was already started before an interruption; its outcome is "
-                    "unknown. Check before asking to do it again.",
-                )
-            )
-        return await super().call_tool(name, tool_args, ctx, tool)
-
-
-def _invalid_channel_call(name: str, args: dict[str, Any]) -> bool:
-    spec = CATALOG.get(name)
-    if spec is None:
-        return False
-    try:
-        spec.args.model_validate(args)
-    except ValidationError:
-        return True
-    return False
-
-
-def _newest(approvals: Sequence[ApprovalRecord], tool_call_id: str) -> ApprovalRecord | None:
-    found = [a for a in approvals if a.tool_call_id == tool_call_id]
-    return found[-1] if found else None
-
-
 @dataclass(frozen=True, slots=True)
 class Waiting:
     """The task still waits for a decision on some approval."""
@@ -174,6 +114,7 @@ class Approvals:
         store: Store,
         adapter: CardAdapter,
         approvers: Sequence[str] = (),
+        approval_by: str = "requester",
         ttl: float = 86_400.0,
         wake: Callable[[str], None] = lambda task_id: None,
         clock: Callable[[], float] = time.time,
@@ -181,6 +122,8 @@ class Approvals:
         self.store = store
         self.adapter = adapter
         self.approvers = frozenset(approvers)
+        #: ``requester``: the person whose message led to the call, or an approver; ``approvers``: only these.
+        self.approval_by = approval_by
         self.ttl = ttl
         self.wake = wake
         self.clock = clock
@@ -287,10 +230,10 @@ class Approvals:
         approvals = await self.store.task_approvals(task_id)
         results: dict[str, bool | ToolDenied] = {}
         for call in calls:
-            approval = _newest(approvals, call.tool_call_id)
+            approval = newest_approval(approvals, call.tool_call_id)
             if approval is None or approval.decision == "void":
                 results[call.tool_call_id] = ToolDenied(
-                    _error(
+                    error_json(
                         "tool_failed",
                         "This call was interrupted before anyone could approve it; ask again if needed.",
                     )
@@ -301,14 +244,14 @@ class Approvals:
                 results[call.tool_call_id] = True
             elif approval.decision == "denied":
                 results[call.tool_call_id] = ToolDenied(
-                    _error(
+                    error_json(
                         "denied",
                         f"{approval.tool} was denied by a person in this conversation; it did not run.",
                     )
                 )
             else:
                 results[call.tool_call_id] = ToolDenied(
-                    _error("expired", f"Nobody approved {approval.tool} in time; it did not run.")
+                    error_json("expired", f"Nobody approved {approval.tool} in time; it did not run.")
                 )
         return DeferredToolResults(approvals=dict(results))
 
@@ -320,10 +263,16 @@ class Approvals:
         if approval is None:
             await self._tell(action, "That approval request is unknown; nothing was changed.")
             return
-        if action.user_id != approval.requester and action.user_id not in self.approvers:
-            who = f"<@{approval.requester}>" if approval.requester else "an approver"
+        if not self.may_decide(action.user_id, approval):
+            if self.approval_by == "approvers":
+                who = "an approver"
+            else:
+                who = f"<@{approval.requester}> or an approver" if approval.requester else "an approver"
+            await self._tell(action, f"Only {who} can decide this request; nothing was changed.")
+            return
+        if decision == "approved" and not showable(approval):
             await self._tell(
-                action, f"Only {who} or an approver can decide this request; nothing was changed."
+                action, "This call's arguments are too large to show, so it cannot be approved; deny it."
             )
             return
         if approval.decision is None and self.clock() - approval.created_at > self.ttl:
@@ -357,6 +306,12 @@ class Approvals:
             return  # the same click delivered twice (or to two instances): already done
         if current is not None and current.decision is not None:
             await self._tell(action, f"This request was already {current.decision}; nothing was changed.")
+
+    def may_decide(self, user_id: str, approval: ApprovalRecord) -> bool:
+        """Whether ``user_id`` may decide ``approval`` (``APPROVAL_BY``, ``APPROVERS``)."""
+        if user_id in self.approvers:
+            return True
+        return self.approval_by != "approvers" and bool(user_id) and user_id == approval.requester
 
     async def _tell(self, action: Action, text: str) -> None:
         try:

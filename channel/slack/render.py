@@ -18,8 +18,10 @@ from typing import Any
 from channel import markdown
 
 __all__ = [
+    "NO_UNFURL",
     "Names",
     "display_name",
+    "fallback_text",
     "labels_in",
     "render_text",
     "strip_mass_mentions",
@@ -50,6 +52,11 @@ class Names:
     channels: Mapping[str, str] = field(default_factory=dict)
     groups: Mapping[str, str] = field(default_factory=dict)
 
+
+#: On every write that carries text the model wrote (posts, streams, edits, a canvas's link): Slack
+#: fetches no link or media preview, so a URL the model was talked into writing (one carrying data
+#: in its query, say) is never fetched by Slack's unfurler.
+NO_UNFURL: Mapping[str, Any] = {"unfurl_links": False, "unfurl_media": False}
 
 _SPECIAL_MENTION = re.compile(r"<!(channel|here|everyone|subteam\^[^>|]*)(?:\|([^>]*))?>", re.IGNORECASE)
 
@@ -169,3 +176,10 @@ def _render_special(command: str, label: str, names: Names) -> str:
         return label or "a date"
     # Unknown special command (its arguments may hold IDs): the label only.
     return label
+
+
+def fallback_text(text: str) -> str:
+    """The plain-text notification fallback of Markdown ``text``, escaped so it cannot form a
+    mention or link."""
+    plain = markdown.plain_fallback(text)
+    return plain.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

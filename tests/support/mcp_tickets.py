@@ -82,6 +82,12 @@ def exit_server() -> str:
 
 
 @server.tool
+def notify(body: str, to: str, meta: dict[str, str] | None = None) -> str:
+    """Send a note about a ticket to someone (tests gate it: the card must show ``to``)."""
+    return f"sent to {to} ({len(body)} characters, {len(meta or {})} meta keys)"
+
+
+@server.tool
 def environment() -> dict[str, object]:
     """The names of the environment variables this process sees, and TICKETS_DB's value."""
     return {"names": sorted(os.environ), "TICKETS_DB": os.environ.get("TICKETS_DB")}

@@ -1,0 +1,99 @@
+"""The gate: a call of a tool matching ``approval`` in agent.toml does not run until decided.
+
+:class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required`` pattern): a
+matching call raises ``ApprovalRequired`` instead of running, unless its arguments cannot all be
+shown on a card (then it is denied at once: never gated half-visible, invariant 11). An approved
+call is marked started in the store before it runs, so it runs at most once even after a crash.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.toolsets import WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from app.agent.runtime import RunDeps
+from channel.tools import CATALOG
+from storage.base import ApprovalRecord, Store
+
+from .approval_args import ArgumentsUnshowable, arg_sections
+
+log = logging.getLogger(__name__)
+
+
+def gated(globs: Sequence[str], name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, glob) for glob in globs)
+
+
+def error_json(code: str, message: str) -> str:
+    return json.dumps({"error": {"code": code, "message": message}})
+
+
+@dataclass
+class ApprovalGate(WrapperToolset[RunDeps]):
+    """Calls of tools matching ``globs`` wait for approval; an approved call starts at most once.
+    (A dataclass like every pydantic-ai wrapper: ``for_run`` copies it with ``replace``.)"""
+
+    globs: tuple[str, ...] = ()
+    store: Store | None = None
+    clock: Callable[[], float] = time.time
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
+    ) -> Any:
+        if not gated(self.globs, name) or _invalid_channel_call(name, tool_args):
+            # A channel call that fails validation gets its error result; no card for it.
+            return await super().call_tool(name, tool_args, ctx, tool)
+        if not ctx.tool_call_approved:
+            try:
+                arg_sections(json.dumps(tool_args, ensure_ascii=False))
+            except ArgumentsUnshowable as exc:
+                # Never gated half-visible: a person could approve what they cannot see (invariant 11).
+                log.warning("a gated call was denied: its arguments cannot be shown on a card (%s)", name)
+                return json.loads(
+                    error_json(
+                        "denied",
+                        f"{name} needs approval, but {exc}. It did not run; call it again with fewer "
+                        "or shorter keys.",
+                    )
+                )
+            raise ApprovalRequired
+        assert self.store is not None
+        task_id = ctx.deps.session.task.task_id
+        approval = newest_approval(await self.store.task_approvals(task_id), ctx.tool_call_id or "")
+        if approval is None or not await self.store.start_execution(approval.approval_id, now=self.clock()):
+            # Started before (a run that crashed after it began): never run it twice.
+            return json.loads(
+                error_json(
+                    "tool_failed",
+                    "This approved call was already started before an interruption; its outcome is "
+                    "unknown. Check before asking to do it again.",
+                )
+            )
+        return await super().call_tool(name, tool_args, ctx, tool)
+
+
+def _invalid_channel_call(name: str, args: dict[str, Any]) -> bool:
+    spec = CATALOG.get(name)
+    if spec is None:
+        return False
+    try:
+        spec.args.model_validate(args)
+    except ValidationError:
+        return True
+    return False
+
+
+def newest_approval(approvals: Sequence[ApprovalRecord], tool_call_id: str) -> ApprovalRecord | None:
+    found = [a for a in approvals if a.tool_call_id == tool_call_id]
+    return found[-1] if found else None

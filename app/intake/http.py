@@ -1,0 +1,238 @@
+"""The HTTP edge: the aiohttp app serving ``/slack/events`` (through Bolt), ``/healthz``, ``/readyz``
+and ``/metrics``.
+
+Nothing unsigned is parsed: ``/slack/events`` checks the signature on the raw bytes first
+(``signature.unsigned_reason``; 401 and at most one warning line), and a signed body that does
+not parse (bad JSON, a form ``payload`` that is not JSON, nesting too deep) is a 400, never a 500.
+Bolt's ``AsyncApp`` stays at the edge: it verifies signatures again (401), answers
+``url_verification`` and ``ssl_check``, then our middleware turns every
+``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
+listener machinery (which acks before work and would 404 unmatched events) is
+not used. What the edge needs of the rest (the store's ping, the metrics, start-up
+and shutdown) it is handed by the composition root, ``app.service``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hmac
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+from app.runs.ack_gate import AckGate
+from app.settings import Settings
+from storage import StoreError
+
+from .agent_view import AGENT_EVENTS, AgentView
+from .ingress import Ingress
+from .interactions import Interactions
+from .signature import unsigned_reason
+
+log = logging.getLogger(__name__)
+#: At most one warning line per this many seconds about refused requests (the rest are counted).
+REFUSAL_LOG_INTERVAL = 60.0
+
+#: The answer of POST /slack/events when deliveries come over Socket Mode only.
+HTTP_EVENTS_OFF = (
+    "this app takes Slack deliveries over Socket Mode (SLACK_APP_TOKEN is set); "
+    "set SLACK_HTTP_EVENTS=true to take them over HTTP as well"
+)
+
+
+class _Ingest(AsyncMiddleware):
+    """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
+    nothing reaches Bolt's listeners."""
+
+    def __init__(
+        self,
+        handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]],
+        interactions: Interactions | None = None,
+    ) -> None:
+        self._handle = handle
+        self._interactions = interactions
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
+    ) -> BoltResponse:
+        body = req.body
+        if not isinstance(body, dict) or not body:
+            return BoltResponse(status=400, body="malformed request body")
+        if body.get("type") == "event_callback":
+            status, text = await self._handle(body)
+            return BoltResponse(status=status, body=text)
+        if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
+            return await next()
+        if body.get("type") == "block_actions" and self._interactions is not None:
+            status, text = await self._interactions.handle(body)
+            return BoltResponse(status=status, body=text)
+        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
+        return BoltResponse(status=200, body="")
+
+
+def event_handler(
+    ingress: Ingress, agent_view: AgentView | None
+) -> Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]:
+    """What an ``event_callback`` body becomes, over HTTP and over Socket Mode alike: ``(status, reason)``."""
+
+    async def handle(body: dict[str, Any]) -> tuple[int, str]:
+        event = body.get("event")
+        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+            await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
+        result = await ingress.handle(body)
+        return result.status, "" if result.status == 200 else result.reason
+
+    return handle
+
+
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
+    handle = event_handler(ingress, agent_view)
+    # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
+    # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
+    # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
+    # it, and url_verification and ssl_check need none.
+    return AsyncApp(
+        token=settings.slack_bot_token.get_secret_value(),
+        signing_secret=settings.slack_signing_secret.get_secret_value(),
+        before_authorize=_Ingest(handle, interactions),
+        process_before_response=True,
+        ignoring_self_events_enabled=False,
+        raise_error_for_unhandled_request=False,
+    )
+
+
+class HttpEdge:
+    """The aiohttp app (:attr:`app`) answering Slack and the probes; it builds nothing itself."""
+
+    def __init__(
+        self,
+        *,
+        bolt: AsyncApp,
+        signing_secret: str,
+        max_body_bytes: int,
+        metrics_token: str,
+        ping: Callable[[], Awaitable[None]],
+        metrics: Callable[[], bytes],
+        ack_gate: AckGate | None,
+        on_startup: Callable[[], Awaitable[None]],
+        on_shutdown: Callable[[], Awaitable[None]],
+        slack_events: bool = True,
+        socket_connected: Callable[[], bool] | None = None,
+    ) -> None:
+        """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
+        ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
+        :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz."""
+        self._slack_events = slack_events
+        self._socket_connected = socket_connected
+        self.bolt = bolt
+        self._signing_secret = signing_secret
+        self._refused = 0
+        self._refusal_logged_at = -REFUSAL_LOG_INTERVAL
+        self._metrics_token = metrics_token
+        self._ping = ping
+        self._render_metrics = metrics
+        self._ack_gate = ack_gate
+        self._startup = on_startup
+        self._shutdown = on_shutdown
+        app = web.Application(client_max_size=max_body_bytes)
+        app.router.add_post("/slack/events", self._events)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        self.app = app
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        if not self._slack_events:
+            return web.Response(status=404, text=HTTP_EVENTS_OFF)
+        # Counted until answered: run start-ups wait for a moment without acks in flight.
+        gate = self._ack_gate
+        with gate.acking() if gate is not None else contextlib.nullcontext():
+            raw = await request.read()
+            reason = unsigned_reason(self._signing_secret, request.headers, raw)
+            if reason is not None:
+                self._refuse(reason)
+                return web.Response(status=401, text="invalid request")
+            try:
+                # Bolt parses the body eagerly: bad JSON, bad form data, bad UTF-8, a body that is not
+                # an object (Bolt then fails reading its fields) or one nested deeper than the parser
+                # recurses lands here.
+                bolt_request = AsyncBoltRequest(
+                    body=raw.decode("utf-8"), query=request.query_string, headers=dict(request.headers)
+                )
+            except (ValueError, RecursionError, AttributeError, TypeError):
+                return web.Response(status=400, text="malformed request body")
+            try:
+                return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+            except RecursionError:  # parsed, but nested too deep for what walks it next
+                log.warning("a signed request on /slack/events is nested too deeply to handle")
+                return web.Response(status=400, text="malformed request body")
+
+    def _refuse(self, reason: str) -> None:
+        """One warning line per ``REFUSAL_LOG_INTERVAL`` at most, counting the refusals in between."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL:
+            log.warning(
+                "refused %d unsigned request(s) on /slack/events (latest: %s); check SLACK_SIGNING_SECRET "
+                "if Slack's own deliveries are refused",
+                self._refused,
+                reason,
+            )
+            self._refused = 0
+            self._refusal_logged_at = now
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        try:
+            await self._ping()
+        except StoreError as exc:
+            # Callers learn only that it is not ready; what failed (a database host, say) goes to the log.
+            log.warning("readyz: the store is unreachable: %s", exc)
+            return web.json_response({"ok": False}, status=503)
+        if self._socket_connected is not None:
+            return web.json_response({"ok": True, "socket_mode": self._socket_connected()})
+        return web.json_response({"ok": True})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        token = self._metrics_token
+        if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
+            return web.Response(status=401, text="metrics need Authorization: Bearer $METRICS_TOKEN")
+        return web.Response(body=self._render_metrics(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _on_startup(self, _: web.Application) -> None:
+        await self._startup()
+
+    async def _on_shutdown(self, _: web.Application) -> None:
+        await self._shutdown()
+
+
+def listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why listening on ``host:port`` failed, in one line naming the setting to change."""
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} is already in use ({where}): stop the other server or set another PORT"
+    if exc.errno == errno.EACCES:
+        return f"no permission to listen on {where}: use a PORT above 1023"
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return f"cannot listen on {where}: HOST is not an address of this machine (try 0.0.0.0 or 127.0.0.1)"
+    return f"cannot listen on {where}: {exc.strerror or exc}; check HOST and PORT"
