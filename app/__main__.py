@@ -260,7 +260,7 @@ async def _playground(settings: Settings, *, demo: bool) -> int:
         )
     if not demo and not settings.model:
         try:
-            named = AgentFile.load(settings.resolved_agent_file).model
+            named = AgentFile.load(settings.resolved_agent_file, settings.mcp_config).model
         except ValueError:
             named = "x"  # a broken agent file is reported, named, by the start-up below
         if not named:

@@ -140,7 +140,7 @@ class Service:
         ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret,
         and takes no Socket Mode deliveries either."""
         try:
-            agent_file = AgentFile.load(settings.resolved_agent_file)
+            agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
             mcp = McpServers(agent_file.mcp)
         except ValueError as exc:

@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     openai_base_url: str = ""
     anthropic_api_key: SecretStr = SecretStr("")
     agent_file: Path | None = None
+    #: MCP servers in the common ``{"mcpServers": {...}}`` JSON format, besides the agent file's.
+    mcp_config: Path | None = None
     skills_dir: Path | None = None
 
     #: Interface the server listens on.

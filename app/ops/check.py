@@ -220,16 +220,16 @@ async def _load_agent_file(
     settings: Settings, report: _Report, identity: SlackIdentity | None
 ) -> AgentFile | None:
     path = settings.resolved_agent_file
+    try:
+        agent_file = AgentFile.load(path, settings.mcp_config)
+    except (ValueError, OSError) as exc:
+        report.line("FAIL", "agent file" if path is not None else "mcp", f"{_short(exc)}")
+        return None
+    mcp_tools, unavailable = await _check_mcp(agent_file, report)
     if path is None:
         detail = "none (AGENT_FILE unset, no ./agent.toml): every supported tool is offered"
         report.line("SKIP", "agent file", detail)
         return None
-    try:
-        agent_file = AgentFile.load(path)
-    except (ValueError, OSError) as exc:
-        report.line("FAIL", "agent file", f"{_short(exc)}")
-        return None
-    mcp_tools, unavailable = await _check_mcp(agent_file, report)
     if agent_file.tools is None:
         report.line("PASS", "agent file", f"{path}: offers every supported tool")
         return agent_file
@@ -290,7 +290,7 @@ def _check_skills(settings: Settings, report: _Report) -> None:
         report.line("FAIL", "skills", detail)
     else:
         count = len(SkillLibrary.load(folder).names())
-        report.line("PASS" if count else "WARN", "skills", f"{folder}: {count} skills (*.md)")
+        report.line("PASS" if count else "WARN", "skills", f"{folder}: {count} skills (*.md and */SKILL.md)")
 
 
 async def _check_model(

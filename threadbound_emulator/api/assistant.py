@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..records import Status
 from ..wire import JSON, Params, SlackError, as_json
-from ..workspace import Status, Workspace
+from ..workspace import Workspace
 from .method import Method
 
 

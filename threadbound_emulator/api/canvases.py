@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..records import Canvas
 from ..wire import JSON, Params, SlackError, as_json, as_list
-from ..workspace import Canvas, Workspace
+from ..workspace import Workspace
 from .method import Method
 
 

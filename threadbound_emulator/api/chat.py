@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..records import Channel
 from ..wire import JSON, Params, SlackError, as_json
-from ..workspace import Channel, Workspace
+from ..workspace import Workspace
 from .method import Method
 
 MAX_BLOCKS = 50

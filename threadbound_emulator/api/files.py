@@ -9,8 +9,9 @@ from __future__ import annotations
 import mimetypes
 import time
 
+from ..records import File, Upload
 from ..wire import JSON, Params, SlackError, as_int, as_json, as_list
-from ..workspace import File, Upload, Workspace
+from ..workspace import Workspace
 from .method import Method
 
 

@@ -26,8 +26,9 @@ import copy
 import time
 from typing import Any
 
+from ..records import Stream
 from ..wire import JSON, Params, SlackError, as_json
-from ..workspace import Stream, Workspace
+from ..workspace import Workspace
 from .chat import MAX_MARKDOWN_CHARS, _metadata, validate_blocks
 from .method import Method
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ..records import FAKE_HOST
 from ..wire import JSON, Params, SlackError
-from ..workspace import FAKE_HOST, Workspace
+from ..workspace import Workspace
 from .method import Method
 
 
