@@ -34,7 +34,8 @@ OVERSIZE_ALLOWED: dict[str, str] = {
 EDGES_ALLOWED: dict[tuple[str, str], str] = {}
 
 #: app's layers, lowest first (see app/__init__.py); a module may import its own group and those
-#: listed for it. ``base`` is app.settings, app.logs and app.clicks (and the bare ``app`` package).
+#: listed for it. ``base`` is app.settings, app.logs, app.traces and app.clicks (and the bare
+#: ``app`` package).
 APP_GROUPS: dict[str, frozenset[str]] = {
     "base": frozenset({"base"}),
     "agent": frozenset({"base", "agent"}),
@@ -157,7 +158,7 @@ def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
 
 def _app_group(module: str) -> str:
     parts = module.split(".")
-    if module in ("app", "app.settings", "app.logs", "app.clicks"):
+    if module in ("app", "app.settings", "app.logs", "app.traces", "app.clicks"):
         return "base"
     if module == "app.__main__":
         return "main"
