@@ -22,7 +22,8 @@ TOP_LEVEL = ("app", "channel", "storage", "threadbound_emulator", "bench")
 MAX_LINES = 400
 
 #: app's layers, lowest first (see app/__init__.py); a module may import its own group and those
-#: listed for it. ``base`` is app.settings, app.logs and app.clicks (and the bare ``app`` package).
+#: listed for it. ``base`` is app.settings, app.logs, app.traces and app.clicks (and the bare
+#: ``app`` package).
 APP_GROUPS: dict[str, frozenset[str]] = {
     "base": frozenset({"base"}),
     "agent": frozenset({"base", "agent"}),
@@ -145,7 +146,7 @@ def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
 
 def _app_group(module: str) -> str:
     parts = module.split(".")
-    if module in ("app", "app.settings", "app.logs", "app.clicks"):
+    if module in ("app", "app.settings", "app.logs", "app.traces", "app.clicks"):
         return "base"
     if module == "app.__main__":
         return "main"
