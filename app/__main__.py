@@ -219,8 +219,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _export_dotenv()
     from .logs import configure_logging
+    from .traces import TracingUnavailable, setup_tracing
 
     configure_logging(settings)
+    try:
+        provider = setup_tracing(settings)
+    except TracingUnavailable as exc:
+        print(f"threadbound: cannot start: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _dispatch(args, settings)
+    finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the spans still queued
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "serve":
         from app.service import StartupError, serve
 

@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.
     metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"
+    #: OTLP/HTTP endpoint for traces (``app/traces.py``; needs the ``otel`` extra); empty: no traces.
+    otel_exporter_otlp_endpoint: str = ""
+    otel_service_name: str = "threadbound"
+    #: Put prompts, answers, tool arguments and results in spans (off: ids and outcomes only).
+    trace_content: bool = False
 
     @field_validator("slack_file_origins", "allowed_channels", "allowed_users", "approvers", mode="before")
     @classmethod

@@ -18,7 +18,9 @@ settled by :func:`reconcile` at the start of the next run:
 
 Before any write is recorded, the journal awaits the host's ``guard`` (if any): a host
 that may no longer act for the task (its lease was lost) raises there, so the write is
-neither recorded nor made.
+neither recorded nor made. A journal given the host's lease ``fence`` carries it on every
+entry it opens and closes: once the lease has moved the store refuses them
+(``storage.base.LeaseMoved``), so a run that lost its lease can commit nothing (invariant 12).
 
 The session (``channel.session``) is the only caller.
 """
@@ -29,9 +31,10 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
-from storage.base import EffectRecord
+from storage.base import EffectRecord, Fence
 
 from .contract import ChannelAdapter, Origin, Posted
 from .errors import ChannelError, bounded
@@ -42,6 +45,9 @@ Result = dict[str, Any]
 #: Awaited before every write; raises (the host's own exception) when the task may no longer write.
 WriteGuard = Callable[[], Awaitable[None]]
 
+#: The id of the model's tool call being handled: a streamed channel_reply is matched by it, and
+#: the journal records it with every write the call makes (a resumed run answers the call from it).
+CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
 #: Journal tool name of the record tying a streamed message's ref to its reply effect.
 STREAM_EFFECT = "channel_stream"
 #: The note for a reply removed because it was interrupted while being written.
@@ -59,11 +65,13 @@ class EffectJournal:
         task_id: str,
         clock: Callable[[], float] = time.time,
         guard: WriteGuard | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self._store = store
         self._task_id = task_id
         self._clock = clock
         self._guard = guard
+        self.fence = fence
 
     async def check(self) -> None:
         """Raise (the guard's exception) when the task may no longer write."""
@@ -76,12 +84,18 @@ class EffectJournal:
         await self.check()
         effect_id = uuid.uuid4().hex
         await self._store.open_effect(
-            effect_id=effect_id, task_id=self._task_id, tool=tool, args=json.dumps(args), now=self._clock()
+            effect_id=effect_id,
+            task_id=self._task_id,
+            tool=tool,
+            args=json.dumps(args),
+            now=self._clock(),
+            call_id=CALL_ID.get(),
+            fence=self.fence,
         )
         return effect_id
 
     async def close(self, effect_id: str, result: Result) -> None:
-        await self._store.close_effect(effect_id, result=json.dumps(result))
+        await self._store.close_effect(effect_id, result=json.dumps(result), fence=self.fence)
 
     async def write(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         """Run ``action`` inside an effect; its result (or its error result) closes the effect."""

@@ -101,6 +101,11 @@ class AnswerStream:
     def shown_anything(self) -> bool:
         return bool(self._messages)
 
+    @property
+    def effect_ids(self) -> list[str]:
+        """The journal entries of the messages shown so far (a checkpoint of the answer names them)."""
+        return [m.effect_id for m in self._messages]
+
     def _wake(self) -> None:
         self._dirty.set()
         if self._flusher is None:

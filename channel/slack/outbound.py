@@ -31,6 +31,7 @@ from typing import TypeVar
 from slack_sdk.errors import SlackApiError
 
 from channel.errors import ChannelError
+from storage.crashpoints import crash_point
 
 from .errors import SlackCallObserver, slack_call
 
@@ -68,6 +69,21 @@ class _Lane:
     #: Writes using the lane now (waiting or in flight): a lane in use is never forgotten, or a
     #: ``Retry-After`` its write is answered with would close a lane nobody looks at any more.
     users: int = 0
+
+
+#: The crash-matrix point kind (``storage.crashpoints``) of each write to a conversation; the other
+#: writes (statuses, titles, prompts, ephemeral notes, canvases) change no message of the answer.
+CRASH_KINDS: dict[str, str] = {
+    "chat.postMessage": "post",
+    "chat.startStream": "startStream",
+    "chat.appendStream": "appendStream",
+    "chat.stopStream": "stopStream",
+    "chat.update": "update",
+    "chat.delete": "delete",
+    "reactions.add": "reaction",
+    "reactions.remove": "reaction",
+    "files.upload_v2": "upload",
+}
 
 
 class Outbound:
@@ -119,9 +135,14 @@ class Outbound:
         try:
             while True:
                 await self._wait_turn(lane, method, started, give_up, paced=post, limited=limited)
+                kind = CRASH_KINDS.get(method)
                 try:
+                    if kind:
+                        crash_point(f"slack.{kind}.before")
                     async with slack_call(method, self.observer):
                         result = await call()
+                    if kind:
+                        crash_point(f"slack.{kind}.after")
                 except ChannelError as exc:
                     wait = _retry_after(exc)
                     if wait is None:
