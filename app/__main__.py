@@ -110,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         "check configuration against the real services",
         "Check the configuration against the real services and print one line per finding (PASS,\n"
-        "WARN, FAIL or SKIP): the bot token (auth.test) and its scopes, the signing secret, the file\n"
-        "origins, the database, the agent file, the skills folder and one tiny model request.\n"
+        "WARN, FAIL or SKIP): the bot token (auth.test) and its scopes, the app token in Socket Mode\n"
+        "(apps.connections.open), the signing secret, the file origins, the database, the agent\n"
+        "file, the skills folder and one tiny model request.\n"
         "Configured secrets and anything shaped like a token are masked. Exit 1 when anything FAILs.",
         [
             "python -m app check",
@@ -127,15 +128,21 @@ def _parser() -> argparse.ArgumentParser:
         "with interactivity on the same URL and every scope the tools use. Paste it at\n"
         "https://api.slack.com/apps → Create New App → From a manifest, install the app, then copy\n"
         "the Bot User OAuth Token and the Signing Secret into .env. The manifest installs on any\n"
-        "Slack plan; --agent-view adds Slack's agent messaging experience (paid plans).",
+        "Slack plan; --agent-view adds Slack's agent messaging experience (paid plans).\n"
+        "--socket-mode instead of --url: Socket Mode on, no request URL; then also generate an\n"
+        "app-level token (connections:write) and set it as SLACK_APP_TOKEN.",
         [
             "python -m app manifest --url https://bot.example.com/slack/events",
+            "python -m app manifest --socket-mode",
             'python -m app manifest --url https://bot.example.com/slack/events --name "Release bot"',
             "python -m app manifest --url https://bot.example.com/slack/events --agent-view",
         ],
     )
+    manifest.add_argument("--url", help="public URL of /slack/events, e.g. https://HOST/slack/events")
     manifest.add_argument(
-        "--url", required=True, help="public URL of /slack/events, e.g. https://HOST/slack/events"
+        "--socket-mode",
+        action="store_true",
+        help="Socket Mode: no request URL; deliveries over the WebSocket SLACK_APP_TOKEN opens",
     )
     manifest.add_argument("--name", default="threadbound", help="the app's display name")
     manifest.add_argument(
@@ -163,6 +170,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _export_dotenv() -> None:
+    """Put ./.env's lines into the environment where it has no value of its own: Settings reads .env
+    itself, but the model providers pydantic-ai builds (GOOGLE_API_KEY, GROQ_API_KEY, AWS_*) read
+    only the environment."""
+    import os
+    from pathlib import Path
+
+    from dotenv import dotenv_values
+
+    if Path(".env").is_file():
+        for name, value in dotenv_values(".env").items():
+            if value is not None:
+                os.environ.setdefault(name, value)
+
+
 def _positive(value: str) -> int:
     try:
         days = int(value)
@@ -181,7 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from app.ops.manifest import build_manifest
 
         try:
-            manifest = build_manifest(args.url, name=args.name, agent_view=args.agent_view)
+            manifest = build_manifest(
+                args.url, name=args.name, agent_view=args.agent_view, socket_mode=args.socket_mode
+            )
         except ValueError as exc:
             print(f"threadbound: {exc}", file=sys.stderr)
             return 2
@@ -193,9 +217,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in explain(exc):
             print(f"threadbound: {line}", file=sys.stderr)
         return 2
+    _export_dotenv()
     from .logs import configure_logging
+    from .traces import TracingUnavailable, setup_tracing
 
     configure_logging(settings)
+    try:
+        provider = setup_tracing(settings)
+    except TracingUnavailable as exc:
+        print(f"threadbound: cannot start: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _dispatch(args, settings)
+    finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the spans still queued
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "serve":
         from app.service import StartupError, serve
 
@@ -235,7 +274,7 @@ async def _playground(settings: Settings, *, demo: bool) -> int:
         )
     if not demo and not settings.model:
         try:
-            named = AgentFile.load(settings.resolved_agent_file).model
+            named = AgentFile.load(settings.resolved_agent_file, settings.mcp_config).model
         except ValueError:
             named = "x"  # a broken agent file is reported, named, by the start-up below
         if not named:

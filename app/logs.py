@@ -106,6 +106,7 @@ def _secrets(settings: Settings) -> tuple[str, ...]:
     return (
         settings.slack_bot_token.get_secret_value(),
         settings.slack_signing_secret.get_secret_value(),
+        settings.slack_app_token.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
         settings.metrics_token.get_secret_value(),

@@ -26,10 +26,11 @@ from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
-from app.intake.http import HttpEdge, build_bolt, listen_error
+from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
+from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
@@ -112,6 +113,10 @@ class Service:
     approvals: Approvals | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
+    #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
+    socket: SocketModeIntake | None = None
+    #: The first Socket Mode URL, got by ``create`` (which thereby checked the app token).
+    socket_url: str | None = None
     #: The HTTP edge (``app.intake.http``) and its aiohttp app.
     http: HttpEdge = field(init=False)
     web_app: web.Application = field(init=False)
@@ -132,9 +137,10 @@ class Service:
     ) -> Service:
         """Build everything and fail early, with a message naming the fix, on bad configuration.
 
-        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret."""
+        ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret,
+        and takes no Socket Mode deliveries either."""
         try:
-            agent_file = AgentFile.load(settings.resolved_agent_file)
+            agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
             mcp = McpServers(agent_file.mcp)
         except ValueError as exc:
@@ -143,7 +149,12 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
-        missing = missing_settings(settings, None if model is not None else model_name, webhook=webhook)
+        try:
+            socket_url = await first_socket_url(settings, serving=webhook)
+        except SocketModeError as exc:
+            raise StartupError(str(exc)) from exc
+        needs_secret = webhook and settings.http_events  # in Socket Mode only, nothing to verify
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=needs_secret)
         if missing:
             raise StartupError(missing_report(missing))
         if settings.skills_dir is not None and not settings.skills_dir.is_dir():
@@ -262,6 +273,10 @@ class Service:
         feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
+        socket = None
+        if socket_url is not None:
+            handle = event_handler(ingress, agent_view)
+            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runner.ack_gate)
         return cls(
             settings,
             store,
@@ -274,11 +289,15 @@ class Service:
             mcp=mcp,
             approvals=approvals,
             agent_view=agent_view,
+            socket=socket,
+            socket_url=socket_url,
         )
 
     def _web_app(self) -> web.Application:
+        socket = self.socket
         self.http = HttpEdge(
             bolt=self.bolt,
+            signing_secret=self.settings.slack_signing_secret.get_secret_value(),
             max_body_bytes=self.settings.max_body_bytes,
             metrics_token=self.settings.metrics_token.get_secret_value(),
             ping=self.store.ping,
@@ -286,6 +305,8 @@ class Service:
             ack_gate=self.runner.ack_gate,
             on_startup=self._on_startup,
             on_shutdown=self._on_shutdown,
+            slack_events=self.settings.http_events,
+            socket_connected=(lambda: socket.connected) if socket is not None else None,
         )
         return self.http.app
 
@@ -296,11 +317,16 @@ class Service:
         # Conversations of instances that died (a crash before this restart included), at once.
         takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
         self._background.append(takeover)
+        if self.socket is not None:
+            self.socket.start(self.socket_url)
+            log.info("taking Slack deliveries over Socket Mode")
 
     async def _on_shutdown(self) -> None:
         await self.drain(self.settings.shutdown_grace)
 
     async def drain(self, grace: float) -> None:
+        if self.socket is not None:  # stop taking deliveries first; those being claimed are acked
+            await self.socket.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

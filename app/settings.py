@@ -38,6 +38,11 @@ class Settings(BaseSettings):
 
     slack_bot_token: SecretStr = SecretStr("")
     slack_signing_secret: SecretStr = SecretStr("")
+    #: An app-level token (``xapp-…``): deliveries arrive over Socket Mode (``app/intake/socket_mode.py``).
+    slack_app_token: SecretStr = SecretStr("")
+    #: Whether POST /slack/events takes deliveries: unset means yes without SLACK_APP_TOKEN and no with it
+    #: (Socket Mode); ``true`` with SLACK_APP_TOKEN takes both, ``false`` without it is refused.
+    slack_http_events: bool | None = None
     slack_api_url: str = "https://slack.com/api/"
     slack_file_origins: CSV = ("https://files.slack.com",)
 
@@ -49,6 +54,8 @@ class Settings(BaseSettings):
     openai_base_url: str = ""
     anthropic_api_key: SecretStr = SecretStr("")
     agent_file: Path | None = None
+    #: MCP servers in the common ``{"mcpServers": {...}}`` JSON format, besides the agent file's.
+    mcp_config: Path | None = None
     skills_dir: Path | None = None
 
     #: Interface the server listens on.
@@ -112,6 +119,11 @@ class Settings(BaseSettings):
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.
     metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"
+    #: OTLP/HTTP endpoint for traces (``app/traces.py``; needs the ``otel`` extra); empty: no traces.
+    otel_exporter_otlp_endpoint: str = ""
+    otel_service_name: str = "threadbound"
+    #: Put prompts, answers, tool arguments and results in spans (off: ids and outcomes only).
+    trace_content: bool = False
 
     @field_validator("slack_file_origins", "allowed_channels", "allowed_users", "approvers", mode="before")
     @classmethod
@@ -141,6 +153,18 @@ class Settings(BaseSettings):
         if value == "approvers" and not info.data.get("approvers"):
             raise ValueError("only APPROVERS would decide, and APPROVERS is empty: set it to user IDs")
         return value
+
+    @property
+    def socket_mode(self) -> bool:
+        """Deliveries arrive over Socket Mode (SLACK_APP_TOKEN is set)."""
+        return bool(self.slack_app_token.get_secret_value())
+
+    @property
+    def http_events(self) -> bool:
+        """POST /slack/events takes Slack deliveries (see ``slack_http_events``)."""
+        if self.slack_http_events is None:
+            return not self.socket_mode
+        return self.slack_http_events
 
     @property
     def resolved_database_url(self) -> str:
@@ -178,12 +202,28 @@ def model_key_missing(model: str, settings: Settings) -> str | None:
     return None
 
 
+def app_token_problem(token: str) -> str | None:
+    """What is wrong with the shape of a SLACK_APP_TOKEN (naming what was probably pasted), or None."""
+    if token.startswith("xapp-"):
+        return None
+    if token.startswith("xoxb-"):
+        pasted = "the bot token (xoxb-)"
+    elif token.startswith(("xoxp-", "xoxe")):
+        pasted = "a user token" if token.startswith("xoxp-") else "a refresh token"
+    elif len(token) == 32 and all(c in "0123456789abcdef" for c in token):
+        pasted = "a signing secret or client secret"
+    else:
+        pasted = ""
+    looks = f" — this looks like {pasted}" if pasted else ""
+    return f"SLACK_APP_TOKEN must start with xapp-{looks}: copy the app-level token from Basic Information"
+
+
 def missing_settings(settings: Settings, model: str | None, *, webhook: bool = True) -> list[str]:
     """Required settings that are empty, in the order a newcomer sets them up.
 
     ``model`` is the model name in effect (``MODEL`` or the agent file's), or None when the caller
-    supplies a model object and none is required. Without the ``webhook`` (``run``) no request
-    arrives to verify, so the signing secret is not required."""
+    supplies a model object and none is required. Without the ``webhook`` (``run``, or Socket Mode
+    without HTTP deliveries) no request arrives to verify, so the signing secret is not required."""
     required = [("SLACK_BOT_TOKEN", settings.slack_bot_token)]
     if webhook:
         required.append(("SLACK_SIGNING_SECRET", settings.slack_signing_secret))
@@ -249,6 +289,7 @@ __all__ = [
     "LOG_LEVELS",
     "WHERE_TO_GET",
     "Settings",
+    "app_token_problem",
     "describe_database",
     "explain",
     "load_settings",

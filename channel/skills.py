@@ -1,8 +1,15 @@
 """Skills: Markdown how-to documents the agent can list and read with the ``skills`` tool.
 
-Each ``*.md`` file in the skills folder is one skill, named by its file stem.
-Its summary is the ``description:`` of a leading front-matter block, or else its
-first heading, or else its first non-empty line.
+Two layouts, in one folder, side by side:
+
+- a flat ``NAME.md`` file is one skill named by its file stem;
+- the Agent Skills layout: a folder ``NAME/`` holding ``SKILL.md``, whose YAML front matter gives
+  ``name`` and ``description`` (the folder's name when ``name`` is missing). Other files in the
+  folder are not offered to the model: only ``SKILL.md`` is read.
+
+A skill's summary is the ``description`` of a leading front-matter block (one line, or a ``>``/``|``
+block), or else its first heading, or else its first non-empty line. When a flat file and a folder
+give the same name, the folder's ``SKILL.md`` is the skill.
 """
 
 from __future__ import annotations
@@ -21,13 +28,37 @@ class Skill:
     body: str
 
 
+def front_matter(text: str) -> dict[str, str]:
+    """The top-level string keys of a leading ``---`` block: ``key: value`` lines, and ``key: >`` or
+    ``key: |`` followed by indented lines (folded into one line). Enough of YAML for skill files,
+    without a YAML library."""
+    front = _FRONT.match(text)
+    if not front:
+        return {}
+    values: dict[str, str] = {}
+    block: str | None = None
+    for line in front.group(1).splitlines():
+        if block is not None and (line.startswith((" ", "\t")) or not line.strip()):
+            values[block] = f"{values[block]} {line.strip()}".strip()
+            continue
+        block = None
+        key, colon, value = line.partition(":")
+        if not colon or key != key.strip() or not key:
+            continue
+        value = value.strip()
+        if value in (">", "|", ">-", "|-", ">+", "|+"):
+            block, values[key] = key, ""
+        else:
+            values[key] = value.strip("\"'")
+    return values
+
+
 def _summary(text: str) -> str:
+    description = front_matter(text).get("description", "")
+    if description:
+        return description
     front = _FRONT.match(text)
     if front:
-        for line in front.group(1).splitlines():
-            key, _, value = line.partition(":")
-            if key.strip().lower() == "description" and value.strip():
-                return value.strip().strip("\"'")
         text = text[front.end() :]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for line in lines:
@@ -47,11 +78,15 @@ class SkillLibrary:
         # Start-up only (before the event loop serves requests), so plain file reads are fine here.
         if folder is None or not folder.is_dir():
             return cls([])
-        skills = []
+        skills = {}
         for path in sorted(folder.glob("*.md")):
             text = path.read_text(encoding="utf-8")
-            skills.append(Skill(path.stem, _summary(text), text))
-        return cls(skills)
+            skills[path.stem] = Skill(path.stem, _summary(text), text)
+        for path in sorted(folder.glob("*/SKILL.md")):
+            text = path.read_text(encoding="utf-8")
+            name = front_matter(text).get("name") or path.parent.name
+            skills[name] = Skill(name, _summary(text), text)
+        return cls(list(skills.values()))
 
     def __bool__(self) -> bool:
         return bool(self._skills)

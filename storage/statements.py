@@ -1,4 +1,5 @@
-"""Every statement the store runs, written once for both dialects (``storage/sql.py``).
+"""Every statement the store runs, written once for both dialects (``storage/sql.py``); those of
+approvals are in ``approval_statements.py``.
 
 Single statements are atomic on their own. The three multi-statement writes (a claim, creating a
 task, saving a run) are :class:`~storage.sql.Procedure` s: one transaction, one database trip on
@@ -9,6 +10,18 @@ from __future__ import annotations
 
 from typing import Final
 
+# The store reads every statement from this module, those of approvals too.
+from .approval_statements import (  # noqa: F401
+    APPROVAL_COLUMNS,
+    DECIDE,
+    EXPIRED_APPROVALS,
+    GET_APPROVAL,
+    HAS_OPEN_APPROVAL,
+    OPEN_APPROVAL,
+    SET_APPROVAL_CARD,
+    START_EXECUTION,
+    TASK_APPROVALS,
+)
 from .sql import Procedure, SqlType, Statement
 
 TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at, summary"
@@ -16,10 +29,6 @@ INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
 LEASE_COLUMNS = "task_id, owner, expires_at"
 HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
 EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at"
-APPROVAL_COLUMNS = (
-    "approval_id, task_id, tool_call_id, tool, args, requester, channel, thread_ts, card_effect, card_ts,"
-    " created_at, decision, decided_by, decided_at, executed_at"
-)
 
 PING: Final = Statement("SELECT 1")
 
@@ -302,92 +311,6 @@ OPEN_EFFECTS: Final = Statement(
     f"SELECT {EFFECT_COLUMNS} FROM effects WHERE task_id = :task_id AND state = 'open' ORDER BY seq"
 )
 GET_EFFECT: Final = Statement(f"SELECT {EFFECT_COLUMNS} FROM effects WHERE effect_id = :effect_id")
-
-# -- approvals ------------------------------------------------------------------------------
-
-#: ``Store.open_approval``: the approval and the journal entry of its card, in one transaction.
-OPEN_APPROVAL: Final = Procedure(
-    name="open_approval",
-    params=(
-        ("approval_id", SqlType.TEXT),
-        ("task_id", SqlType.TEXT),
-        ("tool_call_id", SqlType.TEXT),
-        ("tool", SqlType.TEXT),
-        ("args", SqlType.TEXT),
-        ("requester", SqlType.TEXT),
-        ("channel", SqlType.TEXT),
-        ("thread_ts", SqlType.TEXT),
-        ("card_effect", SqlType.TEXT),
-        ("card_args", SqlType.TEXT),
-        ("now", SqlType.REAL),
-    ),
-    returns=(("opened", SqlType.BOOL),),
-    steps=(
-        Statement(
-            "INSERT INTO approvals (approval_id, task_id, tool_call_id, tool, args, requester, channel,"
-            " thread_ts, card_effect, created_at) VALUES (:approval_id, :task_id, :tool_call_id, :tool,"
-            " :args, :requester, :channel, :thread_ts, :card_effect, :now)"
-        ),
-        Statement(
-            "INSERT INTO effects (effect_id, task_id, tool, args, state, created_at)"
-            " VALUES (:card_effect, :task_id, 'approval_card', :card_args, 'open', :now)"
-        ),
-        Statement("SELECT EXISTS (SELECT 1 FROM approvals WHERE approval_id = :approval_id) AS opened"),
-    ),
-)
-
-GET_APPROVAL: Final = Statement(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = :approval_id")
-TASK_APPROVALS: Final = Statement(
-    f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE task_id = :task_id ORDER BY created_at, approval_id"
-)
-HAS_OPEN_APPROVAL: Final = Statement(
-    "SELECT EXISTS (SELECT 1 FROM approvals WHERE task_id = :task_id AND decision IS NULL) AS waiting"
-)
-SET_APPROVAL_CARD: Final = Statement(
-    "UPDATE approvals SET card_ts = :card_ts WHERE approval_id = :approval_id RETURNING approval_id"
-)
-#: Open approvals created before ``:before`` (the expiry sweep), oldest first.
-EXPIRED_APPROVALS: Final = Statement(
-    f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE decision IS NULL AND created_at < :before"
-    " ORDER BY created_at LIMIT :limit"
-)
-#: Marks an approved call as started; a row comes back only for the first caller.
-START_EXECUTION: Final = Statement(
-    "UPDATE approvals SET executed_at = :now"
-    " WHERE approval_id = :approval_id AND decision = 'approved' AND executed_at IS NULL"
-    " RETURNING approval_id"
-)
-
-#: ``Store.decide_approval``: the first decision wins. ``decision_id`` is fresh per call and marks
-#: the decision this call set, so only that call appends the inbox item that resumes the task; on
-#: Postgres a concurrent decider waits on the row and then finds it decided.
-DECIDE: Final = Procedure(
-    name="decide_approval",
-    params=(
-        ("approval_id", SqlType.TEXT),
-        ("decision", SqlType.TEXT),
-        ("user_id", SqlType.TEXT),
-        ("now", SqlType.REAL),
-        ("payload", SqlType.TEXT),
-        ("decision_id", SqlType.TEXT),
-    ),
-    returns=(("won", SqlType.BOOL),),
-    steps=(
-        Statement(
-            "UPDATE approvals SET decision = :decision, decided_by = :user_id, decided_at = :now,"
-            " decision_id = :decision_id WHERE approval_id = :approval_id AND decision IS NULL"
-        ),
-        Statement(
-            "INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)"
-            " SELECT task_id, channel, card_ts, thread_ts, :payload, :now FROM approvals"
-            " WHERE approval_id = :approval_id AND decision_id = :decision_id"
-        ),
-        Statement(
-            "SELECT EXISTS (SELECT 1 FROM approvals"
-            " WHERE approval_id = :approval_id AND decision_id = :decision_id) AS won"
-        ),
-    ),
-)
 
 # -- model usage -----------------------------------------------------------------------------
 

@@ -241,3 +241,36 @@ async def test_broken_agent_file_fails_naming_the_line(llm: FakeOpenAI, tmp_path
     assert code == 1
     (line,) = lines_of(lines, "FAIL", "agent file")
     assert line.endswith(f"{agent} is not valid TOML: Invalid value (at the end, line 2)"), line
+
+
+async def test_socket_mode_checks_the_app_token_and_needs_no_signing_secret(
+    llm: FakeOpenAI, tmp_path: Path
+) -> None:
+    """With SLACK_APP_TOKEN, check opens nothing but asks apps.connections.open whether the token
+    works (PASS), and the signing secret is not needed (SKIP); everything else still PASSes."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(
+            slack, llm, tmp_path, slack_app_token=slack.app_token, slack_signing_secret="", run_model=False
+        )
+        assert slack.count("apps.connections.open") == 1 and slack.socket.opened == 0
+    assert code == 0, lines
+    assert lines_of(lines, "PASS", "app token") and lines_of(lines, "SKIP", "signing secret")
+
+
+@pytest.mark.parametrize(
+    ("token", "expected", "calls"),
+    [
+        ("xoxb-1111-2222-other", "SLACK_APP_TOKEN must start with xapp- — this looks like the bot token", 0),
+        ("xapp-1-A1-1-revoked-token", "SLACK_APP_TOKEN is invalid or revoked", 1),
+    ],
+)
+async def test_a_bad_app_token_fails_the_check(
+    llm: FakeOpenAI, tmp_path: Path, token: str, expected: str, calls: int
+) -> None:
+    """A wrong-shaped app token FAILs before any call; one Slack refuses FAILs naming SLACK_APP_TOKEN."""
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, slack_app_token=token, run_model=False)
+        assert slack.count("apps.connections.open") == calls
+    assert code == 1
+    [line] = lines_of(lines, "FAIL", "app token")
+    assert expected in line and token not in line

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from app.__main__ import main
-from app.ops.manifest import BOT_EVENTS, PLACEHOLDER_URL, build_manifest
+from app.ops.manifest import (
+    BOT_EVENTS,
+    MANIFEST_FILE,
+    PLACEHOLDER_URL,
+    SOCKET_MODE_MANIFEST_FILE,
+    build_manifest,
+)
 from channel.slack import features_from_scopes
 from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes
 from channel.tools import CATALOG
@@ -21,7 +27,33 @@ URL = "https://bot.example.com/slack/events"
 def test_checked_in_manifest_is_current() -> None:
     """slack-manifest.json is exactly build_manifest's output for the placeholder URL, so it cannot drift."""
     expected = json.dumps(build_manifest(PLACEHOLDER_URL), indent=2) + "\n"
-    assert (ROOT / "slack-manifest.json").read_text(encoding="utf-8") == expected
+    assert (ROOT / MANIFEST_FILE).read_text(encoding="utf-8") == expected
+
+
+def test_checked_in_socket_mode_manifest_is_current() -> None:
+    """slack-manifest.socket-mode.json is exactly `manifest --socket-mode`'s output, so it cannot drift."""
+    expected = json.dumps(build_manifest(None, socket_mode=True), indent=2) + "\n"
+    assert (ROOT / SOCKET_MODE_MANIFEST_FILE).read_text(encoding="utf-8") == expected
+
+
+def test_socket_mode_manifest_turns_socket_mode_on_and_names_no_url(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`manifest --socket-mode` sets socket_mode_enabled, keeps every event, scope and interactivity,
+    and names no request URL anywhere; --url with it, or neither, exits 2."""
+    assert main(["manifest", "--socket-mode"]) == 0
+    manifest = json.loads(capsys.readouterr().out)
+    settings = manifest["settings"]
+    assert settings["socket_mode_enabled"] is True
+    assert settings["interactivity"] == {"is_enabled": True}
+    assert "request_url" not in json.dumps(manifest)
+    http = build_manifest(URL)
+    events = http["settings"]["event_subscriptions"]["bot_events"]
+    assert settings["event_subscriptions"]["bot_events"] == events
+    assert manifest["oauth_config"] == http["oauth_config"]
+    assert main(["manifest", "--socket-mode", "--url", URL]) == 2
+    assert main(["manifest"]) == 2
+    assert "--socket-mode" in capsys.readouterr().err
 
 
 def test_manifest_delivers_every_event_the_router_handles_to_the_url() -> None:

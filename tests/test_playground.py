@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from app.__main__ import main
 from app.intake.interactions import Action
 from app.playground import GENERAL, Playground, demo_model
+from app.playground.guard import TOKEN_HEADER
 from app.playground.view import markdown_html, slack_to_markdown
 from app.settings import Settings
 from tests.support.models import Turn, call, echo_model, scripted
@@ -32,6 +34,20 @@ def _settings(tmp_path: Path, **overrides: Any) -> Settings:
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def _session(token: str) -> aiohttp.ClientSession:
+    """A client that carries the playground's per-start token, as the page's own script does."""
+    return aiohttp.ClientSession(headers={TOKEN_HEADER: token})
+
+
+async def _page_token(http: aiohttp.ClientSession, url: str) -> str:
+    """The token the served page carries (in its ``playground-token`` meta tag)."""
+    async with http.get(url) as response:
+        page = await response.text()
+    match = re.search(r'<meta name="playground-token" content="([^"]+)">', page)
+    assert match is not None, page
+    return match.group(1)
 
 
 async def _live(session: aiohttp.ClientSession, url: str) -> AsyncIterator[JSON]:
@@ -62,7 +78,7 @@ def _bot_replies(state: JSON, channel: str = GENERAL) -> list[JSON]:
 async def test_a_mention_posted_as_a_person_gets_the_bots_reply_on_the_live_stream(tmp_path: Path) -> None:
     """POST /api/messages stores the person's message, delivers it signed to the app, and the
     app's reply (posted through the emulated Web API) arrives as a snapshot on /api/events."""
-    async with Playground(_settings(tmp_path), model=echo_model()) as pg, aiohttp.ClientSession() as http:
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg, _session(pg.page_token) as http:
         stream = _live(http, pg.url)
         first = await _until(stream, lambda s: True)
         assert [p["name"] for p in first["people"]] == ["Alice", "Bob", "Carol"]
@@ -89,7 +105,7 @@ async def test_a_mention_posted_as_a_person_gets_the_bots_reply_on_the_live_stre
 
 async def test_a_thread_reply_and_a_dm_reach_the_app_without_a_mention(tmp_path: Path) -> None:
     """A reply in the bot's thread resumes the task; a DM needs no mention; both get answers."""
-    async with Playground(_settings(tmp_path), model=echo_model()) as pg, aiohttp.ClientSession() as http:
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg, _session(pg.page_token) as http:
         ts, _ = await pg.post("U0ALICE", GENERAL, "@threadbound start")
         assert pg.service is not None
         await pg.service.runner.idle()
@@ -107,7 +123,7 @@ async def test_a_thread_reply_and_a_dm_reach_the_app_without_a_mention(tmp_path:
 async def test_an_attached_file_reaches_the_agent_and_the_page(tmp_path: Path) -> None:
     """A file sent with a post is hosted by the emulator, named in the agent's prompt, and served
     to the page under /files/."""
-    async with Playground(_settings(tmp_path), model=echo_model()) as pg, aiohttp.ClientSession() as http:
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg, _session(pg.page_token) as http:
         form = aiohttp.FormData()
         form.add_field("as", "U0ALICE")
         form.add_field("channel", GENERAL)
@@ -129,7 +145,7 @@ async def test_a_click_on_a_bot_button_is_a_signed_block_actions_the_app_routes(
     """POST /api/click for a button on the bot's message delivers Slack's block_actions payload,
     signed, to the app's /slack/events, where the handler for that action id gets the click."""
     clicked: asyncio.Queue[Action] = asyncio.Queue()
-    async with Playground(_settings(tmp_path), model=echo_model()) as pg, aiohttp.ClientSession() as http:
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg, _session(pg.page_token) as http:
         assert pg.service is not None
         pg.service.interactions.on("approve_it", clicked.put)
         ts, _ = await pg.post("U0ALICE", GENERAL, "@threadbound hi")
@@ -188,7 +204,7 @@ async def test_a_click_on_a_bot_button_is_a_signed_block_actions_the_app_routes(
 )
 async def test_a_bad_post_is_a_400_that_says_why(tmp_path: Path, body: JSON, error: str) -> None:
     """A post the page should not make is refused with its reason, and nothing reaches the app."""
-    async with Playground(_settings(tmp_path), model=echo_model()) as pg, aiohttp.ClientSession() as http:
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg, _session(pg.page_token) as http:
         async with http.post(f"{pg.url}api/messages", json=body) as response:
             assert response.status == 400
             assert (await response.json()) == {"error": error}
@@ -373,6 +389,7 @@ async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_p
     env = {"SLACK_BOT_TOKEN": "xoxb-my-real-token", "MODEL": "", "DATA_DIR": str(tmp_path / "data")}
     server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "playground.log", argv=argv)
     async with server, aiohttp.ClientSession() as http:
+        http.headers[TOKEN_HEADER] = await _page_token(http, f"{server.url}/")
         body = {"as": "U0CAROL", "channel": "D0CAROL", "text": "hi from a process"}
         async with http.post(f"{server.url}/api/messages", json=body) as response:
             assert response.status == 200

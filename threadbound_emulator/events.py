@@ -2,7 +2,8 @@
 
 Slack POSTs events as JSON and clicks as form-encoded ``payload=<json>`` to the
 app's request URL, each with ``X-Slack-Request-Timestamp`` and a ``v0=`` HMAC-SHA256
-signature of ``v0:{timestamp}:{body}`` under the app's signing secret. The
+signature of ``v0:{timestamp}:{body}`` under the app's signing secret. In Socket Mode
+the same bodies go over the app's WebSocket instead (:func:`over_socket`). The
 playground builds its deliveries here from the workspace's stored messages, so the
 app sees what Slack would send for the same message.
 """
@@ -17,6 +18,7 @@ import uuid
 from typing import Literal
 from urllib.parse import urlencode
 
+from .socket_mode import Envelope, SocketMode
 from .wire import JSON
 from .workspace import Workspace
 
@@ -40,6 +42,15 @@ def interaction_body(payload: JSON, secret: str) -> tuple[bytes, dict[str, str]]
     """An interaction payload as Slack POSTs it: form-encoded ``payload=<json>`` and signed headers."""
     body = urlencode({"payload": json.dumps(payload)}).encode()
     return body, {**sign(body, secret), "Content-Type": "application/x-www-form-urlencoded"}
+
+
+def over_socket(socket: SocketMode, body: JSON) -> Envelope:
+    """``body`` delivered over Socket Mode instead of HTTP: an ``event_callback`` (:func:`envelope`,
+    :func:`message_events`) as an ``events_api`` envelope, anything else (:func:`block_actions`) as an
+    ``interactive`` one. Await ``socket.wait_acked(envelope)`` for the app's acknowledgement."""
+    if body.get("type") == "event_callback":
+        return socket.event(body)
+    return socket.interaction(body)
 
 
 def channel_type(ws: Workspace, channel: str) -> ChannelType:
@@ -142,5 +153,6 @@ __all__ = [
     "event_body",
     "interaction_body",
     "message_events",
+    "over_socket",
     "sign",
 ]

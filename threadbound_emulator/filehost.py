@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from .workspace import CHUNK_SIZE, File, Workspace, pattern_block
+from .records import CHUNK_SIZE, File, pattern_block
+from .workspace import Workspace
 
 SIGNIN_HTML = (
     b'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Slack</title></head>'

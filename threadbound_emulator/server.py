@@ -20,8 +20,12 @@ from aiohttp import web
 from .api import METHODS
 from .faults import Fault, Faults, RateLimit, drop_connection, pause
 from .filehost import FileHost, FileRequest
+from .socket_mode import LINK_PATH, SocketMode
 from .wire import JSON, Params, SlackError
 from .workspace import Workspace
+
+#: The Web API method that opens a Socket Mode connection (``threadbound_emulator.socket_mode``).
+SOCKET_OPEN = "apps.connections.open"
 
 
 @dataclass
@@ -48,6 +52,7 @@ class FakeSlack(Workspace):
         token: str = "xoxb-test",
         scopes: Iterable[str] | None = None,
         *,
+        app_token: str = "xapp-1-A1-1-test",
         bot_user_id: str = "UBOT",
         bot_id: str = "BBOT",
         team_id: str = "T1",
@@ -63,6 +68,10 @@ class FakeSlack(Workspace):
             app_id=app_id,
             bot_name=bot_name,
         )
+        #: The app-level token (``xapp-…``) ``apps.connections.open`` takes.
+        self.app_token = app_token
+        #: Socket Mode: ``apps.connections.open``'s WebSocket and the envelopes sent over it.
+        self.socket = SocketMode(app_id)
         self.calls: list[Call] = []
         self._observers: list[Callable[[Call], object]] = []
         self._after: list[Callable[[Call], object]] = []
@@ -83,6 +92,7 @@ class FakeSlack(Workspace):
             return self
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get(LINK_PATH, self.socket.handle)
         self._host.add_routes(app.router)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
@@ -90,12 +100,14 @@ class FakeSlack(Workspace):
         await site.start()
         self._runner = runner
         self._port = int(runner.addresses[0][1])
+        self.socket.base_url = f"http://127.0.0.1:{self._port}"
         self.serve_files_at(f"http://127.0.0.1:{self._port}", f"http://localhost:{self._port}")
         return self
 
     async def stop(self) -> None:
         """Release every hold and close the server and its connections."""
         self.faults.release_all()
+        await self.socket.close()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
@@ -272,15 +284,22 @@ class FakeSlack(Workspace):
         self.calls.append(call)
         for observer in self._observers:
             observer(call)
-        if token != self.token:
-            return self._answer(call, {"ok": False, "error": "invalid_auth"})
+        # apps.connections.open takes the app-level token and only it; every other method the bot token.
+        socket = name == SOCKET_OPEN
+        if token != (self.app_token if socket else self.token):
+            wrong_type = token in (self.token, self.app_token)
+            return self._answer(
+                call, {"ok": False, "error": "not_allowed_token_type" if wrong_type else "invalid_auth"}
+            )
         method = METHODS.get(name)
-        if method is None:
+        if method is None and not socket:
             return self._answer(call, {"ok": False, "error": "unknown_method"})
         fault = self.faults.next(name)
         await pause(fault)
         if fault is not None and fault.kind == "fail":
             return self._answer(call, {"ok": False, "error": fault.error}, fault.status, fault.headers())
+        if method is None:
+            return self._answer(call, {"ok": True, **self.socket.open_url()})
         limit = self.rate_limits.get(name)
         if limit is not None:
             wait = limit.admit(str(params.get("channel") or params.get("channel_id") or ""))

@@ -10,12 +10,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .workspace import Workspace
+from typing import Any
 
 JSON = dict[str, Any]
 Params = dict[str, Any]
@@ -94,16 +89,3 @@ def decode_cursor(cursor: str) -> tuple[int, int]:
     if prefix != "next_ts" or not re.fullmatch(r"\d+\.\d{6}", ts):
         raise SlackError("invalid_cursor")
     return ts_key(ts)
-
-
-@dataclass(frozen=True)
-class Method:
-    """One Web API method: its handler, and the scope it needs (fixed, or chosen per call)."""
-
-    handler: Callable[[Workspace, Params], JSON]
-    scope: str | Callable[[Workspace, Params], str] | None = None
-
-    def required_scope(self, ws: Workspace, params: Params) -> str | None:
-        if callable(self.scope):
-            return self.scope(ws, params)
-        return self.scope

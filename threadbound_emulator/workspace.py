@@ -12,166 +12,29 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Iterable
 
-from .wire import JSON, Params, SlackError, ts_from_micros, ts_key
-
-FileMode = Literal["ok", "html_signin", "redirect", "long", "huge"]
-ChunkSource = Callable[[], Iterable[bytes]]
-
-DEFAULT_SCOPES: tuple[str, ...] = (
-    "app_mentions:read",
-    "chat:write",
-    "reactions:read",
-    "reactions:write",
-    "channels:history",
-    "groups:history",
-    "im:history",
-    "mpim:history",
-    "channels:read",
-    "groups:read",
-    "im:read",
-    "mpim:read",
-    "files:read",
-    "files:write",
-    "users:read",
-    "canvases:write",
+from .records import (
+    DEFAULT_SCOPES,
+    FAKE_HOST,
+    HUGE_DECLARED_SIZE,
+    Canvas,
+    Channel,
+    ChunkSource,
+    File,
+    FileMode,
+    Status,
+    Stream,
+    Upload,
+    User,
+    filetype,
+    pattern_block,
 )
-
-FAKE_HOST = "https://fake.slack.com"
-HUGE_DECLARED_SIZE = 200 * 2**20
-CHUNK_SIZE = 256 * 1024
+from .threads import MessageRules
+from .wire import JSON, ts_from_micros, ts_key
 
 
-@dataclass
-class Status:
-    """One accepted ``assistant.threads.setStatus`` call."""
-
-    channel_id: str
-    thread_ts: str
-    status: str
-
-
-@dataclass
-class Stream:
-    """One streamed message (``chat.startStream`` … ``chat.stopStream``), as the emulator saw it."""
-
-    channel: str
-    ts: str
-    recipient_user_id: str
-    recipient_team_id: str
-    #: ``time.monotonic()`` at start; the stream expires ``Workspace.stream_ttl`` seconds later.
-    started: float
-    #: ``streaming``, ``stopped`` or ``expired``.
-    state: str = "streaming"
-    #: The Markdown the message holds so far.
-    text: str = ""
-    #: The Markdown each call added (start, appends, stop), in order; ``""`` for a call without text.
-    appends: list[str] = field(default_factory=list)
-    #: Task updates by id: ``(title, latest status)``.
-    tasks: dict[str, tuple[str, str]] = field(default_factory=dict)
-    #: Every ``(task id, status)`` update in arrival order.
-    task_updates: list[tuple[str, str]] = field(default_factory=list)
-    #: Blocks ``stopStream`` added under the text (feedback buttons).
-    blocks: list[JSON] = field(default_factory=list)
-
-
-@dataclass
-class Channel:
-    id: str
-    name: str
-    is_im: bool = False
-    is_private: bool = False
-    is_mpim: bool = False
-    user: str | None = None
-    #: Whether the bot is in it (``conversations.info``'s ``is_member``; lists private ones).
-    is_member: bool = True
-
-
-@dataclass
-class User:
-    id: str
-    name: str
-    display_name: str = ""
-    real_name: str = ""
-    is_bot: bool = False
-    bot_id: str | None = None
-
-
-@dataclass
-class File:
-    id: str
-    name: str
-    title: str
-    mimetype: str
-    content: bytes | None
-    size: int
-    mode: FileMode = "ok"
-    declared_size: int | None = None
-    chunk_source: ChunkSource | None = None
-    mp4_low: bytes | None = None
-    foreign: bool = False
-    user: str = ""
-    created: int = 0
-    shares: dict[str, dict[str, list[JSON]]] = field(default_factory=dict)
-    #: Deterministic filler block for ``content=None`` files (see ``Workspace.add_file``).
-    block: bytes | None = None
-
-    def chunks(self) -> Iterator[bytes]:
-        """The file's bytes in pieces, never as one object (except ``content`` itself)."""
-        if self.content is not None:
-            view = memoryview(self.content)
-            for start in range(0, len(view), CHUNK_SIZE):
-                yield bytes(view[start : start + CHUNK_SIZE])
-            return
-        if self.chunk_source is not None:
-            yield from self.chunk_source()
-            return
-        block = self.block or pattern_block(self.id)
-        left = self.size
-        while left > 0:
-            piece = block if left >= len(block) else block[:left]
-            left -= len(piece)
-            yield piece
-
-
-@dataclass
-class Canvas:
-    id: str
-    title: str
-    markdown: str
-    channel_id: str | None = None
-    access: list[JSON] = field(default_factory=list)
-
-
-@dataclass
-class Upload:
-    file_id: str
-    filename: str
-    length: int
-    alt_txt: str | None = None
-    data: bytes | None = None
-
-
-def pattern_block(seed: str) -> bytes:
-    """A CHUNK_SIZE block of deterministic, non-repeating-looking bytes derived from ``seed``."""
-    out = bytearray()
-    digest = hashlib.sha256(seed.encode()).digest()
-    while len(out) < CHUNK_SIZE:
-        out += digest
-        digest = hashlib.sha256(digest).digest()
-    return bytes(out[:CHUNK_SIZE])
-
-
-def filetype(name: str) -> str:
-    if "." in name:
-        return name.rsplit(".", 1)[1].lower()
-    return "binary"
-
-
-class Workspace:
+class Workspace(MessageRules):
     """One team with the app installed; see the module docstring."""
 
     def __init__(
@@ -458,78 +321,7 @@ class Workspace:
         out = [m for c in channels for m in self._messages.get(c, []) if self.is_bots(m)]
         return copy.deepcopy(out)
 
-    # ------------------------------------------------------------------ rules the methods share
-
-    def channel(self, params: Params, key: str = "channel") -> Channel:
-        """The conversation a call names, or ``channel_not_found``."""
-        chan = self.channels.get(str(params.get(key) or ""))
-        if chan is None:
-            raise SlackError("channel_not_found")
-        return chan
-
-    def stored(self, channel: str) -> list[JSON]:
-        """The channel's stored messages themselves (not copies), oldest first."""
-        return self._messages.setdefault(channel, [])
-
-    def find(self, channel: str, ts: str) -> JSON | None:
-        try:
-            key = ts_key(ts)
-        except ValueError:
-            return None
-        for message in self._messages.get(channel, []):
-            if ts_key(message["ts"]) == key:
-                return message
-        return None
-
-    @staticmethod
-    def is_reply(message: JSON) -> bool:
-        return "thread_ts" in message and message["thread_ts"] != message["ts"]
-
-    def is_bots(self, message: JSON) -> bool:
-        return message.get("bot_id") == self.bot_id or message.get("user") == self.bot_user_id
-
-    def insert(self, channel: str, message: JSON) -> None:
-        """Store a message in ts order."""
-        stored = self._messages.setdefault(channel, [])
-        key = ts_key(message["ts"])
-        index = len(stored)
-        while index > 0 and ts_key(stored[index - 1]["ts"]) > key:
-            index -= 1
-        stored.insert(index, message)
-
-    def attach_reply(self, root: JSON, reply: JSON) -> None:
-        """Make ``reply`` part of ``root``'s thread, updating the root's reply summary."""
-        reply["thread_ts"] = root["ts"]
-        reply["parent_user_id"] = root.get("user", "")
-        root["thread_ts"] = root["ts"]
-        root["reply_count"] = int(root.get("reply_count", 0)) + 1
-        users = list(root.get("reply_users", []))
-        if reply.get("user") and reply["user"] not in users:
-            users.append(reply["user"])
-        root["reply_users"] = users
-        root["reply_users_count"] = len(users)
-        if ts_key(reply["ts"]) > ts_key(str(root.get("latest_reply") or root["ts"])):
-            root["latest_reply"] = reply["ts"]
-
-    def thread(self, channel: str, ts: str) -> list[JSON]:
-        """The thread containing ``ts``, root first ([] if there is no such message)."""
-        message = self.find(channel, ts)
-        if message is None:
-            return []
-        root_ts = message["thread_ts"] if self.is_reply(message) else message["ts"]
-        root = self.find(channel, root_ts)
-        stored = self._messages.get(channel, [])
-        replies = [m for m in stored if self.is_reply(m) and m["thread_ts"] == root_ts]
-        return ([root] if root is not None else []) + replies
-
-    def thread_root(self, channel: str, thread_ts: Any) -> str | None:
-        """The root ts a post with ``thread_ts`` goes under (a reply's ts maps to its root)."""
-        if thread_ts in (None, ""):
-            return None
-        target = self.find(channel, str(thread_ts))
-        if target is None:
-            raise SlackError("thread_not_found")
-        return str(target["thread_ts"]) if self.is_reply(target) else str(target["ts"])
+    # ------------------------------------------------------------------ file objects
 
     def render(self, message: JSON, metadata: bool) -> JSON:
         """A message as the Web API returns it: a copy, with fresh file objects."""
@@ -547,37 +339,6 @@ class Workspace:
                 return file
             return self.file_object(fid)
         return file
-
-    def bot_message(self, text: str, ts: str) -> JSON:
-        """A new message as the bot posts it."""
-        return {
-            "type": "message",
-            "user": self.bot_user_id,
-            "bot_id": self.bot_id,
-            "app_id": self.app_id,
-            "text": text,
-            "ts": ts,
-            "team": self.team_id,
-            "bot_profile": {"id": self.bot_id, "app_id": self.app_id, "name": self.bot_name},
-        }
-
-    def permalink(self, channel: str, message: JSON) -> str:
-        link = f"{FAKE_HOST}/archives/{channel}/p{message['ts'].replace('.', '')}"
-        if self.is_reply(message):
-            link += f"?thread_ts={message['thread_ts']}&cid={channel}"
-        return link
-
-    def react(self, message: JSON, name: str, user: str) -> None:
-        """Add ``user``'s reaction ``name``; ``already_reacted`` if it is there."""
-        reactions: list[JSON] = message.setdefault("reactions", [])
-        for reaction in reactions:
-            if reaction["name"] == name:
-                if user in reaction["users"]:
-                    raise SlackError("already_reacted")
-                reaction["users"].append(user)
-                reaction["count"] = len(reaction["users"])
-                return
-        reactions.append({"name": name, "users": [user], "count": 1})
 
     def hosted_file_object(self, f: File) -> JSON:
         """A hosted file as Slack describes it, its URLs on the file host."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from app.agent.mcp.config import McpServerConfig, parse_servers
+from app.agent.mcp.json_config import load_mcp_json, merge_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
@@ -37,7 +38,17 @@ class AgentFile:
     prompts: tuple[str, ...] = ()
 
     @classmethod
-    def load(cls, path: Path | None) -> AgentFile:
+    def load(cls, path: Path | None, mcp_config: Path | None = None) -> AgentFile:
+        """The agent file at ``path`` (None: defaults), with the servers of ``mcp_config`` (the
+        ``MCP_CONFIG`` JSON file) added to its ``[mcp.*]``; a server named in both is a ValueError."""
+        loaded = cls._load(path)
+        if mcp_config is None:
+            return loaded
+        extra = load_mcp_json(mcp_config)
+        return replace(loaded, mcp=merge_servers(loaded.mcp, extra, mcp_config))
+
+    @classmethod
+    def _load(cls, path: Path | None) -> AgentFile:
         if path is None:
             return cls()
         if not path.is_file():

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 
-from app.intake.interactions import Action
+from app.clicks import Action
 from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 from channel.session import ChannelSession

@@ -23,7 +23,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
 if TYPE_CHECKING:
-    from app.agent.runtime import RunDeps
+    from app.agent.deps import RunDeps
 
 #: Hosts whose OpenAI API takes ``prompt_cache_key``.
 _OPENAI_HOSTS = ("api.openai.com",)

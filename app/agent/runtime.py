@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import Agent, AgentRetries, DeferredToolRequests, RunContext
-from pydantic_ai.exceptions import UserError
 from pydantic_ai.models import Model
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
@@ -26,13 +24,14 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from app.logs import bind
-from app.settings import WHERE_TO_GET, Settings, model_key_missing
 from channel.contract import OriginInfo
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from channel.tools import ToolSpec
 
+from .deps import RunDeps
 from .model_settings import run_model_settings
+from .models import build_model as build_model  # re-exported: where callers have found it
 
 # Accept any JSON object: the session validates with the tool's model and answers with an error result.
 _ANY_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
@@ -46,11 +45,6 @@ _NAMED_DEFERRED = 40
 ToolStarted = Callable[[ChannelSession, str], Awaitable[None]]
 #: Called after each tool call: session, tool name, outcome (``"ok"`` or the error code), seconds.
 ToolFinished = Callable[[ChannelSession, str, str, float], None]
-
-
-@dataclass(slots=True)
-class RunDeps:
-    session: ChannelSession
 
 
 class ChannelToolset(AbstractToolset[RunDeps]):
@@ -106,51 +100,6 @@ class ChannelToolset(AbstractToolset[RunDeps]):
 def _outcome(result: Any) -> str:
     error = result.get("error") if isinstance(result, dict) else None
     return str(error.get("code") or "error") if isinstance(error, dict) else "ok"
-
-
-def build_model(name: str, settings: Settings) -> Model:
-    """A pydantic-ai model from ``openai-chat:NAME``, ``openai:NAME`` or ``anthropic:NAME``.
-
-    Raises ValueError, naming the setting to fix, for a malformed name or a missing key."""
-    provider, _, model_name = name.partition(":")
-    if not model_name:
-        raise ValueError(
-            f"MODEL must look like 'openai-chat:NAME', 'openai:NAME' or 'anthropic:NAME', not {name!r}"
-        )
-    key = model_key_missing(name, settings)
-    if key is not None:
-        raise ValueError(f"{key} is not set, and MODEL={name} needs it: {WHERE_TO_GET[key]}")
-    try:
-        return _provider_model(provider, model_name, settings)
-    except UserError as exc:  # pydantic-ai's word for a configuration mistake; say it in one line
-        raise ValueError(f"MODEL={name}: {exc}") from exc
-
-
-def _provider_model(provider: str, model_name: str, settings: Settings) -> Model:
-    if provider in ("openai-chat", "openai"):
-        from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
-        from pydantic_ai.providers.openai import OpenAIProvider
-
-        oai = OpenAIProvider(
-            base_url=settings.openai_base_url or None,
-            # Local OpenAI-compatible servers (vLLM, Ollama) often need no key, but the SDK wants one.
-            api_key=settings.openai_api_key.get_secret_value() or "not-needed",
-        )
-        if provider == "openai-chat":
-            return OpenAIChatModel(model_name, provider=oai)
-        return OpenAIResponsesModel(model_name, provider=oai)
-    if provider == "anthropic":
-        from pydantic_ai.models.anthropic import AnthropicModel
-        from pydantic_ai.providers.anthropic import AnthropicProvider
-
-        return AnthropicModel(
-            model_name,
-            provider=AnthropicProvider(api_key=settings.anthropic_api_key.get_secret_value() or None),
-        )
-    raise ValueError(
-        f"MODEL={provider}:{model_name} names an unknown provider {provider!r}: "
-        "use openai-chat:NAME, openai:NAME or anthropic:NAME"
-    )
 
 
 def build_agent(

@@ -1,7 +1,10 @@
 """The HTTP edge: the aiohttp app serving ``/slack/events`` (through Bolt), ``/healthz``, ``/readyz``
 and ``/metrics``.
 
-Bolt's ``AsyncApp`` stays at the edge: it verifies signatures (401), answers
+Nothing unsigned is parsed: ``/slack/events`` checks the signature on the raw bytes first
+(``signature.unsigned_reason``; 401 and at most one warning line), and a signed body that does
+not parse (bad JSON, a form ``payload`` that is not JSON, nesting too deep) is a 400, never a 500.
+Bolt's ``AsyncApp`` stays at the edge: it verifies signatures again (401), answers
 ``url_verification`` and ``ssl_check``, then our middleware turns every
 ``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
 listener machinery (which acks before work and would 404 unmatched events) is
@@ -14,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -33,6 +38,17 @@ from storage import StoreError
 from .agent_view import AGENT_EVENTS, AgentView
 from .ingress import Ingress
 from .interactions import Interactions
+from .signature import unsigned_reason
+
+log = logging.getLogger(__name__)
+#: At most one warning line per this many seconds about refused requests (the rest are counted).
+REFUSAL_LOG_INTERVAL = 60.0
+
+#: The answer of POST /slack/events when deliveries come over Socket Mode only.
+HTTP_EVENTS_OFF = (
+    "this app takes Slack deliveries over Socket Mode (SLACK_APP_TOKEN is set); "
+    "set SLACK_HTTP_EVENTS=true to take them over HTTP as well"
+)
 
 
 class _Ingest(AsyncMiddleware):
@@ -65,12 +81,11 @@ class _Ingest(AsyncMiddleware):
         return BoltResponse(status=200, body="")
 
 
-def build_bolt(
-    settings: Settings,
-    ingress: Ingress,
-    interactions: Interactions | None = None,
-    agent_view: AgentView | None = None,
-) -> AsyncApp:
+def event_handler(
+    ingress: Ingress, agent_view: AgentView | None
+) -> Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]:
+    """What an ``event_callback`` body becomes, over HTTP and over Socket Mode alike: ``(status, reason)``."""
+
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
         event = body.get("event")
         if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
@@ -78,6 +93,16 @@ def build_bolt(
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
 
+    return handle
+
+
+def build_bolt(
+    settings: Settings,
+    ingress: Ingress,
+    interactions: Interactions | None = None,
+    agent_view: AgentView | None = None,
+) -> AsyncApp:
+    handle = event_handler(ingress, agent_view)
     # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
     # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
     # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
@@ -99,6 +124,7 @@ class HttpEdge:
         self,
         *,
         bolt: AsyncApp,
+        signing_secret: str,
         max_body_bytes: int,
         metrics_token: str,
         ping: Callable[[], Awaitable[None]],
@@ -106,9 +132,18 @@ class HttpEdge:
         ack_gate: AckGate | None,
         on_startup: Callable[[], Awaitable[None]],
         on_shutdown: Callable[[], Awaitable[None]],
+        slack_events: bool = True,
+        socket_connected: Callable[[], bool] | None = None,
     ) -> None:
-        """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry."""
+        """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
+        ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
+        :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz."""
+        self._slack_events = slack_events
+        self._socket_connected = socket_connected
         self.bolt = bolt
+        self._signing_secret = signing_secret
+        self._refused = 0
+        self._refusal_logged_at = -REFUSAL_LOG_INTERVAL
         self._metrics_token = metrics_token
         self._ping = ping
         self._render_metrics = metrics
@@ -125,14 +160,44 @@ class HttpEdge:
         self.app = app
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
+        if not self._slack_events:
+            return web.Response(status=404, text=HTTP_EVENTS_OFF)
         # Counted until answered: run start-ups wait for a moment without acks in flight.
         gate = self._ack_gate
         with gate.acking() if gate is not None else contextlib.nullcontext():
+            raw = await request.read()
+            reason = unsigned_reason(self._signing_secret, request.headers, raw)
+            if reason is not None:
+                self._refuse(reason)
+                return web.Response(status=401, text="invalid request")
             try:
-                bolt_request = await to_bolt_request(request)
-            except ValueError:  # Bolt parses the body eagerly; malformed JSON or form data lands here
+                # Bolt parses the body eagerly: bad JSON, bad form data, bad UTF-8, a body that is not
+                # an object (Bolt then fails reading its fields) or one nested deeper than the parser
+                # recurses lands here.
+                bolt_request = AsyncBoltRequest(
+                    body=raw.decode("utf-8"), query=request.query_string, headers=dict(request.headers)
+                )
+            except (ValueError, RecursionError, AttributeError, TypeError):
                 return web.Response(status=400, text="malformed request body")
-            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+            try:
+                return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+            except RecursionError:  # parsed, but nested too deep for what walks it next
+                log.warning("a signed request on /slack/events is nested too deeply to handle")
+                return web.Response(status=400, text="malformed request body")
+
+    def _refuse(self, reason: str) -> None:
+        """One warning line per ``REFUSAL_LOG_INTERVAL`` at most, counting the refusals in between."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged_at >= REFUSAL_LOG_INTERVAL:
+            log.warning(
+                "refused %d unsigned request(s) on /slack/events (latest: %s); check SLACK_SIGNING_SECRET "
+                "if Slack's own deliveries are refused",
+                self._refused,
+                reason,
+            )
+            self._refused = 0
+            self._refusal_logged_at = now
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -141,7 +206,11 @@ class HttpEdge:
         try:
             await self._ping()
         except StoreError as exc:
-            return web.json_response({"ok": False, "store": str(exc)}, status=503)
+            # Callers learn only that it is not ready; what failed (a database host, say) goes to the log.
+            log.warning("readyz: the store is unreachable: %s", exc)
+            return web.json_response({"ok": False}, status=503)
+        if self._socket_connected is not None:
+            return web.json_response({"ok": True, "socket_mode": self._socket_connected()})
         return web.json_response({"ok": True})
 
     async def _metrics(self, request: web.Request) -> web.Response:

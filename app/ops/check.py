@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from app.agent.agent_file import AgentFile
 from app.agent.mcp.servers import McpServers
+from app.intake.socket_mode import SocketModeError, check_transport, open_connection_url
 from app.settings import Settings, describe_database
 from channel.errors import ChannelError
 from channel.skills import SkillLibrary
@@ -40,7 +41,9 @@ _LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # equal it (a placeholder key "ollama" and MODEL=openai-chat:ollama), and hides nothing worth hiding.
 MIN_SECRET_CHARS = 12
 # Anything shaped like a Slack token or an OpenAI/Anthropic key, configured or not.
-_KEY_SHAPES = re.compile(r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})")
+_KEY_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:xox[abeoprs]-[A-Za-z0-9-]{6,}|xapp-[A-Za-z0-9-]{6,}|sk-[A-Za-z0-9_-]{16,})"
+)
 
 
 @dataclass
@@ -64,6 +67,7 @@ def _secrets(settings: Settings) -> list[str]:
     values = [
         settings.slack_bot_token.get_secret_value(),
         settings.slack_signing_secret.get_secret_value(),
+        settings.slack_app_token.get_secret_value(),
         settings.openai_api_key.get_secret_value(),
         settings.anthropic_api_key.get_secret_value(),
         settings.metrics_token.get_secret_value(),
@@ -132,8 +136,24 @@ def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
             report.line("WARN", "scopes", f"{scope} is missing: cannot {purpose(scope)}; {_REINSTALL}")
 
 
+async def _check_app_token(settings: Settings, report: _Report) -> None:
+    """Socket Mode only: the app token's shape, then ``apps.connections.open`` (no connection is made)."""
+    try:
+        check_transport(settings)
+        if settings.socket_mode:
+            await open_connection_url(settings.slack_app_token.get_secret_value(), settings.slack_api_url)
+    except SocketModeError as exc:
+        report.line("FAIL", "app token", str(exc))
+        return
+    if settings.socket_mode:
+        both = " and over HTTP (SLACK_HTTP_EVENTS=true)" if settings.http_events else ""
+        report.line("PASS", "app token", f"opens Socket Mode connections: deliveries over the socket{both}")
+
+
 def _check_signing_secret(settings: Settings, report: _Report) -> None:
-    if settings.slack_signing_secret.get_secret_value():
+    if settings.socket_mode and not settings.http_events:
+        report.line("SKIP", "signing secret", "not needed: deliveries come over Socket Mode only")
+    elif settings.slack_signing_secret.get_secret_value():
         report.line("PASS", "signing secret", "set")
     else:
         detail = "SLACK_SIGNING_SECRET is not set: copy it from Basic Information → App Credentials"
@@ -200,16 +220,16 @@ async def _load_agent_file(
     settings: Settings, report: _Report, identity: SlackIdentity | None
 ) -> AgentFile | None:
     path = settings.resolved_agent_file
+    try:
+        agent_file = AgentFile.load(path, settings.mcp_config)
+    except (ValueError, OSError) as exc:
+        report.line("FAIL", "agent file" if path is not None else "mcp", f"{_short(exc)}")
+        return None
+    mcp_tools, unavailable = await _check_mcp(agent_file, report)
     if path is None:
         detail = "none (AGENT_FILE unset, no ./agent.toml): every supported tool is offered"
         report.line("SKIP", "agent file", detail)
         return None
-    try:
-        agent_file = AgentFile.load(path)
-    except (ValueError, OSError) as exc:
-        report.line("FAIL", "agent file", f"{_short(exc)}")
-        return None
-    mcp_tools, unavailable = await _check_mcp(agent_file, report)
     if agent_file.tools is None:
         report.line("PASS", "agent file", f"{path}: offers every supported tool")
         return agent_file
@@ -270,7 +290,7 @@ def _check_skills(settings: Settings, report: _Report) -> None:
         report.line("FAIL", "skills", detail)
     else:
         count = len(SkillLibrary.load(folder).names())
-        report.line("PASS" if count else "WARN", "skills", f"{folder}: {count} skills (*.md)")
+        report.line("PASS" if count else "WARN", "skills", f"{folder}: {count} skills (*.md and */SKILL.md)")
 
 
 async def _check_model(
@@ -285,7 +305,7 @@ async def _check_model(
         UnexpectedModelBehavior,
     )
 
-    from app.agent.runtime import build_model
+    from app.agent.models import build_model, credential_hint
 
     name = settings.model or (agent_file.model if agent_file is not None else "")
     if not name:
@@ -313,9 +333,9 @@ async def _check_model(
         return
     except Exception as exc:
         # Any provider failure is a finding here, never a crash of the check.
-        anthropic = name.startswith("anthropic:")
-        key = "ANTHROPIC_API_KEY" if anthropic else "OPENAI_API_KEY"
-        where = "the network" if anthropic else "OPENAI_BASE_URL and the network"
+        key = credential_hint(name)
+        custom_url = name.startswith(("openai:", "openai-chat:"))
+        where = "OPENAI_BASE_URL and the network" if custom_url else "the network"
         if isinstance(exc, ModelAuthenticationError):
             fix = f"check {key}"
         elif isinstance(exc, ModelConnectionError):
@@ -330,11 +350,12 @@ async def _check_model(
     report.line("PASS", "model", f"{name} answered")
 
 
-async def run_checks(settings: Settings, *, model: bool = True, out: TextIO = sys.stdout) -> int:
-    """Run every check, print one line per finding to ``out``; 0 when nothing FAILed, else 1."""
-    report = _Report(out, _secrets(settings))
+async def run_checks(settings: Settings, *, model: bool = True, out: TextIO | None = None) -> int:
+    """Run every check, print one line per finding to ``out`` (stdout); 0 when nothing FAILed, else 1."""
+    report = _Report(out or sys.stdout, _secrets(settings))
     identity = await _check_token(settings, report)
     _check_scopes(identity, report)
+    await _check_app_token(settings, report)
     _check_signing_secret(settings, report)
     _check_file_origins(settings, report)
     await _check_database(settings, report)

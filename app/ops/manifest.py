@@ -1,6 +1,7 @@
-"""The Slack app manifest (JSON form) for an Events API install of threadbound.
+"""The Slack app manifest (JSON form) for an Events API or a Socket Mode install of threadbound.
 
-``python -m app manifest --url https://HOST/slack/events`` prints it; paste it at
+``python -m app manifest --url https://HOST/slack/events`` prints it (``--socket-mode``:
+deliveries over a WebSocket the app opens, no request URL); paste it at
 api.slack.com/apps → Create New App → From a manifest. Scopes come from
 :mod:`channel.slack.scopes`, so the manifest asks for exactly what the tools,
 routing and progress use.
@@ -17,6 +18,9 @@ from channel.slack.scopes import wanted_scopes
 EVENTS_PATH = "/slack/events"
 #: The placeholder URL of the checked-in slack-manifest.json.
 PLACEHOLDER_URL = "https://YOUR-APP-HOST/slack/events"
+#: The checked-in manifests: Events API (with the placeholder URL) and Socket Mode.
+MANIFEST_FILE = "slack-manifest.json"
+SOCKET_MODE_MANIFEST_FILE = "slack-manifest.socket-mode.json"
 
 #: Bot events → the scope Slack requires to deliver each.
 BOT_EVENTS: dict[str, str] = {
@@ -58,13 +62,22 @@ def check_request_url(url: str) -> str:
     return url
 
 
-def build_manifest(url: str, *, name: str = "threadbound", agent_view: bool = False) -> dict[str, Any]:
+def build_manifest(
+    url: str | None, *, name: str = "threadbound", agent_view: bool = False, socket_mode: bool = False
+) -> dict[str, Any]:
     """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name.
 
     It installs on any Slack plan: nothing in it needs a paid one. ``agent_view`` adds Slack's agent
     messaging experience (``features.agent_view``), which Slack documents for paid plans only. The
-    older ``assistant_view`` is never written: new apps can no longer use it."""
-    check_request_url(url)
+    older ``assistant_view`` is never written: new apps can no longer use it. ``socket_mode`` (with
+    ``url`` None) turns Socket Mode on and names no request URL: events and clicks arrive over the
+    WebSocket the app opens with its app-level token."""
+    if socket_mode and url is not None:
+        raise ValueError("--url is not used with --socket-mode: Slack delivers over the app's WebSocket")
+    if not socket_mode:
+        if url is None:
+            raise ValueError("--url is required (or --socket-mode for an install without a public URL)")
+        check_request_url(url)
     name = name.strip()
     if not name or len(name) > _MAX_NAME:
         raise ValueError(f"--name must be 1 to {_MAX_NAME} characters")
@@ -84,19 +97,29 @@ def build_manifest(url: str, *, name: str = "threadbound", agent_view: bool = Fa
         # A new conversation in the agent view gets the agent file's suggested prompts
         # (assistant_thread_started); the Messages tab reports being opened (app_home_opened).
         events += list(AGENT_VIEW_EVENTS)
+    # Clicks (feedback and approval buttons) are signed block_actions posted to the same URL, or
+    # sent over the socket in Socket Mode.
+    where = {} if url is None else {"request_url": url}
     return {
         "display_information": {"name": name, "description": _DESCRIPTION},
         "features": features,
         "oauth_config": {"scopes": {"bot": scopes}},
         "settings": {
-            "event_subscriptions": {"request_url": url, "bot_events": events},
-            # Clicks (feedback and approval buttons) are signed block_actions posted to the same URL.
-            "interactivity": {"is_enabled": True, "request_url": url},
+            "event_subscriptions": {**where, "bot_events": events},
+            "interactivity": {"is_enabled": True, **where},
             "org_deploy_enabled": False,
-            "socket_mode_enabled": False,
+            "socket_mode_enabled": socket_mode,
             "token_rotation_enabled": False,
         },
     }
 
 
-__all__ = ["BOT_EVENTS", "EVENTS_PATH", "PLACEHOLDER_URL", "build_manifest", "check_request_url"]
+__all__ = [
+    "BOT_EVENTS",
+    "EVENTS_PATH",
+    "MANIFEST_FILE",
+    "PLACEHOLDER_URL",
+    "SOCKET_MODE_MANIFEST_FILE",
+    "build_manifest",
+    "check_request_url",
+]

@@ -3,6 +3,9 @@
 ``server`` (``Playground``: emulator + app + page, and ``run_playground``), ``view``
 (the workspace as the page's JSON, Markdown rendered to HTML), ``demo`` (the
 ``--demo`` echo model), ``static/`` (the page: plain HTML, CSS and JavaScript).
+
+Sits above the composition root: may import ``app.service`` and anything below it, and is the
+only part of app that imports ``threadbound_emulator``; only ``app.__main__`` imports it.
 """
 
 from .demo import demo_model

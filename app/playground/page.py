@@ -1,9 +1,10 @@
 """The page's HTTP side: the HTML, its static files, the live state and the two write endpoints.
 
-``Page(driver).app()`` is the aiohttp application served on ``HOST:PORT``. The driver
+``Page(driver, guard).app()`` is the aiohttp application served on ``HOST:PORT``. The driver
 (``server.Playground``) does the work: ``post`` stores a person's message and delivers it,
 ``click`` sends a signed ``block_actions``; the page follows the workspace over server-sent
-events (``/api/events``), one fresh snapshot after every change.
+events (``/api/events``), one fresh snapshot after every change. ``guard.Guard`` screens
+every request first (loopback ``Host``, own ``Origin``, the per-start token, JSON or form bodies).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from aiohttp import web
 
 from threadbound_emulator import FakeSlack
 
+from .guard import Guard
 from .workspace import Delivery
 
 #: Largest file a person may attach from the page.
@@ -55,12 +57,13 @@ class Driver(Protocol):
 class Page:
     """The page's routes over ``driver``; ``app()`` builds the aiohttp application."""
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(self, driver: Driver, guard: Guard) -> None:
         self.driver = driver
+        self.guard = guard
         self._streams: set[asyncio.Task[Any]] = set()
 
     def app(self) -> web.Application:
-        page = web.Application(client_max_size=MAX_UPLOAD_BYTES + 2**16)
+        page = web.Application(client_max_size=MAX_UPLOAD_BYTES + 2**16, middlewares=[self.guard.middleware])
         page.router.add_get("/", self._index)
         page.router.add_get("/healthz", self._healthz)
         page.router.add_get("/static/{name}", self._static)
@@ -73,7 +76,9 @@ class Page:
         return page
 
     async def _index(self, _: web.Request) -> web.Response:
-        return web.Response(body=(_STATIC / "index.html").read_bytes(), content_type="text/html")
+        # The token goes into the page itself: only a page of the same origin can read it.
+        page = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{token}}", self.guard.token)
+        return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -163,7 +168,10 @@ class Page:
         if stored is None or stored.content is None:
             raise web.HTTPNotFound()
         # Whatever a person attached is served inert: never run as a page on the playground's origin.
-        headers = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+        headers = {
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+            "X-Content-Type-Options": "nosniff",
+        }
         return web.Response(body=stored.content, content_type=stored.mimetype, headers=headers)
 
 

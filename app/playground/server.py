@@ -34,6 +34,7 @@ from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
+from .guard import Guard
 from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
 from .workspace import (
@@ -66,8 +67,11 @@ class Playground:
         self.hooks = hooks
         self.host = host
         self.port = port
-        self.slack = FakeSlack(token="xoxb-playground")
+        # Random per start, like the signing secret: a web page cannot call the emulator's Web API.
+        self.slack = FakeSlack(token=f"xoxb-playground-{secrets.token_hex(12)}")
         self.secret = secrets.token_hex(16)
+        #: What the page carries on every API call (``guard.TOKEN_HEADER``); embedded in its HTML.
+        self.page_token = secrets.token_urlsafe(24)
         self.service: Service | None = None
         self.app_url = ""
         self.view = ViewState(people=[uid for uid, *_ in PEOPLE])
@@ -99,7 +103,7 @@ class Playground:
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
         self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
         self._http = aiohttp.ClientSession()
-        page = Page(self).app()
+        page = Page(self, Guard(self.page_token, self.host)).app()
         try:
             self.port = await self._serve(page, self.host, self.port)
         except OSError as exc:

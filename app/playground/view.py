@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
@@ -22,6 +23,18 @@ from threadbound_emulator import Workspace
 from threadbound_emulator.wire import JSON, ts_key
 
 _md = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["table", "strikethrough"])
+
+
+def _image_as_link(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """``![alt](url)`` as a link, never an ``<img>``: showing a message fetches nothing remote
+    (an image URL can carry data out, as Slack's unfurler would fetch it)."""
+    token = tokens[idx]
+    src = html.escape(str(token.attrGet("src") or ""))
+    alt = html.escape(self.renderInlineAsText(token.children or [], options, env) or "image")
+    return f'<a href="{src}" rel="noreferrer">🖼 {alt}</a>'
+
+
+_md.add_render_rule("image", _image_as_link)
 _CONSTRUCT = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
 #: A few reaction names as emoji; others show as ``:name:``, as Slack's fallback does.
@@ -241,7 +254,7 @@ def message_view(ws: Workspace, channel: str, message: Mapping[str, Any], names:
                 {
                     "id": fid,
                     "name": stored.name,
-                    "url": f"/files/{fid}/{stored.name}",
+                    "url": f"/files/{fid}/{quote(stored.name)}",
                     "image": stored.mimetype.startswith("image/"),
                     "size": stored.size,
                 }

@@ -48,6 +48,9 @@ def playground_settings(settings: Settings, slack: FakeSlack, secret: str) -> Se
         update={
             "slack_bot_token": SecretStr(slack.token),
             "slack_signing_secret": SecretStr(secret),
+            # The playground delivers over signed HTTP, never over Socket Mode.
+            "slack_app_token": SecretStr(""),
+            "slack_http_events": None,
             "slack_api_url": slack.api_url,
             "slack_file_origins": (slack.files_origin,),
             "data_dir": settings.data_dir / "playground",
@@ -66,6 +69,7 @@ def ignored_settings(settings: Settings) -> list[str]:
     for name in (
         "slack_bot_token",
         "slack_signing_secret",
+        "slack_app_token",
         "slack_api_url",
         "slack_file_origins",
         "database_url",

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from app.intake.interactions import Action
+from app.clicks import Action
 from channel.session import ChannelSession
 from channel.slack.stream import FEEDBACK_ACTION
 from storage.base import Store

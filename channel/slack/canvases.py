@@ -10,6 +10,7 @@ from channel.contract import Document, Origin
 from channel.errors import ChannelError, bounded
 
 from .outbound import Outbound
+from .render import NO_UNFURL
 
 
 async def create_canvas(
@@ -45,7 +46,7 @@ async def create_canvas(
             await outbound.write(
                 "chat.postMessage",
                 lambda: client.chat_postMessage(
-                    channel=origin.channel, thread_ts=origin.thread_ts or None, text=link
+                    channel=origin.channel, thread_ts=origin.thread_ts or None, text=link, **NO_UNFURL
                 ),
                 channel=origin.channel,
                 post=True,

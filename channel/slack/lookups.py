@@ -3,23 +3,40 @@
 A lookup runs in a task of its own, owned here, so concurrent lookups of one id share one
 call and a cancelled caller never strands the others. Names are cosmetic: a failed lookup
 degrades ("someone", "#a-channel") instead of failing the read.
+
+Look-ups are bounded, since a message's mentions are whatever its author typed (a thousand fake
+``<@U…>`` cost nothing to write): at most ``LOOKUP_CONCURRENCY`` ``users.info`` or
+``conversations.info`` calls at once, at most ``LOOKUPS_PER_MESSAGE`` new IDs looked up per
+message (the message's author always; names already known are free) and ``LOOKUPS_PER_READ`` per
+read; the rest show as "someone" (or the label the text gives). A failed ``users.info`` is
+remembered for ``FAILED_LOOKUP_TTL`` seconds, so the same unknown ID is not asked again at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from channel.errors import ChannelError
 
-from .content import References
+from .content import References, references
 from .file_access import FileInfos
 from .link import SlackLink
 from .render import Names, display_name
 
 log = logging.getLogger(__name__)
+
+#: ``users.info``/``conversations.info`` calls in flight at once, per adapter.
+LOOKUP_CONCURRENCY = 4
+#: IDs not known yet that one message may have looked up (its author aside).
+LOOKUPS_PER_MESSAGE = 20
+#: IDs not known yet that one read (a thread, a page of history) may have looked up.
+LOOKUPS_PER_READ = 100
+#: Seconds a failed ``users.info`` is remembered (the ID shows as "someone" meanwhile).
+FAILED_LOOKUP_TTL = 60.0
 
 
 class Lookups(SlackLink):
@@ -28,6 +45,9 @@ class Lookups(SlackLink):
     def _init_lookups(self) -> None:
         self._user_names: dict[str, tuple[str, bool]] = {}
         self._user_lookups: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        # Failed users.info look-ups: user id -> monotonic time until which it is not asked again.
+        self._user_failures: dict[str, float] = {}
+        self._lookup_slots = asyncio.Semaphore(LOOKUP_CONCURRENCY)
         self._channels: dict[str, dict[str, Any]] = {}
         # Names of channels a message refers to; "" when Slack would not say (another
         # workspace, a private channel): cosmetic, so a failed lookup is not retried.
@@ -49,6 +69,8 @@ class Lookups(SlackLink):
         known = self._user_names.get(user_id)
         if known is not None:
             return known
+        if self._user_failures.get(user_id, 0.0) > time.monotonic():
+            return ("someone", False)
         lookup = self._user_lookups.get(user_id)
         if lookup is None:
             lookup = asyncio.create_task(self._look_up_user(user_id), name=f"users.info:{user_id}")
@@ -59,10 +81,14 @@ class Lookups(SlackLink):
 
     async def _look_up_user(self, user_id: str) -> tuple[str, bool]:
         try:
-            async with self._call("users.info"):
+            async with self._lookup_slots, self._call("users.info"):
                 response = await self.reads.users_info(user=user_id)
         except ChannelError:
-            # Not cached: the next lookup may succeed. A name is cosmetic, so degrade instead of failing.
+            # Remembered briefly: a later lookup may succeed. A name is cosmetic, so degrade, never fail.
+            self._user_failures[user_id] = time.monotonic() + FAILED_LOOKUP_TTL
+            if len(self._user_failures) > 10_000:
+                now = time.monotonic()
+                self._user_failures = {u: t for u, t in self._user_failures.items() if t > now}
             return ("someone", False)
         info = response.get("user") or {}
         found = (display_name(info), bool(info.get("is_bot")))
@@ -74,6 +100,31 @@ class Lookups(SlackLink):
             del self._user_lookups[user_id]
         if not lookup.cancelled() and lookup.exception() is not None:
             log.error("looking up user %s failed", user_id, exc_info=lookup.exception())
+
+    def bounded_references(self, raw: Sequence[Mapping[str, Any]]) -> References:
+        """Every reference of the ``raw`` messages, with at most ``LOOKUPS_PER_MESSAGE`` IDs to
+        look up per message and ``LOOKUPS_PER_READ`` in all; authors and known names are free."""
+        out = References()
+        budget = LOOKUPS_PER_READ
+        for message in raw:
+            refs = references(message)
+            author = str(message.get("user") or "")
+            unknown = sorted(
+                ident
+                for ident in refs.users | refs.channels
+                if ident != author
+                and ident not in self._user_names
+                and ident not in self._channel_names
+                and ident not in out.users
+                and ident not in out.channels
+            )
+            keep = max(0, min(LOOKUPS_PER_MESSAGE, budget))
+            for ident in unknown[keep:]:
+                refs.users.discard(ident)
+                refs.channels.discard(ident)
+            budget -= min(len(unknown), keep)
+            out.add(refs)
+        return out
 
     async def _names(self, user_ids: set[str]) -> dict[str, str]:
         ids = sorted(user_ids)
@@ -113,7 +164,7 @@ class Lookups(SlackLink):
         info = self._channels.get(channel)
         if info is None:
             try:
-                async with self._call("conversations.info"):
+                async with self._lookup_slots, self._call("conversations.info"):
                     response = await self.reads.conversations_info(channel=channel)
                 info = dict(response.get("channel") or {})
                 self._channels[channel] = info

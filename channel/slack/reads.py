@@ -8,7 +8,7 @@ from typing import Any
 
 from channel.contract import Author, MessageView, Origin, OriginInfo, Posted
 
-from .content import References, message_files, references, render_message, with_files
+from .content import message_files, render_message, with_files
 from .file_meta import file_meta
 from .link import effect_id_of, iso_time
 from .lookups import Lookups
@@ -83,10 +83,7 @@ class Reads(Lookups):
         return list(reversed(newest_first[:cap]))
 
     async def _views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
-        refs = References()
-        for message in raw:
-            refs.add(references(message))
-        names = await self._resolve(refs)
+        names = await self._resolve(self.bounded_references(raw))
         files = await self._file_infos.resolve(channel, raw)
         return [self._view(channel, with_files(m, files), names) for m in raw]
 

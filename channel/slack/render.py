@@ -18,6 +18,7 @@ from typing import Any
 from channel import markdown
 
 __all__ = [
+    "NO_UNFURL",
     "Names",
     "display_name",
     "fallback_text",
@@ -51,6 +52,11 @@ class Names:
     channels: Mapping[str, str] = field(default_factory=dict)
     groups: Mapping[str, str] = field(default_factory=dict)
 
+
+#: On every write that carries text the model wrote (posts, streams, edits, a canvas's link): Slack
+#: fetches no link or media preview, so a URL the model was talked into writing (one carrying data
+#: in its query, say) is never fetched by Slack's unfurler.
+NO_UNFURL: Mapping[str, Any] = {"unfurl_links": False, "unfurl_media": False}
 
 _SPECIAL_MENTION = re.compile(r"<!(channel|here|everyone|subteam\^[^>|]*)(?:\|([^>]*))?>", re.IGNORECASE)
 

@@ -27,7 +27,7 @@ from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
 from .link import SlackLink
-from .render import fallback_text, strip_mass_mentions
+from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 
 #: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
 FEEDBACK_ACTION = "threadbound_feedback"
@@ -100,7 +100,7 @@ class SlackLiveMessage:
     ) -> SlackLiveMessage:
         if not origin.thread_ts:
             raise ChannelError("unsupported", "Slack streams only into a thread.")
-        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts}
+        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts, **NO_UNFURL}
         user = str((recipient or {}).get("user") or "")
         if user:
             team = str((recipient or {}).get("team") or (recipient or {}).get("user_team") or "")
@@ -142,14 +142,15 @@ class SlackLiveMessage:
             await self._adapter.outbound.write(
                 "chat.appendStream",
                 lambda: self._adapter.writes.chat_appendStream(
-                    channel=self._channel, ts=self.ts, chunks=chunks
+                    channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
                 ),
             )
         except ChannelError as exc:
             if exc.provider_code in _CLOSED:
-                raise StreamClosed(
-                    exc.message, unsent=self._pending + markdown, provider_code=exc.provider_code
-                ) from exc
+                # The held-back text is reported unsent here, once: the stop that follows must not
+                # report it again (the continuation would start that much too early and repeat it).
+                unsent, self._pending = self._pending + markdown, ""
+                raise StreamClosed(exc.message, unsent=unsent, provider_code=exc.provider_code) from exc
             raise
         self.sent += sendable
         self._pending = pending
@@ -157,7 +158,7 @@ class SlackLiveMessage:
     async def stop(self, *, effect_id: str, feedback: str = "") -> None:
         rest = strip_mass_mentions(self._pending)
         metadata = self._adapter.effect_metadata(effect_id)
-        kwargs: dict[str, Any] = {"channel": self._channel, "ts": self.ts, "metadata": metadata}
+        kwargs: dict[str, Any] = {"channel": self._channel, "ts": self.ts, "metadata": metadata, **NO_UNFURL}
         if rest:
             kwargs["chunks"] = [{"type": "markdown_text", "text": rest}]
         if feedback:
@@ -187,5 +188,6 @@ class SlackLiveMessage:
                 text=fallback_text(self.sent) or " ",
                 blocks=blocks,
                 metadata=metadata,
+                **NO_UNFURL,
             ),
         )

@@ -3,7 +3,8 @@ ephemeral notes, agent-view status, titles and prompts, and opening a streamed m
 
 Every write leaves through the adapter's :class:`.outbound.Outbound` (paced per channel,
 429s waited out) and is never retried here. Outgoing text loses Slack's mass-mention
-syntax (``render.strip_mass_mentions``).
+syntax (``render.strip_mass_mentions``), and every write carrying it asks Slack for no link or
+media previews (``render.NO_UNFURL``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from channel.contract import LiveMessage, Origin, Posted, Step
 
 from .link import SlackLink, split_ref
-from .render import fallback_text, strip_mass_mentions
+from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 from .stream import SlackLiveMessage, feedback_blocks
 
 #: Seconds a status line may wait out rate limits: shown minutes late it would be wrong.
@@ -46,7 +47,7 @@ class Writes(SlackLink):
             "text": text,
             "blocks": blocks,
             "metadata": self.effect_metadata(effect_id),
-            "unfurl_links": False,
+            **NO_UNFURL,
         }
         if origin.thread_ts:
             kwargs["thread_ts"] = origin.thread_ts
@@ -64,7 +65,7 @@ class Writes(SlackLink):
         await self.outbound.write(
             "chat.update",
             lambda: self.writes.chat_update(
-                channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks]
+                channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks], **NO_UNFURL
             ),
         )
 
@@ -100,7 +101,7 @@ class Writes(SlackLink):
         await self.outbound.write(
             "chat.update",
             lambda: self.writes.chat_update(
-                channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks
+                channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks, **NO_UNFURL
             ),
         )
 

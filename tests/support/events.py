@@ -2,7 +2,8 @@
 
 Build an envelope (``app_mention``, ``message``, ``message_changed``,
 ``message_deleted``, ``url_verification``), then ``deliver`` it to the app's
-``/slack/events`` with a valid signature (or ``sign`` a body yourself).
+``/slack/events`` with a valid signature (or ``sign`` a body yourself), or send it
+(or a ``block_actions`` click) over the emulator's Socket Mode with ``over_socket``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from typing import Any, Literal
 from urllib.parse import urlencode
 
 import aiohttp
+
+from threadbound_emulator import FakeSlack
+from threadbound_emulator.events import over_socket as _over_socket
+from threadbound_emulator.socket_mode import Envelope
 
 JSON = dict[str, Any]
 ChannelType = Literal["channel", "im", "group", "mpim"]
@@ -269,6 +274,12 @@ def block_actions(
     }
 
 
+def over_socket(slack: FakeSlack, body: JSON) -> Envelope:
+    """Send an envelope (``app_mention``…) or a click (``block_actions``) to the app over the
+    emulator's Socket Mode instead of HTTP; ``await slack.socket.wait_acked(...)`` for its ack."""
+    return _over_socket(slack.socket, body)
+
+
 async def deliver_interaction(
     session: aiohttp.ClientSession,
     url: str,
@@ -321,6 +332,7 @@ __all__ = [
     "message_changed",
     "message_deleted",
     "new_event_id",
+    "over_socket",
     "sign",
     "url_verification",
 ]

@@ -5,10 +5,14 @@ async with FakeSlack() as slack, AppHarness(slack, model=echo_model(), data_dir=
     ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
     await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
     await app.idle()
+
+``AppHarness(..., socket_mode=True)`` takes deliveries over the emulator's Socket Mode instead
+(``events.over_socket(slack, envelope)``); ``start`` returns once the socket is open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,8 @@ from threadbound_emulator import FakeSlack
 from . import events
 
 SIGNING_SECRET = "test-signing-secret"
+#: Seconds between the app's pings in Socket Mode tests (production: ``PING_INTERVAL``).
+SOCKET_PING_INTERVAL = 0.25
 
 
 def free_port() -> int:
@@ -61,14 +67,19 @@ class AppHarness:
         hooks: RunHooks | None = None,
         owner: str | None = None,
         model_name: str | None = None,
+        socket_mode: bool = False,
         **overrides: Any,
     ) -> None:
         """``model`` drives the agent in-process; with ``model=None`` the service builds the model
-        from ``model_name`` (a MODEL value such as ``openai-chat:NAME``) as production does."""
+        from ``model_name`` (a MODEL value such as ``openai-chat:NAME``) as production does.
+        ``socket_mode`` sets SLACK_APP_TOKEN to the emulator's app token (no signing secret)."""
         self.slack = slack
         self.model = model
         if model_name is not None:
             overrides["model"] = model_name
+        if socket_mode:
+            overrides.setdefault("slack_app_token", slack.app_token)
+            overrides.setdefault("slack_signing_secret", "")
         self.settings = settings_for(slack, data_dir, **overrides)
         self.hooks = hooks
         self.owner = owner
@@ -85,6 +96,10 @@ class AppHarness:
         self.service = await Service.create(
             self.settings, model=self.model, hooks=self.hooks, owner=self.owner
         )
+        socket = self.service.socket
+        if socket is not None:
+            socket.ping_interval = SOCKET_PING_INTERVAL  # a dropped socket is replaced within a second
+            opened = self.slack.socket.opened + 1
         self._runner = web.AppRunner(self.service.web_app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -92,6 +107,9 @@ class AppHarness:
         # aiohttp exposes the OS-chosen port only through the runner's bound addresses.
         self.port = int(self._runner.addresses[0][1])
         self._http = aiohttp.ClientSession()
+        if socket is not None:
+            async with asyncio.timeout(10):
+                await self.slack.socket.wait_connections(1, opened=opened)
         return self
 
     async def stop(self) -> None:

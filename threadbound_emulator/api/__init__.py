@@ -7,8 +7,8 @@ answer's fields (``ok`` is added by the server) or raises ``SlackError``.
 
 from __future__ import annotations
 
-from ..wire import Method
 from . import assistant, canvases, chat, conversations, files, reactions, streams, users
+from .method import Method
 
 METHODS: dict[str, Method] = {
     **users.METHODS,

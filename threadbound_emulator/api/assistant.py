@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError, as_json
-from ..workspace import Status, Workspace
+from ..records import Status
+from ..wire import JSON, Params, SlackError, as_json
+from ..workspace import Workspace
+from .method import Method
 
 
 def set_status(ws: Workspace, params: Params) -> JSON:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError, as_json, as_list
-from ..workspace import Canvas, Workspace
+from ..records import Canvas
+from ..wire import JSON, Params, SlackError, as_json, as_list
+from ..workspace import Workspace
+from .method import Method
 
 
 def create(ws: Workspace, params: Params) -> JSON:

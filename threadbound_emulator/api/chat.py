@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..wire import JSON, Method, Params, SlackError, as_json
-from ..workspace import Channel, Workspace
+from ..records import Channel
+from ..wire import JSON, Params, SlackError, as_json
+from ..workspace import Workspace
+from .method import Method
 
 MAX_BLOCKS = 50
 MAX_MARKDOWN_CHARS = 12_000

@@ -8,8 +8,9 @@ from __future__ import annotations
 import base64
 import binascii
 
-from ..wire import JSON, Method, Params, SlackError, as_int, decode_cursor, encode_cursor, truthy, ts_key
+from ..wire import JSON, Params, SlackError, as_int, decode_cursor, encode_cursor, truthy, ts_key
 from ..workspace import Workspace
+from .method import Method
 
 
 def replies(ws: Workspace, params: Params) -> JSON:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import mimetypes
 import time
 
-from ..wire import JSON, Method, Params, SlackError, as_int, as_json, as_list
-from ..workspace import File, Upload, Workspace
+from ..records import File, Upload
+from ..wire import JSON, Params, SlackError, as_int, as_json, as_list
+from ..workspace import Workspace
+from .method import Method
 
 
 def info(ws: Workspace, params: Params) -> JSON:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from ..wire import JSON, Method, Params, SlackError
+from ..wire import JSON, Params, SlackError
 from ..workspace import Workspace
+from .method import Method
 
 REACTION_NAME = re.compile(r"[a-z0-9_+'-]+")
 

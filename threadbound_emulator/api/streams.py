@@ -26,9 +26,11 @@ import copy
 import time
 from typing import Any
 
-from ..wire import JSON, Method, Params, SlackError, as_json
-from ..workspace import Stream, Workspace
+from ..records import Stream
+from ..wire import JSON, Params, SlackError, as_json
+from ..workspace import Workspace
 from .chat import MAX_MARKDOWN_CHARS, _metadata, validate_blocks
+from .method import Method
 
 TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 CHUNK_TYPES = frozenset({"markdown_text", "task_update", "plan_update", "blocks"})

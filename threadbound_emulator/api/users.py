@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..wire import JSON, Method, Params, SlackError
-from ..workspace import FAKE_HOST, Workspace
+from ..records import FAKE_HOST
+from ..wire import JSON, Params, SlackError
+from ..workspace import Workspace
+from .method import Method
 
 
 def auth_test(ws: Workspace, params: Params) -> JSON:

@@ -114,17 +114,19 @@ class Resolved:
         return text
 
 
-def parse_servers(raw: Any, *, source: Path) -> tuple[McpServerConfig, ...]:
-    """The ``mcp`` table of ``source`` (the agent file) as server configs, in file order."""
+def parse_servers(raw: Any, *, source: Path, label: str = "") -> tuple[McpServerConfig, ...]:
+    """The ``mcp`` table of ``source`` (the agent file) as server configs, in file order.
+
+    ``label`` (``"MCP_CONFIG"``) says that ``source`` is the JSON file, for the messages."""
     if raw is None:
         return ()
     if not isinstance(raw, dict):
         raise McpConfigError(f"{source}: mcp must be a table of servers, e.g. [mcp.tickets]")
-    return tuple(_parse_server(name, table, source) for name, table in raw.items())
+    return tuple(_parse_server(name, table, source, label) for name, table in raw.items())
 
 
-def _parse_server(name: str, table: Any, source: Path) -> McpServerConfig:
-    where = f"{source} [mcp.{name}]"
+def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpServerConfig:
+    where = f'{label} {source} "{name}"' if label else f"{source} [mcp.{name}]"
     if not SERVER_NAME.match(name):
         raise McpConfigError(
             f"{where}: a server name is lower-case letters, digits and _, starting with a letter"

@@ -11,6 +11,9 @@ const ui = {
   clicked: new Set(),  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
 };
 const $ = (id) => document.getElementById(id);
+// The per-start token the server put in this page: every API call carries it (other pages cannot read it).
+const TOKEN = document.querySelector('meta[name="playground-token"]').content;
+const withToken = (url) => `${url}${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(TOKEN)}`;
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -66,8 +69,8 @@ function messageNode(conv, m) {
     const files = el("div", { class: "files" });
     for (const f of m.files) {
       if (f.canvas) files.append(el("a", { class: "file", href: `#canvas-${f.id}` }, `🗒 ${f.name} (canvas)`));
-      else if (f.image) files.append(el("a", { class: "file", href: f.url, target: "_blank" }, el("img", { src: f.url, alt: f.name })));
-      else files.append(el("a", { class: "file", href: f.url, download: f.name }, `📄 ${f.name}`));
+      else if (f.image) files.append(el("a", { class: "file", href: withToken(f.url), target: "_blank", rel: "noreferrer" }, el("img", { src: withToken(f.url), alt: f.name })));
+      else files.append(el("a", { class: "file", href: withToken(f.url), download: f.name }, `📄 ${f.name}`));
     }
     body.append(files);
   }
@@ -187,7 +190,7 @@ async function send(event) {
   if (file) form.append("file", file, file.name);
   $("send").disabled = true;
   try {
-    const response = await fetch("/api/messages", { method: "POST", body: form });
+    const response = await fetch("/api/messages", { method: "POST", body: form, headers: { "X-Playground-Token": TOKEN } });
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
     $("text").value = "";
@@ -211,7 +214,7 @@ async function click(conv, m, button, node) {
   try {
     const response = await fetch("/api/click", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN },
       body: JSON.stringify({ as: ui.person, channel: conv.id, ts: m.ts, action_id: button.action_id,
         block_id: button.block_id, type: button.type, value: button.value }),
     });
@@ -226,7 +229,7 @@ async function click(conv, m, button, node) {
 }
 
 function connect() {
-  const events = new EventSource("/api/events");
+  const events = new EventSource(withToken("/api/events"));
   events.onopen = () => { $("connection").textContent = "live"; $("connection").className = "connection live"; };
   events.onerror = () => { $("connection").textContent = "reconnecting…"; $("connection").className = "connection"; };
   events.onmessage = (e) => { ui.data = JSON.parse(e.data); render(); };

@@ -1,0 +1,119 @@
+"""Junk at the HTTP edge: unsigned or malformed requests get a 4xx and at most a warning line, never a 500."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from app import logs
+from tests.support import events
+from tests.support.harness import SIGNING_SECRET, AppHarness
+from tests.support.models import echo_model
+from threadbound_emulator import FakeSlack
+
+NESTED = "[" * 50_000 + "]" * 50_000
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def _workspace(slack: FakeSlack) -> None:
+    slack.add_user("U1", "alice")
+    slack.add_channel("C1", "general")
+
+
+def _quiet(captured: logs.Captured) -> None:
+    """No ERROR line and no traceback; at most one warning line."""
+    lines = captured.lines()
+    assert [line for line in lines if line["level"] in ("ERROR", "CRITICAL")] == []
+    assert "Traceback" not in captured.text and "exc_info" not in captured.text
+    assert len([line for line in lines if line["level"] == "WARNING"]) <= 1
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (b"{}", {"X-Slack-Request-Timestamp": "soon", "X-Slack-Signature": "v0=00"}),
+        (b"{}", {"X-Slack-Request-Timestamp": "1e3", "X-Slack-Signature": "v0=00"}),
+        (b"{}", {"X-Slack-Request-Timestamp": "\u0661\u0662", "X-Slack-Signature": "v0=00"}),
+        (NESTED.encode(), {"Content-Type": "application/json"}),
+        (urlencode({"payload": NESTED}).encode(), FORM),
+        (b"{not json", {"Content-Type": "application/json"}),
+        (b"\xff\xfe", {}),
+    ],
+    ids=[
+        "word-timestamp",
+        "float-timestamp",
+        "arabic-digits",
+        "nested-json",
+        "nested-payload",
+        "bad-json",
+        "bytes",
+    ],
+)
+async def test_unsigned_junk_is_a_401_with_at_most_one_warning(
+    tmp_path: Path, body: bytes, headers: dict[str, str]
+) -> None:
+    """An unsigned request (a non-numeric timestamp, a deeply nested JSON or form payload, bad JSON)
+    is refused before its body is parsed: 401, no ERROR line, no traceback."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            with logs.capture(app.settings, level=logging.DEBUG) as captured:
+                for _ in range(3):
+                    assert (await app.post_raw(body, headers)).status == 401
+        _quiet(captured)
+        assert slack.bot_messages() == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [NESTED, "[1]", "123", '"text"', "payload=" + NESTED, "payload=%5B1%5D", "payload=%7Bnot"],
+    ids=["nested-json", "list", "number", "string", "nested-payload", "list-payload", "bad-payload"],
+)
+async def test_a_signed_body_that_does_not_parse_to_an_object_is_a_400(tmp_path: Path, body: str) -> None:
+    """Even correctly signed, a body that is too deep, not JSON or not an object is a 400, not a 500."""
+    raw = body.encode()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            headers = events.sign(raw, SIGNING_SECRET)
+            if body.startswith("payload="):
+                headers.update(FORM)
+            with logs.capture(app.settings, level=logging.DEBUG) as captured:
+                assert (await app.post_raw(raw, headers)).status == 400
+        _quiet(captured)
+
+
+async def test_a_wrong_or_stale_signature_is_refused_before_parsing(tmp_path: Path) -> None:
+    """A signature made with another secret, or a fresh one on an old timestamp, gets 401; a correct
+    one on the same body is accepted (the check is on the raw bytes Slack signed)."""
+    envelope = events.app_mention("C1", "U1", "<@UBOT> hi", "1.000100")
+    raw = json.dumps(envelope).encode()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            assert (await app.post_raw(raw, events.sign(raw, "another-secret"))).status == 401
+            old = events.sign(raw, SIGNING_SECRET, timestamp=int(time.time()) - 3600)
+            assert (await app.post_raw(raw, old)).status == 401
+            assert (await app.post_raw(raw, events.sign(raw, SIGNING_SECRET))).status == 200
+            await app.idle()
+
+
+async def test_readyz_tells_callers_only_ok_or_not_and_the_log_why(tmp_path: Path) -> None:
+    """With the store down /readyz is a 503 saying ``{"ok": false}`` and nothing else (no database
+    host, no error text); the reason is in a log line."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            up = await app.get("/readyz")
+            assert up.status == 200 and await up.json() == {"ok": True}
+            assert app.service is not None
+            await app.service.store.close()
+            with logs.capture(app.settings, level=logging.INFO) as captured:
+                down = await app.get("/readyz")
+            assert down.status == 503 and await down.json() == {"ok": False}
+        assert any("store" in line["message"] for line in captured.lines())
