@@ -66,6 +66,9 @@ class _Lane:
     strict: bool = False
     #: Hands out slots in arrival order.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Writes using the lane now (waiting or in flight): a lane in use is never forgotten, or a
+    #: ``Retry-After`` its write is answered with would close a lane nobody looks at any more.
+    users: int = 0
 
 
 #: The crash-matrix point kind (``storage.crashpoints``) of each write to a conversation; the other
@@ -128,6 +131,7 @@ class Outbound:
         give_up = started + (self.deadline if deadline is None else deadline)
         lane = self._lane(self._posts, channel) if post else self._lane(self._others, method)
         limited = 0
+        lane.users += 1
         try:
             while True:
                 await self._wait_turn(lane, method, started, give_up, paced=post, limited=limited)
@@ -162,6 +166,7 @@ class Outbound:
                     )
                 return result
         finally:
+            lane.users -= 1
             self._forget_idle()
 
     async def _wait_turn(
@@ -208,7 +213,7 @@ class Outbound:
             if len(lanes) <= _MAX_IDLE_LANES:
                 continue
             for key, lane in list(lanes.items()):
-                if not lane.lock.locked() and lane.due <= now and lane.closed_until <= now:
+                if not lane.users and lane.due <= now and lane.closed_until <= now:
                     del lanes[key]
 
 
