@@ -23,7 +23,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,6 +49,14 @@ _NOISY = (
 )
 
 Scope = contextvars.Token[dict[str, Any]]
+#: Secrets learnt after start-up (MCP server URLs' queries, expanded ``${VAR}`` values), redacted
+#: from every line like the configured ones.
+_LEARNT: set[str] = set()
+
+
+def add_secrets(values: Iterable[str]) -> None:
+    """Redact ``values`` (those of at least 6 characters) from every log line from now on."""
+    _LEARNT.update(v for v in values if len(v) >= 6)
 
 
 @contextmanager
@@ -88,7 +96,7 @@ class JsonFormatter(logging.Formatter):
         self._secrets = tuple(s for s in secrets if len(s) >= 6)
 
     def redact(self, text: str) -> str:
-        for secret in self._secrets:
+        for secret in (*self._secrets, *sorted(_LEARNT, key=len, reverse=True)):
             text = text.replace(secret, "[redacted]")
         return _TOKEN_SHAPE.sub("xox?-[redacted]", text)
 

@@ -41,9 +41,11 @@ from .records import (  # noqa: F401
     EffectRecord,
     EffectState,
     FeedbackRecord,
+    Fence,
     HandleKind,
     HandleRecord,
     InboxItem,
+    LeaseMoved,
     LeaseRecord,
     StoreError,
     StoreStats,
@@ -130,10 +132,30 @@ class Store(Protocol):
         consumed: Sequence[int],
         enabled_tools: Sequence[str] | None = None,
         summary: str | None = None,
+        fence: Fence | None = None,
+        feedback_upto: float | None = None,
     ) -> None:
-        """After a run: store the transcript, mark the consumed inbox items done and, when
-        given, replace the enabled tools and the summary. One transaction: a crash leaves either
-        all or nothing."""
+        """After a run: store the transcript, mark the consumed inbox items done, close the run
+        (``run_open`` false) and, when given, replace the enabled tools and the summary and mark the
+        feedback clicked up to ``feedback_upto`` shown. One transaction: a crash leaves either all
+        or nothing. With ``fence`` nothing is written, and :class:`LeaseMoved` raised, once the
+        lease has moved from that acquisition (invariant 12)."""
+
+    async def checkpoint(
+        self,
+        task_id: str,
+        *,
+        transcript: bytes,
+        consumed: Sequence[int],
+        fence: Fence | None,
+        close: tuple[str, str] | None = None,
+        feedback_upto: float | None = None,
+        summary: str | None = None,
+    ) -> None:
+        """Mid-run: store the transcript so far, mark the inbox items it showed the model consumed
+        and the run open (the task is due until :meth:`save_run` closes it), and close the journal
+        entry ``close = (effect_id, result)``, mark feedback shown and replace the summary, when
+        given. One transaction, fenced like :meth:`save_run`."""
 
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None: ...
 
@@ -152,14 +174,22 @@ class Store(Protocol):
         """Items not yet consumed by a saved run, oldest first."""
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:
-        """Tasks that have pending inbox items or open effects and no live lease (expired or none)."""
+        """Tasks that have pending inbox items, open effects or an open (checkpointed) run, and no
+        live lease (expired or none)."""
 
     # -- leases -----------------------------------------------------------------
     async def acquire_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
         """Take the lease if it is free, expired, or already ``owner``'s. Atomic across instances."""
 
-    async def renew_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
-        """Extend ``owner``'s lease; False when the lease is no longer ``owner``'s (it was lost)."""
+    async def take_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> Fence | None:
+        """:meth:`acquire_lease`, returning the acquisition's :class:`Fence` (None: not taken). An
+        owner extending its own live lease keeps its fence; any other acquisition gets a new one."""
+
+    async def renew_lease(
+        self, task_id: str, *, owner: str, ttl: float, now: float, fence: Fence | None = None
+    ) -> bool:
+        """Extend ``owner``'s lease (only the acquisition ``fence`` names, when given); False when
+        the lease is no longer ``owner``'s (it was lost)."""
 
     async def release_lease(self, task_id: str, *, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
@@ -167,13 +197,18 @@ class Store(Protocol):
     async def get_lease(self, task_id: str) -> LeaseRecord | None: ...
 
     # -- instances ----------------------------------------------------------------
-    async def register_instance(self, owner: str, *, now: float) -> None:
+    #: Seconds an owner's liveness lock must be seen missing before the owner counts as dead: 0 where
+    #: only the process's death ends it (SQLite's file lock), more where a database restart ends every
+    #: instance's lock at once and they take it again within seconds (Postgres).
+    liveness_grace: float
+
+    async def register_instance(self, owner: str, *, now: float) -> bool:
         """Tie ``owner``'s liveness to this store object until :meth:`close`: a session-level
         advisory lock on Postgres (the database ends it with the connection), a file lock next to
         the SQLite database (the kernel ends it with the process). Owners that never registered are
         judged by their lease's expiry alone. Calling it again is cheap and takes the lock anew if
-        it was lost (a Postgres restart ended the session). Raises ``StoreError`` when ``owner``
-        is alive already elsewhere."""
+        it was lost (a Postgres restart ended the session); True when the lock was taken now.
+        Raises ``StoreError`` when ``owner`` is alive already elsewhere."""
 
     async def dead_owners(self, *, now: float) -> list[str]:
         """Registered owners of unexpired leases whose liveness has ended (their process is gone)."""
@@ -202,10 +237,25 @@ class Store(Protocol):
 
     # -- effect journal -----------------------------------------------------------
     async def open_effect(
-        self, *, effect_id: str, task_id: str, tool: str, args: str, now: float
-    ) -> None: ...
+        self,
+        *,
+        effect_id: str,
+        task_id: str,
+        tool: str,
+        args: str,
+        now: float,
+        call_id: str = "",
+        fence: Fence | None = None,
+    ) -> None:
+        """Journal a write before it is made (``call_id``: the model's tool call making it). Fenced:
+        :class:`LeaseMoved` and nothing journalled once the lease has moved from ``fence``."""
 
-    async def close_effect(self, effect_id: str, *, result: str) -> None: ...
+    async def close_effect(self, effect_id: str, *, result: str, fence: Fence | None = None) -> None:
+        """Record a write's result; fenced like :meth:`open_effect`."""
+
+    async def call_effects(self, task_id: str) -> list[EffectRecord]:
+        """The task's journalled writes made by the model's tool calls (``call_id`` set), oldest
+        first, open or done: what a resumed run answers its interrupted calls with."""
 
     async def open_effects(self, task_id: str) -> list[EffectRecord]:
         """Effects of ``task_id`` still open (attempted, result not recorded), oldest first."""

@@ -24,6 +24,8 @@ class TaskRecord:
     created_at: float
     #: The compacted summary of the conversation's older turns (``app/compaction.py``); ``""`` if none.
     summary: str = ""
+    #: A run checkpointed its transcript and has not finished (it is resumed from there).
+    run_open: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,8 @@ class EffectRecord:
     #: JSON text of the recorded result once closed, else ``None``.
     result: str | None
     created_at: float
+    #: The model's id of the tool call that made the write (``""``: the host's own write).
+    call_id: str = ""
 
 
 ApprovalDecision = Literal["approved", "denied", "expired", "void"]
@@ -158,3 +162,18 @@ class StoreStats:
 
 class StoreError(Exception):
     """The store could not do what was asked (connection lost, constraint broken)."""
+
+
+class LeaseMoved(StoreError):
+    """A fenced write was refused: the lease it carried has moved to another acquisition."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """One acquisition of a task's lease (:meth:`~storage.base.Store.take_lease`). A run's durable
+    writes carry it and are refused, inside their own transaction, once the lease has moved."""
+
+    task_id: str
+    owner: str
+    #: Names this acquisition; a new owner's acquisition (or a renewed one after a free) gets a new one.
+    token: str
