@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 from slack_sdk.errors import SlackApiError
 
+from app import logs
 from app.agent.approval_cards import APPROVE
 from app.intake.http import HTTP_EVENTS_OFF
 from app.service import Service, StartupError
@@ -104,20 +105,29 @@ async def test_a_mention_over_the_socket_is_answered_in_its_thread(tmp_path: Pat
 
 async def test_a_redelivered_envelope_is_answered_once(tmp_path: Path) -> None:
     """An envelope whose ack Slack did not get comes again with retry_attempt 1: acknowledged
-    again, answered once (the claim dedupes it)."""
+    again, answered once (the claim dedupes it); each delivery's log line names the envelope and
+    the attempt, and the app token appears in no log line."""
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True) as app:
-            slack.socket.hold_acks()
-            root, envelope = await _mention(slack)
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_held_ack(envelope)
-            slack.socket.release_acks()
-            assert slack.socket.redeliver_unacked() == [envelope]
-            await _acked(slack, envelope)
-            assert envelope.retry_attempt == 1
-            await app.idle()
+            with logs.capture(app.settings) as captured:
+                slack.socket.hold_acks()
+                root, envelope = await _mention(slack)
+                async with asyncio.timeout(WITHIN):
+                    await slack.socket.wait_held_ack(envelope)
+                slack.socket.release_acks()
+                assert slack.socket.redeliver_unacked() == [envelope]
+                await _acked(slack, envelope)
+                assert envelope.retry_attempt == 1
+                await app.idle()
         assert len(_replies(slack, root)) == 1
+        lines = captured.lines("delivery")
+        assert [(line["outcome"], line.get("retry_attempt")) for line in lines] == [
+            ("claimed", None),
+            ("duplicate", 1),
+        ]
+        assert {line["envelope_id"] for line in lines} == {envelope.envelope_id}
+        assert slack.app_token not in captured.text
 
 
 async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_path: Path) -> None:
