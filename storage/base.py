@@ -197,13 +197,18 @@ class Store(Protocol):
     async def get_lease(self, task_id: str) -> LeaseRecord | None: ...
 
     # -- instances ----------------------------------------------------------------
-    async def register_instance(self, owner: str, *, now: float) -> None:
+    #: Seconds an owner's liveness lock must be seen missing before the owner counts as dead: 0 where
+    #: only the process's death ends it (SQLite's file lock), more where a database restart ends every
+    #: instance's lock at once and they take it again within seconds (Postgres).
+    liveness_grace: float
+
+    async def register_instance(self, owner: str, *, now: float) -> bool:
         """Tie ``owner``'s liveness to this store object until :meth:`close`: a session-level
         advisory lock on Postgres (the database ends it with the connection), a file lock next to
         the SQLite database (the kernel ends it with the process). Owners that never registered are
         judged by their lease's expiry alone. Calling it again is cheap and takes the lock anew if
-        it was lost (a Postgres restart ended the session). Raises ``StoreError`` when ``owner``
-        is alive already elsewhere."""
+        it was lost (a Postgres restart ended the session); True when the lock was taken now.
+        Raises ``StoreError`` when ``owner`` is alive already elsewhere."""
 
     async def dead_owners(self, *, now: float) -> list[str]:
         """Registered owners of unexpired leases whose liveness has ended (their process is gone)."""

@@ -10,6 +10,11 @@ from its statements (``sql.Procedure``), everything else is a single statement,
 and released connections skip asyncpg's session reset query. Statements that
 Postgres aborts as deadlocked or unserializable are rerun.
 
+Every call is bounded: a statement by ``command_timeout`` (asyncpg's, on every connection of the
+pool) and the wait for a pooled connection by ``acquire_timeout``, so a connection stuck after a
+failover fails the call with ``StoreError`` instead of hanging the heartbeat, a lease check, a
+run (and its slot) or shutdown.
+
 ``schema=`` (or ``?schema=NAME`` in the URL) puts every table in that schema,
 created by ``migrate()`` if missing; tests use it for isolation.
 """
@@ -33,7 +38,12 @@ from .sqlstore import SqlStore
 T = TypeVar("T")
 
 #: Driver failures that mean "the store could not do it"; mapped to StoreError at the boundary.
-_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+#: ``TimeoutError`` is a statement past ``command_timeout`` or no pooled connection in time.
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: Seconds one statement (a procedure, a migration step) may run before it fails.
+COMMAND_TIMEOUT = 15.0
+#: Seconds a call may wait for a pooled connection before it fails.
+ACQUIRE_TIMEOUT = 10.0
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: First key of the migration advisory lock ("tb"); the second is derived from the schema name.
 _MIGRATE_LOCK_CLASS = 0x7462
@@ -59,6 +69,16 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     asyncpg still rolls back a transaction left open before calling this."""
 
 
+async def _alive(conn: asyncpg.Connection) -> bool:
+    """Whether the session holding the liveness lock still answers (a terminated backend's socket
+    may not look closed until it is used)."""
+    try:
+        await asyncio.wait_for(conn.fetchval("SELECT 1"), _CLOSE_TIMEOUT / 2)
+    except (TimeoutError, *_DRIVER_ERRORS):
+        return False
+    return True
+
+
 def split_schema(url: str) -> tuple[str, str | None]:
     """``url`` without its ``schema`` query parameter, and that parameter (asyncpg would
     otherwise send it to the server as an unknown setting)."""
@@ -75,6 +95,10 @@ class PostgresStore(SqlStore):
     """:class:`~storage.base.Store` on Postgres; safe to share between processes and machines."""
 
     dialect: ClassVar = POSTGRES
+    #: A database restart, a failover or a terminated backend ends every instance's liveness session
+    #: at once; each takes its lock again on its next takeover pass (``app.runs.scheduler``). An owner
+    #: counts as dead only once its lock has been missing this long (``Store.liveness_grace``).
+    liveness_grace: float = 12.0
 
     def __init__(
         self,
@@ -84,6 +108,8 @@ class PostgresStore(SqlStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        command_timeout: float = COMMAND_TIMEOUT,
+        acquire_timeout: float = ACQUIRE_TIMEOUT,
     ) -> None:
         dsn, url_schema = split_schema(url)
         schema = schema or url_schema
@@ -94,6 +120,8 @@ class PostgresStore(SqlStore):
         self._min_size = min_size
         self._max_size = max_size
         self._connect_timeout = connect_timeout
+        self._command_timeout = command_timeout
+        self._acquire_timeout = acquire_timeout
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
@@ -122,6 +150,7 @@ class PostgresStore(SqlStore):
                             min_size=self._min_size,
                             max_size=self._max_size,
                             timeout=self._connect_timeout,
+                            command_timeout=self._command_timeout,
                             server_settings=settings,
                             reset=_keep_session,
                         )
@@ -139,7 +168,7 @@ class PostgresStore(SqlStore):
         for attempt in range(1, _TX_ATTEMPTS + 1):
             pool = await self._get_pool()
             try:
-                async with pool.acquire() as conn:
+                async with pool.acquire(timeout=self._acquire_timeout) as conn:
                     if not transaction:
                         return await work(conn)
                     async with conn.transaction():
@@ -148,7 +177,7 @@ class PostgresStore(SqlStore):
                 if attempt == _TX_ATTEMPTS:
                     raise StoreError(f"postgres: {exc}") from exc
             except _DRIVER_ERRORS as exc:
-                raise StoreError(f"postgres: {exc}") from exc
+                raise StoreError(f"postgres: {exc or type(exc).__name__}") from exc
         raise AssertionError("unreachable")
 
     # -- the four primitives -------------------------------------------------------
@@ -197,18 +226,20 @@ class PostgresStore(SqlStore):
     async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
         held = self._liveness
         if held is not None and not held.is_closed() and self._liveness_of is not None:
-            if self._liveness_of[0] == owner:
+            if self._liveness_of[0] == owner and await _alive(held):
                 return self._liveness_of[1], False
         key = secrets.randbelow(2**31 - 1) + 1  # an int4 key, positive: it reads back unchanged
         try:
-            conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
+            conn = await asyncpg.connect(
+                self._dsn, timeout=self._connect_timeout, command_timeout=self._command_timeout
+            )
         except (*_DRIVER_ERRORS, ValueError) as exc:
             raise StoreError(f"cannot connect to Postgres: {exc}") from exc
         try:
             await conn.execute(_LIVENESS_LOCK, _LIVENESS_LOCK_CLASS, key)
         except _DRIVER_ERRORS as exc:
-            await conn.close()
-            raise StoreError(f"postgres: {exc}") from exc
+            conn.terminate()  # it may be the stuck one: no goodbye
+            raise StoreError(f"postgres: {exc or type(exc).__name__}") from exc
         old, self._liveness = self._liveness, conn
         self._liveness_of = (owner, key)
         if old is not None:

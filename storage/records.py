@@ -78,7 +78,7 @@ class EffectRecord:
     call_id: str = ""
 
 
-ApprovalDecision = Literal["approved", "denied", "expired", "void"]
+ApprovalDecision = Literal["approved", "denied", "expired", "void", "failed"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,10 +218,14 @@ class SqlStore(PeopleMethods):
         return None if row is None else lease_from_row(row)
 
     # -- instances -----------------------------------------------------------------------
-    async def register_instance(self, owner: str, *, now: float) -> None:
+    #: Seconds an owner's liveness lock must be missing before it counts as dead (``Store`` doc).
+    liveness_grace: float = 0.0
+
+    async def register_instance(self, owner: str, *, now: float) -> bool:
         lock_key, fresh = await self._hold_liveness(owner)
         if fresh:
             await self._execute(sql.REGISTER_INSTANCE, {"owner": owner, "lock_key": lock_key, "now": now})
+        return fresh
 
     async def dead_owners(self, *, now: float) -> list[str]:
         rows = await self._fetch(sql.REGISTERED_LEASE_OWNERS, {"now": now})

@@ -1,12 +1,16 @@
-"""Fencing and step checkpoints in the store (invariants 12 and 13), on every backend."""
+"""Fencing, step checkpoints and liveness in the store and the scheduler (invariants 10, 12 and 13)."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
+from app.runs.scheduler import Scheduler
 from storage.base import Fence, LeaseMoved, Store
+from storage.sqlite import SQLiteStore
 
 T0 = 1_700_000_000.0
 
@@ -122,3 +126,41 @@ async def test_a_takeover_waits_for_a_fenced_write_in_flight(store_factory) -> N
     await stores[1].save_run(task_id, transcript=b"B", consumed=[], fence=new)
     task = await stores[0].get_task(task_id)
     assert task is not None and task.transcript == b"B"
+
+
+async def test_an_owner_is_judged_dead_only_after_its_lock_stays_missing_for_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a database restart ends every instance's liveness lock at once (Postgres), an owner
+    whose lock is missing is taken over only when it has not taken it again within the grace."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    try:
+        clock = [T0]
+        scheduler = Scheduler(store=store, executor=cast(Any, None), owner="A", clock=lambda: clock[0])
+        task_id = await _task(store)
+        assert await store.take_lease(task_id, owner="B", ttl=600, now=T0)
+        missing = ["B"]
+
+        async def dead_owners(*, now: float) -> list[str]:
+            return list(missing)
+
+        monkeypatch.setattr(store, "dead_owners", dead_owners)
+        monkeypatch.setattr(store, "liveness_grace", 12.0)
+        assert await scheduler.take_over() == 0  # missing since T0: B may be re-registering
+        clock[0] = T0 + 6
+        missing.clear()  # B took its lock again
+        assert await scheduler.take_over() == 0
+        missing.append("B")  # missing again, first seen at T0 + 13
+        clock[0] = T0 + 13
+        assert await scheduler.take_over() == 0
+        clock[0] = T0 + 24
+        assert await scheduler.take_over() == 0
+        lease = await store.get_lease(task_id)
+        assert lease is not None and lease.owner == "B" and lease.expires_at > clock[0]
+        clock[0] = T0 + 25
+        assert await scheduler.take_over() == 1
+        lease = await store.get_lease(task_id)
+        assert lease is not None and lease.expires_at <= clock[0]
+    finally:
+        await store.close()

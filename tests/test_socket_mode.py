@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import asyncpg
 import pytest
 from slack_sdk.errors import SlackApiError
 
+from app import logs
 from app.agent.approval_cards import APPROVE
 from app.intake.http import HTTP_EVENTS_OFF
 from app.service import Service, StartupError
@@ -102,20 +105,29 @@ async def test_a_mention_over_the_socket_is_answered_in_its_thread(tmp_path: Pat
 
 async def test_a_redelivered_envelope_is_answered_once(tmp_path: Path) -> None:
     """An envelope whose ack Slack did not get comes again with retry_attempt 1: acknowledged
-    again, answered once (the claim dedupes it)."""
+    again, answered once (the claim dedupes it); each delivery's log line names the envelope and
+    the attempt, and the app token appears in no log line."""
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True) as app:
-            slack.socket.hold_acks()
-            root, envelope = await _mention(slack)
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_held_ack(envelope)
-            slack.socket.release_acks()
-            assert slack.socket.redeliver_unacked() == [envelope]
-            await _acked(slack, envelope)
-            assert envelope.retry_attempt == 1
-            await app.idle()
+            with logs.capture(app.settings) as captured:
+                slack.socket.hold_acks()
+                root, envelope = await _mention(slack)
+                async with asyncio.timeout(WITHIN):
+                    await slack.socket.wait_held_ack(envelope)
+                slack.socket.release_acks()
+                assert slack.socket.redeliver_unacked() == [envelope]
+                await _acked(slack, envelope)
+                assert envelope.retry_attempt == 1
+                await app.idle()
         assert len(_replies(slack, root)) == 1
+        lines = captured.lines("delivery")
+        assert [(line["outcome"], line.get("retry_attempt")) for line in lines] == [
+            ("claimed", None),
+            ("duplicate", 1),
+        ]
+        assert {line["envelope_id"] for line in lines} == {envelope.envelope_id}
+        assert slack.app_token not in captured.text
 
 
 async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_path: Path) -> None:
@@ -148,25 +160,26 @@ async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_
         assert len(_replies(slack, root)) == 1
 
 
-async def test_a_disconnect_and_a_dropped_socket_are_survived(tmp_path: Path) -> None:
-    """Slack's disconnect (refresh_requested) and a socket cut without a close frame each lead to a
-    new connection; a mention sent while the app reconnects is answered once, nothing lost."""
+async def test_disconnects_and_a_dropped_socket_are_survived(tmp_path: Path) -> None:
+    """Slack's disconnect (refresh_requested, then warning) and a socket cut without a close frame
+    each lead to a new connection; a mention sent while the app reconnects is answered once."""
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True) as app:
-            await slack.socket.disconnect("refresh_requested")
-            root1, first = await _mention(slack, "<@UBOT> after refresh")
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_connections(1, opened=2)
-            await _acked(slack, first)
-            slack.socket.drop()
-            root2, second = await _mention(slack, "<@UBOT> after drop")
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_connections(1, opened=3)
-            await _acked(slack, second)
+            roots = []
+            for opened, way in enumerate(("refresh_requested", "warning", "drop"), start=2):
+                if way == "drop":
+                    slack.socket.drop()
+                else:
+                    await slack.socket.disconnect(way)
+                root, envelope = await _mention(slack, f"<@UBOT> after {way}")
+                roots.append(root)
+                async with asyncio.timeout(WITHIN):
+                    await slack.socket.wait_connections(1, opened=opened)
+                await _acked(slack, envelope)
             await app.idle()
-        assert [len(_replies(slack, root)) for root in (root1, root2)] == [1, 1]
-        assert slack.count("apps.connections.open") == 3
+        assert [len(_replies(slack, root)) for root in roots] == [1, 1, 1]
+        assert slack.count("apps.connections.open") == 4
 
 
 async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_configured(tmp_path: Path) -> None:
@@ -255,6 +268,29 @@ async def test_a_bad_app_token_stops_start_with_one_line(tmp_path: Path, token: 
         assert expected in str(refused.value) and "\n" not in str(refused.value)
         calls = [call.method for call in slack.calls]
         assert calls == ([] if token.startswith(("xoxb", "0")) else ["apps.connections.open"])
+
+
+@pytest.mark.process
+def test_serve_with_a_bot_token_as_app_token_prints_one_line(tmp_path: Path) -> None:
+    """`serve` with the bot token pasted into SLACK_APP_TOKEN (and no signing secret, which Socket
+    Mode does not need) exits 2 with exactly one line naming what was pasted, no traceback."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "SLACK_BOT_TOKEN": "xoxb-1111-2222-bot",
+        "SLACK_APP_TOKEN": "xoxb-1111-2222-bot",
+        "SLACK_API_URL": "http://127.0.0.1:9/api/",  # never called: the shape is checked first
+        "MODEL": "openai-chat:gpt-4o-mini",
+        "OPENAI_API_KEY": "sk-test-0123456789abcdef",
+    }
+    serve = [sys.executable, "-m", "app", "serve"]
+    proc = subprocess.run(serve, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "threadbound: cannot start: SLACK_APP_TOKEN must start with xapp- — this looks like the bot token "
+        "(xoxb-): copy the app-level token from Basic Information\n"
+    )
 
 
 async def test_http_events_off_without_an_app_token_is_refused(tmp_path: Path) -> None:

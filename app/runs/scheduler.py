@@ -21,6 +21,10 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
   on start) the store names registered owners whose process is gone (their
   liveness lock ended, see ``Store.register_instance``); their leases are ended
   and their conversations driven here. ``LEASE_TTL`` only covers a hung process.
+  Where a database restart ends every instance's lock at once (Postgres), an owner
+  counts as dead only once its lock has been missing for ``Store.liveness_grace``
+  seconds (every live instance takes its lock again within one pass); a false
+  judgement is harmless anyway: the old owner's writes are fenced (``Store.take_lease``).
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ class Scheduler:
         self._drivers: dict[str, asyncio.Task[None]] = {}
         #: Tasks woken while their driver ran: it looks at the inbox again before it ends.
         self._again: set[str] = set()
+        #: Owners whose liveness lock was seen missing, and since when (``Store.liveness_grace``).
+        self._suspects: dict[str, float] = {}
         self._accepting = True
         #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate
@@ -177,8 +183,13 @@ class Scheduler:
         # Our own liveness first: a database restart ends the session holding it, and then every
         # other instance would take our conversations every few seconds.
         await self.store.register_instance(self.owner, now=self.clock())
-        dead = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
+        missing = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
+        now = self.clock()
+        self._suspects = {o: self._suspects.get(o, now) for o in missing}
+        grace = getattr(self.store, "liveness_grace", 0.0)
+        dead = [o for o, since in self._suspects.items() if now - since >= grace]
         for owner in dead:
+            del self._suspects[owner]
             ended = await self.store.expire_leases(owner, now=self.clock())
             log.warning("instance %s is gone; taking over its %d conversations", owner, ended)
         if dead:
