@@ -161,7 +161,7 @@ class Service:
                 f"SKILLS_DIR {settings.skills_dir} is not a directory: create it or unset SKILLS_DIR"
             )
         try:
-            progress = Progress(settings.progress, settings.progress_emoji)
+            progress = Progress(settings.progress, settings.progress_emoji, agent_file.loading_messages)
             stream_mode = check_stream_mode(settings.stream)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
