@@ -23,7 +23,7 @@ from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
 from threadbound_emulator import FakeSlack
 
-_HANDLE = re.compile(r"\((msg_[A-Za-z0-9_-]+)\)")
+_HANDLE = re.compile(r'"message": "(msg_[A-Za-z0-9_-]+)"')
 
 
 def _agent_file(tmp_path: Path, globs: list[str]) -> Path:
