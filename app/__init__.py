@@ -8,7 +8,8 @@ Packages, one concern each, in the order calls go:
 - ``app.ops``: the commands beside ``serve``, metrics and observability, PaaS hints.
 - ``app.playground``: a local page standing in for a Slack workspace.
 
-``app.settings``, ``app.logs`` and ``app.clicks`` (what a click is) are the shared base every
+``app.settings``, ``app.logs``, ``app.traces`` (OpenTelemetry spans) and ``app.clicks`` (what a
+click is) are the shared base every
 package may import, and import no app package themselves;
 ``app.service`` is the composition root, the one place that knows every part, and
 ``app.__main__`` the CLI. ``tests/test_layout.py`` enforces the directions.

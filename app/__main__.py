@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from .logs import Held, held_until_started
 from .settings import Settings, explain
 
 _DESCRIPTION = """threadbound: an LLM agent that lives in your Slack threads and acts only in the thread
@@ -219,21 +220,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _export_dotenv()
     from .logs import configure_logging
+    from .traces import TracingUnavailable, setup_tracing
 
     configure_logging(settings)
-    if args.command == "serve":
-        from app.service import StartupError, serve
+    try:
+        provider = setup_tracing(settings)
+    except TracingUnavailable as exc:
+        print(f"threadbound: cannot start: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _dispatch(args, settings)
+    finally:
+        if provider is not None:
+            provider.shutdown()  # flushes the spans still queued
 
-        try:
-            asyncio.run(serve(settings))
-        except StartupError as exc:
-            print(f"threadbound: cannot start: {exc}", file=sys.stderr)
-            return 2
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "serve":
+        from app.service import StartupError
+
+        # Lines logged while starting are held back: a failed start prints only its `cannot start:`.
+        with held_until_started() as held:
+            try:
+                asyncio.run(_serve(settings, held))
+            except StartupError as exc:
+                held.discard()
+                print(f"threadbound: cannot start: {exc}", file=sys.stderr)
+                return 2
         return 0
     if args.command == "playground":
         return asyncio.run(_playground(settings, demo=args.demo))
     if args.command == "run":
-        return asyncio.run(_run(settings, args.channel, args.thread, args.prompt))
+        with held_until_started() as held:
+            return asyncio.run(_run(settings, args.channel, args.thread, args.prompt, held))
     if args.command == "check":
         from app.ops.check import run_checks
 
@@ -279,15 +298,34 @@ async def _playground(settings: Settings, *, demo: bool) -> int:
     return 0
 
 
-async def _run(settings: Settings, channel: str, thread: str, prompt: str) -> int:
+async def _serve(settings: Settings, held: Held) -> None:
+    """``serve``, writing the held start-up lines once it listens."""
+    from app.service import serve
+
+    ready = asyncio.Event()
+
+    async def release() -> None:
+        await ready.wait()
+        held.release()
+
+    releasing = asyncio.create_task(release())
+    try:
+        await serve(settings, ready=ready)
+    finally:
+        releasing.cancel()
+
+
+async def _run(settings: Settings, channel: str, thread: str, prompt: str, held: Held) -> int:
     from app.ops.target import TargetError, resolve_target
     from app.service import Service, StartupError
 
     try:
         service = await Service.create(settings, webhook=False)
     except StartupError as exc:
+        held.discard()
         print(f"threadbound: cannot start: {exc}", file=sys.stderr)
         return 2
+    held.release()
     try:
         try:
             channel = await resolve_target(service.adapter, channel)

@@ -1,4 +1,7 @@
-"""Structured JSON logs, one object per line, with request- and run-scoped fields.
+"""Structured logs, with request- and run-scoped fields: JSON, one object per line, or text for people.
+
+``LOG_FORMAT=json|text`` chooses; unset, a terminal gets text and anything else (a PaaS log
+drain, a file) gets JSON. Both carry the same fields and the same redaction.
 
 Fields bound with :func:`bind` (``event_id``, ``task``, ``run``, ``tool``…) ride on
 every line logged inside the block, through contextvars, so a delivery and a run
@@ -20,7 +23,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,9 +34,29 @@ _TOKEN_SHAPE = re.compile(r"xox[abposr]-[A-Za-z0-9-]{6,}")
 #: Characters of message text a log line may carry.
 PREVIEW_CHARS = 40
 # Library chatter at INFO (or DEBUG) would log request details and message bodies; keep it to warnings.
-_NOISY = ("slack_bolt", "slack_sdk", "aiohttp.access", "httpx", "httpx2", "openai", "anthropic")
+_NOISY = (
+    "slack_bolt",
+    "slack_sdk",
+    "aiohttp.access",
+    "httpx",
+    "httpx2",
+    "openai",
+    "anthropic",
+    "google_genai",
+    "groq",
+    "mistralai",
+    "botocore",
+)
 
 Scope = contextvars.Token[dict[str, Any]]
+#: Secrets learnt after start-up (MCP server URLs' queries, expanded ``${VAR}`` values), redacted
+#: from every line like the configured ones.
+_LEARNT: set[str] = set()
+
+
+def add_secrets(values: Iterable[str]) -> None:
+    """Redact ``values`` (those of at least 6 characters) from every log line from now on."""
+    _LEARNT.update(v for v in values if len(v) >= 6)
 
 
 @contextmanager
@@ -73,7 +96,7 @@ class JsonFormatter(logging.Formatter):
         self._secrets = tuple(s for s in secrets if len(s) >= 6)
 
     def redact(self, text: str) -> str:
-        for secret in self._secrets:
+        for secret in (*self._secrets, *sorted(_LEARNT, key=len, reverse=True)):
             text = text.replace(secret, "[redacted]")
         return _TOKEN_SHAPE.sub("xox?-[redacted]", text)
 
@@ -94,6 +117,96 @@ class JsonFormatter(logging.Formatter):
         return self.redact(json.dumps(data, default=str, ensure_ascii=False))
 
 
+class TextFormatter(JsonFormatter):
+    """``14:03:07 WARNING app.service  message  key=value …``: the JSON line's fields, for a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {**_FIELDS.get()}
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            fields.update(extra)
+        when = time.strftime("%H:%M:%S", time.localtime(record.created))
+        pairs = " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
+        line = f"{when} {record.levelname:<7} {record.name}  {record.getMessage()}"
+        line += f"  {pairs}" if pairs else ""
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return self.redact(line)
+
+
+def _text_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return json.dumps(text, ensure_ascii=False) if (" " in text or not text) else text
+
+
+def formatter(settings: Settings, stream: Any) -> logging.Formatter:
+    """The formatter ``LOG_FORMAT`` asks for (unset: text when ``stream`` is a terminal)."""
+    chosen = settings.log_format
+    if not chosen:
+        isatty = getattr(stream, "isatty", None)
+        chosen = "text" if callable(isatty) and isatty() else "json"
+    cls = TextFormatter if chosen == "text" else JsonFormatter
+    return cls(_secrets(settings))
+
+
+class Held:
+    """Lines logged during start-up, held back until :meth:`release` (start-up worked: they are
+    written) or :meth:`discard` (it failed: only its one ``cannot start:`` line is printed)."""
+
+    def __init__(self) -> None:
+        self.records: list[logging.LogRecord] = []
+        self._handler: logging.Handler | None = None
+        self._targets: list[logging.Handler] = []
+
+    def _hold(self) -> None:
+        root = logging.getLogger()
+        self._targets = list(root.handlers)
+        held = self
+
+        class _Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                held.records.append(record)
+
+        self._handler = _Collect()
+        for target in self._targets:
+            root.removeHandler(target)
+        root.addHandler(self._handler)
+
+    def _restore(self) -> None:
+        root = logging.getLogger()
+        if self._handler is not None:
+            root.removeHandler(self._handler)
+            self._handler = None
+            for target in self._targets:
+                root.addHandler(target)
+
+    def release(self) -> None:
+        """Write what was held and log directly from now on."""
+        if self._handler is None:
+            return
+        self._restore()
+        for record in self.records:
+            for target in self._targets:
+                if record.levelno >= target.level:
+                    target.handle(record)
+        self.records.clear()
+
+    def discard(self) -> None:
+        self._restore()
+        self.records.clear()
+
+
+@contextmanager
+def held_until_started() -> Iterator[Held]:
+    """Hold log lines back during start-up (see :class:`Held`); released on leaving unless discarded."""
+    held = Held()
+    held._hold()
+    try:
+        yield held
+    finally:
+        held.release()
+
+
 def _secrets(settings: Settings) -> tuple[str, ...]:
     return (
         settings.slack_bot_token.get_secret_value(),
@@ -107,7 +220,7 @@ def _secrets(settings: Settings) -> tuple[str, ...]:
 
 def configure_logging(settings: Settings, stream: Any = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter(_secrets(settings)))
+    handler.setFormatter(formatter(settings, stream or sys.stderr))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

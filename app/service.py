@@ -48,7 +48,13 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
 
-from .settings import WHERE_TO_GET, Settings, describe_database, missing_settings
+from .settings import (
+    Settings,
+    credential_shape_problems,
+    describe_database,
+    missing_report,
+    missing_settings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +65,6 @@ class StartupError(Exception):
 
 #: Seconds start-up waits for the store to open and migrate before giving up with a reason.
 STORE_OPEN_TIMEOUT = 20.0
-
-
-def missing_report(missing: list[str]) -> str:
-    """Every missing required setting, each with where to get it, and what to do next."""
-    width = max(len(name) for name in missing)
-    count = f"{len(missing)} required setting{'s are' if len(missing) > 1 else ' is'} not set:"
-    rows = [f"  {name:<{width}}  {WHERE_TO_GET[name]}" for name in missing]
-    them = "them" if len(missing) > 1 else "it"
-    advice = f"Set {them} in the environment or in ./.env (NAME=value lines), then run `python -m app check`."
-    return "\n".join([count, *rows, advice])
 
 
 async def open_ready_store(settings: Settings) -> Store:
@@ -149,6 +145,9 @@ class Service:
         if ephemeral:
             log.warning(ephemeral)
         model_name = settings.model or agent_file.model
+        shape = credential_shape_problems(settings)  # before any network call: name what was pasted
+        if shape:
+            raise StartupError("\n".join(shape))
         try:
             socket_url = await first_socket_url(settings, serving=webhook)
         except SocketModeError as exc:

@@ -119,11 +119,26 @@ class Settings(BaseSettings):
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.
     metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"
+    #: ``json`` (one object per line), ``text`` (for people), or empty: text on a terminal, else JSON.
+    log_format: str = ""
+    #: OTLP/HTTP endpoint for traces (``app/traces.py``; needs the ``otel`` extra); empty: no traces.
+    otel_exporter_otlp_endpoint: str = ""
+    otel_service_name: str = "threadbound"
+    #: Put prompts, answers, tool arguments and results in spans (off: ids and outcomes only).
+    trace_content: bool = False
 
     @field_validator("slack_file_origins", "allowed_channels", "allowed_users", "approvers", mode="before")
     @classmethod
     def _split(cls, value: object) -> object:
         return _csv(value)
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        chosen = value.strip().lower()
+        if chosen not in ("", "auto", "json", "text"):
+            raise ValueError("use json or text (unset: text on a terminal, JSON otherwise)")
+        return "" if chosen == "auto" else chosen
 
     @field_validator("log_level")
     @classmethod
@@ -213,6 +228,58 @@ def app_token_problem(token: str) -> str | None:
     return f"SLACK_APP_TOKEN must start with xapp-{looks}: copy the app-level token from Basic Information"
 
 
+def _pasted(token: str) -> str:
+    """What a Slack credential of the wrong kind probably is, for messages ("" when unrecognisable)."""
+    kinds = {
+        "xoxb-": "the bot token (xoxb-)",
+        "xoxp-": "a user token (xoxp-)",
+        "xoxe": "a refresh token (xoxe…)",
+        "xapp-": "an app-level token (xapp-)",
+        "xoxa-": "a workspace app token (xoxa-)",
+    }
+    for prefix, kind in kinds.items():
+        if token.startswith(prefix):
+            return kind
+    if len(token) == 32 and all(c in "0123456789abcdef" for c in token):
+        return "a signing secret or client secret"
+    if token.startswith(("sk-", "sk-ant-")):
+        return "a model API key"
+    return ""
+
+
+def bot_token_problem(token: str) -> str | None:
+    """What is wrong with the shape of a (non-empty) SLACK_BOT_TOKEN, naming what was probably
+    pasted, or None. Checked before any network call."""
+    token = token.strip()
+    if not token or token.startswith("xoxb-"):
+        return None
+    pasted = _pasted(token)
+    looks = f" — this looks like {pasted}" if pasted else ""
+    return (
+        f"SLACK_BOT_TOKEN must start with xoxb-{looks}: copy the Bot User OAuth Token from your "
+        "Slack app's OAuth & Permissions page"
+    )
+
+
+def signing_secret_problem(secret: str) -> str | None:
+    """A SLACK_SIGNING_SECRET that is plainly a token instead, or None."""
+    if not secret.startswith(("xox", "xapp-")):
+        return None
+    return (
+        f"SLACK_SIGNING_SECRET is not a token — this looks like {_pasted(secret) or 'a Slack token'}: copy "
+        "the Signing Secret under Basic Information → App Credentials"
+    )
+
+
+def credential_shape_problems(settings: Settings) -> list[str]:
+    """Slack credentials of the wrong shape, one line each (empty ones are not checked here)."""
+    problems = [
+        bot_token_problem(settings.slack_bot_token.get_secret_value()),
+        signing_secret_problem(settings.slack_signing_secret.get_secret_value()),
+    ]
+    return [p for p in problems if p]
+
+
 def missing_settings(settings: Settings, model: str | None, *, webhook: bool = True) -> list[str]:
     """Required settings that are empty, in the order a newcomer sets them up.
 
@@ -227,6 +294,22 @@ def missing_settings(settings: Settings, model: str | None, *, webhook: bool = T
         key = model_key_missing(model, settings) if model else None
         missing += ["MODEL"] if not model else [key] if key else []
     return missing
+
+
+def missing_report(missing: list[str]) -> str:
+    """Every missing required setting, each with where to get it, and what to do next."""
+    width = max(len(name) for name in missing)
+    count = f"{len(missing)} required setting{'s are' if len(missing) > 1 else ' is'} not set:"
+    rows = [f"  {name:<{width}}  {WHERE_TO_GET[name]}" for name in missing]
+    them = "them" if len(missing) > 1 else "it"
+    advice = f"Set {them} in the environment or in ./.env (NAME=value lines), then run `python -m app check`."
+    lines = [count, *rows, advice]
+    if "SLACK_BOT_TOKEN" in missing:
+        lines.append(
+            "No Slack app yet? `python -m app playground --demo` tries it in a browser, "
+            "without Slack or a key"
+        )
+    return "\n".join(lines)
 
 
 def describe_database(url: str) -> str:
@@ -285,9 +368,13 @@ __all__ = [
     "WHERE_TO_GET",
     "Settings",
     "app_token_problem",
+    "bot_token_problem",
+    "credential_shape_problems",
     "describe_database",
     "explain",
     "load_settings",
+    "missing_report",
     "missing_settings",
     "model_key_missing",
+    "signing_secret_problem",
 ]

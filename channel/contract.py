@@ -197,6 +197,11 @@ class ChannelAdapter(Protocol):
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         """The posts carrying ``effect_id`` in the origin, oldest first (empty if none)."""
 
+    async def find_unfinished(self, origin: Origin, after: str) -> list[Posted]:
+        """The bot's streamed messages in the origin's thread newer than message ``after`` that were
+        never finished (they carry no effect id yet), oldest first: a stream's start that was not
+        answered, or a crash before its ref was journalled, leaves one."""
+
     async def read(self, origin: Origin) -> list[MessageView]:
         """The whole conversation, oldest first, fetched with as few calls as the provider allows."""
 
@@ -247,6 +252,9 @@ class AdapterBase:
     max_post_chars: int = 8000
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
+        return []
+
+    async def find_unfinished(self, origin: Origin, after: str) -> list[Posted]:
         return []
 
     async def read(self, origin: Origin) -> list[MessageView]:

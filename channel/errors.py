@@ -52,12 +52,17 @@ def bounded(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
 class ChannelError(Exception):
     """A refusal or failure with a contract error code and a message the model can read."""
 
-    def __init__(self, code: ErrorCode, message: str, *, provider_code: str | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, *, provider_code: str | None = None, ambiguous: bool = False
+    ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = bounded(message)
         #: The provider's own error string (e.g. ``already_reacted``), for callers that branch on it.
         self.provider_code = provider_code
+        #: The provider may have done it anyway (a dropped connection, a 5xx, ``internal_error``):
+        #: look before reporting it failed or doing it again.
+        self.ambiguous = ambiguous
 
     def as_result(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}

@@ -26,7 +26,6 @@ import asyncio
 import hashlib
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,8 @@ from .contract import (
     Step,
     Uploaded,
 )
-from .errors import ChannelError, StreamClosed
+from .errors import ChannelError
+from .fake_messages import FakeDocument, FakeLive, FakeMessage
 
 #: Every capability on: what a test gets unless it asks for less.
 ALL_FEATURES = ChannelFeatures(
@@ -61,39 +61,6 @@ ALL_FEATURES = ChannelFeatures(
     stream=True,
 )
 _EPOCH = 1_700_000_000
-
-
-@dataclass(slots=True)
-class FakeMessage:
-    """One stored message. ``ts`` orders messages; ``thread_ts`` is its root's ts (``""`` at top level)."""
-
-    ref: str
-    channel: str
-    ts: str
-    thread_ts: str
-    text: str
-    author: str
-    is_bot: bool = False
-    is_you: bool = False
-    files: list[FileMeta] = field(default_factory=list)
-    #: emoji → names of who reacted.
-    reactions: dict[str, list[str]] = field(default_factory=dict)
-    effect_id: str = ""
-    edited: bool = False
-    #: The small print under the post (``edit(..., footer=)``).
-    footer: str = ""
-    #: The key its feedback buttons report, ``""`` without buttons.
-    feedback: str = ""
-    #: True while it is being streamed (``open_stream`` … ``stop``).
-    streaming: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FakeDocument:
-    ref: str
-    title: str
-    markdown: str
-    channel: str
 
 
 class FakeAdapter(AdapterBase):
@@ -301,7 +268,7 @@ class FakeAdapter(AdapterBase):
             raise ChannelError("unsupported", "The fake adapter streams only into a thread.")
         message = self._store(origin, markdown, author=self.bot_name, is_bot=True, is_you=True, files=[])
         message.streaming = True
-        live = _FakeLive(self, message)
+        live = FakeLive(self, message)
         live.steps.extend(steps)
         return live
 
@@ -396,32 +363,3 @@ class FakeAdapter(AdapterBase):
     async def set_status(self, origin: Origin, status: str) -> None:
         self._enter("set_status", status, "status")
         self.statuses.append((origin, status))
-
-
-class _FakeLive:
-    """A message being streamed by :class:`FakeAdapter` (closed by ``close_streams`` or its size)."""
-
-    def __init__(self, adapter: FakeAdapter, message: FakeMessage) -> None:
-        self._adapter = adapter
-        self._message = message
-        self.posted = adapter._posted(message)
-        self.steps: list[Step] = []
-
-    def _check_open(self, unsent: str) -> None:
-        if not self._message.streaming:
-            raise StreamClosed("The stream has ended.", unsent=unsent, provider_code="stream_closed")
-
-    async def append(self, markdown: str, steps: tuple[Step, ...] = ()) -> None:
-        self._adapter._enter("append_stream", self._message.ref)
-        self._check_open(markdown)
-        if len(self._message.text) + len(markdown) > self._adapter.max_post_chars * 3 // 2:
-            raise StreamClosed("The message is full.", unsent=markdown, provider_code="msg_too_long")
-        self._message.text += markdown
-        self.steps.extend(steps)
-
-    async def stop(self, *, effect_id: str, feedback: str = "") -> None:
-        self._adapter._enter("stop_stream", self._message.ref)
-        self._message.effect_id = effect_id
-        self._message.feedback = feedback
-        self._check_open("")
-        self._message.streaming = False

@@ -8,14 +8,19 @@ settled by :func:`reconcile` at the start of the next run:
   otherwise it is reported unavailable (and not posted again);
 - a streamed reply (``stream: true``) carries its effect id once stopped, so a finished one is
   found like a post; one still unfinished (its ref journalled as ``channel_stream``) is partial
-  text and is removed, so the resumed run answers once, not a fragment plus an answer;
+  text and is removed, so the resumed run answers once, not a fragment plus an answer. A stream
+  whose ref was never journalled (a crash right after ``startStream``, or a start whose answer
+  was lost: ``channel_stream`` with no ref) is looked for as the bot's unfinished message in the
+  thread after the message it answered (``after``), and removed;
 - reactions, edits and retractions are idempotent, so they are re-attempted
   (``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done);
 - uploads and documents carry no marker to look for: they are reported, never repeated.
 
 Before any write is recorded, the journal awaits the host's ``guard`` (if any): a host
 that may no longer act for the task (its lease was lost) raises there, so the write is
-neither recorded nor made.
+neither recorded nor made. A journal given the host's lease ``fence`` carries it on every
+entry it opens and closes: once the lease has moved the store refuses them
+(``storage.base.LeaseMoved``), so a run that lost its lease can commit nothing (invariant 12).
 
 The session (``channel.session``) is the only caller.
 """
@@ -26,9 +31,10 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
-from storage.base import EffectRecord
+from storage.base import EffectRecord, Fence
 
 from .contract import ChannelAdapter, Origin, Posted
 from .errors import ChannelError, bounded
@@ -39,8 +45,13 @@ Result = dict[str, Any]
 #: Awaited before every write; raises (the host's own exception) when the task may no longer write.
 WriteGuard = Callable[[], Awaitable[None]]
 
+#: The id of the model's tool call being handled: a streamed channel_reply is matched by it, and
+#: the journal records it with every write the call makes (a resumed run answers the call from it).
+CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
 #: Journal tool name of the record tying a streamed message's ref to its reply effect.
 STREAM_EFFECT = "channel_stream"
+#: The note for a reply removed because it was interrupted while being written.
+_CUT_OFF = "was cut off while being written and removed; answer again if still needed"
 #: Provider codes that mean an idempotent write had already taken effect.
 _DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 
@@ -54,11 +65,13 @@ class EffectJournal:
         task_id: str,
         clock: Callable[[], float] = time.time,
         guard: WriteGuard | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self._store = store
         self._task_id = task_id
         self._clock = clock
         self._guard = guard
+        self.fence = fence
 
     async def check(self) -> None:
         """Raise (the guard's exception) when the task may no longer write."""
@@ -71,12 +84,18 @@ class EffectJournal:
         await self.check()
         effect_id = uuid.uuid4().hex
         await self._store.open_effect(
-            effect_id=effect_id, task_id=self._task_id, tool=tool, args=json.dumps(args), now=self._clock()
+            effect_id=effect_id,
+            task_id=self._task_id,
+            tool=tool,
+            args=json.dumps(args),
+            now=self._clock(),
+            call_id=CALL_ID.get(),
+            fence=self.fence,
         )
         return effect_id
 
     async def close(self, effect_id: str, result: Result) -> None:
-        await self._store.close_effect(effect_id, result=json.dumps(result))
+        await self._store.close_effect(effect_id, result=json.dumps(result), fence=self.fence)
 
     async def write(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         """Run ``action`` inside an effect; its result (or its error result) closes the effect."""
@@ -125,9 +144,35 @@ async def reconcile(
         if stream is not None:
             await journal.close(stream[0], {"ok": True})
         notes.append(f"- an interrupted {effect.tool} {bounded(note)}")
-    for stream_effect, _ in streamed.values():  # its reply effect was already closed
+    for stream_effect, ref in streamed.values():  # its reply effect was already closed
+        if not ref:  # a start whose answer was lost: Slack may hold the message
+            await journal.check()
+            try:
+                await _remove_unfinished(adapter, origin, json.loads(_args_of(effects, stream_effect)))
+            except ChannelError as exc:
+                await journal.close(stream_effect, exc.as_result())
+                continue
         await journal.close(stream_effect, {"ok": True})
     return notes
+
+
+def _args_of(effects: Sequence[EffectRecord], effect_id: str) -> str:
+    return next(e.args for e in effects if e.effect_id == effect_id)
+
+
+async def _remove_unfinished(adapter: ChannelAdapter, origin: Origin, args: dict[str, Any]) -> int:
+    """Remove the bot's unfinished streamed messages after ``args["after"]`` in the reply's thread;
+    how many were removed."""
+    where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
+    removed = 0
+    for orphan in await adapter.find_unfinished(where, str(args.get("after") or where.thread_ts)):
+        try:
+            await adapter.retract(orphan.ref)
+        except ChannelError as exc:
+            if exc.provider_code != "message_not_found" and exc.code != "not_found":
+                raise
+        removed += 1
+    return removed
 
 
 async def _settle_stream(
@@ -147,7 +192,7 @@ async def _settle_stream(
         if exc.provider_code != "message_not_found" and exc.code != "not_found":
             raise
     error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
-    return error.as_result(), "was cut off while being written and removed; answer again if still needed"
+    return error.as_result(), _CUT_OFF
 
 
 async def _settle(
@@ -161,6 +206,10 @@ async def _settle(
     if tool == "channel_reply":
         where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
         found = await adapter.find_posted(where, effect_id)
+        if not found and args.get("stream") and await _remove_unfinished(adapter, origin, args):
+            # Started, but its ref never journalled: the partial message was found and removed.
+            error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
+            return error.as_result(), _CUT_OFF
         if not found:
             error = ChannelError("not_found", "the interrupted reply is not in the conversation")
             return error.as_result(), "was not posted; post it again if it is still needed"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.base import HandleKind, HandleRecord
+from storage.base import Fence, HandleKind, HandleRecord
 
 
 class SessionStore(Protocol):
@@ -31,11 +31,21 @@ class SessionStore(Protocol):
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         """The record of one of this task's handles, or None."""
 
-    async def open_effect(self, *, effect_id: str, task_id: str, tool: str, args: str, now: float) -> None:
-        """Journal a write before the provider call is made."""
+    async def open_effect(
+        self,
+        *,
+        effect_id: str,
+        task_id: str,
+        tool: str,
+        args: str,
+        now: float,
+        call_id: str = "",
+        fence: Fence | None = None,
+    ) -> None:
+        """Journal a write before the provider call is made (refused once the lease left ``fence``)."""
 
-    async def close_effect(self, effect_id: str, *, result: str) -> None:
-        """Record a journalled write's result (JSON)."""
+    async def close_effect(self, effect_id: str, *, result: str, fence: Fence | None = None) -> None:
+        """Record a journalled write's result (JSON); fenced like ``open_effect``."""
 
     async def record_root(self, *, channel: str, ts: str, task_id: str) -> None:
         """Route a thread root the bot posted to this task."""

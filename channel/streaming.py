@@ -32,14 +32,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from .contract import LiveMessage, Posted, Step
+from .contract import Step
 from .errors import ChannelError, StreamClosed
 from .journal import STREAM_EFFECT
 from .markdown import split_markdown, strip_mass_mentions
 from .reply_host import ReplyHost
+from .stream_parts import Sources, StreamedMessage, stable_end
 
 log = logging.getLogger(__name__)
 
@@ -47,43 +47,6 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL = 1.0
 
 Result = dict[str, Any]
-
-
-@dataclass(slots=True)
-class _Message:
-    """One provider message of the answer: part ``part`` of the split, from offset ``base`` of it."""
-
-    part: int
-    base: int
-    effect_id: str
-    shown: str = ""
-    live: LiveMessage | None = None
-    stream_effect: str = ""
-    posted: Posted | None = None
-    handle: str = ""
-    #: False once stopped, closed by the provider, or posted whole.
-    open: bool = False
-
-
-@dataclass(slots=True)
-class _Sources:
-    """The text of each source, in the order they started."""
-
-    order: list[str] = field(default_factory=list)
-    text: dict[str, str] = field(default_factory=dict)
-
-    def set(self, source: str, text: str) -> None:
-        if source not in self.text:
-            self.order.append(source)
-        self.text[source] = text
-
-    def joined(self) -> str:
-        return "\n\n".join(t for s in self.order if (t := self.text[s]).strip())
-
-
-def stable_end(text: str) -> int:
-    """Where text that can no longer change ends: after the last whitespace (a word may be unfinished)."""
-    return max(text.rfind(" "), text.rfind("\n"), text.rfind("\t")) + 1
 
 
 class AnswerStream:
@@ -101,13 +64,15 @@ class AnswerStream:
         self._recipient = recipient
         self._feedback = feedback
         self._interval = interval
-        self._sources = _Sources()
+        self._sources = Sources()
         self._steps: list[Step] = []
-        self._messages: list[_Message] = []
+        self._messages: list[StreamedMessage] = []
         #: Final text of each part already closed.
         self._closed_parts: list[str] = []
         #: Streaming failed: what is not shown yet is posted when the answer ends.
         self.broken = False
+        #: ``channel_stream`` effects of starts whose answer was lost (the message may exist).
+        self._unknown: list[str] = []
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
@@ -135,6 +100,11 @@ class AnswerStream:
     @property
     def shown_anything(self) -> bool:
         return bool(self._messages)
+
+    @property
+    def effect_ids(self) -> list[str]:
+        """The journal entries of the messages shown so far (a checkpoint of the answer names them)."""
+        return [m.effect_id for m in self._messages]
 
     def _wake(self) -> None:
         self._dirty.set()
@@ -181,6 +151,7 @@ class AnswerStream:
         parts = split_markdown(text, self._session.adapter.max_post_chars)
         await self._sync(text, final=True, parts=parts)
         await self._repair(parts)
+        await self._remove_unknown()
         handles = [m.handle for m in self._messages if m.handle]
         if not handles:
             raise ChannelError("provider_error", "the reply could not be posted")
@@ -197,6 +168,26 @@ class AnswerStream:
         for message in self._messages:
             await self._remove(message, "the streamed text was not an answer")
         self._messages.clear()
+        await self._remove_unknown()
+
+    async def _remove_unknown(self) -> None:
+        """Look for messages of starts whose answer was lost (none of this answer's own) and remove
+        them; what cannot be looked at now stays journalled for the next run."""
+        if not self._unknown:
+            return
+        session = self._session
+        mine = {m.posted.ref for m in self._messages if m.posted is not None}
+        after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
+        try:
+            for orphan in await session.adapter.find_unfinished(session.origin, after):
+                if orphan.ref not in mine:
+                    await session.adapter.retract(orphan.ref)
+        except ChannelError as exc:
+            log.warning("could not remove a stream whose start had no answer: %s", exc.message)
+            return
+        for effect in self._unknown:
+            await session.journal.close(effect, {"removed": "its start had no answer"})
+        self._unknown.clear()
 
     # -- showing -----------------------------------------------------------------------------
     async def _sync(self, text: str, *, final: bool, parts: list[str] | None = None) -> bool:
@@ -277,26 +268,29 @@ class AnswerStream:
     async def _start(self, k: int, pos: int, rest: str) -> bool:
         session = self._session
         journal = session.journal
-        effect_id = await journal.open(
-            "channel_reply",
-            {
-                "channel": session.origin.channel,
-                "thread_ts": session.origin.thread_ts,
-                "part": k,
-                "stream": True,
-            },
-        )
+        # The intent, before the message exists: a crash before its ref is journalled leaves the
+        # bot's unfinished message after ``after`` to be found and removed (journal.reconcile).
+        where = {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts}
+        after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
+        effect_id = await journal.open("channel_reply", {**where, "part": k, "stream": True, "after": after})
         steps = tuple(self._take_steps())
         try:
             live = await session.adapter.open_stream(
                 session.origin, rest, steps, effect_id=effect_id, recipient=self._recipient
             )
         except ChannelError as exc:
-            log.info("streaming refused, posting instead: %s", exc.provider_code or exc.code)
+            if exc.ambiguous:
+                # Slack may have started it and nobody could tell: left open, so the message is
+                # looked for and removed (at the end of this answer, else by the next run).
+                log.warning("starting a stream had no clear answer, posting instead: %s", exc.provider_code)
+                unknown = {**where, "ref": "", "reply": effect_id, "after": after}
+                self._unknown.append(await journal.open(STREAM_EFFECT, unknown))
+            else:
+                log.info("streaming refused, posting instead: %s", exc.provider_code or exc.code)
             await journal.close(effect_id, exc.as_result())
             self.broken = True
             return False
-        message = _Message(part=k, base=pos, effect_id=effect_id, shown=rest, live=live, open=True)
+        message = StreamedMessage(part=k, base=pos, effect_id=effect_id, shown=rest, live=live, open=True)
         message.posted = live.posted
         self._messages.append(message)
         # Journalled before any append: a crash from here on finds (and removes) this message.
@@ -305,7 +299,7 @@ class AnswerStream:
         )
         return True
 
-    async def _stop(self, message: _Message, feedback: str) -> None:
+    async def _stop(self, message: StreamedMessage, feedback: str) -> None:
         """End a live message (or accept that the provider did) and give it its handle."""
         if message.live is not None and message.open:
             message.open = False
@@ -319,7 +313,7 @@ class AnswerStream:
                 self.broken = True
         await self._record(message)
 
-    async def _record(self, message: _Message) -> None:
+    async def _record(self, message: StreamedMessage) -> None:
         if message.handle or message.posted is None:
             return
         journal = self._session.journal
@@ -328,7 +322,7 @@ class AnswerStream:
         if message.stream_effect:
             await journal.close(message.stream_effect, {"ok": True})
 
-    async def _break(self, message: _Message, exc: ChannelError) -> None:
+    async def _break(self, message: StreamedMessage, exc: ChannelError) -> None:
         """Streaming failed: keep what is shown, post the rest as ordinary messages at the end."""
         log.warning("streaming failed, posting the rest instead: %s", exc.provider_code or exc.code)
         self.broken = True
@@ -346,11 +340,11 @@ class AnswerStream:
         except ChannelError as exc:
             await session.journal.close(effect_id, exc.as_result())
             raise
-        message = _Message(part=k, base=pos, effect_id=effect_id, shown=rest, posted=posted)
+        message = StreamedMessage(part=k, base=pos, effect_id=effect_id, shown=rest, posted=posted)
         self._messages.append(message)
         await self._record(message)
 
-    async def _edit(self, message: _Message, text: str, feedback: str = "") -> None:
+    async def _edit(self, message: StreamedMessage, text: str, feedback: str = "") -> None:
         if message.posted is None:
             return
         try:
@@ -375,7 +369,7 @@ class AnswerStream:
             await self._remove(message, "not part of the final answer")
             self._messages.remove(message)
 
-    async def _remove(self, message: _Message, why: str) -> None:
+    async def _remove(self, message: StreamedMessage, why: str) -> None:
         journal = self._session.journal
         if message.live is not None and message.open:
             message.open = False

@@ -32,6 +32,7 @@ def task_from_row(row: Row) -> TaskRecord:
         enabled_tools=tuple(json.loads(tools) if isinstance(tools, str) else tools),
         created_at=float(row["created_at"]),
         summary=str(row["summary"]),
+        run_open=bool(row["run_open"]),
     )
 
 
@@ -84,6 +85,7 @@ def effect_from_row(row: Row) -> EffectRecord:
         state=row["state"],
         result=row["result"],
         created_at=float(row["created_at"]),
+        call_id=str(row["call_id"]),
     )
 
 

@@ -21,6 +21,8 @@ Vocabulary
 - **Usage** is what one model request cost (tokens by kind), with the task, the
   person who asked, the channel and the model; counted per UTC ``day``.
 
+The records themselves are in ``storage/records.py``.
+
 All times are seconds since the epoch as floats, passed in by the caller
 (``now``) so tests can move the clock and instances agree on one notion of time.
 """
@@ -28,161 +30,28 @@ All times are seconds since the epoch as floats, passed in by the caller
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-HandleKind = Literal["msg", "file"]
-ClaimStatus = Literal["claimed", "duplicate", "no_task"]
-EffectState = Literal["open", "done"]
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    task_id: str
-    channel: str
-    #: Root ts replies go to; ``""`` for a DM's top level or a root not posted yet.
-    thread_ts: str
-    #: pydantic-ai message history as JSON bytes (``ModelMessagesTypeAdapter``); ``b""`` when new.
-    transcript: bytes
-    #: Deferred tools the model enabled with ``tool_search``; kept across resumes.
-    enabled_tools: tuple[str, ...]
-    created_at: float
-    #: The compacted summary of the conversation's older turns (``app/compaction.py``); ``""`` if none.
-    summary: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class InboxItem:
-    item_id: int
-    task_id: str
-    channel: str
-    ts: str
-    #: The conversation key's thread_ts this message arrived in (``""`` for a DM's top level).
-    thread_ts: str
-    #: JSON text the router wrote (an ``app.inbound.Inbound`` dump); opaque to the store.
-    payload: str
-    created_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimOutcome:
-    status: ClaimStatus
-    task_id: str | None = None
-    item_id: int | None = None
-    #: True when this claim created the task.
-    created: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class HandleRecord:
-    handle: str
-    task_id: str
-    kind: HandleKind
-    #: Provider reference (e.g. ``C123:1700000000.000100`` or a file id); never shown to the model.
-    ref: str
-    #: True when the bot posted/uploaded this object for this task.
-    authored: bool
-    #: Provider data kept with the handle (JSON text, e.g. file metadata); ``"{}"`` when none.
-    data: str = "{}"
-
-
-@dataclass(frozen=True, slots=True)
-class EffectRecord:
-    effect_id: str
-    task_id: str
-    tool: str
-    #: JSON text of the arguments the effect was attempted with.
-    args: str
-    state: EffectState
-    #: JSON text of the recorded result once closed, else ``None``.
-    result: str | None
-    created_at: float
-
-
-ApprovalDecision = Literal["approved", "denied", "expired", "void"]
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalRecord:
-    """A gated tool call (``approval`` in agent.toml) and, once made, the decision on it."""
-
-    approval_id: str
-    task_id: str
-    #: The pydantic-ai tool call id in the task's transcript.
-    tool_call_id: str
-    tool: str
-    #: JSON text of the call's arguments.
-    args: str
-    #: The user whose message led to the call (``""`` when none, e.g. the ``run`` command).
-    requester: str
-    channel: str
-    thread_ts: str
-    #: The effect id under which the card is posted (journalled like any post).
-    card_effect: str
-    #: ts of the posted card; ``""`` until it is posted.
-    card_ts: str
-    created_at: float
-    #: ``None`` while open.
-    decision: ApprovalDecision | None = None
-    decided_by: str | None = None
-    decided_at: float | None = None
-    #: When an approved call started running (set once).
-    executed_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackRecord:
-    """A person's feedback on one of the task's answers (the latest click counts)."""
-
-    task_id: str
-    #: Provider reference of the answer's message.
-    message: str
-    user_id: str
-    user_name: str
-    kind: Literal["positive", "negative"]
-    clicked_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    task_id: str
-    owner: str
-    expires_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """What model requests cost: one request's usage when recorded, a sum in ``usage_by_day``."""
-
-    day: str  # UTC, YYYY-MM-DD
-    person: str  # the requester's provider user ID; "" when no person asked (the `run` command)
-    channel: str
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    requests: int = 0
-    task_id: str = ""  # "" in sums (which group by day, person and channel)
-    model: str = ""  # "" in sums
-    at: float = 0.0
-
-    @property
-    def tokens(self) -> int:
-        """What budgets count: input plus output tokens."""
-        return self.input_tokens + self.output_tokens
-
-
-@dataclass(slots=True)
-class StoreStats:
-    """Counts for readiness probes and benchmarks."""
-
-    tasks: int = 0
-    pending_inbox: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
-
-
-class StoreError(Exception):
-    """The store could not do what was asked (connection lost, constraint broken)."""
+# Every record is also importable from here (``from storage.base import TaskRecord``).
+from .records import (  # noqa: F401
+    ApprovalDecision,
+    ApprovalRecord,
+    ClaimOutcome,
+    ClaimStatus,
+    EffectRecord,
+    EffectState,
+    FeedbackRecord,
+    Fence,
+    HandleKind,
+    HandleRecord,
+    InboxItem,
+    LeaseMoved,
+    LeaseRecord,
+    StoreError,
+    StoreStats,
+    TaskRecord,
+    UsageRecord,
+)
 
 
 @runtime_checkable
@@ -263,10 +132,30 @@ class Store(Protocol):
         consumed: Sequence[int],
         enabled_tools: Sequence[str] | None = None,
         summary: str | None = None,
+        fence: Fence | None = None,
+        feedback_upto: float | None = None,
     ) -> None:
-        """After a run: store the transcript, mark the consumed inbox items done and, when
-        given, replace the enabled tools and the summary. One transaction: a crash leaves either
-        all or nothing."""
+        """After a run: store the transcript, mark the consumed inbox items done, close the run
+        (``run_open`` false) and, when given, replace the enabled tools and the summary and mark the
+        feedback clicked up to ``feedback_upto`` shown. One transaction: a crash leaves either all
+        or nothing. With ``fence`` nothing is written, and :class:`LeaseMoved` raised, once the
+        lease has moved from that acquisition (invariant 12)."""
+
+    async def checkpoint(
+        self,
+        task_id: str,
+        *,
+        transcript: bytes,
+        consumed: Sequence[int],
+        fence: Fence | None,
+        close: tuple[str, str] | None = None,
+        feedback_upto: float | None = None,
+        summary: str | None = None,
+    ) -> None:
+        """Mid-run: store the transcript so far, mark the inbox items it showed the model consumed
+        and the run open (the task is due until :meth:`save_run` closes it), and close the journal
+        entry ``close = (effect_id, result)``, mark feedback shown and replace the summary, when
+        given. One transaction, fenced like :meth:`save_run`."""
 
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None: ...
 
@@ -285,14 +174,22 @@ class Store(Protocol):
         """Items not yet consumed by a saved run, oldest first."""
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:
-        """Tasks that have pending inbox items or open effects and no live lease (expired or none)."""
+        """Tasks that have pending inbox items, open effects or an open (checkpointed) run, and no
+        live lease (expired or none)."""
 
     # -- leases -----------------------------------------------------------------
     async def acquire_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
         """Take the lease if it is free, expired, or already ``owner``'s. Atomic across instances."""
 
-    async def renew_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
-        """Extend ``owner``'s lease; False when the lease is no longer ``owner``'s (it was lost)."""
+    async def take_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> Fence | None:
+        """:meth:`acquire_lease`, returning the acquisition's :class:`Fence` (None: not taken). An
+        owner extending its own live lease keeps its fence; any other acquisition gets a new one."""
+
+    async def renew_lease(
+        self, task_id: str, *, owner: str, ttl: float, now: float, fence: Fence | None = None
+    ) -> bool:
+        """Extend ``owner``'s lease (only the acquisition ``fence`` names, when given); False when
+        the lease is no longer ``owner``'s (it was lost)."""
 
     async def release_lease(self, task_id: str, *, owner: str) -> None:
         """Drop the lease if ``owner`` holds it; otherwise do nothing."""
@@ -300,13 +197,18 @@ class Store(Protocol):
     async def get_lease(self, task_id: str) -> LeaseRecord | None: ...
 
     # -- instances ----------------------------------------------------------------
-    async def register_instance(self, owner: str, *, now: float) -> None:
+    #: Seconds an owner's liveness lock must be seen missing before the owner counts as dead: 0 where
+    #: only the process's death ends it (SQLite's file lock), more where a database restart ends every
+    #: instance's lock at once and they take it again within seconds (Postgres).
+    liveness_grace: float
+
+    async def register_instance(self, owner: str, *, now: float) -> bool:
         """Tie ``owner``'s liveness to this store object until :meth:`close`: a session-level
         advisory lock on Postgres (the database ends it with the connection), a file lock next to
         the SQLite database (the kernel ends it with the process). Owners that never registered are
         judged by their lease's expiry alone. Calling it again is cheap and takes the lock anew if
-        it was lost (a Postgres restart ended the session). Raises ``StoreError`` when ``owner``
-        is alive already elsewhere."""
+        it was lost (a Postgres restart ended the session); True when the lock was taken now.
+        Raises ``StoreError`` when ``owner`` is alive already elsewhere."""
 
     async def dead_owners(self, *, now: float) -> list[str]:
         """Registered owners of unexpired leases whose liveness has ended (their process is gone)."""
@@ -335,10 +237,25 @@ class Store(Protocol):
 
     # -- effect journal -----------------------------------------------------------
     async def open_effect(
-        self, *, effect_id: str, task_id: str, tool: str, args: str, now: float
-    ) -> None: ...
+        self,
+        *,
+        effect_id: str,
+        task_id: str,
+        tool: str,
+        args: str,
+        now: float,
+        call_id: str = "",
+        fence: Fence | None = None,
+    ) -> None:
+        """Journal a write before it is made (``call_id``: the model's tool call making it). Fenced:
+        :class:`LeaseMoved` and nothing journalled once the lease has moved from ``fence``."""
 
-    async def close_effect(self, effect_id: str, *, result: str) -> None: ...
+    async def close_effect(self, effect_id: str, *, result: str, fence: Fence | None = None) -> None:
+        """Record a write's result; fenced like :meth:`open_effect`."""
+
+    async def call_effects(self, task_id: str) -> list[EffectRecord]:
+        """The task's journalled writes made by the model's tool calls (``call_id`` set), oldest
+        first, open or done: what a resumed run answers its interrupted calls with."""
 
     async def open_effects(self, task_id: str) -> list[EffectRecord]:
         """Effects of ``task_id`` still open (attempted, result not recorded), oldest first."""

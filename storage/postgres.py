@@ -59,6 +59,16 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     asyncpg still rolls back a transaction left open before calling this."""
 
 
+async def _alive(conn: asyncpg.Connection) -> bool:
+    """Whether the session holding the liveness lock still answers (a terminated backend's socket
+    may not look closed until it is used)."""
+    try:
+        await asyncio.wait_for(conn.fetchval("SELECT 1"), _CLOSE_TIMEOUT / 2)
+    except (TimeoutError, *_DRIVER_ERRORS):
+        return False
+    return True
+
+
 def split_schema(url: str) -> tuple[str, str | None]:
     """``url`` without its ``schema`` query parameter, and that parameter (asyncpg would
     otherwise send it to the server as an unknown setting)."""
@@ -75,6 +85,10 @@ class PostgresStore(SqlStore):
     """:class:`~storage.base.Store` on Postgres; safe to share between processes and machines."""
 
     dialect: ClassVar = POSTGRES
+    #: A database restart, a failover or a terminated backend ends every instance's liveness session
+    #: at once; each takes its lock again on its next takeover pass (``app.runs.scheduler``). An owner
+    #: counts as dead only once its lock has been missing this long (``Store.liveness_grace``).
+    liveness_grace: float = 12.0
 
     def __init__(
         self,
@@ -197,7 +211,7 @@ class PostgresStore(SqlStore):
     async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
         held = self._liveness
         if held is not None and not held.is_closed() and self._liveness_of is not None:
-            if self._liveness_of[0] == owner:
+            if self._liveness_of[0] == owner and await _alive(held):
                 return self._liveness_of[1], False
         key = secrets.randbelow(2**31 - 1) + 1  # an int4 key, positive: it reads back unchanged
         try:

@@ -349,6 +349,15 @@ _V8_POSTGRES: Final[tuple[str, ...]] = (
     *_V8_SQLITE[1:],
 )
 
+#: v9 (issue 18): ``leases.token`` names one acquisition (a run's writes are fenced by it),
+#: ``tasks.run_open`` marks a run checkpointed mid-way, ``effects.call_id`` the tool call of a write.
+_V9: Final[tuple[str, ...]] = (
+    "ALTER TABLE leases ADD COLUMN token TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN run_open BOOLEAN NOT NULL DEFAULT FALSE",
+    "ALTER TABLE effects ADD COLUMN call_id TEXT NOT NULL DEFAULT ''",
+    "CREATE INDEX tasks_run_open ON tasks (task_id) WHERE run_open",
+)
+
 #: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
@@ -359,6 +368,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (6, {"sqlite": _V6_SQLITE, "postgres": _V6_POSTGRES}),
     (7, {"sqlite": _V7_SQLITE, "postgres": _V7_POSTGRES}),
     (8, {"sqlite": _V8_SQLITE, "postgres": _V8_POSTGRES}),
+    (9, {"sqlite": _V9, "postgres": _V9}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]

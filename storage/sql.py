@@ -6,6 +6,8 @@ the two are template fields a :class:`Dialect` fills in:
 
 - ``{skip_locked}``: `` FOR UPDATE SKIP LOCKED`` on Postgres (concurrent deleters split the rows),
   nothing on SQLite (one writer at a time anyway);
+- ``{for_share}``: `` FOR SHARE`` on Postgres (a fenced write locks the lease row it checks until it
+  commits, so the lease cannot move in between), nothing on SQLite (its writes are serial);
 - ``{each:NAME}``: the elements of the id-list parameter ``:NAME`` as a subquery, for
   ``item_id IN {each:consumed}``.
 
@@ -85,6 +87,7 @@ class Dialect:
 
     name: DialectName
     skip_locked: str
+    for_share: str
     #: ``{each:NAME}``: a subquery over the elements of list parameter ``:NAME``.
     each: str
     #: Whether list parameters are bound as JSON text (SQLite) rather than arrays (Postgres).
@@ -92,7 +95,8 @@ class Dialect:
     _fields: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_fields", {"skip_locked": self.skip_locked, "each": _Each(self.each)})
+        fields = {"skip_locked": self.skip_locked, "for_share": self.for_share, "each": _Each(self.each)}
+        object.__setattr__(self, "_fields", fields)
 
     def fill(self, statement: Statement) -> str:
         if statement.verbatim:
@@ -134,11 +138,12 @@ def _compile(
 
 
 SQLITE: Final = Dialect(
-    "sqlite", skip_locked="", each="(SELECT value FROM json_each(:{param}))", json_lists=True
+    "sqlite", skip_locked="", for_share="", each="(SELECT value FROM json_each(:{param}))", json_lists=True
 )
 POSTGRES: Final = Dialect(
     "postgres",
     skip_locked=" FOR UPDATE SKIP LOCKED",
+    for_share=" FOR SHARE",
     each="(SELECT unnest(:{param}::bigint[]))",
     json_lists=False,
 )

@@ -9,15 +9,10 @@ backends hold only connection plumbing.
 
 from __future__ import annotations
 
-import json
-import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
 
 from . import statements as sql
 from ._rows import (
-    approval_from_row,
     claim_from_row,
     effect_from_row,
     handle_from_row,
@@ -25,80 +20,31 @@ from ._rows import (
     lease_from_row,
     stats_from_row,
     task_from_row,
-    usage_from_row,
 )
 from .base import (
-    ApprovalDecision,
-    ApprovalRecord,
     ClaimOutcome,
     EffectRecord,
-    FeedbackRecord,
+    Fence,
     HandleKind,
     HandleRecord,
     InboxItem,
+    LeaseMoved,
     LeaseRecord,
     StoreError,
     StoreStats,
     TaskRecord,
-    UsageRecord,
 )
+from .crashpoints import crash_point
 from .schema import migration
-from .sql import Dialect, Procedure, Row, Script, Statement
+from .sqlcore import new_id
+from .sqlstore_people import PeopleMethods
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
 _PRUNE_BATCH = 10_000
 
 
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
-class SqlStore(ABC):
+class SqlStore(PeopleMethods):
     """Every Store method over the backend's four primitives (module doc)."""
-
-    dialect: ClassVar[Dialect]
-
-    # -- what a backend supplies ---------------------------------------------------
-    @abstractmethod
-    async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Row]:
-        """The rows of one statement, run on its own (atomic; autocommitted)."""
-
-    @abstractmethod
-    async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
-        """Run one statement on its own; how many rows it changed."""
-
-    @abstractmethod
-    async def _call(self, procedure: Procedure, params: Mapping[str, Any]) -> Row:
-        """The result row of ``procedure``, run as one transaction in one database trip."""
-
-    @abstractmethod
-    async def _script(self, make: Callable[[], Script]) -> Any:
-        """Drive the script ``make()`` returns in one transaction; its return value. ``make`` is
-        called again when the backend reruns the transaction (a generator runs only once)."""
-
-    @abstractmethod
-    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
-        """Take the lock that ends with this process (or its connection): its key, and whether
-        it was taken now (False: this store holds it already, under the same key)."""
-
-    @abstractmethod
-    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
-        """Which of ``(owner, lock key)`` no longer hold their liveness lock."""
-
-    async def _forget_liveness(self, owner: str) -> None:
-        """Clean up what a dead ``owner``'s liveness lock left behind (SQLite: its lock file)."""
-        return None  # Postgres: nothing (the lock ended with its session)
-
-    def _migration_prelude(self) -> Sequence[tuple[Statement, Mapping[str, Any]]]:
-        """Statements the migration transaction starts with (Postgres: a lock, the schema)."""
-        return ()
-
-    @abstractmethod
-    async def close(self) -> None: ...
-
-    async def _one(self, statement: Statement, **params: Any) -> Row | None:
-        rows = await self._fetch(statement, params)
-        return rows[0] if rows else None
 
     # -- lifecycle -------------------------------------------------------------------
     async def migrate(self) -> None:
@@ -134,7 +80,10 @@ class SqlStore(ABC):
             "now": now,
             "claim_id": new_id(),
         }
-        return claim_from_row(await self._call(sql.CLAIM, params))
+        crash_point("store.claim.before")
+        outcome = claim_from_row(await self._call(sql.CLAIM, params))
+        crash_point("store.claim.after")
+        return outcome
 
     async def prune_claims(self, *, older_than: float) -> int:
         # One statement per batch, each its own transaction: between batches other writers get the
@@ -173,6 +122,37 @@ class SqlStore(ABC):
         consumed: Sequence[int],
         enabled_tools: Sequence[str] | None = None,
         summary: str | None = None,
+        fence: Fence | None = None,
+        feedback_upto: float | None = None,
+    ) -> None:
+        await self._save(
+            task_id, transcript, consumed, enabled_tools, summary, fence, False, None, feedback_upto
+        )
+
+    async def checkpoint(
+        self,
+        task_id: str,
+        *,
+        transcript: bytes,
+        consumed: Sequence[int],
+        fence: Fence | None,
+        close: tuple[str, str] | None = None,
+        feedback_upto: float | None = None,
+        summary: str | None = None,
+    ) -> None:
+        await self._save(task_id, transcript, consumed, None, summary, fence, True, close, feedback_upto)
+
+    async def _save(
+        self,
+        task_id: str,
+        transcript: bytes,
+        consumed: Sequence[int],
+        enabled_tools: Sequence[str] | None,
+        summary: str | None,
+        fence: Fence | None,
+        run_open: bool,
+        close: tuple[str, str] | None,
+        feedback_upto: float | None,
     ) -> None:
         params = {
             "task_id": task_id,
@@ -180,41 +160,30 @@ class SqlStore(ABC):
             "tools": self.dialect.texts(enabled_tools),
             "consumed": self.dialect.ids(consumed),
             "summary": summary,
+            "run_open": run_open,
+            "close_id": close[0] if close else None,
+            "close_result": close[1] if close else None,
+            "feedback_upto": feedback_upto,
+            "fence": _token(task_id, fence),
         }
+        kind = "checkpoint" if run_open else "save"
+        crash_point(f"store.{kind}.before")
+        if consumed:
+            crash_point("store.consume.before")
+        row = await self._call(sql.SAVE_RUN, params)
+        if consumed:
+            crash_point("store.consume.after")
+        crash_point(f"store.{kind}.after")
         # An unknown task changes nothing: the update finds no row, the delete is scoped by task.
-        if not (await self._call(sql.SAVE_RUN, params))["saved"]:
+        if not row["saved"]:
             raise StoreError(f"unknown task {task_id!r}")
+        if not row["fenced"]:
+            raise LeaseMoved(f"the lease of task {task_id!r} has moved: nothing was saved")
 
     async def set_enabled_tools(self, task_id: str, tools: Sequence[str]) -> None:
         row = await self._one(sql.SET_ENABLED_TOOLS, task_id=task_id, tools=self.dialect.texts(tools))
         if row is None:
             raise StoreError(f"unknown task {task_id!r}")
-
-    # -- model usage ---------------------------------------------------------------------
-    async def record_usage(self, usage: UsageRecord) -> None:
-        await self._execute(
-            sql.RECORD_USAGE,
-            {
-                "task_id": usage.task_id,
-                "person": usage.person,
-                "channel": usage.channel,
-                "model": usage.model,
-                "day": usage.day,
-                "at": usage.at,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "requests": usage.requests,
-            },
-        )
-
-    async def tokens_spent(self, day: str, person: str | None = None) -> int:
-        row = await self._one(sql.TOKENS_SPENT, day=day, person=person)
-        return int(row["spent"]) if row else 0
-
-    async def usage_by_day(self, since: str) -> list[UsageRecord]:
-        return [usage_from_row(r) for r in await self._fetch(sql.USAGE_BY_DAY, {"since": since})]
 
     # -- inbox ---------------------------------------------------------------------------
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:
@@ -225,11 +194,20 @@ class SqlStore(ABC):
 
     # -- leases --------------------------------------------------------------------------
     async def acquire_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
-        row = await self._one(sql.ACQUIRE_LEASE, task_id=task_id, owner=owner, expires_at=now + ttl, now=now)
-        return row is not None
+        return await self.take_lease(task_id, owner=owner, ttl=ttl, now=now) is not None
 
-    async def renew_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> bool:
-        row = await self._one(sql.RENEW_LEASE, task_id=task_id, owner=owner, expires_at=now + ttl)
+    async def take_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> Fence | None:
+        params = {"task_id": task_id, "owner": owner, "expires_at": now + ttl, "now": now, "token": new_id()}
+        row = await self._one(sql.ACQUIRE_LEASE, **params)
+        return None if row is None else Fence(task_id, owner, str(row["token"]))
+
+    async def renew_lease(
+        self, task_id: str, *, owner: str, ttl: float, now: float, fence: Fence | None = None
+    ) -> bool:
+        token = None if fence is None else fence.token
+        row = await self._one(
+            sql.RENEW_LEASE, task_id=task_id, owner=owner, expires_at=now + ttl, token=token
+        )
         return row is not None
 
     async def release_lease(self, task_id: str, *, owner: str) -> None:
@@ -240,10 +218,14 @@ class SqlStore(ABC):
         return None if row is None else lease_from_row(row)
 
     # -- instances -----------------------------------------------------------------------
-    async def register_instance(self, owner: str, *, now: float) -> None:
+    #: Seconds an owner's liveness lock must be missing before it counts as dead (``Store`` doc).
+    liveness_grace: float = 0.0
+
+    async def register_instance(self, owner: str, *, now: float) -> bool:
         lock_key, fresh = await self._hold_liveness(owner)
         if fresh:
             await self._execute(sql.REGISTER_INSTANCE, {"owner": owner, "lock_key": lock_key, "now": now})
+        return fresh
 
     async def dead_owners(self, *, now: float) -> list[str]:
         rows = await self._fetch(sql.REGISTERED_LEASE_OWNERS, {"now": now})
@@ -279,13 +261,44 @@ class SqlStore(ABC):
         return None if row is None else handle_from_row(row)
 
     # -- effect journal --------------------------------------------------------------------
-    async def open_effect(self, *, effect_id: str, task_id: str, tool: str, args: str, now: float) -> None:
-        params = {"effect_id": effect_id, "task_id": task_id, "tool": tool, "args": args, "now": now}
-        await self._execute(sql.OPEN_EFFECT, params)
+    async def open_effect(
+        self,
+        *,
+        effect_id: str,
+        task_id: str,
+        tool: str,
+        args: str,
+        now: float,
+        call_id: str = "",
+        fence: Fence | None = None,
+    ) -> None:
+        params = {
+            "effect_id": effect_id,
+            "task_id": task_id,
+            "tool": tool,
+            "args": args,
+            "now": now,
+            "call_id": call_id,
+            "fence": _token(task_id, fence),
+        }
+        crash_point("store.journal_open.before")
+        opened = await self._execute(sql.OPEN_EFFECT, params)
+        crash_point("store.journal_open.after")
+        if not opened:
+            raise LeaseMoved(f"the lease of task {task_id!r} has moved: the write was not journalled")
 
-    async def close_effect(self, effect_id: str, *, result: str) -> None:
-        if await self._one(sql.CLOSE_EFFECT, effect_id=effect_id, result=result) is None:
+    async def close_effect(self, effect_id: str, *, result: str, fence: Fence | None = None) -> None:
+        token = None if fence is None else fence.token
+        crash_point("store.journal_close.before")
+        row = await self._one(sql.CLOSE_EFFECT, effect_id=effect_id, result=result, fence=token)
+        crash_point("store.journal_close.after")
+        if row is None:
+            if fence is not None and await self.get_effect(effect_id) is not None:
+                raise LeaseMoved(f"the lease of task {fence.task_id!r} has moved: {effect_id} stays open")
             raise StoreError(f"unknown effect {effect_id!r}")
+
+    async def call_effects(self, task_id: str) -> list[EffectRecord]:
+        return [effect_from_row(r) for r in await self._fetch(sql.CALL_EFFECTS, {"task_id": task_id})]
 
     async def open_effects(self, task_id: str) -> list[EffectRecord]:
         return [effect_from_row(r) for r in await self._fetch(sql.OPEN_EFFECTS, {"task_id": task_id})]
@@ -294,105 +307,15 @@ class SqlStore(ABC):
         row = await self._one(sql.GET_EFFECT, effect_id=effect_id)
         return None if row is None else effect_from_row(row)
 
-    # -- approvals -------------------------------------------------------------------------
-    async def open_approval(
-        self,
-        *,
-        approval_id: str,
-        task_id: str,
-        tool_call_id: str,
-        tool: str,
-        args: str,
-        requester: str,
-        channel: str,
-        thread_ts: str,
-        card_effect: str,
-        now: float,
-    ) -> None:
-        params = {
-            "approval_id": approval_id,
-            "task_id": task_id,
-            "tool_call_id": tool_call_id,
-            "tool": tool,
-            "args": args,
-            "requester": requester,
-            "channel": channel,
-            "thread_ts": thread_ts,
-            "card_effect": card_effect,
-            "card_args": json.dumps({"approval_id": approval_id}),
-            "now": now,
-        }
-        await self._call(sql.OPEN_APPROVAL, params)
-
-    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
-        row = await self._one(sql.GET_APPROVAL, approval_id=approval_id)
-        return None if row is None else approval_from_row(row)
-
-    async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
-        return [approval_from_row(r) for r in await self._fetch(sql.TASK_APPROVALS, {"task_id": task_id})]
-
-    async def has_open_approval(self, task_id: str) -> bool:
-        row = await self._one(sql.HAS_OPEN_APPROVAL, task_id=task_id)
-        return row is not None and bool(row["waiting"])
-
-    async def set_approval_card(self, approval_id: str, card_ts: str) -> None:
-        if await self._one(sql.SET_APPROVAL_CARD, approval_id=approval_id, card_ts=card_ts) is None:
-            raise StoreError(f"unknown approval {approval_id!r}")
-
-    async def decide_approval(
-        self, approval_id: str, *, decision: ApprovalDecision, user_id: str, payload: str, now: float
-    ) -> bool:
-        params = {
-            "approval_id": approval_id,
-            "decision": decision,
-            "user_id": user_id,
-            "now": now,
-            "payload": payload,
-            "decision_id": new_id(),
-        }
-        return bool((await self._call(sql.DECIDE, params))["won"])
-
-    async def expired_approvals(self, *, before: float, limit: int = 100) -> list[ApprovalRecord]:
-        rows = await self._fetch(sql.EXPIRED_APPROVALS, {"before": before, "limit": limit})
-        return [approval_from_row(r) for r in rows]
-
-    async def start_execution(self, approval_id: str, *, now: float) -> bool:
-        return await self._one(sql.START_EXECUTION, approval_id=approval_id, now=now) is not None
-
-    # -- feedback -----------------------------------------------------------------------
-    async def record_feedback(
-        self, *, task_id: str, message: str, user_id: str, user_name: str, kind: str, now: float
-    ) -> None:
-        if kind not in ("positive", "negative"):
-            raise StoreError(f"unknown feedback kind {kind!r}")
-        params = {
-            "task_id": task_id,
-            "message": message,
-            "user_id": user_id,
-            "user_name": user_name,
-            "kind": kind,
-            "now": now,
-        }
-        await self._execute(sql.RECORD_FEEDBACK, params)
-
-    async def pending_feedback(self, task_id: str) -> list[FeedbackRecord]:
-        rows = await self._fetch(sql.PENDING_FEEDBACK, {"task_id": task_id})
-        return [
-            FeedbackRecord(
-                task_id=str(r["task_id"]),
-                message=str(r["message"]),
-                user_id=str(r["user_id"]),
-                user_name=str(r["user_name"]),
-                kind="positive" if r["kind"] == "positive" else "negative",
-                clicked_at=float(r["clicked_at"]),
-            )
-            for r in rows
-        ]
-
-    async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
-        await self._execute(sql.MARK_FEEDBACK_SHOWN, {"task_id": task_id, "upto": upto})
-
     async def stats(self) -> StoreStats:
         row = await self._one(sql.STATS)
         assert row is not None  # an aggregate query always yields one row
         return stats_from_row(row)
+
+
+def _token(task_id: str, fence: Fence | None) -> str | None:
+    if fence is None:
+        return None
+    if fence.task_id != task_id:
+        raise StoreError(f"a fence of task {fence.task_id!r} cannot guard a write of task {task_id!r}")
+    return fence.token

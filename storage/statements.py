@@ -1,4 +1,6 @@
-"""Every statement the store runs, written once for both dialects (``storage/sql.py``).
+"""Every statement the store runs, written once for both dialects (``storage/sql.py``); those of
+approvals, leases (with fencing) and usage are in ``approval_statements.py``,
+``lease_statements.py`` and ``usage_statements.py``.
 
 Single statements are atomic on their own. The three multi-statement writes (a claim, creating a
 task, saving a run) are :class:`~storage.sql.Procedure` s: one transaction, one database trip on
@@ -9,19 +11,48 @@ from __future__ import annotations
 
 from typing import Final
 
+# The store reads every statement from this module: those of approvals, leases and usage too.
+from .approval_statements import (  # noqa: F401
+    APPROVAL_COLUMNS,
+    DECIDE,
+    EXPIRED_APPROVALS,
+    GET_APPROVAL,
+    HAS_OPEN_APPROVAL,
+    OPEN_APPROVAL,
+    SET_APPROVAL_CARD,
+    START_EXECUTION,
+    TASK_APPROVALS,
+)
+from .lease_statements import (  # noqa: F401
+    ACQUIRE_LEASE,
+    EXPIRE_LEASES,
+    FORGET_INSTANCE,
+    GET_LEASE,
+    LEASE_COLUMNS,
+    REGISTER_INSTANCE,
+    REGISTERED_LEASE_OWNERS,
+    RELEASE_LEASE,
+    RENEW_LEASE,
+    fenced,
+)
 from .sql import Procedure, SqlType, Statement
-
-TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at, summary"
-INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
-LEASE_COLUMNS = "task_id, owner, expires_at"
-HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
-EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at"
-APPROVAL_COLUMNS = (
-    "approval_id, task_id, tool_call_id, tool, args, requester, channel, thread_ts, card_effect, card_ts,"
-    " created_at, decision, decided_by, decided_at, executed_at"
+from .usage_statements import (  # noqa: F401
+    FEEDBACK_COLUMNS,
+    MARK_FEEDBACK_SHOWN,
+    PENDING_FEEDBACK,
+    RECORD_FEEDBACK,
+    RECORD_USAGE,
+    TOKENS_SPENT,
+    USAGE_BY_DAY,
 )
 
+TASK_COLUMNS = "task_id, channel, thread_ts, transcript, enabled_tools, created_at, summary, run_open"
+INBOX_COLUMNS = "item_id, task_id, channel, ts, thread_ts, payload, created_at"
+HANDLE_COLUMNS = "handle, task_id, kind, ref, authored, data"
+EFFECT_COLUMNS = "effect_id, task_id, tool, args, state, result, created_at, call_id"
+
 PING: Final = Statement("SELECT 1")
+
 
 # -- schema version (the migration runner, ``migrations.py``) ---------------------------------
 
@@ -159,6 +190,7 @@ CREATE_TASK: Final = Procedure(
         ("enabled_tools", SqlType.TEXTS),
         ("created_at", SqlType.REAL),
         ("summary", SqlType.TEXT),
+        ("run_open", SqlType.BOOL),
     ),
     steps=(
         Statement(
@@ -193,8 +225,10 @@ RECORD_ROOT: Final = Statement(
     " ON CONFLICT (channel, thread_ts) DO NOTHING"
 )
 
-#: ``Store.save_run``: the transcript, the tools and the summary when given (NULL keeps them), and the
-#: consumed items, scoped by task (an id of another task's item is ignored, never consumed).
+#: ``Store.save_run`` and ``Store.checkpoint``: the transcript, the tools and the summary when given
+#: (NULL keeps them), whether a run is still open on it, the consumed items (scoped by task: an id of
+#: another task's item is ignored), a journal entry closed with it (``:close_id``, NULL: none) and the
+#: feedback shown with it (clicked up to ``:feedback_upto``, NULL: none); all of it fenced.
 SAVE_RUN: Final = Procedure(
     name="save_run",
     params=(
@@ -203,16 +237,33 @@ SAVE_RUN: Final = Procedure(
         ("tools", SqlType.TEXTS),
         ("consumed", SqlType.IDS),
         ("summary", SqlType.TEXT),
+        ("run_open", SqlType.BOOL),
+        ("close_id", SqlType.TEXT),
+        ("close_result", SqlType.TEXT),
+        ("feedback_upto", SqlType.REAL),
+        ("fence", SqlType.TEXT),
     ),
-    returns=(("saved", SqlType.BOOL),),
+    returns=(("saved", SqlType.BOOL), ("fenced", SqlType.BOOL)),
     steps=(
         Statement(
             "UPDATE tasks SET transcript = :transcript, enabled_tools = COALESCE(:tools, enabled_tools),"
-            " summary = COALESCE(:summary, summary)"
-            " WHERE task_id = :task_id"
+            " summary = COALESCE(:summary, summary), run_open = :run_open"
+            f" WHERE task_id = :task_id AND {fenced()}"
         ),
-        Statement("DELETE FROM inbox WHERE task_id = :task_id AND item_id IN {each:consumed}"),
-        Statement("SELECT EXISTS (SELECT 1 FROM tasks WHERE task_id = :task_id) AS saved"),
+        Statement(
+            f"DELETE FROM inbox WHERE task_id = :task_id AND item_id IN {{each:consumed}} AND {fenced()}"
+        ),
+        Statement(
+            "UPDATE effects SET state = 'done', result = :close_result"
+            f" WHERE effect_id = :close_id AND task_id = :task_id AND {fenced()}"
+        ),
+        Statement(
+            "UPDATE feedback SET shown = 1 WHERE task_id = :task_id AND shown = 0"
+            f" AND clicked_at <= :feedback_upto AND {fenced()}"
+        ),
+        Statement(
+            f"SELECT EXISTS (SELECT 1 FROM tasks WHERE task_id = :task_id) AS saved, {fenced()} AS fenced"
+        ),
     ),
 )
 
@@ -226,15 +277,17 @@ PENDING_INBOX: Final = Statement(
     f"SELECT {INBOX_COLUMNS} FROM inbox WHERE task_id = :task_id ORDER BY item_id"
 )
 
-#: Tasks with pending inbox items or open effects and no live lease, longest-waiting first. A task
-#: waiting for an approval decision is not due for its inbox (its messages wait with it), only for
-#: open effects (an approval card to post after a crash).
+#: Tasks with pending inbox items, open effects or a run checkpointed mid-way, and no live lease,
+#: longest-waiting first. A task waiting for an approval decision is not due for its inbox (its
+#: messages wait with it), only for open effects (an approval card to post after a crash).
 TASKS_NEEDING_A_RUN: Final = Statement(
     """SELECT due.task_id FROM (
     SELECT task_id, MIN(created_at) AS since, FALSE AS effects FROM inbox GROUP BY task_id
     UNION ALL
     SELECT task_id, MIN(created_at) AS since, TRUE AS effects FROM effects WHERE state = 'open'
     GROUP BY task_id
+    UNION ALL
+    SELECT task_id, created_at AS since, TRUE AS effects FROM tasks WHERE run_open
 ) AS due
 WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.task_id = due.task_id AND l.expires_at > :now)
 AND (due.effects OR NOT EXISTS (
@@ -242,38 +295,6 @@ AND (due.effects OR NOT EXISTS (
 GROUP BY due.task_id
 ORDER BY MIN(due.since), due.task_id"""
 )
-
-# -- leases ----------------------------------------------------------------------------------
-
-#: One upsert: the conflict branch only fires for a free, expired or own lease (on Postgres, ON
-#: CONFLICT locks the row and re-checks the WHERE on its latest version: one of two takers wins).
-ACQUIRE_LEASE: Final = Statement(
-    "INSERT INTO leases (task_id, owner, expires_at) VALUES (:task_id, :owner, :expires_at)"
-    " ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at"
-    " WHERE leases.owner = excluded.owner OR leases.expires_at <= :now"
-    " RETURNING owner"
-)
-RENEW_LEASE: Final = Statement(
-    "UPDATE leases SET expires_at = :expires_at WHERE task_id = :task_id AND owner = :owner RETURNING owner"
-)
-RELEASE_LEASE: Final = Statement("DELETE FROM leases WHERE task_id = :task_id AND owner = :owner")
-GET_LEASE: Final = Statement(f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = :task_id")
-
-# -- instances (liveness of lease owners) -----------------------------------------------------
-
-REGISTER_INSTANCE: Final = Statement(
-    "INSERT INTO instances (owner, lock_key, started_at) VALUES (:owner, :lock_key, :now)"
-    " ON CONFLICT (owner) DO UPDATE SET lock_key = excluded.lock_key, started_at = excluded.started_at"
-)
-#: Registered owners that hold unexpired leases, with the key of their liveness lock.
-REGISTERED_LEASE_OWNERS: Final = Statement(
-    "SELECT DISTINCT i.owner, i.lock_key FROM instances i JOIN leases l ON l.owner = i.owner"
-    " WHERE l.expires_at > :now"
-)
-EXPIRE_LEASES: Final = Statement(
-    "UPDATE leases SET expires_at = :now WHERE owner = :owner AND expires_at > :now"
-)
-FORGET_INSTANCE: Final = Statement("DELETE FROM instances WHERE owner = :owner")
 
 # -- handles ---------------------------------------------------------------------------------
 
@@ -292,138 +313,21 @@ RESOLVE_HANDLE: Final = Statement(
 # -- effect journal --------------------------------------------------------------------------
 
 OPEN_EFFECT: Final = Statement(
-    "INSERT INTO effects (effect_id, task_id, tool, args, state, created_at)"
-    " VALUES (:effect_id, :task_id, :tool, :args, 'open', :now)"
+    "INSERT INTO effects (effect_id, task_id, tool, args, state, created_at, call_id)"
+    f" SELECT :effect_id, :task_id, :tool, :args, 'open', :now, :call_id WHERE {fenced()}"
 )
 CLOSE_EFFECT: Final = Statement(
-    "UPDATE effects SET state = 'done', result = :result WHERE effect_id = :effect_id RETURNING effect_id"
+    "UPDATE effects SET state = 'done', result = :result"
+    f" WHERE effect_id = :effect_id AND {fenced('effects.task_id')} RETURNING effect_id"
+)
+#: A task's journalled writes made by the model's tool calls (``call_id`` set), oldest first.
+CALL_EFFECTS: Final = Statement(
+    f"SELECT {EFFECT_COLUMNS} FROM effects WHERE task_id = :task_id AND call_id <> '' ORDER BY seq"
 )
 OPEN_EFFECTS: Final = Statement(
     f"SELECT {EFFECT_COLUMNS} FROM effects WHERE task_id = :task_id AND state = 'open' ORDER BY seq"
 )
 GET_EFFECT: Final = Statement(f"SELECT {EFFECT_COLUMNS} FROM effects WHERE effect_id = :effect_id")
-
-# -- approvals ------------------------------------------------------------------------------
-
-#: ``Store.open_approval``: the approval and the journal entry of its card, in one transaction.
-OPEN_APPROVAL: Final = Procedure(
-    name="open_approval",
-    params=(
-        ("approval_id", SqlType.TEXT),
-        ("task_id", SqlType.TEXT),
-        ("tool_call_id", SqlType.TEXT),
-        ("tool", SqlType.TEXT),
-        ("args", SqlType.TEXT),
-        ("requester", SqlType.TEXT),
-        ("channel", SqlType.TEXT),
-        ("thread_ts", SqlType.TEXT),
-        ("card_effect", SqlType.TEXT),
-        ("card_args", SqlType.TEXT),
-        ("now", SqlType.REAL),
-    ),
-    returns=(("opened", SqlType.BOOL),),
-    steps=(
-        Statement(
-            "INSERT INTO approvals (approval_id, task_id, tool_call_id, tool, args, requester, channel,"
-            " thread_ts, card_effect, created_at) VALUES (:approval_id, :task_id, :tool_call_id, :tool,"
-            " :args, :requester, :channel, :thread_ts, :card_effect, :now)"
-        ),
-        Statement(
-            "INSERT INTO effects (effect_id, task_id, tool, args, state, created_at)"
-            " VALUES (:card_effect, :task_id, 'approval_card', :card_args, 'open', :now)"
-        ),
-        Statement("SELECT EXISTS (SELECT 1 FROM approvals WHERE approval_id = :approval_id) AS opened"),
-    ),
-)
-
-GET_APPROVAL: Final = Statement(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = :approval_id")
-TASK_APPROVALS: Final = Statement(
-    f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE task_id = :task_id ORDER BY created_at, approval_id"
-)
-HAS_OPEN_APPROVAL: Final = Statement(
-    "SELECT EXISTS (SELECT 1 FROM approvals WHERE task_id = :task_id AND decision IS NULL) AS waiting"
-)
-SET_APPROVAL_CARD: Final = Statement(
-    "UPDATE approvals SET card_ts = :card_ts WHERE approval_id = :approval_id RETURNING approval_id"
-)
-#: Open approvals created before ``:before`` (the expiry sweep), oldest first.
-EXPIRED_APPROVALS: Final = Statement(
-    f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE decision IS NULL AND created_at < :before"
-    " ORDER BY created_at LIMIT :limit"
-)
-#: Marks an approved call as started; a row comes back only for the first caller.
-START_EXECUTION: Final = Statement(
-    "UPDATE approvals SET executed_at = :now"
-    " WHERE approval_id = :approval_id AND decision = 'approved' AND executed_at IS NULL"
-    " RETURNING approval_id"
-)
-
-#: ``Store.decide_approval``: the first decision wins. ``decision_id`` is fresh per call and marks
-#: the decision this call set, so only that call appends the inbox item that resumes the task; on
-#: Postgres a concurrent decider waits on the row and then finds it decided.
-DECIDE: Final = Procedure(
-    name="decide_approval",
-    params=(
-        ("approval_id", SqlType.TEXT),
-        ("decision", SqlType.TEXT),
-        ("user_id", SqlType.TEXT),
-        ("now", SqlType.REAL),
-        ("payload", SqlType.TEXT),
-        ("decision_id", SqlType.TEXT),
-    ),
-    returns=(("won", SqlType.BOOL),),
-    steps=(
-        Statement(
-            "UPDATE approvals SET decision = :decision, decided_by = :user_id, decided_at = :now,"
-            " decision_id = :decision_id WHERE approval_id = :approval_id AND decision IS NULL"
-        ),
-        Statement(
-            "INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)"
-            " SELECT task_id, channel, card_ts, thread_ts, :payload, :now FROM approvals"
-            " WHERE approval_id = :approval_id AND decision_id = :decision_id"
-        ),
-        Statement(
-            "SELECT EXISTS (SELECT 1 FROM approvals"
-            " WHERE approval_id = :approval_id AND decision_id = :decision_id) AS won"
-        ),
-    ),
-)
-
-# -- model usage -----------------------------------------------------------------------------
-
-RECORD_USAGE: Final = Statement(
-    "INSERT INTO model_usage (task_id, person, channel, model, day, at, input_tokens, output_tokens,"
-    " cache_read_tokens, cache_write_tokens, requests) VALUES (:task_id, :person, :channel, :model,"
-    " :day, :at, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :requests)"
-)
-#: Input plus output tokens of one UTC day, of everyone (``:person`` NULL) or of one person.
-TOKENS_SPENT: Final = Statement(
-    "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) AS spent FROM model_usage"
-    " WHERE day = :day AND (CAST(:person AS TEXT) IS NULL OR person = :person)"
-)
-USAGE_BY_DAY: Final = Statement(
-    "SELECT day, person, channel, SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens,"
-    " SUM(cache_read_tokens) AS cache_read_tokens, SUM(cache_write_tokens) AS cache_write_tokens,"
-    " SUM(requests) AS requests FROM model_usage WHERE day >= :since"
-    " GROUP BY day, person, channel ORDER BY day, person, channel"
-)
-
-# -- feedback --------------------------------------------------------------------------------
-
-FEEDBACK_COLUMNS = "task_id, message, user_id, user_name, kind, clicked_at"
-#: A person's click on an answer's feedback buttons; a second click replaces the first.
-RECORD_FEEDBACK: Final = Statement(
-    "INSERT INTO feedback (task_id, message, user_id, user_name, kind, clicked_at, shown)"
-    " VALUES (:task_id, :message, :user_id, :user_name, :kind, :now, 0)"
-    " ON CONFLICT (task_id, message, user_id) DO UPDATE SET kind = excluded.kind,"
-    " user_name = excluded.user_name, clicked_at = excluded.clicked_at, shown = 0"
-)
-PENDING_FEEDBACK: Final = Statement(
-    f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE task_id = :task_id AND shown = 0 ORDER BY clicked_at"
-)
-MARK_FEEDBACK_SHOWN: Final = Statement(
-    "UPDATE feedback SET shown = 1 WHERE task_id = :task_id AND shown = 0 AND clicked_at <= :upto"
-)
 
 # -- stats -----------------------------------------------------------------------------------
 

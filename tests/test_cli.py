@@ -33,11 +33,14 @@ GOOD = {
     "OPENAI_API_KEY": "sk-test-0123456789abcdef",
 }
 ADVICE = "Set {} in the environment or in ./.env (NAME=value lines), then run `python -m app check`."
+DEMO = "No Slack app yet? `python -m app playground --demo` tries it in a browser, without Slack or a key"
 
 
 def clean_env(cwd: Path, **values: str) -> dict[str, str]:
-    """Only PATH and the given settings: the developer's own SLACK_* or MODEL never leak in."""
-    return {"PATH": os.environ["PATH"], "HOME": str(cwd), **values}
+    """Only PATH and the given settings: the developer's own SLACK_* or MODEL never leak in. PYTHONPATH
+    (set by conftest.py) keeps the process on this checkout's code, whatever the venv's install points at."""
+    path = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
+    return {"PATH": os.environ["PATH"], "HOME": str(cwd), **path, **values}
 
 
 def app(cwd: Path, *args: str, **values: str) -> tuple[int, str, str]:
@@ -106,6 +109,7 @@ def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
         "  MODEL                 e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5 "
         "(or `model` in agent.toml)",
         ADVICE.format("them"),
+        DEMO,
     ]
 
 
@@ -117,6 +121,7 @@ def test_run_needs_no_signing_secret(here: Callable[..., str]) -> None:
         "  MODEL            e.g. openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5 "
         "(or `model` in agent.toml)",
         ADVICE.format("them"),
+        DEMO,
     ]
 
 

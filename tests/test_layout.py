@@ -21,20 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TOP_LEVEL = ("app", "channel", "storage", "threadbound_emulator", "bench")
 MAX_LINES = 400
 
-#: Modules still over MAX_LINES while their splits are under way (issue 20). This list only
-#: shrinks: an entry whose module is back under the limit fails the test until it is removed.
-OVERSIZE_ALLOWED: dict[str, str] = {
-    "channel.fake": "the in-memory adapter",
-    "channel.markdown": "Markdown splitting and rendering",
-    "storage.base": "the store's records and interface",
-    "storage.statements": "the SQL statements",
-}
-
-#: Imports that break a rule below and are being fixed (issue 20); same as above: only shrinks.
-EDGES_ALLOWED: dict[tuple[str, str], str] = {}
-
 #: app's layers, lowest first (see app/__init__.py); a module may import its own group and those
-#: listed for it. ``base`` is app.settings, app.logs and app.clicks (and the bare ``app`` package).
+#: listed for it. ``base`` is app.settings, app.logs, app.traces and app.clicks (and the bare
+#: ``app`` package).
 APP_GROUPS: dict[str, frozenset[str]] = {
     "base": frozenset({"base"}),
     "agent": frozenset({"base", "agent"}),
@@ -157,7 +146,7 @@ def _cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
 
 def _app_group(module: str) -> str:
     parts = module.split(".")
-    if module in ("app", "app.settings", "app.logs", "app.clicks"):
+    if module in ("app", "app.settings", "app.logs", "app.traces", "app.clicks"):
         return "base"
     if module == "app.__main__":
         return "main"
@@ -188,12 +177,10 @@ def _direction_error(source: str, target: str) -> str | None:
 
 
 def test_no_module_over_the_line_limit() -> None:
-    """No module outside tests is longer than 400 lines, except the listed ones still being split."""
+    """No module outside tests is longer than 400 lines."""
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
-    over = {n: lines for n, lines in sizes.items() if lines > MAX_LINES and n not in OVERSIZE_ALLOWED}
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
     assert not over, f"split these by concept into modules named for what they hold: {over}"
-    fixed = [name for name in OVERSIZE_ALLOWED if sizes.get(name, 0) <= MAX_LINES]
-    assert not fixed, f"remove from OVERSIZE_ALLOWED (now short or gone): {fixed}"
 
 
 def test_no_import_cycles() -> None:
@@ -210,10 +197,7 @@ def test_imports_go_downward() -> None:
         for target in targets
         if (why := _direction_error(source, target)) is not None
     }
-    unexpected = {edge: why for edge, why in wrong.items() if edge not in EDGES_ALLOWED}
-    assert not unexpected, unexpected
-    fixed = [edge for edge in EDGES_ALLOWED if edge not in wrong]
-    assert not fixed, f"remove from EDGES_ALLOWED (no longer imported): {fixed}"
+    assert not wrong, wrong
 
 
 def test_installed_packages_do_not_import_tests() -> None:

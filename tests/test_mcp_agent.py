@@ -180,7 +180,7 @@ async def test_check_shows_one_line_per_mcp_server(tmp_path: Path, monkeypatch: 
     lines = out.getvalue().splitlines()
     [tickets] = [line for line in lines if "  mcp tickets  " in line]
     assert (
-        tickets.startswith("PASS") and "ok, 8 tools (1 eager, 9 listed by the server) over stdio" in tickets
+        tickets.startswith("PASS") and "ok, 10 tools (1 eager, 11 listed by the server) over stdio" in tickets
     )
     [broken] = [line for line in lines if "  mcp broken  " in line]
     assert broken.startswith("WARN") and "no-such-mcp-command" in broken

@@ -207,3 +207,42 @@ async def test_a_missing_retry_after_waits_a_second() -> None:
 
     await outbound.write("reactions.add", flaky)
     assert attempts == [0.0, 1.0]
+
+
+async def test_a_lane_with_a_write_in_flight_is_not_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle lanes are forgotten, but not one whose write is in flight: its 429 still holds back the
+    next write of that lane for ``Retry-After``."""
+    from channel.slack import outbound as outbound_module
+
+    monkeypatch.setattr(outbound_module, "_MAX_IDLE_LANES", 0)
+    mt = ManualTime()
+    outbound = Outbound(clock=mt.clock, sleep=mt.sleep)
+    answered = asyncio.Event()
+    attempts: list[tuple[str, float]] = []
+
+    async def first() -> str:
+        attempts.append(("first", mt.now))
+        if len(attempts) == 1:
+            await answered.wait()
+            raise ChannelError("rate_limited", "limited", provider_code="ratelimited") from _rate_limited("7")
+        return "first"
+
+    async def second() -> str:
+        attempts.append(("second", mt.now))
+        return "second"
+
+    async def other() -> str:
+        return "other"
+
+    in_flight = asyncio.create_task(outbound.write("reactions.add", first))
+    await asyncio.sleep(0)
+    assert await outbound.write("chat.update", other) == "other"  # forgets idle lanes
+    answered.set()
+    await mt.asleep.wait()  # the first write waits out its Retry-After
+    later = asyncio.create_task(outbound.write("reactions.add", second))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert ("second", 0.0) not in attempts
+    mt.advance(7.0)
+    assert await in_flight == "first" and await later == "second"
+    assert ("second", 7.0) in attempts

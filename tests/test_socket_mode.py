@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from slack_sdk.errors import SlackApiError
 
+from app import logs
+from app.agent.approval_cards import APPROVE
 from app.intake.http import HTTP_EVENTS_OFF
 from app.service import Service, StartupError
 from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET, AppHarness, settings_for
-from tests.support.models import echo_model
+from tests.support.models import Turn, call, echo_model, scripted
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
 from threadbound_emulator import Envelope, FakeSlack
 
 WITHIN = 10.0
@@ -94,20 +105,29 @@ async def test_a_mention_over_the_socket_is_answered_in_its_thread(tmp_path: Pat
 
 async def test_a_redelivered_envelope_is_answered_once(tmp_path: Path) -> None:
     """An envelope whose ack Slack did not get comes again with retry_attempt 1: acknowledged
-    again, answered once (the claim dedupes it)."""
+    again, answered once (the claim dedupes it); each delivery's log line names the envelope and
+    the attempt, and the app token appears in no log line."""
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True) as app:
-            slack.socket.hold_acks()
-            root, envelope = await _mention(slack)
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_held_ack(envelope)
-            slack.socket.release_acks()
-            assert slack.socket.redeliver_unacked() == [envelope]
-            await _acked(slack, envelope)
-            assert envelope.retry_attempt == 1
-            await app.idle()
+            with logs.capture(app.settings) as captured:
+                slack.socket.hold_acks()
+                root, envelope = await _mention(slack)
+                async with asyncio.timeout(WITHIN):
+                    await slack.socket.wait_held_ack(envelope)
+                slack.socket.release_acks()
+                assert slack.socket.redeliver_unacked() == [envelope]
+                await _acked(slack, envelope)
+                assert envelope.retry_attempt == 1
+                await app.idle()
         assert len(_replies(slack, root)) == 1
+        lines = captured.lines("delivery")
+        assert [(line["outcome"], line.get("retry_attempt")) for line in lines] == [
+            ("claimed", None),
+            ("duplicate", 1),
+        ]
+        assert {line["envelope_id"] for line in lines} == {envelope.envelope_id}
+        assert slack.app_token not in captured.text
 
 
 async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_path: Path) -> None:
@@ -140,25 +160,26 @@ async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_
         assert len(_replies(slack, root)) == 1
 
 
-async def test_a_disconnect_and_a_dropped_socket_are_survived(tmp_path: Path) -> None:
-    """Slack's disconnect (refresh_requested) and a socket cut without a close frame each lead to a
-    new connection; a mention sent while the app reconnects is answered once, nothing lost."""
+async def test_disconnects_and_a_dropped_socket_are_survived(tmp_path: Path) -> None:
+    """Slack's disconnect (refresh_requested, then warning) and a socket cut without a close frame
+    each lead to a new connection; a mention sent while the app reconnects is answered once."""
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True) as app:
-            await slack.socket.disconnect("refresh_requested")
-            root1, first = await _mention(slack, "<@UBOT> after refresh")
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_connections(1, opened=2)
-            await _acked(slack, first)
-            slack.socket.drop()
-            root2, second = await _mention(slack, "<@UBOT> after drop")
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_connections(1, opened=3)
-            await _acked(slack, second)
+            roots = []
+            for opened, way in enumerate(("refresh_requested", "warning", "drop"), start=2):
+                if way == "drop":
+                    slack.socket.drop()
+                else:
+                    await slack.socket.disconnect(way)
+                root, envelope = await _mention(slack, f"<@UBOT> after {way}")
+                roots.append(root)
+                async with asyncio.timeout(WITHIN):
+                    await slack.socket.wait_connections(1, opened=opened)
+                await _acked(slack, envelope)
             await app.idle()
-        assert [len(_replies(slack, root)) for root in (root1, root2)] == [1, 1]
-        assert slack.count("apps.connections.open") == 3
+        assert [len(_replies(slack, root)) for root in roots] == [1, 1, 1]
+        assert slack.count("apps.connections.open") == 4
 
 
 async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_configured(tmp_path: Path) -> None:
@@ -187,6 +208,48 @@ async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_config
         assert len(_replies(slack, http_root)) == 1 and len(_replies(slack, socket_root)) == 1
 
 
+def _react_then_report(turn: Turn) -> list[Any]:
+    """Asks to react to the person's message (a gated call), then replies with the call's outcome."""
+    handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt or "")
+    if handle is not None:
+        return [call("channel_react", message=handle.group(1), emoji="tada")]
+    reacted = [r for name, r in turn.results if name == "channel_react"]
+    if reacted:
+        return [call("channel_reply", text="outcome: " + ("ok" if "error" not in reacted[0] else "refused"))]
+    return [""]
+
+
+async def test_an_approval_click_over_the_socket_runs_the_call(tmp_path: Path) -> None:
+    """Interactivity over the socket: the requester's click on an approval card arrives as an
+    interactive envelope, is acknowledged, and the gated call runs once."""
+    agent = tmp_path / "agent.toml"
+    agent.write_text('approval = ["channel_react"]\n', encoding="utf-8")
+    model = scripted(_react_then_report)
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        gated: dict[str, Any] = {"agent_file": agent, "socket_mode": True}
+        async with AppHarness(slack, model=model, data_dir=tmp_path, **gated) as app:
+            root, envelope = await _mention(slack, "<@UBOT> please react")
+            await _acked(slack, envelope)
+            await app.idle()
+            [card] = [m for m in _replies(slack, root) if any(b["type"] == "actions" for b in m["blocks"])]
+            actions = next(b for b in card["blocks"] if b["type"] == "actions")
+            value = next(e["value"] for e in actions["elements"] if e["action_id"] == APPROVE)
+            click = events.block_actions(
+                channel="C1", user="U1", message_ts=card["ts"], thread_ts=root, action_id=APPROVE, value=value
+            )
+            clicked = events.over_socket(slack, click)
+            assert clicked.type == "interactive"
+            await _acked(slack, clicked)
+            assert app.service is not None and app.service.approvals is not None
+            await app.idle()
+            await app.service.approvals.idle()
+            await app.idle()
+        assert slack.count("reactions.add") == 1
+        outcomes = [m["text"] for m in _replies(slack, root) if m["text"].startswith("outcome")]
+        assert outcomes == ["outcome: ok"]
+
+
 @pytest.mark.parametrize(
     ("token", "expected"),
     [
@@ -207,9 +270,142 @@ async def test_a_bad_app_token_stops_start_with_one_line(tmp_path: Path, token: 
         assert calls == ([] if token.startswith(("xoxb", "0")) else ["apps.connections.open"])
 
 
+@pytest.mark.process
+def test_serve_with_a_bot_token_as_app_token_prints_one_line(tmp_path: Path) -> None:
+    """`serve` with the bot token pasted into SLACK_APP_TOKEN (and no signing secret, which Socket
+    Mode does not need) exits 2 with exactly one line naming what was pasted, no traceback."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "SLACK_BOT_TOKEN": "xoxb-1111-2222-bot",
+        "SLACK_APP_TOKEN": "xoxb-1111-2222-bot",
+        "SLACK_API_URL": "http://127.0.0.1:9/api/",  # never called: the shape is checked first
+        "MODEL": "openai-chat:gpt-4o-mini",
+        "OPENAI_API_KEY": "sk-test-0123456789abcdef",
+    }
+    serve = [sys.executable, "-m", "app", "serve"]
+    proc = subprocess.run(serve, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "threadbound: cannot start: SLACK_APP_TOKEN must start with xapp- — this looks like the bot token "
+        "(xoxb-): copy the app-level token from Basic Information\n"
+    )
+
+
 async def test_http_events_off_without_an_app_token_is_refused(tmp_path: Path) -> None:
     """SLACK_HTTP_EVENTS=false without SLACK_APP_TOKEN would leave Slack no way in: refused at start."""
     async with FakeSlack() as slack:
         settings = settings_for(slack, tmp_path, slack_http_events=False)
         with pytest.raises(StartupError, match="SLACK_HTTP_EVENTS=false without SLACK_APP_TOKEN"):
             await Service.create(settings, model=echo_model())
+
+
+# -- several connections, and a crash between claim and ack -----------------------------------------
+
+
+async def test_two_instances_each_with_a_connection_answer_every_mention_once(tmp_path: Path) -> None:
+    """Two instances on one Postgres, one socket each: Slack spreads the envelopes over both, the
+    app_mention and message envelopes of one message land on different sockets, and every message
+    is answered exactly once."""
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
+    schema = f"tb_socket_{uuid.uuid4().hex[:12]}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    try:
+        async with FakeSlack() as slack:
+            _workspace(slack)
+            shared: dict[str, Any] = {"socket_mode": True, "database_url": url}
+            one, two = (AppHarness(slack, model=echo_model(), data_dir=tmp_path / n, **shared) for n in "ab")
+            async with one, two:
+                assert len(slack.socket.connections) == 2
+                sent: list[tuple[str, list[Envelope]]] = []
+                for n in range(3):
+                    text = f"<@UBOT> question {n}"
+                    root = slack.add_message("C1", text, user="U1")
+                    pair = [
+                        events.app_mention("C1", "U1", text, root),
+                        events.message("C1", "U1", text, root),
+                    ]
+                    sent.append((root, [events.over_socket(slack, body) for body in pair]))
+                for _, envelopes in sent:
+                    for envelope in envelopes:
+                        await _acked(slack, envelope)
+                await one.idle()
+                await two.idle()
+                await one.idle()
+            used = {envelope.sent_on[0] for _, envelopes in sent for envelope in envelopes}
+            assert len(used) == 2
+            assert [len(_replies(slack, root)) for root, _ in sent] == [1, 1, 1]
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+class _StuckFirst:
+    """A model whose first request never returns (its process is killed meanwhile); every later one
+    replies with the person's words once."""
+
+    def __init__(self) -> None:
+        self.first_request = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        if not self.first_request.is_set():
+            self.first_request.set()
+            await self.release.wait()
+            return FakeOpenAI.text("")
+        if (request.get("messages") or [{}])[-1].get("role") == "tool":
+            return FakeOpenAI.text("")
+        return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
+
+
+@pytest.mark.process
+async def test_a_crash_between_claim_and_ack_is_answered_once(tmp_path: Path) -> None:
+    """`serve` in Socket Mode is killed (SIGKILL) after the claim committed but before Slack got the
+    ack (the emulator holds it, as if lost): Slack redelivers the envelope to the restarted process,
+    which acknowledges the duplicate and answers the message once."""
+    model = _StuckFirst()
+    async with FakeSlack() as slack, FakeOpenAI(model) as llm:
+        _workspace(slack)
+        env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_APP_TOKEN": slack.app_token,
+            "SLACK_API_URL": slack.api_url,
+            "DATA_DIR": str(tmp_path / "data"),
+            "MODEL": "openai-chat:fake",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "x",
+            "LEASE_TTL": "600",  # an answer within the test's bound cannot come from lease expiry
+            "SWEEP_INTERVAL": "3600",
+            "PROGRESS": "off",
+        }
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "first.log")
+        await first.start()
+        try:
+            async with asyncio.timeout(30):
+                await slack.socket.wait_connections(1, opened=1)
+            slack.socket.hold_acks()
+            root, envelope = await _mention(slack, "<@UBOT> are you there")
+            async with asyncio.timeout(30):
+                await slack.socket.wait_held_ack(envelope)  # sent only once the claim committed
+                await model.first_request.wait()
+        finally:
+            first.kill()
+            await first.wait()
+        slack.socket.release_acks()
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "second.log")
+        await second.start()
+        try:
+            await _acked(slack, envelope)
+            await eventually(lambda: len(_replies(slack, root)) >= 1, within=30)
+        finally:
+            model.release.set()
+            await second.stop()
+        assert envelope.retry_attempt == 1
+        [reply] = _replies(slack, root)
+        assert "are you there" in reply["text"]

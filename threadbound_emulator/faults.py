@@ -4,7 +4,10 @@ Shared by the Slack emulator and the fake model server (``tests.support.fake_mod
 Faults queue per key (a Web API method, an endpoint) and are consumed in order,
 each for ``times`` requests (``None``: every request from then on):
 
-- ``fail``: answer an error (e.g. 429 with ``Retry-After``, or a 5xx) and do nothing;
+- ``fail``: answer an error (e.g. 429 with ``Retry-After``, or a 5xx) and do nothing; with
+  ``applied``, do the work first (Slack's ambiguous 5xx, ``internal_error``, ``request_timeout``:
+  the client cannot tell whether it happened); with ``html``, the answer is an HTML page
+  (a proxy's 502/504) instead of Slack's JSON;
 - ``drop``: do the work, then close the connection without an answer, so the
   client cannot tell whether it happened;
 - ``delay``: wait ``seconds`` before handling the request.
@@ -42,6 +45,10 @@ class Fault:
     retry_after: int | None = None
     #: Seconds to wait (``delay`` only).
     seconds: float = 0.0
+    #: ``fail`` only: the work is done before the error is answered.
+    applied: bool = False
+    #: ``fail`` only: the answer is an HTML page, not JSON.
+    html: bool = False
 
     def headers(self) -> dict[str, str]:
         """The headers of a ``fail`` answer."""

@@ -184,16 +184,21 @@ class FakeSlack(Workspace):
         status: int | None = None,
         retry_after: int | None = 1,
         times: int | None = 1,
+        *,
+        applied: bool = False,
+        html: bool = False,
     ) -> None:
         """Answer the next ``times`` calls of ``method`` (``None``: all of them) with ``error``.
 
         ``status`` defaults to 429 for ``ratelimited`` (with ``Retry-After``), else 200.
-        Nothing is applied for a failed call. Faults queue per method, in order.
+        Nothing is applied for a failed call unless ``applied`` (the work is done, then the error
+        answered: an ambiguous outcome); ``html`` answers an HTML page (a proxy's 502) instead of
+        JSON. Faults queue per method, in order.
         """
         if status is None:
             status = 429 if error == "ratelimited" else 200
         retry = retry_after if status == 429 else None
-        self.faults.add(method, Fault("fail", times, status, error, retry))
+        self.faults.add(method, Fault("fail", times, status, error, retry, applied=applied, html=html))
 
     def drop(self, method: str, times: int | None = 1) -> None:
         """Apply the next ``times`` calls of ``method``, then close the connection unanswered
@@ -266,6 +271,14 @@ class FakeSlack(Workspace):
         all_headers.update(headers or {})
         return web.json_response(body, status=status, headers=all_headers)
 
+    def _fail(self, call: Call, fault: Fault) -> web.Response:
+        """A scripted failure's answer: Slack's JSON error, or a proxy's HTML page."""
+        if fault.html:
+            call.response = {"ok": False, "error": "html"}
+            page = f"<html><body><h1>{fault.status} {fault.error or 'Bad Gateway'}</h1></body></html>"
+            return web.Response(text=page, status=fault.status, content_type="text/html")
+        return self._answer(call, {"ok": False, "error": fault.error}, fault.status, fault.headers())
+
     async def _api(self, request: web.Request) -> web.StreamResponse:
         call = Call(request.match_info["method"], {})
         try:
@@ -296,8 +309,8 @@ class FakeSlack(Workspace):
             return self._answer(call, {"ok": False, "error": "unknown_method"})
         fault = self.faults.next(name)
         await pause(fault)
-        if fault is not None and fault.kind == "fail":
-            return self._answer(call, {"ok": False, "error": fault.error}, fault.status, fault.headers())
+        if fault is not None and fault.kind == "fail" and not fault.applied:
+            return self._fail(call, fault)
         if method is None:
             return self._answer(call, {"ok": True, **self.socket.open_url()})
         limit = self.rate_limits.get(name)
@@ -315,5 +328,7 @@ class FakeSlack(Workspace):
             body = {"ok": False, "error": exc.code, **exc.extra}
         if fault is not None and fault.kind == "drop":
             drop_connection(request)
+        if fault is not None and fault.kind == "fail":
+            return self._fail(call, fault)
         await self.faults.wait_if_held(name)
         return self._answer(call, body)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_ai import RunContext
+from pydantic_ai import RunContext, ToolDenied
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -37,6 +37,27 @@ def gated(globs: Sequence[str], name: str) -> bool:
 
 def error_json(code: str, message: str) -> str:
     return json.dumps({"error": {"code": code, "message": message}})
+
+
+def decision_result(approval: ApprovalRecord | None) -> bool | ToolDenied:
+    """What a decided (or withdrawn) gated call resumes with: True runs it; a denial is what the
+    model reads instead of its result."""
+    if approval is None or approval.decision == "void":
+        message = "This call was interrupted before anyone could approve it; ask again if needed."
+        return ToolDenied(error_json("tool_failed", message))
+    if approval.decision == "approved":
+        return True
+    if approval.decision == "denied":
+        message = f"{approval.tool} was denied by a person in this conversation; it did not run."
+        return ToolDenied(error_json("denied", message))
+    if approval.decision == "failed":
+        message = (
+            f"{approval.tool} needs a person's approval, but the approval card could not be posted in "
+            "this conversation (the bot is not a member, or it is archived), so nobody could approve "
+            "it; it did not run."
+        )
+        return ToolDenied(error_json("tool_failed", message))
+    return ToolDenied(error_json("expired", f"Nobody approved {approval.tool} in time; it did not run."))
 
 
 @dataclass

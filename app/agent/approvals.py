@@ -46,7 +46,7 @@ from channel.session import ChannelSession
 from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
 from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
-from .approval_gate import ApprovalGate, error_json, gated, newest_approval
+from .approval_gate import ApprovalGate, decision_result, gated, newest_approval
 
 __all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 #: The journal's tool name for posting an approval card.
 CARD_EFFECT = "approval_card"
+#: Card post failures that will not pass (``not_in_channel``, ``is_archived``, ``channel_not_found``…).
+_UNPOSTABLE = frozenset({"unsupported", "not_found"})
 #: ``kind`` of the inbox payload a decision appends.
 DECISION_KIND = "approval_decision"
 
@@ -184,9 +186,31 @@ class Approvals:
                 posted = found[0]
             else:
                 text, blocks = open_card(approval, self.ttl)
-                posted = await self.adapter.post_blocks(origin, text, blocks, effect_id=effect.effect_id)
+                try:
+                    posted = await self.adapter.post_blocks(origin, text, blocks, effect_id=effect.effect_id)
+                except ChannelError as exc:
+                    if exc.ambiguous or exc.code not in _UNPOSTABLE:
+                        raise  # passing (or unknown): the sweep looks for the card and posts it if absent
+                    await self._unpostable(session, approval, effect, exc)
+                    continue
             await self.store.set_approval_card(approval_id, posted.ref.rpartition(":")[2])
             await session.journal.close(effect.effect_id, {"card": posted.ref})
+
+    async def _unpostable(
+        self, session: ChannelSession, approval: ApprovalRecord, effect: EffectRecord, exc: ChannelError
+    ) -> None:
+        """Slack will not take the card here (``not_in_channel``, ``is_archived``…): nobody can ever
+        approve it, so the call is decided ``failed`` at once and the task goes on."""
+        log.warning("approval card %s cannot be posted: %s", approval.approval_id, exc.message)
+        await self.store.decide_approval(
+            approval.approval_id,
+            decision="failed",
+            user_id="",
+            payload=_decision_payload(approval.approval_id),
+            now=self.clock(),
+        )
+        await session.journal.close(effect.effect_id, exc.as_result())
+        self.wake(approval.task_id)
 
     async def post_cards(self, session: ChannelSession, history: Sequence[ModelMessage]) -> None:
         """Post the cards of this task's approvals whose card effects are still open. A failed post
@@ -231,28 +255,9 @@ class Approvals:
         results: dict[str, bool | ToolDenied] = {}
         for call in calls:
             approval = newest_approval(approvals, call.tool_call_id)
-            if approval is None or approval.decision == "void":
-                results[call.tool_call_id] = ToolDenied(
-                    error_json(
-                        "tool_failed",
-                        "This call was interrupted before anyone could approve it; ask again if needed.",
-                    )
-                )
-            elif approval.decision is None:
+            if approval is not None and approval.decision is None:
                 return WAITING
-            elif approval.decision == "approved":
-                results[call.tool_call_id] = True
-            elif approval.decision == "denied":
-                results[call.tool_call_id] = ToolDenied(
-                    error_json(
-                        "denied",
-                        f"{approval.tool} was denied by a person in this conversation; it did not run.",
-                    )
-                )
-            else:
-                results[call.tool_call_id] = ToolDenied(
-                    error_json("expired", f"Nobody approved {approval.tool} in time; it did not run.")
-                )
+            results[call.tool_call_id] = decision_result(approval)
         return DeferredToolResults(approvals=dict(results))
 
     # -- clicks ----------------------------------------------------------------------------------

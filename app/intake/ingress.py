@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app import logs
+from app import logs, traces
 from app.runs.scheduler import Scheduler
 from app.settings import Settings
 from storage.base import Store, StoreError
@@ -79,8 +79,12 @@ class Ingress:
     async def handle(self, body: dict[str, Any]) -> IngressResult:
         event_id = body.get("event_id")
         started = time.perf_counter()
-        with logs.bind(event_id=event_id if isinstance(event_id, str) and event_id else None):
+        with (
+            logs.bind(event_id=event_id if isinstance(event_id, str) and event_id else None),
+            traces.delivery_span(body) as span,
+        ):
             result = await self._handle(body)
+            traces.delivered(span, body, result.outcome, result.task_id)
             self._log(result, body, time.perf_counter() - started)
         if self.on_result is not None:
             self.on_result(result, body)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from app.agent.agent_file import AgentFile
 from app.agent.mcp.servers import McpServers
 from app.intake.socket_mode import SocketModeError, check_transport, open_connection_url
-from app.settings import Settings, describe_database
+from app.settings import Settings, bot_token_problem, describe_database, signing_secret_problem
 from channel.errors import ChannelError
 from channel.skills import SkillLibrary
 from channel.slack import SlackIdentity, fetch_identity
@@ -100,6 +100,10 @@ async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | N
     if not token:
         report.line("FAIL", "token", "SLACK_BOT_TOKEN is not set: copy the Bot User OAuth Token (xoxb-…)")
         return None
+    shape = bot_token_problem(token)
+    if shape:  # no call to Slack with a credential of the wrong kind
+        report.line("FAIL", "token", shape)
+        return None
     try:
         identity = await fetch_identity(token, settings.slack_api_url)
     except ChannelError as exc:
@@ -153,6 +157,8 @@ async def _check_app_token(settings: Settings, report: _Report) -> None:
 def _check_signing_secret(settings: Settings, report: _Report) -> None:
     if settings.socket_mode and not settings.http_events:
         report.line("SKIP", "signing secret", "not needed: deliveries come over Socket Mode only")
+    elif problem := signing_secret_problem(settings.slack_signing_secret.get_secret_value()):
+        report.line("FAIL", "signing secret", problem)
     elif settings.slack_signing_secret.get_secret_value():
         report.line("PASS", "signing secret", "set")
     else:

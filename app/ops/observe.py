@@ -31,7 +31,7 @@ from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
-from app import logs
+from app import logs, traces
 from app.intake.ingress import IngressResult
 from app.runs.run import RunHooks
 from channel.session import ChannelSession
@@ -47,6 +47,7 @@ class _Run:
     run_id: str
     started: float
     scope: logs.Scope
+    trace: traces.RunSpan
     tools: int = 0
     tool_errors: int = 0
     requests: int = 0
@@ -73,7 +74,8 @@ class Observer:
         # Opened here and closed in on_end: both are awaited in the runner's task, so every line
         # logged in between (tools, Slack calls, the runner's own) carries task and run.
         scope = logs.open_scope(task=session.task.task_id, run=run_id)
-        self._runs[session] = _Run(run_id, time.perf_counter(), scope)
+        span = traces.start_run(session.task.task_id, run_id, len(items))
+        self._runs[session] = _Run(run_id, time.perf_counter(), scope, span)
         self.metrics.runs_started.inc()
         logs.event(log, "run started", messages=len(items))
 
@@ -99,6 +101,7 @@ class Observer:
             cache_read_tokens=run.cache_read_tokens,
             cache_write_tokens=run.cache_write_tokens,
         )
+        traces.end_run(run.trace, status)
         logs.close_scope(run.scope)
 
     # -- model usage -------------------------------------------------------------------------
@@ -139,6 +142,7 @@ class Observer:
     # -- Slack -----------------------------------------------------------------------------
     def slack_call(self, method: str, outcome: str, seconds: float) -> None:
         self.metrics.slack_calls.labels(method=method, outcome=outcome).inc()
+        traces.slack_call(method, outcome, seconds)
         if outcome != "ok":
             logs.event(
                 log,

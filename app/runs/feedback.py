@@ -69,15 +69,15 @@ class Feedback:
         log.info("feedback", extra={"fields": {"task": task_id, "kind": kind}})
 
 
-async def feedback_notes(store: Store, session: ChannelSession) -> list[str]:
+async def feedback_notes(store: Store, session: ChannelSession) -> tuple[list[str], float | None]:
     """One line per click on the task's answers not shown yet ("Alice marked your answer msg_… as
-    not helpful"); marks them shown."""
+    not helpful"), and the newest click's time: the run marks them shown with the first checkpoint
+    or save that holds the prompt showing them (``feedback_upto``), so a crash before loses none."""
     pending = await store.pending_feedback(session.task.task_id)
     if not pending:
-        return []
+        return [], None
     lines = []
     for record in pending:
         handle = await session.handles.mint("msg", record.message, authored=True)
         lines.append(f"{record.user_name} marked your answer {handle} as {KINDS[record.kind]}.")
-    await store.mark_feedback_shown(session.task.task_id, upto=max(r.clicked_at for r in pending))
-    return lines
+    return lines, max(r.clicked_at for r in pending)

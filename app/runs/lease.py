@@ -6,8 +6,10 @@ renewal finds another owner, or no renewal succeeded for ``ttl`` (a hung process
 unreachable database), the lease counts as lost: :attr:`Lease.lost` is set and
 :meth:`Lease.check` — awaited before every write of the run — raises
 :class:`~app.run.RunStopped`, so the run ends before it posts anything more. A
-check after a long pause without a renewal asks the store first, so even a
-process that was frozen past the expiry cannot write on an old belief.
+check more than :data:`CONFIRM_AFTER` seconds after the store last confirmed the
+lease asks the store first, so even a process that was frozen cannot write on an old
+belief. The lease's :class:`~storage.base.Fence` goes with every durable write of the
+run, so a write that slips past the check is still refused by the store (invariant 12).
 """
 
 from __future__ import annotations
@@ -16,18 +18,31 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from storage.base import Store, StoreError
+from storage.base import Fence, Store, StoreError
 
-from .run import RunStopped
+from .outcome import RunStopped
 
 log = logging.getLogger(__name__)
+
+#: Seconds a store confirmation of the lease counts for: a check later than this (before a Slack
+#: write or a model request) asks the store again (one round trip).
+CONFIRM_AFTER = 3.0
 
 
 class Lease:
     def __init__(
-        self, store: Store, task_id: str, *, owner: str, ttl: float, clock: Callable[[], float]
+        self,
+        store: Store,
+        task_id: str,
+        *,
+        owner: str,
+        ttl: float,
+        clock: Callable[[], float],
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
+        #: The acquisition this lease is (its writes carry it); None: renewals check the owner only.
+        self.fence = fence
         self.task_id = task_id
         self.owner = owner
         self.ttl = ttl
@@ -40,7 +55,9 @@ class Lease:
     async def renew(self) -> bool:
         """Extend the lease in the store; False (and ``lost`` set) when it is someone else's now."""
         now = self._clock()
-        if await self.store.renew_lease(self.task_id, owner=self.owner, ttl=self.ttl, now=now):
+        if await self.store.renew_lease(
+            self.task_id, owner=self.owner, ttl=self.ttl, now=now, fence=self.fence
+        ):
             self._confirmed = now
             return True
         self._lose("another owner took it")
@@ -58,9 +75,9 @@ class Lease:
                     self._lose("no renewal for a whole lease")
 
     async def check(self) -> None:
-        """Raise ``RunStopped`` unless this process still holds the lease. Free while the heartbeat
-        is fresh; after half a lease without a renewal it asks the store."""
-        if not self.lost.is_set() and self._clock() - self._confirmed >= self.ttl / 2:
+        """Raise ``RunStopped`` unless this process still holds the lease. Free while the store
+        confirmed it within :data:`CONFIRM_AFTER` seconds; later it asks the store."""
+        if not self.lost.is_set() and self._clock() - self._confirmed >= min(CONFIRM_AFTER, self.ttl / 2):
             try:
                 await self.renew()
             except StoreError:

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from channel.session import ChannelSession
-from storage.base import InboxItem, UsageRecord
+from storage.base import InboxItem, LeaseMoved, UsageRecord
 
 APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
 RUNAWAY = (
@@ -45,14 +45,15 @@ class RunOutcome:
 
 
 def stopped(exc: BaseException) -> bool:
-    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped`."""
+    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped` or the store's
+    refusal of a fenced write (``LeaseMoved``): either way the run may no longer act."""
     pending, seen = [exc], set()
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue  # chains can loop
         seen.add(id(current))
-        if isinstance(current, RunStopped):
+        if isinstance(current, RunStopped | LeaseMoved):
             return True
         if isinstance(current, BaseExceptionGroup):
             pending.extend(current.exceptions)

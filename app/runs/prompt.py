@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.agent.approvals import is_decision
+from app.agent.approvals import Approvals, is_decision
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
@@ -80,3 +80,13 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
         if isinstance(raw, dict) and not is_decision(item):
             return raw
     return None
+
+
+async def answer_recipient(items: Sequence[InboxItem], approvals: Approvals | None) -> dict[str, Any] | None:
+    """Whom a streamed answer is for: the newest message's author, or (a run resumed by decisions
+    alone) the person who asked for the approved calls."""
+    found = recipient(items)
+    if found is None and approvals is not None and items:
+        asker = await approvals.requester(items)
+        found = {"user": asker} if asker else None
+    return found

@@ -1,32 +1,23 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
-The scheduler (``app.scheduler``) decides *when* a task runs and holds its lease;
-this module does one run for a session it is given:
+The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module
+does one run for a session it is given. Beside it: the prompt (``prompt.py``: inbound messages and
+notes about effects a crashed run left open), the history (``history.py``), the agent's steps with
+steering, budgets and streaming (``steps.py``), checkpoints and resuming (``checkpoint.py``), the
+budget refusal (``refusal.py``) and the outcome, hooks and fixed notes (``outcome.py``).
 
-- the prompt: the inbound messages as the session renders them (author, handle,
-  text, files), plus notes about effects a crashed run left open;
-- the history: the task's compacted summary (``app/compaction.py``) and saved transcript, trimmed
-  to ``history_limit`` messages as a last resort;
-- cost: the requester's and the install's daily token budgets are checked first (past one, a
-  short note and no model call); every response's usage is stored as it arrives
-  (``app/usage.py``); a run that crosses a budget, or reaches ``max_requests_per_run``, stops
-  before its next model request with a short note, keeping what it did;
-- the agent's steps (``app/runs/steps.py``): before each model request (and before a final answer
-  is accepted) the run asks its :data:`Inbox` for messages that arrived meanwhile and enqueues them
-  into the running agent, so they are consumed with this run;
-- the prompt (``app/runs/prompt.py``), the history (``app/runs/history.py``) and the outcome, hooks
-  and fixed notes (``app/runs/outcome.py``) live beside this module;
-- the end: the final text is posted when the model did not reply; a failure
-  apologises in the thread; the transcript is saved and the inbox items marked
-  consumed in one transaction (a crash before that re-runs them, and the effect
-  journal keeps the re-run from posting twice);
-- approvals (``app.approvals``): a run that made gated calls records them, saves, and posts their
-  cards; a task with an undecided approval does not run (``waiting``); the run after the decisions
-  passes them to pydantic-ai as ``deferred_tool_results``;
-- a run handed a ``guard`` (the scheduler's lease check) awaits it before every
-  write and every model request: when it raises :class:`RunStopped` the run ends
-  at once, without posting (no fallback, no apology) and without saving, leaving
-  its inbox to the conversation's new owner.
+- cost: budgets are checked first (past one, a short note and no model call); usage is stored
+  per response; a run crossing a budget or ``max_requests_per_run`` stops with a short note;
+- checkpoints: the transcript is saved after every model response that calls tools and before
+  the final answer is posted, with the inbox items shown so far, so a crash resumes from there;
+- the end: the final text is posted when the model did not reply; a failure apologises in the
+  thread; the transcript is saved, the run closed and the rest of its inbox consumed in one
+  transaction;
+- approvals (``app.agent.approvals``): gated calls are recorded, saved, and their cards posted; a
+  task with an undecided approval does not run; the decisions resume it as ``deferred_tool_results``;
+- the lease: a ``guard`` (the scheduler's lease check) is awaited before every write and model
+  request, and the lease's fence goes with every durable write; when either says the lease has
+  moved the run ends at once, without posting or saving, leaving the task to its new owner.
 """
 
 from __future__ import annotations
@@ -52,34 +43,33 @@ from pydantic_ai.messages import (
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps, instructions_for
-from app.agent.usage import BudgetHit, Budgets, UsageMeter, footer, requester
+from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel.contract import ChannelAdapter, Origin
-from channel.errors import ChannelError
-from channel.journal import WriteGuard
+from channel.journal import CALL_ID, WriteGuard
 from channel.selection import ToolSelection
 from channel.session import ChannelSession
 from channel.streaming import FLUSH_INTERVAL
-from storage.base import EffectRecord, InboxItem, Store, StoreError, TaskRecord, UsageRecord
+from storage.base import (
+    EffectRecord,
+    Fence,
+    InboxItem,
+    LeaseMoved,
+    Store,
+    StoreError,
+    TaskRecord,
+    UsageRecord,
+)
 
+from .checkpoint import Checkpoints, mark_answer, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
-from .outcome import APOLOGY, RUNAWAY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
-from .prompt import APPROVAL_NOTE, render_prompt
-from .prompt import recipient as stream_recipient
+from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
+from .prompt import APPROVAL_NOTE, answer_recipient, render_prompt
+from .refusal import refuse
 from .steps import AgentSteps
 
-__all__ = [
-    "APOLOGY",
-    "APPROVAL_NOTE",
-    "RUNAWAY",
-    "Inbox",
-    "RunExecutor",
-    "RunHooks",
-    "RunOutcome",
-    "RunStopped",
-    "trim_history",
-]
+__all__ = ["APOLOGY", "RunExecutor", "RunHooks", "RunOutcome", "RunStopped", "trim_history"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +131,7 @@ class RunExecutor:
         *,
         adopt_first_root: bool = False,
         guard: WriteGuard | None = None,
+        fence: Fence | None = None,
     ) -> ChannelSession:
         return ChannelSession(
             adapter=self.adapter,
@@ -152,6 +143,7 @@ class RunExecutor:
             adopt_first_root=adopt_first_root,
             clock=self.clock,
             guard=guard,
+            fence=fence,
         )
 
     async def run_prompt(
@@ -162,11 +154,11 @@ class RunExecutor:
         adopt_first_root: bool,
         inbox: Inbox,
         guard: WriteGuard | None = None,
+        fence: Fence | None = None,
     ) -> RunOutcome:
         """Run a prompt given directly (the `run` command) rather than taken from the inbox."""
-        session = self.session(
-            task, Origin(task.channel, task.thread_ts), adopt_first_root=adopt_first_root, guard=guard
-        )
+        origin = Origin(task.channel, task.thread_ts)
+        session = self.session(task, origin, adopt_first_root=adopt_first_root, guard=guard, fence=fence)
         return await self.execute(session, prompt, [], inbox)
 
     async def run_inbox(
@@ -176,14 +168,16 @@ class RunExecutor:
         effects: Sequence[EffectRecord],
         inbox: Inbox,
         guard: WriteGuard | None = None,
+        fence: Fence | None = None,
     ) -> RunOutcome:
         """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages,
-        ``guard`` is awaited before every write (see the module docstring)."""
+        ``guard`` is awaited before every write and ``fence`` carried by every durable write (see the
+        module docstring). A run left open by a crash goes on from its last checkpoint."""
         task = await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts
-        session = self.session(task, Origin(task.channel, thread_ts), guard=guard)
+        session = self.session(task, Origin(task.channel, thread_ts), guard=guard, fence=fence)
         cards = [e for e in effects if e.tool == CARD_EFFECT]
         effects = [e for e in effects if e.tool != CARD_EFFECT]
         try:
@@ -193,16 +187,20 @@ class RunExecutor:
                     await self.approvals.settle(session, cards, load_history(task.transcript))
                 if await self.approvals.waiting(task_id):
                     return RunOutcome(task_id, "waiting", False)  # its inbox waits for the decision
-        except RunStopped:
+            # Interrupted mid-run: go on from the checkpoint, never from the conversation's start.
+            if task.run_open and await resume_open_run(self.store, session, bool(items), self.feedback):
+                return RunOutcome(task_id, "ok", True)  # it had its answer: now posted once
+        except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
         prompt = await self.prompt(session, items, notes)
+        upto = None
         if self.feedback:
-            # Clicks on the task's answers since its last run (shown once; app.feedback).
-            lines = await feedback_notes(self.store, session)
+            # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
+            lines, upto = await feedback_notes(self.store, session)
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
-        return await self.execute(session, prompt, list(items), inbox)
+        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto)
 
     async def prompt(
         self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
@@ -216,10 +214,16 @@ class RunExecutor:
         prompt: str,
         items: list[InboxItem],
         inbox: Inbox,
+        *,
+        feedback_upto: float | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
         consumed = [i.item_id for i in items]
+        fence = session.journal.fence
+        checkpoints = Checkpoints(
+            self.store, task.task_id, fence=fence, prefix=0, consumed=consumed, feedback_upto=feedback_upto
+        )
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
         pending = load_history(task.transcript)
@@ -228,7 +232,10 @@ class RunExecutor:
             return RunOutcome(task.task_id, "waiting", False)
         if not prompt.strip() and deferred is None and items:
             # Only decisions on calls no longer pending (withdrawn): nothing for the model to do.
-            await self.store.save_run(task.task_id, transcript=task.transcript, consumed=consumed)
+            await session.journal.check()
+            await self.store.save_run(
+                task.task_id, transcript=task.transcript, consumed=consumed, fence=fence
+            )
             return RunOutcome(task.task_id, "ok", False, "", consumed)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         requests: DeferredToolRequests | None = None
@@ -239,7 +246,7 @@ class RunExecutor:
         # crashed run's effects) is still counted but never refused.
         hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
-            return await self._refuse(session, prompt, consumed, hit)
+            return await refuse(self.store, self.hooks.on_budget, session, prompt, consumed, hit)
         meter = UsageMeter(
             self.store,
             task.task_id,
@@ -259,28 +266,26 @@ class RunExecutor:
         if self.feedback:
             session.feedback = task.task_id
         if self.stream:
-            recipient = stream_recipient(items)
-            if recipient is None and self.approvals is not None and items:
-                # Resumed by decisions alone: the answer is for the person who asked.
-                asker = await self.approvals.requester(items)
-                recipient = {"user": asker} if asker else None
+            recipient = await answer_recipient(items, self.approvals)
             session.stream_answers(recipient, interval=self.stream_interval)
         try:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, items)
             try:
-                if self.compactor is not None:
-                    compacted = await self.compactor.compact(summary, transcript, meter)
-                    if compacted is not None:
-                        new_summary, transcript = compacted
-                        summary = new_summary
-                prefix = Compactor.prefix(summary)
-                history = [*prefix, *trim_history(transcript, self.history_limit)]
-                info = await session.describe()
-                instructions = instructions_for(info, self.tools, self.agent_file.instructions)
-                if self.agent_file.approval:
-                    instructions += APPROVAL_NOTE
+                # Compaction's model call and describe() count to the run's time too (issue 18).
                 async with asyncio.timeout(self.run_timeout):
+                    if self.compactor is not None:
+                        compacted = await self.compactor.compact(summary, transcript, meter)
+                        if compacted is not None:
+                            new_summary, transcript = compacted
+                            summary = checkpoints.summary = new_summary
+                    prefix = Compactor.prefix(summary)
+                    checkpoints.prefix = len(prefix)
+                    history = [*prefix, *trim_history(transcript, self.history_limit)]
+                    info = await session.describe()
+                    instructions = instructions_for(info, self.tools, self.agent_file.instructions)
+                    if self.agent_file.approval:
+                        instructions += APPROVAL_NOTE
                     steps = AgentSteps(
                         self.agent,
                         max_requests=self.agent_file.max_requests_per_run,
@@ -288,7 +293,16 @@ class RunExecutor:
                         on_budget=self.hooks.on_budget,
                     )
                     messages, result, note = await steps.run(
-                        session, prompt, history, instructions, consumed, steered, inbox, meter, results
+                        session,
+                        prompt,
+                        history,
+                        instructions,
+                        consumed,
+                        steered,
+                        inbox,
+                        meter,
+                        results,
+                        checkpoint=checkpoints.save,
                     )
                 if isinstance(result, DeferredToolRequests):
                     requests = result  # gated calls: their cards are posted once the run is saved
@@ -298,7 +312,17 @@ class RunExecutor:
                     await session.drop_answer()
                     await session.post_markdown(note, feedback=False)
                 elif not session.replied and output.strip():
-                    await session.answer_with(output)
+                    # Checkpointed before it is posted, its writes journalled under its marker: a
+                    # crash from here on posts it once (app/runs/checkpoint.py).
+                    marker = mark_answer(
+                        messages, output, session.answer.effect_ids if session.answer else ()
+                    )
+                    await checkpoints.save(messages)
+                    token = CALL_ID.set(marker)
+                    try:
+                        await session.answer_with(output)
+                    finally:
+                        CALL_ID.reset(token)
                 else:
                     await session.drop_answer()  # streamed text that was no answer (or a silent end)
                 if self.usage_footer and meter.total.requests:
@@ -338,11 +362,13 @@ class RunExecutor:
                 consumed=consumed,
                 enabled_tools=session.enabled_in_order,
                 summary=new_summary,
+                fence=fence,
+                feedback_upto=checkpoints.take_feedback(),
             )
             if requests is not None and self.approvals is not None:
                 await self.approvals.post_cards(session, messages)
             status = run_status
-        except RunStopped:
+        except (RunStopped, LeaseMoved):
             # Another owner has the task now: no apology, no transcript; the inbox stays theirs.
             status = "stopped"
             log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
@@ -364,33 +390,3 @@ class RunExecutor:
         if on_usage is None:
             return None
         return lambda record: on_usage(session, record)
-
-    async def _refuse(
-        self, session: ChannelSession, prompt: str, consumed: list[int], hit: BudgetHit
-    ) -> RunOutcome:
-        """Past a budget: one short note in the thread, no model call, and the inbox consumed (so the
-        request does not come back); the exchange stays in the transcript like any other turn."""
-        task = session.task
-        log.warning(
-            "task %s: %s daily token budget used (%d of %d); request refused",
-            task.task_id, hit.kind, hit.spent, hit.budget,
-        )  # fmt: skip
-        if self.hooks.on_budget:
-            self.hooks.on_budget(session, hit.kind)
-        note = hit.note()
-        try:
-            await session.post_markdown(note, feedback=False)
-        except RunStopped:
-            return RunOutcome(task.task_id, "stopped", False, "", [])
-        except ChannelError as exc:
-            log.warning("could not post the budget note for task %s: %s", task.task_id, exc.message)
-        messages = [
-            *load_history(task.transcript),
-            ModelRequest(parts=[UserPromptPart(prompt)]),
-            ModelResponse(parts=[TextPart(note)]),
-        ]
-        await session.journal.check()
-        await self.store.save_run(
-            task.task_id, transcript=ModelMessagesTypeAdapter.dump_json(messages), consumed=consumed
-        )
-        return RunOutcome(task.task_id, "refused", session.replied, "", consumed)

@@ -21,6 +21,10 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
   on start) the store names registered owners whose process is gone (their
   liveness lock ended, see ``Store.register_instance``); their leases are ended
   and their conversations driven here. ``LEASE_TTL`` only covers a hung process.
+  Where a database restart ends every instance's lock at once (Postgres), an owner
+  counts as dead only once its lock has been missing for ``Store.liveness_grace``
+  seconds (every live instance takes its lock again within one pass); a false
+  judgement is harmless anyway: the old owner's writes are fenced (``Store.take_lease``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from storage.base import Store, TaskRecord
+from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
 from .lease import Lease
@@ -80,6 +84,10 @@ class Scheduler:
         #: Run at the start of every sweep (the approvals' expiry check); its failure is logged.
         self.on_sweep = on_sweep
         self._drivers: dict[str, asyncio.Task[None]] = {}
+        #: Tasks woken while their driver ran: it looks at the inbox again before it ends.
+        self._again: set[str] = set()
+        #: Owners whose liveness lock was seen missing, and since when (``Store.liveness_grace``).
+        self._suspects: dict[str, float] = {}
         self._accepting = True
         #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate
@@ -98,7 +106,11 @@ class Scheduler:
             return
         driver = self._drivers.get(task_id)
         if driver is not None and not driver.done():
-            return  # its run polls the inbox at every step and it looks again before it lets go
+            # Its run polls the inbox at every step and it looks again before it lets go; that last
+            # look may already be running (on Postgres, on a snapshot older than this message), so
+            # the driver is told to look once more.
+            self._again.add(task_id)
+            return
         self._wakeups[task_id] = None
         self._woken.set()
         if self._dispatcher is None or self._dispatcher.done():
@@ -171,8 +183,13 @@ class Scheduler:
         # Our own liveness first: a database restart ends the session holding it, and then every
         # other instance would take our conversations every few seconds.
         await self.store.register_instance(self.owner, now=self.clock())
-        dead = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
+        missing = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
+        now = self.clock()
+        self._suspects = {o: self._suspects.get(o, now) for o in missing}
+        grace = getattr(self.store, "liveness_grace", 0.0)
+        dead = [o for o, since in self._suspects.items() if now - since >= grace]
         for owner in dead:
+            del self._suspects[owner]
             ended = await self.store.expire_leases(owner, now=self.clock())
             log.warning("instance %s is gone; taking over its %d conversations", owner, ended)
         if dead:
@@ -233,19 +250,24 @@ class Scheduler:
         inbox = partial(self.store.pending_inbox, task_id)
         waiting = False
         while self._accepting:
-            if not await self.store.acquire_lease(
+            self._again.discard(task_id)
+            fence = await self.store.take_lease(
                 task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
-            ):
+            )
+            if fence is None:
                 return  # another instance runs it; it will see our inbox item
-            lease = self._lease(task_id)
+            lease = self._lease(fence)
             heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task_id}")
             try:
                 while self._accepting and not lease.lost.is_set():
                     items = await self.store.pending_inbox(task_id)
                     effects = await self.store.open_effects(task_id)
-                    if not items and not effects:
+                    task = await self.store.get_task(task_id) if not items and not effects else None
+                    if not items and not effects and not (task is not None and task.run_open):
                         break
-                    outcome = await self.executor.run_inbox(task_id, items, effects, inbox, guard=lease.check)
+                    outcome = await self.executor.run_inbox(
+                        task_id, items, effects, inbox, guard=lease.check, fence=fence
+                    )
                     if outcome.status == "waiting":
                         waiting = True  # an approval is undecided: its decision wakes the task again
                         break
@@ -258,21 +280,26 @@ class Scheduler:
             if waiting and await self.executor.waiting(task_id):
                 return  # the decision wakes it (a decision made since our check is seen just above)
             waiting = False
-            if not self._accepting or not await self.store.pending_inbox(task_id):
+            if not self._accepting:
+                return
+            if not await self.store.pending_inbox(task_id) and task_id not in self._again:
                 return
 
-    def _lease(self, task_id: str) -> Lease:
-        """The lease just acquired for ``task_id``, as the heartbeat and the run's writes see it."""
-        return Lease(self.store, task_id, owner=self.owner, ttl=self.lease_ttl, clock=self.clock)
+    def _lease(self, fence: Fence) -> Lease:
+        """The lease just acquired (``fence``), as the heartbeat and the run's writes see it."""
+        return Lease(
+            self.store, fence.task_id, owner=self.owner, ttl=self.lease_ttl, clock=self.clock, fence=fence
+        )
 
     # -- direct use (the `run` command) ----------------------------------------------------
     async def run_prompt(self, task: TaskRecord, prompt: str, *, adopt_first_root: bool) -> RunOutcome:
         """Run ``prompt`` on ``task`` under its lease; raises when another run holds it."""
-        if not await self.store.acquire_lease(
+        fence = await self.store.take_lease(
             task.task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
-        ):
+        )
+        if fence is None:
             raise RuntimeError("that conversation is busy with another run; try again when it finishes")
-        lease = self._lease(task.task_id)
+        lease = self._lease(fence)
         heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task.task_id}")
         try:
             return await self.executor.run_prompt(
@@ -281,6 +308,7 @@ class Scheduler:
                 adopt_first_root=adopt_first_root,
                 inbox=partial(self.store.pending_inbox, task.task_id),
                 guard=lease.check,
+                fence=fence,
             )
         finally:
             await _stop(heartbeat)

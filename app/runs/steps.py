@@ -8,17 +8,18 @@ enqueued into the running agent so they are consumed with this run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.usage import UsageLimits
 
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter
 from channel.session import ChannelSession
+from storage.crashpoints import crash_point
 
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
@@ -54,6 +55,8 @@ class AgentSteps:
         inbox: Inbox,
         meter: UsageMeter,
         results: DeferredToolResults | None = None,
+        *,
+        checkpoint: Callable[[list[ModelMessage]], Awaitable[None]] | None = None,
     ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
         """The run's messages, its output (text, or the gated calls waiting for approval), and the
         note it stopped with (``""``: it finished)."""
@@ -76,6 +79,14 @@ class AgentSteps:
                         break  # the run ended; anything newer starts the next run
                     if Agent.is_call_tools_node(node):
                         await meter.add(node.model_response)
+                        if checkpoint is not None and any(
+                            isinstance(p, ToolCallPart) for p in node.model_response.parts
+                        ):
+                            # Before its tools run: a crash from here on resumes with this response
+                            # (its calls answered from the journal), the items shown so far consumed.
+                            await checkpoint(run.all_messages())
+                    elif Agent.is_model_request_node(node):
+                        crash_point("model.request")
                     # Steering: before each model request (and before a final answer is accepted),
                     # show messages that arrived mid-run. Other nodes need no look at the inbox.
                     if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):

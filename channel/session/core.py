@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from storage.base import StoreError
+from storage.base import LeaseMoved, StoreError
 
 from ..contract import Step
 from ..errors import ChannelError
@@ -126,6 +126,8 @@ class ChannelSession(Replies, Files, Offer):
             return await self._handlers[name](parsed)
         except ChannelError as exc:
             return exc.as_result()
+        except LeaseMoved:
+            raise  # the host may no longer act for the task: its run stops (no result to report)
         except StoreError:
             # Our storage, not Slack: say so, or the model would blame (and retry against) Slack.
             log.exception("store failure in tool %s", name)

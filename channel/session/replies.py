@@ -102,11 +102,12 @@ class Replies(SessionState):
         self._last_post = (record.ref, parts[-1], self.feedback)
 
     async def post_once(self, markdown: str, effect_id: str, *, feedback: str = "") -> Posted:
-        """Post, never retrying; when the connection broke mid-request, look for the post instead."""
+        """Post, never retrying; when the answer was ambiguous (a broken connection, a 5xx), look for
+        the post instead."""
         try:
             return await self.adapter.post(self.origin, markdown, effect_id=effect_id, feedback=feedback)
         except ChannelError as exc:
-            if exc.provider_code != "transport":
+            if not exc.ambiguous:
                 raise
             try:
                 found = await self.adapter.find_posted(self.origin, effect_id)

@@ -6,16 +6,15 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from storage.base import TaskRecord
+from storage.base import Fence, TaskRecord
 
 from ..contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo
 from ..errors import ChannelError
 from ..handles import HandleRegistry
-from ..journal import EffectJournal, WriteGuard
+from ..journal import CALL_ID, EffectJournal, WriteGuard
 from ..selection import ToolSelection
 from ..store import SessionStore
 from ..streaming import FLUSH_INTERVAL, AnswerStream
@@ -23,8 +22,7 @@ from ..tools import ReadArgs
 
 Result = dict[str, Any]
 _CURSOR = re.compile(r"^before_(\d{1,7})$")
-#: The id of the tool call being handled (a streamed channel_reply is matched by it).
-CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
+__all__ = ["CALL_ID", "Result", "SessionState"]
 
 
 class SessionState:
@@ -42,8 +40,10 @@ class SessionState:
         adopt_first_root: bool = False,
         clock: Callable[[], float] = time.time,
         guard: WriteGuard | None = None,
+        fence: Fence | None = None,
     ) -> None:
-        """``guard`` is awaited before every write and may raise to stop it (see the journal)."""
+        """``guard`` is awaited before every write and may raise to stop it; ``fence`` (the host's
+        lease) is carried by every journal entry (see the journal)."""
         self.adapter = adapter
         self.store = store
         self.task = task
@@ -51,7 +51,7 @@ class SessionState:
         self.tools = tools
         self.task_dir = task_dir
         self.handles = HandleRegistry(store, task.task_id)
-        self.journal = EffectJournal(store, task.task_id, clock, guard)
+        self.journal = EffectJournal(store, task.task_id, clock, guard, fence)
         selectable = {s.name for s in tools.deferred} | {t.name for t in tools.host_deferred}
         # In the order they were enabled (as stored): offered after the starting tools in that order,
         # so enabling one appends to the tool definitions and the cached prefix before it stays.

@@ -7,7 +7,8 @@ text loses Slack's mass-mention syntax here (``render.strip_mass_mentions``).
 
 The adapter is assembled from parts, one concern each: :mod:`.lookups` (cached
 names, channel and file info), :mod:`.reads` (threads, history, effect look-ups),
-:mod:`.writes` (posts, edits, reactions, statuses, streams), over :mod:`.link`
+:mod:`.lookback` (what Slack holds after an ambiguous answer), :mod:`.writes` (posts,
+edits, reactions, statuses, streams), over :mod:`.link`
 (the clients and outbound path they share); files and documents are here.
 """
 
@@ -27,7 +28,6 @@ from .file_meta import file_meta
 from .identity import SlackIdentity, fetch_identity
 from .link import EFFECT_EVENT
 from .outbound import DEFAULT_DEADLINE, Outbound
-from .reads import Reads
 from .render import fallback_text, strip_mass_mentions
 from .scopes import features_from_scopes
 from .transport import http_session, read_client, write_client
@@ -49,7 +49,7 @@ __all__ = [
 MAX_POST_CHARS = 8000
 
 
-class SlackAdapter(Reads, Writes, AdapterBase):
+class SlackAdapter(Writes, AdapterBase):
     provider = "slack"
     max_post_chars = MAX_POST_CHARS
 

@@ -53,20 +53,33 @@ _CODES: dict[str, tuple[ErrorCode, str]] = {
 }
 
 
+#: Slack answers that do not say whether the write happened (Slack's own "something went wrong";
+#: an HTML page from a proxy reads as ``unknown_error``): looked up before they count as failures.
+AMBIGUOUS_CODES = frozenset(
+    {"unknown_error", "internal_error", "fatal_error", "request_timeout", "service_unavailable"}
+)
+
+
 def map_slack_error(exc: Exception, method: str) -> ChannelError | None:
-    """The ``ChannelError`` for a Slack or transport failure; None for anything else (a bug)."""
+    """The ``ChannelError`` for a Slack or transport failure; None for anything else (a bug).
+    A 5xx, an ambiguous code or a broken connection is marked ``ambiguous``."""
     if isinstance(exc, SlackApiError):
         response = exc.response
         code = str(response.get("error") or "unknown_error") if response is not None else "unknown_error"
-        if response is not None and response.status_code == 429:
+        status = response.status_code if response is not None else 0
+        if status == 429:
             code = "ratelimited"
         mapped, message = _CODES.get(code, ("slack_error", f"Slack answered {code}."))
-        return ChannelError(mapped, f"{method}: {message}", provider_code=code)
+        ambiguous = code in AMBIGUOUS_CODES or status >= 500
+        if status >= 500:
+            message = f"Slack answered HTTP {status} ({code})."
+        return ChannelError(mapped, f"{method}: {message}", provider_code=code, ambiguous=ambiguous)
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ClientError | SlackClientError | OSError):
         return ChannelError(
             "slack_error",
             f"{method}: could not reach Slack ({type(exc).__name__})",
             provider_code="transport",
+            ambiguous=True,
         )
     return None
 

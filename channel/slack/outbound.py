@@ -31,6 +31,7 @@ from typing import TypeVar
 from slack_sdk.errors import SlackApiError
 
 from channel.errors import ChannelError
+from storage.crashpoints import crash_point
 
 from .errors import SlackCallObserver, slack_call
 
@@ -65,6 +66,24 @@ class _Lane:
     strict: bool = False
     #: Hands out slots in arrival order.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Writes using the lane now (waiting or in flight): a lane in use is never forgotten, or a
+    #: ``Retry-After`` its write is answered with would close a lane nobody looks at any more.
+    users: int = 0
+
+
+#: The crash-matrix point kind (``storage.crashpoints``) of each write to a conversation; the other
+#: writes (statuses, titles, prompts, ephemeral notes, canvases) change no message of the answer.
+CRASH_KINDS: dict[str, str] = {
+    "chat.postMessage": "post",
+    "chat.startStream": "startStream",
+    "chat.appendStream": "appendStream",
+    "chat.stopStream": "stopStream",
+    "chat.update": "update",
+    "chat.delete": "delete",
+    "reactions.add": "reaction",
+    "reactions.remove": "reaction",
+    "files.upload_v2": "upload",
+}
 
 
 class Outbound:
@@ -112,12 +131,18 @@ class Outbound:
         give_up = started + (self.deadline if deadline is None else deadline)
         lane = self._lane(self._posts, channel) if post else self._lane(self._others, method)
         limited = 0
+        lane.users += 1
         try:
             while True:
                 await self._wait_turn(lane, method, started, give_up, paced=post, limited=limited)
+                kind = CRASH_KINDS.get(method)
                 try:
+                    if kind:
+                        crash_point(f"slack.{kind}.before")
                     async with slack_call(method, self.observer):
                         result = await call()
+                    if kind:
+                        crash_point(f"slack.{kind}.after")
                 except ChannelError as exc:
                     wait = _retry_after(exc)
                     if wait is None:
@@ -141,6 +166,7 @@ class Outbound:
                     )
                 return result
         finally:
+            lane.users -= 1
             self._forget_idle()
 
     async def _wait_turn(
@@ -187,7 +213,7 @@ class Outbound:
             if len(lanes) <= _MAX_IDLE_LANES:
                 continue
             for key, lane in list(lanes.items()):
-                if not lane.lock.locked() and lane.due <= now and lane.closed_until <= now:
+                if not lane.users and lane.due <= now and lane.closed_until <= now:
                     del lanes[key]
 
 

@@ -26,7 +26,8 @@ from typing import Any
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
-from .link import SlackLink
+from .link import effect_id_of
+from .lookback import Lookback, shown_text
 from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 
 #: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
@@ -75,7 +76,7 @@ def _held(text: str) -> int:
 class SlackLiveMessage:
     """One streamed message (see :class:`channel.contract.LiveMessage`)."""
 
-    def __init__(self, adapter: SlackLink, origin: Origin, ts: str) -> None:
+    def __init__(self, adapter: Lookback, origin: Origin, ts: str) -> None:
         self._adapter = adapter
         self._channel = origin.channel
         self.ts = ts
@@ -92,7 +93,7 @@ class SlackLiveMessage:
     @classmethod
     async def start(
         cls,
-        adapter: SlackLink,
+        adapter: Lookback,
         origin: Origin,
         markdown: str,
         steps: tuple[Step, ...],
@@ -114,13 +115,20 @@ class SlackLiveMessage:
             chunks.append({"type": "markdown_text", "text": text[0]})
         if chunks:
             kwargs["chunks"] = chunks
-        response = await adapter.outbound.write(
-            "chat.startStream",
-            lambda: adapter.writes.chat_startStream(**kwargs),
-            channel=origin.channel,
-            post=True,
-        )
-        live = cls(adapter, origin, str(response["ts"]))
+
+        async def send() -> str:
+            response = await adapter.writes.chat_startStream(**kwargs)
+            return str(response["ts"])
+
+        async def check() -> str | None:
+            # No effect id to look for: the bot's unfinished message after the one answered, showing
+            # exactly what was sent, is this stream (then it goes on in it).
+            found = await adapter.unfinished(origin, stream_after(origin, recipient))
+            mine = [m for m in found if shown_text(m) == text[0]]
+            return str(mine[-1]["ts"]) if len(mine) == 1 else None
+
+        ts = await adapter.once("chat.startStream", send, check, channel=origin.channel, post=True)
+        live = cls(adapter, origin, ts)
         live.sent, live._pending = text
         return live
 
@@ -138,13 +146,24 @@ class SlackLiveMessage:
         if not chunks:
             self._pending = pending
             return
-        try:
-            await self._adapter.outbound.write(
-                "chat.appendStream",
-                lambda: self._adapter.writes.chat_appendStream(
-                    channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
-                ),
+
+        async def send() -> bool:
+            await self._adapter.writes.chat_appendStream(
+                channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
             )
+            return True
+
+        async def check() -> bool | None:
+            now = await self._adapter.message(self.posted.ref)
+            shown = shown_text(now) if now is not None else None
+            if shown == self.sent + sendable:
+                return True
+            if shown == self.sent and sendable:
+                return None
+            raise ChannelError("slack_error", "the streamed message does not show what was sent")
+
+        try:
+            await self._adapter.once("chat.appendStream", send, check)
         except ChannelError as exc:
             if exc.provider_code in _CLOSED:
                 # The held-back text is reported unsent here, once: the stop that follows must not
@@ -163,31 +182,58 @@ class SlackLiveMessage:
             kwargs["chunks"] = [{"type": "markdown_text", "text": rest}]
         if feedback:
             kwargs["blocks"] = feedback_blocks(feedback)
+
+        async def send() -> bool:
+            await self._adapter.writes.chat_stopStream(**kwargs)
+            return True
+
+        async def check() -> bool | None:
+            return True if await self._marked(effect_id) else None
+
         try:
-            await self._adapter.outbound.write(
-                "chat.stopStream", lambda: self._adapter.writes.chat_stopStream(**kwargs)
-            )
+            await self._adapter.once("chat.stopStream", send, check)
         except ChannelError as exc:
             if exc.provider_code not in _CLOSED:
-                raise
+                # Not stopped: mark it as ours anyway, so it is not taken for an unfinished orphan.
+                self.sent += rest
+                self._pending = ""
+                try:
+                    await self._mark(metadata, feedback)
+                except ChannelError:
+                    raise exc from None
+                return
             # Slack ended it first: the message keeps what it had; mark it as ours with an update.
             await self._mark(metadata, feedback)
             raise StreamClosed(exc.message, unsent=self._pending, provider_code=exc.provider_code) from exc
         self.sent += rest
         self._pending = ""
 
+    async def _marked(self, effect_id: str) -> bool:
+        now = await self._adapter.message(self.posted.ref)
+        return now is not None and effect_id_of(now) == effect_id
+
     async def _mark(self, metadata: dict[str, Any], feedback: str) -> None:
         blocks: list[dict[str, Any]] = [{"type": "markdown", "text": self.sent}] if self.sent else []
         if feedback:
             blocks += feedback_blocks(feedback)
-        await self._adapter.outbound.write(
-            "chat.update",
-            lambda: self._adapter.writes.chat_update(
+
+        async def send() -> bool:
+            await self._adapter.writes.chat_update(
                 channel=self._channel,
                 ts=self.ts,
                 text=fallback_text(self.sent) or " ",
                 blocks=blocks,
                 metadata=metadata,
                 **NO_UNFURL,
-            ),
-        )
+            )
+            return True
+
+        async def check() -> bool | None:
+            return True if await self._marked(str(metadata["event_payload"]["effect_id"])) else None
+
+        await self._adapter.once("chat.update", send, check)
+
+
+def stream_after(origin: Origin, recipient: Mapping[str, Any] | None) -> str:
+    """The message a stream comes after: the one it answers, else the thread's root."""
+    return str((recipient or {}).get("ts") or origin.thread_ts)

@@ -2,9 +2,12 @@
 ephemeral notes, agent-view status, titles and prompts, and opening a streamed message.
 
 Every write leaves through the adapter's :class:`.outbound.Outbound` (paced per channel,
-429s waited out) and is never retried here. Outgoing text loses Slack's mass-mention
-syntax (``render.strip_mass_mentions``), and every write carrying it asks Slack for no link or
-media previews (``render.NO_UNFURL``).
+429s waited out) and is never retried here; an ambiguous answer (a dropped connection, a
+5xx, ``internal_error``…) is settled by a look at Slack (:mod:`.lookback`): a post by its
+effect id, an edit by the text shown, a deletion by the message being gone, a reaction by
+the bot being among its users. An ephemeral note and a status cannot be looked up.
+Outgoing text loses Slack's mass-mention syntax (``render.strip_mass_mentions``), and every
+write carrying it asks Slack for no link or media previews (``render.NO_UNFURL``).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 
 from channel.contract import LiveMessage, Origin, Posted, Step
 
-from .link import SlackLink, split_ref
+from .link import split_ref
+from .lookback import Lookback, shown_text
 from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 from .stream import SlackLiveMessage, feedback_blocks
 
@@ -22,7 +26,7 @@ from .stream import SlackLiveMessage, feedback_blocks
 STATUS_DEADLINE = 10.0
 
 
-class Writes(SlackLink):
+class Writes(Lookback):
     """The writing half of the adapter (mixed into ``SlackAdapter``)."""
 
     async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
@@ -51,23 +55,32 @@ class Writes(SlackLink):
         }
         if origin.thread_ts:
             kwargs["thread_ts"] = origin.thread_ts
-        response = await self.outbound.write(
-            "chat.postMessage",
-            lambda: self.writes.chat_postMessage(**kwargs),
-            channel=origin.channel,
-            post=True,
-        )
-        return self.posted(origin, str(response["ts"]))
+
+        async def send() -> Posted:
+            response = await self.writes.chat_postMessage(**kwargs)
+            return self.posted(origin, str(response["ts"]))
+
+        async def check() -> Posted | None:
+            found = await self.find_posted(origin, effect_id)
+            return found[0] if found else None
+
+        return await self.once("chat.postMessage", send, check, channel=origin.channel, post=True)
 
     async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None:
         """Replace a host message's text and blocks (an approval card once decided)."""
         channel, ts = split_ref(ref)
-        await self.outbound.write(
-            "chat.update",
-            lambda: self.writes.chat_update(
+
+        async def send() -> bool:
+            await self.writes.chat_update(
                 channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks], **NO_UNFURL
-            ),
-        )
+            )
+            return True
+
+        async def check() -> bool | None:
+            now = await self.message(ref)
+            return True if now is not None and now.get("text") == text else None
+
+        await self.once("chat.update", send, check)
 
     async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
         """Show ``text`` to ``user`` only (``chat.postEphemeral``), in ``thread_ts`` when given."""
@@ -80,15 +93,25 @@ class Writes(SlackLink):
 
     async def react(self, ref: str, emoji: str, *, add: bool) -> None:
         channel, ts = split_ref(ref)
-        if add:
-            await self.outbound.write(
-                "reactions.add", lambda: self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
+
+        async def send() -> bool:
+            if add:
+                await self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
+            else:
+                await self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji)
+            return True
+
+        async def check() -> bool | None:
+            now = await self.message(ref)
+            if now is None:
+                return None
+            ours = any(
+                r.get("name") == emoji and self.identity.user_id in (r.get("users") or [])
+                for r in now.get("reactions") or []
             )
-        else:
-            await self.outbound.write(
-                "reactions.remove",
-                lambda: self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji),
-            )
+            return True if ours == add else None
+
+        await self.once("reactions.add" if add else "reactions.remove", send, check)
 
     async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
         markdown = strip_mass_mentions(markdown)
@@ -98,16 +121,30 @@ class Writes(SlackLink):
             blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": footer}]})
         if feedback:
             blocks += feedback_blocks(feedback)
-        await self.outbound.write(
-            "chat.update",
-            lambda: self.writes.chat_update(
+
+        async def send() -> bool:
+            await self.writes.chat_update(
                 channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks, **NO_UNFURL
-            ),
-        )
+            )
+            return True
+
+        async def check() -> bool | None:
+            now = await self.message(ref)
+            return True if now is not None and shown_text(now) == markdown else None
+
+        await self.once("chat.update", send, check)
 
     async def retract(self, ref: str) -> None:
         channel, ts = split_ref(ref)
-        await self.outbound.write("chat.delete", lambda: self.writes.chat_delete(channel=channel, ts=ts))
+
+        async def send() -> bool:
+            await self.writes.chat_delete(channel=channel, ts=ts)
+            return True
+
+        async def check() -> bool | None:
+            return True if await self.message(ref) is None else None
+
+        await self.once("chat.delete", send, check)
 
     async def open_stream(
         self,

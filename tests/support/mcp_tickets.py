@@ -88,6 +88,12 @@ def notify(body: str, to: str, meta: dict[str, str] | None = None) -> str:
 
 
 @server.tool
+def big(mib: int) -> str:
+    """A text result of ``mib`` MiB on one line (tests of the answer size cap)."""
+    return "x" * (mib * 2**20)
+
+
+@server.tool
 def environment() -> dict[str, object]:
     """The names of the environment variables this process sees, and TICKETS_DB's value."""
     return {"names": sorted(os.environ), "TICKETS_DB": os.environ.get("TICKETS_DB")}

@@ -1,9 +1,10 @@
 """``[mcp.NAME]`` tables of the agent file: which MCP servers to connect and how.
 
 Parsing checks the shape of each table and fails with the table and key named;
-``${VAR}`` references in ``env`` and ``headers`` are kept as written until
+``${VAR}`` references in ``env``, ``url`` and ``headers`` are kept as written until
 :meth:`McpServerConfig.resolve` expands them from the environment at start-up,
-so a missing variable is reported then, by name.
+so a missing variable is reported then, by name. What was expanded is kept as
+the server's secrets, so logs and error reasons can leave it out.
 """
 
 from __future__ import annotations
@@ -63,15 +64,54 @@ class McpServerConfig:
     def is_eager(self, tool: str) -> bool:
         return _matches(tool, self.eager)
 
-    def resolve(self, environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-        """``env`` and ``headers`` with ``${VAR}`` expanded from ``environ``.
+    def resolve(self, environ: Mapping[str, str]) -> Resolved:
+        """``env``, ``url`` and ``headers`` with ``${VAR}`` expanded from ``environ``.
 
         Raises :class:`McpConfigError` naming the variable when one is not set and has no default.
         """
         where = f"[mcp.{self.name}]"
-        env = {k: _expand(v, environ, f"{where} env.{k}") for k, v in self.env}
-        headers = {k: _expand(v, environ, f"{where} headers.{k}") for k, v in self.headers}
-        return env, headers
+        secrets: set[str] = set()
+        env = {k: _expand(v, environ, f"{where} env.{k}", secrets) for k, v in self.env}
+        headers = {k: _expand(v, environ, f"{where} headers.{k}", secrets) for k, v in self.headers}
+        url = _expand(self.url, environ, f"{where} url", secrets) if self.url else ""
+        if url:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise McpConfigError(f"{where} url is not an http:// or https:// URL once expanded")
+            secrets |= {v for v in (parts.password, parts.query, parts.fragment) if v}
+        # Header values are credentials as written, too (a literal key in the file).
+        secrets |= set(headers.values())
+        shown = frozenset(s for s in secrets if len(s) >= 6)
+        return Resolved(env=env, headers=headers, url=url, secrets=shown)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A server's settings with ``${VAR}`` expanded, and the text that must not be shown."""
+
+    env: dict[str, str]
+    headers: dict[str, str]
+    url: str
+    #: Expanded values, the URL's password, query and fragment, and header values.
+    secrets: frozenset[str]
+
+    @property
+    def shown_url(self) -> str:
+        """The URL as logs and the model may see it: scheme, host, port and path only."""
+        if not self.url:
+            return ""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}{parts.path}"
+
+    def redact(self, text: str) -> str:
+        """``text`` with the URL shown as :attr:`shown_url` and every secret replaced."""
+        if self.url:
+            text = text.replace(self.url, self.shown_url)
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, "[redacted]")
+        return text
 
 
 def parse_servers(raw: Any, *, source: Path, label: str = "") -> tuple[McpServerConfig, ...]:
@@ -112,8 +152,9 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         )
     if url is not None:
         parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise McpConfigError(f"{where}: url must be an http:// or https:// URL")
+        templated = isinstance(url, str) and url.startswith("${")
+        if parts is None or (not templated and (parts.scheme not in ("http", "https") or not parts.netloc)):
+            raise McpConfigError(f"{where}: url must be an http:// or https:// URL (${{VAR}} may be used)")
     if command is not None and "headers" in table:
         raise McpConfigError(f"{where}: headers are for url servers; a command server takes env")
     if url is not None and "env" in table:
@@ -159,12 +200,14 @@ def _matches(name: str, globs: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(name, g) for g in globs)
 
 
-def _expand(value: str, environ: Mapping[str, str], where: str) -> str:
+def _expand(value: str, environ: Mapping[str, str], where: str, secrets: set[str]) -> str:
     def substitute(match: re.Match[str]) -> str:
         variable, default = match.group(1), match.group(2)
         if variable in environ:
+            secrets.add(environ[variable])
             return environ[variable]
         if default is not None:
+            secrets.add(default)
             return default
         raise McpConfigError(f"{where} uses ${{{variable}}}, but {variable} is not set in the environment")
 

@@ -12,7 +12,12 @@ What a server sees: a stdio server's environment is built from scratch — the
 file's ``env`` (``${VAR}`` expanded) plus the MCP SDK's short safe list (HOME,
 LOGNAME, PATH, SHELL, TERM, USER) and :data:`PASSED_THROUGH` — so the Slack
 token and every other secret of this process stay out of it. An HTTP server
-gets the file's ``headers`` and nothing else.
+gets the file's ``headers`` and nothing else, only on its own origin
+(:mod:`app.agent.mcp.http`).
+
+What leaves a server is bounded: each answer while it is read (``http``, ``stdio_cap``), tool
+descriptions and schemas (``bounds``). Reasons shown in logs, ``check`` and to the model never
+carry the URL's query or password, nor any expanded ``${VAR}`` or header value.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ from fastmcp.client.transports import ClientTransport, StdioTransport, Streamabl
 from fastmcp.exceptions import McpError, ToolError
 from pydantic_ai.mcp import MCPToolset
 
+from app.agent.mcp.bounds import bounded_description, bounded_schema
 from app.agent.mcp.config import McpServerConfig
+from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
+from app.agent.mcp.stdio_cap import install as cap_stdio_answers
+from app.logs import add_secrets
 from channel.errors import bounded
 
 log = logging.getLogger(__name__)
@@ -90,10 +99,15 @@ class McpServer:
     def __init__(self, config: McpServerConfig, environ: Mapping[str, str]) -> None:
         self.config = config
         # Expanded now, so a missing variable is a start-up error naming it (McpConfigError).
-        self._env, self._headers = config.resolve(environ)
+        self._resolved = config.resolve(environ)
+        self._env, self._headers = self._resolved.env, self._resolved.headers
+        add_secrets(self._resolved.secrets)
+        cap_stdio_answers()
         self._passed = {k: environ[k] for k in PASSED_THROUGH if k in environ}
         self._toolset: MCPToolset[Any] | None = None
         self._broken = False
+        # Set when an HTTP answer passed MAX_ANSWER_BYTES, so the failed call can say why.
+        self._too_large = False
         self._reconnect = asyncio.Lock()
         #: The tools it offers, once started; empty when it failed.
         self.tools: tuple[McpTool, ...] = ()
@@ -115,7 +129,7 @@ class McpServer:
                 listed = await toolset.list_tools()
         except Exception as exc:
             await self._close()
-            self.error = _reason(exc, self.config.startup_timeout, "start")
+            self.error = self.redact(_reason(exc, self.config.startup_timeout, "start"))
             log.warning("MCP server %s is unavailable, its tools are absent: %s", self.name, self.error)
             return
         self.listed = len(listed)
@@ -132,6 +146,13 @@ class McpServer:
     async def stop(self) -> None:
         await self._close()
 
+    def _answer_dropped(self) -> None:
+        self._too_large = True
+
+    def redact(self, text: str) -> str:
+        """``text`` without the server's secrets (URL query and password, expanded values)."""
+        return self._resolved.redact(text)
+
     def _offered(self, listed: Sequence[Any]) -> list[McpTool]:
         tools = []
         for tool in listed:
@@ -143,13 +164,18 @@ class McpServer:
                     "MCP server %s: tool %r left out, %r is not a valid tool name", self.name, tool.name, name
                 )
                 continue
+            raw_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
+            schema = bounded_schema(self.name, tool.name, raw_schema)
+            if schema is None:
+                continue
+            description = (tool.description or tool.title or tool.name).strip()
             tools.append(
                 McpTool(
                     name=name,
                     server=self.name,
                     remote_name=tool.name,
-                    description=(tool.description or tool.title or tool.name).strip(),
-                    schema=tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"},
+                    description=bounded_description(self.name, tool.name, description),
+                    schema=schema,
                     starts="active" if self.config.is_eager(tool.name) else "deferred",
                 )
             )
@@ -167,7 +193,13 @@ class McpServer:
                 # Exiting the client ends the process: stop and restart really stop it.
                 keep_alive=False,
             )
-        return StreamableHttpTransport(self.config.url, headers=self._headers or None)
+        url = self._resolved.url
+        return StreamableHttpTransport(
+            url,
+            headers=self._headers or None,
+            httpx_client_factory=client_factory(url, self._headers, on_too_large=self._answer_dropped),
+            max_sse_event_size=MAX_ANSWER_BYTES,
+        )
 
     async def _open(self) -> MCPToolset[Any]:
         client: Client[Any] = Client(
@@ -189,28 +221,35 @@ class McpServer:
                 await toolset.__aexit__(None, None, None)
         except Exception as exc:
             # Usual for a session that already broke (the HTTP server is gone); nothing is left open.
-            log.info("closing MCP server %s: %s", self.name, _reason(exc, _CLOSE_TIMEOUT, "close"))
+            reason = self.redact(_reason(exc, _CLOSE_TIMEOUT, "close"))
+            log.info("closing MCP server %s: %s", self.name, reason)
 
     # -- calls --------------------------------------------------------------------------
     async def call(self, tool: McpTool, args: dict[str, Any]) -> Any:
         """Call ``tool``; its result as pydantic-ai maps it (text, JSON, BinaryContent or a list)."""
         toolset = await self._ready()
+        self._too_large = False
         try:
             async with asyncio.timeout(self.config.timeout):
                 return await toolset.direct_call_tool(tool.remote_name, args)
         except ToolError as exc:
-            raise McpCallFailed(bounded(f"{tool.name} failed: {exc}", _REASON_BYTES)) from exc
+            raise McpCallFailed(bounded(self.redact(f"{tool.name} failed: {exc}"), _REASON_BYTES)) from exc
         except TimeoutError as exc:
             raise McpCallFailed(f"{tool.name} did not answer within {self.config.timeout:g} s") from exc
         except McpError as exc:
             if _connection_lost(exc):
                 self._broken = True
-            raise McpCallFailed(bounded(f"{tool.name} failed: {exc}", _REASON_BYTES)) from exc
+            if self._too_large:
+                raise McpCallFailed(
+                    f"{tool.name} failed: the server's answer was larger than "
+                    f"{MAX_ANSWER_BYTES // 2**20} MiB; it was not read"
+                ) from exc
+            raise McpCallFailed(bounded(self.redact(f"{tool.name} failed: {exc}"), _REASON_BYTES)) from exc
         except Exception as exc:
             # Transport and protocol failures: the session may be unusable, so reopen it next time.
             self._broken = True
             log.warning("MCP call %s failed", tool.name, exc_info=True)
-            raise McpCallFailed(_reason(exc, self.config.timeout, "call")) from exc
+            raise McpCallFailed(self.redact(_reason(exc, self.config.timeout, "call"))) from exc
 
     async def _ready(self) -> MCPToolset[Any]:
         """The open toolset, reopened first when the last call broke it or a stdio server died."""
@@ -238,7 +277,7 @@ class McpServer:
             except Exception as exc:
                 await self._close()
                 self._broken = True
-                reason = _reason(exc, self.config.startup_timeout, "restart")
+                reason = self.redact(_reason(exc, self.config.startup_timeout, "restart"))
                 log.warning("MCP server %s could not be restarted: %s", self.name, reason)
                 raise McpCallFailed(f"the {self.name} server is unavailable: {reason}") from exc
 

@@ -1,0 +1,67 @@
+"""A test-only seam that kills the process (SIGKILL) at a named point (invariant 13's crash matrix).
+
+``THREADBOUND_CRASH_AT=point`` (or ``point:n``, the n-th time the point is passed; default the first)
+is read once, when this module is imported. Unset (always, outside tests), :func:`crash_point` is a
+function that does nothing: no environment look-up, no counting, nothing on the hot path.
+
+Every point the code passes is named in :data:`POINTS`; ``tests/test_crash_matrix.py`` kills the app
+at each of them and fails when the code names a point the matrix does not cover. The seam lives in
+``storage`` because every layer (``channel``, ``app``) may import it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from typing import Final
+
+#: Slack writes: ``slack.<kind>.before`` / ``.after`` around the Web API call of each kind.
+SLACK_WRITES: Final = (
+    "post",
+    "startStream",
+    "appendStream",
+    "stopStream",
+    "update",
+    "delete",
+    "reaction",
+    "upload",
+)
+#: Store commits: ``store.<kind>.before`` / ``.after`` around the transaction of each kind.
+STORE_COMMITS: Final = ("claim", "checkpoint", "journal_open", "journal_close", "save", "consume")
+#: Every point there is.
+POINTS: Final = frozenset(
+    {f"slack.{kind}.{when}" for kind in SLACK_WRITES for when in ("before", "after")}
+    | {f"store.{kind}.{when}" for kind in STORE_COMMITS for when in ("before", "after")}
+    | {"model.request"}
+)
+
+
+def _parse(spec: str) -> tuple[str, int]:
+    name, _, count = spec.partition(":")
+    if name not in POINTS:
+        raise ValueError(f"THREADBOUND_CRASH_AT names no crash point: {name!r}")
+    return name, int(count or "1")
+
+
+def _noop(name: str) -> None:
+    return None
+
+
+def _armed(target: str, nth: int) -> Callable[[str], None]:
+    seen = 0
+
+    def crash(name: str) -> None:
+        nonlocal seen
+        if name != target:
+            return
+        seen += 1
+        if seen == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+_SPEC = os.environ.get("THREADBOUND_CRASH_AT", "")
+#: ``crash_point(name)``: SIGKILL here when ``THREADBOUND_CRASH_AT`` names this point (module doc).
+crash_point: Callable[[str], None] = _armed(*_parse(_SPEC)) if _SPEC else _noop

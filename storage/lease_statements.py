@@ -1,0 +1,61 @@
+"""Statements of leases, their fencing and the liveness of their owners (invariants 3, 10 and 12).
+
+``statements.py`` re-exports every name here; its fenced writes use :func:`fenced`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .sql import Statement
+
+LEASE_COLUMNS = "task_id, owner, expires_at"
+
+
+def fenced(task: str = ":task_id") -> str:
+    """The condition of a fenced write (invariant 12): no ``:fence`` given (an unfenced write, e.g.
+    a test's or the `run` command's without a lease), or the lease of ``task`` is still the
+    acquisition ``:fence`` names. On Postgres the lease row is share-locked until the write commits,
+    so a new owner's acquisition waits for it (and every later fenced write sees the new token)."""
+    return (
+        "(CAST(:fence AS TEXT) IS NULL OR EXISTS (SELECT 1 FROM leases"
+        f" WHERE leases.task_id = {task} AND leases.token = :fence{{for_share}}))"
+    )
+
+
+# -- leases ----------------------------------------------------------------------------------
+
+#: One upsert: the conflict branch only fires for a free, expired or own lease (on Postgres, ON
+#: CONFLICT locks the row and re-checks the WHERE on its latest version: one of two takers wins).
+#: ``token`` (fresh per call) names the acquisition; an owner extending its live lease keeps its token.
+ACQUIRE_LEASE: Final = Statement(
+    "INSERT INTO leases (task_id, owner, expires_at, token) VALUES (:task_id, :owner, :expires_at, :token)"
+    " ON CONFLICT (task_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at,"
+    " token = CASE WHEN leases.owner = excluded.owner AND leases.expires_at > :now THEN leases.token"
+    " ELSE excluded.token END"
+    " WHERE leases.owner = excluded.owner OR leases.expires_at <= :now"
+    " RETURNING owner, token"
+)
+#: Renews ``:owner``'s lease, and only the acquisition ``:token`` names when given.
+RENEW_LEASE: Final = Statement(
+    "UPDATE leases SET expires_at = :expires_at WHERE task_id = :task_id AND owner = :owner"
+    " AND (CAST(:token AS TEXT) IS NULL OR token = :token) RETURNING owner"
+)
+RELEASE_LEASE: Final = Statement("DELETE FROM leases WHERE task_id = :task_id AND owner = :owner")
+GET_LEASE: Final = Statement(f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = :task_id")
+
+# -- instances (liveness of lease owners) -----------------------------------------------------
+
+REGISTER_INSTANCE: Final = Statement(
+    "INSERT INTO instances (owner, lock_key, started_at) VALUES (:owner, :lock_key, :now)"
+    " ON CONFLICT (owner) DO UPDATE SET lock_key = excluded.lock_key, started_at = excluded.started_at"
+)
+#: Registered owners that hold unexpired leases, with the key of their liveness lock.
+REGISTERED_LEASE_OWNERS: Final = Statement(
+    "SELECT DISTINCT i.owner, i.lock_key FROM instances i JOIN leases l ON l.owner = i.owner"
+    " WHERE l.expires_at > :now"
+)
+EXPIRE_LEASES: Final = Statement(
+    "UPDATE leases SET expires_at = :now WHERE owner = :owner AND expires_at > :now"
+)
+FORGET_INSTANCE: Final = Statement("DELETE FROM instances WHERE owner = :owner")

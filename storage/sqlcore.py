@@ -1,0 +1,62 @@
+"""What every SQL store is built on: the backend's four primitives (see ``sqlstore.py``)."""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from .sql import Dialect, Procedure, Row, Script, Statement
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class SqlCore(ABC):
+    """The primitives a backend supplies, and the one helper built on them."""
+
+    dialect: ClassVar[Dialect]
+
+    # -- what a backend supplies ---------------------------------------------------
+    @abstractmethod
+    async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> Sequence[Row]:
+        """The rows of one statement, run on its own (atomic; autocommitted)."""
+
+    @abstractmethod
+    async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
+        """Run one statement on its own; how many rows it changed."""
+
+    @abstractmethod
+    async def _call(self, procedure: Procedure, params: Mapping[str, Any]) -> Row:
+        """The result row of ``procedure``, run as one transaction in one database trip."""
+
+    @abstractmethod
+    async def _script(self, make: Callable[[], Script]) -> Any:
+        """Drive the script ``make()`` returns in one transaction; its return value. ``make`` is
+        called again when the backend reruns the transaction (a generator runs only once)."""
+
+    @abstractmethod
+    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
+        """Take the lock that ends with this process (or its connection): its key, and whether
+        it was taken now (False: this store holds it already, under the same key)."""
+
+    @abstractmethod
+    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        """Which of ``(owner, lock key)`` no longer hold their liveness lock."""
+
+    async def _forget_liveness(self, owner: str) -> None:
+        """Clean up what a dead ``owner``'s liveness lock left behind (SQLite: its lock file)."""
+        return None  # Postgres: nothing (the lock ended with its session)
+
+    def _migration_prelude(self) -> Sequence[tuple[Statement, Mapping[str, Any]]]:
+        """Statements the migration transaction starts with (Postgres: a lock, the schema)."""
+        return ()
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    async def _one(self, statement: Statement, **params: Any) -> Row | None:
+        rows = await self._fetch(statement, params)
+        return rows[0] if rows else None

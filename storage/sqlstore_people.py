@@ -1,0 +1,141 @@
+"""The :class:`~storage.base.Store` methods about people: model usage, approvals, feedback.
+
+Mixed into :class:`~storage.sqlstore.SqlStore`, over the same four primitives (``sqlcore.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import statements as sql
+from ._rows import approval_from_row, usage_from_row
+from .base import ApprovalDecision, ApprovalRecord, FeedbackRecord, StoreError, UsageRecord
+from .sqlcore import SqlCore, new_id
+
+
+class PeopleMethods(SqlCore):
+    """Usage, approvals and feedback, written once over SQL."""
+
+    # -- model usage ---------------------------------------------------------------------
+    async def record_usage(self, usage: UsageRecord) -> None:
+        await self._execute(
+            sql.RECORD_USAGE,
+            {
+                "task_id": usage.task_id,
+                "person": usage.person,
+                "channel": usage.channel,
+                "model": usage.model,
+                "day": usage.day,
+                "at": usage.at,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "requests": usage.requests,
+            },
+        )
+
+    async def tokens_spent(self, day: str, person: str | None = None) -> int:
+        row = await self._one(sql.TOKENS_SPENT, day=day, person=person)
+        return int(row["spent"]) if row else 0
+
+    async def usage_by_day(self, since: str) -> list[UsageRecord]:
+        return [usage_from_row(r) for r in await self._fetch(sql.USAGE_BY_DAY, {"since": since})]
+
+    # -- approvals -------------------------------------------------------------------------
+    async def open_approval(
+        self,
+        *,
+        approval_id: str,
+        task_id: str,
+        tool_call_id: str,
+        tool: str,
+        args: str,
+        requester: str,
+        channel: str,
+        thread_ts: str,
+        card_effect: str,
+        now: float,
+    ) -> None:
+        params = {
+            "approval_id": approval_id,
+            "task_id": task_id,
+            "tool_call_id": tool_call_id,
+            "tool": tool,
+            "args": args,
+            "requester": requester,
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "card_effect": card_effect,
+            "card_args": json.dumps({"approval_id": approval_id}),
+            "now": now,
+        }
+        await self._call(sql.OPEN_APPROVAL, params)
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        row = await self._one(sql.GET_APPROVAL, approval_id=approval_id)
+        return None if row is None else approval_from_row(row)
+
+    async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
+        return [approval_from_row(r) for r in await self._fetch(sql.TASK_APPROVALS, {"task_id": task_id})]
+
+    async def has_open_approval(self, task_id: str) -> bool:
+        row = await self._one(sql.HAS_OPEN_APPROVAL, task_id=task_id)
+        return row is not None and bool(row["waiting"])
+
+    async def set_approval_card(self, approval_id: str, card_ts: str) -> None:
+        if await self._one(sql.SET_APPROVAL_CARD, approval_id=approval_id, card_ts=card_ts) is None:
+            raise StoreError(f"unknown approval {approval_id!r}")
+
+    async def decide_approval(
+        self, approval_id: str, *, decision: ApprovalDecision, user_id: str, payload: str, now: float
+    ) -> bool:
+        params = {
+            "approval_id": approval_id,
+            "decision": decision,
+            "user_id": user_id,
+            "now": now,
+            "payload": payload,
+            "decision_id": new_id(),
+        }
+        return bool((await self._call(sql.DECIDE, params))["won"])
+
+    async def expired_approvals(self, *, before: float, limit: int = 100) -> list[ApprovalRecord]:
+        rows = await self._fetch(sql.EXPIRED_APPROVALS, {"before": before, "limit": limit})
+        return [approval_from_row(r) for r in rows]
+
+    async def start_execution(self, approval_id: str, *, now: float) -> bool:
+        return await self._one(sql.START_EXECUTION, approval_id=approval_id, now=now) is not None
+
+    # -- feedback -----------------------------------------------------------------------
+    async def record_feedback(
+        self, *, task_id: str, message: str, user_id: str, user_name: str, kind: str, now: float
+    ) -> None:
+        if kind not in ("positive", "negative"):
+            raise StoreError(f"unknown feedback kind {kind!r}")
+        params = {
+            "task_id": task_id,
+            "message": message,
+            "user_id": user_id,
+            "user_name": user_name,
+            "kind": kind,
+            "now": now,
+        }
+        await self._execute(sql.RECORD_FEEDBACK, params)
+
+    async def pending_feedback(self, task_id: str) -> list[FeedbackRecord]:
+        rows = await self._fetch(sql.PENDING_FEEDBACK, {"task_id": task_id})
+        return [
+            FeedbackRecord(
+                task_id=str(r["task_id"]),
+                message=str(r["message"]),
+                user_id=str(r["user_id"]),
+                user_name=str(r["user_name"]),
+                kind="positive" if r["kind"] == "positive" else "negative",
+                clicked_at=float(r["clicked_at"]),
+            )
+            for r in rows
+        ]
+
+    async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
+        await self._execute(sql.MARK_FEEDBACK_SHOWN, {"task_id": task_id, "upto": upto})

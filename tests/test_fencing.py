@@ -1,0 +1,166 @@
+"""Fencing, step checkpoints and liveness in the store and the scheduler (invariants 10, 12 and 13)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from app.runs.scheduler import Scheduler
+from storage.base import Fence, LeaseMoved, Store
+from storage.sqlite import SQLiteStore
+
+T0 = 1_700_000_000.0
+
+
+async def _task(store: Store) -> str:
+    return (await store.create_task(channel="C1", thread_ts="900.000001", now=T0)).task_id
+
+
+async def _claim(store: Store, ts: str) -> int:
+    outcome = await store.claim_message(
+        event_id=f"Ev{ts}", channel="C1", ts=ts, thread_ts="900.000001", create=True, payload="{}", now=T0
+    )
+    assert outcome.item_id is not None
+    return outcome.item_id
+
+
+async def _moved(store: Store, task_id: str) -> tuple[Fence, Fence]:
+    """An old acquisition (A's, expired) and the new one (B's) that took the lease over."""
+    old = await store.take_lease(task_id, owner="A", ttl=10, now=T0)
+    new = await store.take_lease(task_id, owner="B", ttl=10, now=T0 + 11)
+    assert old is not None and new is not None and old.token != new.token
+    return old, new
+
+
+async def test_every_durable_write_of_a_run_is_refused_once_its_lease_has_moved(store: Store) -> None:
+    """Checkpoint, journal open and close, save and inbox consumption under a moved lease are refused
+    (LeaseMoved) and change nothing; the new owner's writes go through."""
+    task_id = await _task(store)
+    item = await _claim(store, "900.000001")
+    old, new = await _moved(store, task_id)
+    await store.open_effect(
+        effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0, fence=new
+    )
+    with pytest.raises(LeaseMoved):
+        await store.open_effect(
+            effect_id="e2", task_id=task_id, tool="channel_reply", args="{}", now=T0, fence=old
+        )
+    with pytest.raises(LeaseMoved):
+        await store.close_effect("e1", result="{}", fence=old)
+    with pytest.raises(LeaseMoved):
+        await store.checkpoint(task_id, transcript=b"[]", consumed=[item], fence=old, close=("e1", "{}"))
+    with pytest.raises(LeaseMoved):
+        await store.save_run(task_id, transcript=b"[]", consumed=[item], fence=old)
+    assert await store.get_effect("e2") is None
+    assert [e.effect_id for e in await store.open_effects(task_id)] == ["e1"]
+    assert [i.item_id for i in await store.pending_inbox(task_id)] == [item]
+    task = await store.get_task(task_id)
+    assert task is not None and task.transcript == b"" and not task.run_open
+    await store.checkpoint(task_id, transcript=b"[1]", consumed=[item], fence=new, close=("e1", '{"ok":1}'))
+    assert await store.open_effects(task_id) == [] and await store.pending_inbox(task_id) == []
+
+
+async def test_a_checkpoint_keeps_the_run_open_until_it_is_saved(store: Store) -> None:
+    """A checkpointed run makes its task due (it is resumed after a crash) until save_run closes it,
+    and its journal entries carry the tool call that made them."""
+    task_id = await _task(store)
+    fence = await store.take_lease(task_id, owner="A", ttl=10, now=T0)
+    assert fence is not None
+    await store.open_effect(
+        effect_id="e1",
+        task_id=task_id,
+        tool="channel_reply",
+        args="{}",
+        now=T0,
+        call_id="call_1",
+        fence=fence,
+    )
+    await store.checkpoint(task_id, transcript=b"[1]", consumed=[], fence=fence, close=("e1", "{}"))
+    await store.release_lease(task_id, owner="A")
+    assert task_id in await store.tasks_needing_a_run(now=T0 + 1)
+    task = await store.get_task(task_id)
+    assert task is not None and task.run_open and task.transcript == b"[1]"
+    [effect] = await store.call_effects(task_id)
+    assert (effect.call_id, effect.state) == ("call_1", "done")
+    await store.save_run(task_id, transcript=b"[2]", consumed=[])
+    assert task_id not in await store.tasks_needing_a_run(now=T0 + 1)
+
+
+async def test_an_owner_extending_its_live_lease_keeps_its_fence(store: Store) -> None:
+    """Re-acquiring one's own live lease keeps the fence (the run's writes stay valid); a free or
+    expired lease taken again, even by the same owner, gets a new one."""
+    task_id = await _task(store)
+    first = await store.take_lease(task_id, owner="A", ttl=10, now=T0)
+    again = await store.take_lease(task_id, owner="A", ttl=10, now=T0 + 5)
+    assert first is not None and again == first
+    later = await store.take_lease(task_id, owner="A", ttl=10, now=T0 + 20)
+    assert later is not None and later.token != first.token
+    assert await store.renew_lease(task_id, owner="A", ttl=10, now=T0 + 21, fence=later)
+    assert not await store.renew_lease(task_id, owner="A", ttl=10, now=T0 + 21, fence=first)
+
+
+async def test_a_takeover_waits_for_a_fenced_write_in_flight(store_factory) -> None:  # type: ignore[no-untyped-def]
+    """Racing a new owner's acquisition against the old owner's fenced saves from another store
+    object: every save either lands before the takeover or is refused, never after it."""
+    stores = [await store_factory(), await store_factory()]
+    task_id = await _task(stores[0])
+    old = await stores[0].take_lease(task_id, owner="A", ttl=10, now=T0)
+    assert old is not None
+
+    async def save(n: int) -> bool:
+        try:
+            await stores[0].save_run(task_id, transcript=str(n).encode(), consumed=[], fence=old)
+        except LeaseMoved:
+            return False
+        return True
+
+    saves = [asyncio.create_task(save(n)) for n in range(20)]
+    new = await stores[1].take_lease(task_id, owner="B", ttl=10, now=T0 + 11)
+    assert new is not None
+    after = await save(99)
+    await asyncio.gather(*saves)
+    assert not after
+    await stores[1].save_run(task_id, transcript=b"B", consumed=[], fence=new)
+    task = await stores[0].get_task(task_id)
+    assert task is not None and task.transcript == b"B"
+
+
+async def test_an_owner_is_judged_dead_only_after_its_lock_stays_missing_for_the_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a database restart ends every instance's liveness lock at once (Postgres), an owner
+    whose lock is missing is taken over only when it has not taken it again within the grace."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    try:
+        clock = [T0]
+        scheduler = Scheduler(store=store, executor=cast(Any, None), owner="A", clock=lambda: clock[0])
+        task_id = await _task(store)
+        assert await store.take_lease(task_id, owner="B", ttl=600, now=T0)
+        missing = ["B"]
+
+        async def dead_owners(*, now: float) -> list[str]:
+            return list(missing)
+
+        monkeypatch.setattr(store, "dead_owners", dead_owners)
+        monkeypatch.setattr(store, "liveness_grace", 12.0)
+        assert await scheduler.take_over() == 0  # missing since T0: B may be re-registering
+        clock[0] = T0 + 6
+        missing.clear()  # B took its lock again
+        assert await scheduler.take_over() == 0
+        missing.append("B")  # missing again, first seen at T0 + 13
+        clock[0] = T0 + 13
+        assert await scheduler.take_over() == 0
+        clock[0] = T0 + 24
+        assert await scheduler.take_over() == 0
+        lease = await store.get_lease(task_id)
+        assert lease is not None and lease.owner == "B" and lease.expires_at > clock[0]
+        clock[0] = T0 + 25
+        assert await scheduler.take_over() == 1
+        lease = await store.get_lease(task_id)
+        assert lease is not None and lease.expires_at <= clock[0]
+    finally:
+        await store.close()
