@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError
 from app import logs
 from app.agent.approval_cards import APPROVE
 from app.intake.http import HTTP_EVENTS_OFF
+from app.playground.workspace import ignored_settings, playground_settings
 from app.service import Service, StartupError
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
@@ -291,6 +292,16 @@ def test_serve_with_a_bot_token_as_app_token_prints_one_line(tmp_path: Path) -> 
         "threadbound: cannot start: SLACK_APP_TOKEN must start with xapp- — this looks like the bot token "
         "(xoxb-): copy the app-level token from Basic Information\n"
     )
+
+
+async def test_the_playground_keeps_http_and_names_the_app_token_it_ignores(tmp_path: Path) -> None:
+    """The playground delivers over signed HTTP: a SLACK_APP_TOKEN in the environment is cleared
+    for its app and named among the settings it ignores."""
+    async with FakeSlack() as slack:
+        settings = settings_for(slack, tmp_path, slack_app_token="xapp-1-A1-1-real")
+        assert "SLACK_APP_TOKEN" in ignored_settings(settings)
+        local = playground_settings(settings, slack, "secret")
+        assert not local.socket_mode and local.http_events
 
 
 async def test_http_events_off_without_an_app_token_is_refused(tmp_path: Path) -> None:
