@@ -26,6 +26,7 @@ from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
+from app.intake.external import ExternalNotice
 from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
@@ -259,9 +260,10 @@ class Service:
         ingress = Ingress(
             store=store,
             scheduler=runner,
-            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
+            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id, adapter.identity.team_id),
             settings=settings,
             on_result=observer.delivery,
+            on_external=ExternalNotice(adapter),
         )
         interactions = Interactions()
         approvals.register(interactions.on)
