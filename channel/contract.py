@@ -11,7 +11,7 @@ code) on failure; nothing else escapes an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -225,8 +225,9 @@ class ChannelAdapter(Protocol):
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document: ...
 
-    async def set_status(self, origin: Origin, status: str) -> None:
-        """Show progress text ("is thinking…"); an empty string clears it."""
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
+        """Show progress text ("is thinking…"); an empty string clears it. ``loading_messages``, when
+        given, are shown in turn instead of the text while it lasts (Slack takes up to 10)."""
 
 
 #: The method behind each feature flag; registration checks the adapter overrides it.
@@ -281,7 +282,7 @@ class AdapterBase:
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
         raise _unsupported("documents")
 
-    async def set_status(self, origin: Origin, status: str) -> None:
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         raise _unsupported("status")
 
     async def open_stream(

@@ -19,6 +19,7 @@ from slack_sdk.errors import SlackApiError
 from app import logs
 from app.agent.approval_cards import APPROVE
 from app.intake.http import HTTP_EVENTS_OFF
+from app.playground.workspace import ignored_settings, playground_settings
 from app.service import Service, StartupError
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
@@ -210,7 +211,7 @@ async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_config
 
 def _react_then_report(turn: Turn) -> list[Any]:
     """Asks to react to the person's message (a gated call), then replies with the call's outcome."""
-    handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt or "")
+    handle = re.search(r'"message": "(msg_[A-Za-z0-9_-]+)"', turn.prompt or "")
     if handle is not None:
         return [call("channel_react", message=handle.group(1), emoji="tada")]
     reacted = [r for name, r in turn.results if name == "channel_react"]
@@ -291,6 +292,16 @@ def test_serve_with_a_bot_token_as_app_token_prints_one_line(tmp_path: Path) -> 
         "threadbound: cannot start: SLACK_APP_TOKEN must start with xapp- — this looks like the bot token "
         "(xoxb-): copy the app-level token from Basic Information\n"
     )
+
+
+async def test_the_playground_keeps_http_and_names_the_app_token_it_ignores(tmp_path: Path) -> None:
+    """The playground delivers over signed HTTP: a SLACK_APP_TOKEN in the environment is cleared
+    for its app and named among the settings it ignores."""
+    async with FakeSlack() as slack:
+        settings = settings_for(slack, tmp_path, slack_app_token="xapp-1-A1-1-real")
+        assert "SLACK_APP_TOKEN" in ignored_settings(settings)
+        local = playground_settings(settings, slack, "secret")
+        assert not local.socket_mode and local.http_events
 
 
 async def test_http_events_off_without_an_app_token_is_refused(tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ class Status:
     channel_id: str
     thread_ts: str
     status: str
+    #: The rotating ``loading_messages`` sent with it (empty when none were).
+    loading_messages: tuple[str, ...] = ()
 
 
 @dataclass

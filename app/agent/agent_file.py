@@ -12,12 +12,24 @@ from app.agent.mcp.json_config import load_mcp_json, merge_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "approval", "mcp", "prompts", "max_requests_per_run")
+_KEYS = (
+    "instructions",
+    "tools",
+    "model",
+    "approval",
+    "mcp",
+    "prompts",
+    "loading_messages",
+    "max_requests_per_run",
+)
 #: Model requests one run may make before it stops with an apology (a runaway tool loop).
 DEFAULT_MAX_REQUESTS_PER_RUN = 20
 #: Slack shows at most four suggested prompts; each is a title and the message it sends.
 MAX_PROMPTS = 4
 MAX_PROMPT_CHARS = 200
+#: Slack rotates at most ten ``loading_messages`` under a thread while the app works.
+MAX_LOADING_MESSAGES = 10
+MAX_LOADING_CHARS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,8 @@ class AgentFile:
     max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN
     #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
     prompts: tuple[str, ...] = ()
+    #: Texts Slack rotates under the thread while a run works ("Reading the thread…"); empty: our defaults.
+    loading_messages: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None, mcp_config: Path | None = None) -> AgentFile:
@@ -82,8 +96,20 @@ class AgentFile:
                 f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
                 f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
             )
+        loading = data.get("loading_messages", [])
+        if (
+            not isinstance(loading, list)
+            or not all(isinstance(m, str) and m.strip() and len(m) <= MAX_LOADING_CHARS for m in loading)
+            or len(loading) > MAX_LOADING_MESSAGES
+        ):
+            raise ValueError(
+                f"{path}: loading_messages must be a list of at most {MAX_LOADING_MESSAGES} non-empty "
+                f"strings of at most {MAX_LOADING_CHARS} characters, "
+                'e.g. loading_messages = ["Checking the runbook…"]'
+            )
         return cls(
             instructions=instructions,
+            loading_messages=tuple(m.strip() for m in loading),
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),

@@ -21,6 +21,10 @@ happens in ingress), so every rule is testable without a server:
 
 A message a person forwards is that person's message, whoever wrote the original:
 only the message's own author and text decide, never its attachments.
+
+People from another organisation (Slack Connect: the message's ``user_team``, else
+``team``, is not the install's) are ignored unless ``ALLOW_EXTERNAL_USERS``; the
+decision says so (``external``), so ingress can tell them once, privately.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ Action = Literal["start", "follow_up", "ignore"]
 class BotIdentity:
     user_id: str
     bot_id: str
+    #: The install's workspace (``auth.test``); "" when unknown (then nobody counts as external).
+    team_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,8 @@ class Decision:
     #: Conversation key: the thread root's ts, or "" for a DM's top level.
     thread_ts: str = ""
     user: str = ""
+    #: Ignored because the author is from another organisation (``ALLOW_EXTERNAL_USERS`` is off).
+    external: bool = False
 
     @property
     def create(self) -> bool:
@@ -108,9 +116,14 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
     is_bot = bool(bot_id) or subtype == "bot_message"
     if is_bot and not settings.allow_bots:
         return Decision("ignore", "posted by another bot (ALLOW_BOTS is off)")
+    thread_ts = str(event.get("thread_ts") or "")
+    team = event.get("user_team") or event.get("team")
+    external = bool(bot.team_id) and isinstance(team, str) and team not in ("", bot.team_id)
+    if external and not settings.allow_external_users:
+        reason = "author is from another organisation (ALLOW_EXTERNAL_USERS is off)"
+        return Decision("ignore", reason, channel, ts, thread_ts, user, external=True)
     if settings.allowed_users and user not in settings.allowed_users:
         return Decision("ignore", "author is not in ALLOWED_USERS")
-    thread_ts = str(event.get("thread_ts") or "")
     is_dm = event.get("channel_type") == "im" or (kind == "message" and channel.startswith("D"))
     if is_dm:
         if not settings.allow_dms:
