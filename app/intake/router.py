@@ -9,7 +9,11 @@ happens in ingress), so every rule is testable without a server:
   (``thread_ts == ""``); a DM thread is its own conversation;
 - any other message in a thread → resume, only if that thread belongs to a task;
 - an edit that adds the bot's mention → the edited message, as if just posted (its
-  ``(channel, ts)`` claim makes an edit of an already-claimed message a duplicate);
+  ``(channel, ts)`` claim makes an edit of an already-claimed message a duplicate). Slack sends
+  such an edit twice, as ``message_changed`` (to apps subscribed to messages) and as an
+  ``app_mention`` carrying ``edited`` (to apps subscribed to mentions): either starts the turn,
+  and both together start one, since both claim the message's own ``(channel, ts)``. Slack also
+  repeats ``app_mention`` on later edits of an answered message; its claim makes those duplicates;
 - other edits, deletions, Slackbot, system notices (topic, joins, pins, huddles, …),
   the bot's own posts and (unless allowed) other bots' posts → nothing;
 - events other than messages and mentions (home tab, reactions, assistant pane, …)
@@ -96,10 +100,6 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
         return Decision("ignore", "event has a malformed subtype")
     if subtype == "message_changed":
         return _edit(event, bot, settings)
-    if kind == "app_mention" and event.get("edited"):
-        # Slack repeats app_mention on every edit of a message that mentions the bot, without the
-        # text before the edit; the message_changed event of the same edit has it and decides.
-        return Decision("ignore", "an edited mention; its message_changed event decides")
     if subtype not in _ORDINARY_SUBTYPES or event.get("hidden"):
         reason = _SUBTYPE_REASONS.get(str(subtype), f"a system message ({subtype}) starts nothing")
         return Decision("ignore", reason)
@@ -136,7 +136,8 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
         if is_bot and thread_ts:
             # Loop protection: a bot mentioning us inside a thread is most likely answering us.
             return Decision("ignore", "a bot mentioning the bot inside a thread (loop protection)")
-        return Decision("start", "mention", channel, ts, thread_ts or ts, user)
+        reason = "mention (edited)" if event.get("edited") else "mention"
+        return Decision("start", reason, channel, ts, thread_ts or ts, user)
     if thread_ts:
         if is_bot:
             return Decision("ignore", "a bot reply in a thread (loop protection)")
