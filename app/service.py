@@ -26,6 +26,7 @@ from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
+from app.intake.external import ExternalNotice
 from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
@@ -37,6 +38,7 @@ from app.ops.paas import ephemeral_disk_warning
 from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
+from app.runs.file_expiry import FileExpiry, sweep_steps
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
@@ -207,13 +209,7 @@ class Service:
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
-        approvals = Approvals(
-            store=store,
-            adapter=adapter,
-            approvers=settings.approvers,
-            approval_by=settings.approval_by,
-            ttl=settings.approval_ttl,
-        )
+        approvals = Approvals.from_settings(store, adapter, settings)
         _warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)
         agent = build_agent(
@@ -239,6 +235,7 @@ class Service:
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
+            files_max_bytes=settings.task_files_max_bytes,
             stream=stream_mode == "auto",
             feedback=True,
         )
@@ -249,7 +246,7 @@ class Service:
             max_concurrent_runs=settings.max_concurrent_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=approvals.sweep,  # approvals open longer than APPROVAL_TTL expire
+            on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs
             ack_gate=AckGate(),
         )
         approvals.wake = runner.notify
@@ -263,9 +260,10 @@ class Service:
         ingress = Ingress(
             store=store,
             scheduler=runner,
-            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
+            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id, adapter.identity.team_id),
             settings=settings,
             on_result=observer.delivery,
+            on_external=ExternalNotice(adapter),
         )
         interactions = Interactions()
         approvals.register(interactions.on)

@@ -23,7 +23,7 @@ from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
 from threadbound_emulator import FakeSlack
 
-_HANDLE = re.compile(r"\((msg_[A-Za-z0-9_-]+)\)")
+_HANDLE = re.compile(r'"message": "(msg_[A-Za-z0-9_-]+)"')
 
 
 def _agent_file(tmp_path: Path, globs: list[str]) -> Path:
@@ -327,6 +327,7 @@ async def test_approval_gates_a_channel_tool_such_as_channel_retract(tmp_path: P
         assert 'retracted: {"ok": true}' in texts
 
 
+@pytest.mark.process
 async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
     """`approval` globs match MCP tools too: the call to a real MCP server waits for its card and,
     once approved, its result reaches the model."""
@@ -416,6 +417,7 @@ def _notify_agent(tmp_path: Path) -> Path:
     return agent
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("keys", [1, 5000])
 async def test_a_card_shows_the_key_that_matters_or_the_call_is_denied(tmp_path: Path, keys: int) -> None:
     """A gated MCP call with a long body before ``to`` gets a card showing ``to``; one whose arguments no

@@ -48,6 +48,7 @@ def test_met_follows_the_target() -> None:
     assert row["absolute"] is True and row["also"] == {"ok": True} and _verdict(row) is False
 
 
+@pytest.mark.process
 @pytest.mark.timeout(360)
 def test_a_tiny_run_measures_every_row_consistently(tmp_path: Path) -> None:
     """Every row of a tiny run has a finite number, ratio == ours / baseline, met as its target says,
@@ -124,6 +125,7 @@ def test_common_prefix_share_counts_the_repeated_start() -> None:
     assert common_prefix_share(["zz"], ["ab"]) == 0.0
 
 
+@pytest.mark.process
 def test_help_is_plain_text_with_examples() -> None:
     """`python -m bench --help` shows plain text (no reST markup) with a description and examples."""
     proc = subprocess.run(

@@ -119,6 +119,7 @@ async def test_a_name_in_both_stops_start_up(tmp_path: Path) -> None:
         await harness.stop()
 
 
+@pytest.mark.process
 async def test_a_json_server_is_called_and_gated_like_an_agent_file_one(tmp_path: Path) -> None:
     """A server from MCP_CONFIG offers its eager tool, and the agent file's approval globs gate it: the call
     waits for a card instead of running."""
@@ -149,6 +150,7 @@ async def test_a_json_server_is_called_and_gated_like_an_agent_file_one(tmp_path
     assert ran == []
 
 
+@pytest.mark.process
 async def test_check_starts_json_servers_without_an_agent_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -380,6 +380,7 @@ async def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
             await second.start()
 
 
+@pytest.mark.process
 async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_path: Path) -> None:
     """``python -m app playground --demo`` as a process: notes the Slack settings it ignores,
     answers a post with the demo model, and exits 0 on SIGTERM."""

@@ -211,7 +211,7 @@ async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_config
 
 def _react_then_report(turn: Turn) -> list[Any]:
     """Asks to react to the person's message (a gated call), then replies with the call's outcome."""
-    handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt or "")
+    handle = re.search(r'"message": "(msg_[A-Za-z0-9_-]+)"', turn.prompt or "")
     if handle is not None:
         return [call("channel_react", message=handle.group(1), emoji="tada")]
     reacted = [r for name, r in turn.results if name == "channel_react"]

@@ -17,6 +17,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, echo_model, scripted
+from tests.support.prompts import readable
 from threadbound_emulator import FakeSlack
 
 
@@ -415,9 +416,10 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> see attached", ts, files=files))
             await app.idle()
         assert len(prompts) == 1
-        assert prompts[0].count("attached file_") == 2
-        assert "notes.txt" in prompts[0]
-        assert "shared.csv (text/csv, 8 bytes)" in prompts[0]
+        shown = readable(prompts[0])
+        assert shown.count("attached file_") == 2
+        assert "notes.txt" in shown
+        assert "shared.csv (text/csv, 8 bytes)" in shown
         assert "F0PLAIN" not in prompts[0] and "F0CONNECT" not in prompts[0]
 
 

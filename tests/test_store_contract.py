@@ -690,6 +690,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
+@pytest.mark.process
 async def test_a_killed_instances_leases_are_taken_over_before_they_expire(
     store_factory: StoreFactory,
 ) -> None:

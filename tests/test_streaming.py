@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
@@ -304,6 +305,7 @@ def _kill_script(request: dict[str, Any]) -> Reply:
     return FakeOpenAI.tool_call("channel_reply", {"text": KILLED_ANSWER})
 
 
+@pytest.mark.process
 async def test_sigkill_mid_stream_then_restart_leaves_one_answer(tmp_path: Path) -> None:
     """SIGKILL while an append is in flight: the restarted process removes the partial message (the
     model reads that it was cut off) and the thread ends with exactly one whole answer."""

@@ -40,6 +40,7 @@ from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 
 from app.clicks import Action
+from app.settings import Settings
 from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 from channel.session import ChannelSession
@@ -131,6 +132,17 @@ class Approvals:
         self.clock = clock
         # Card updates after a click run here, so the click's 200 never waits on Slack.
         self._updates: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_settings(cls, store: Store, adapter: CardAdapter, settings: Settings) -> Approvals:
+        """Approvals as ``APPROVERS``, ``APPROVAL_BY`` and ``APPROVAL_TTL`` say."""
+        return cls(
+            store=store,
+            adapter=adapter,
+            approvers=settings.approvers,
+            approval_by=settings.approval_by,
+            ttl=settings.approval_ttl,
+        )
 
     # -- the run that made gated calls ---------------------------------------------------------
     async def open(

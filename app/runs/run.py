@@ -44,6 +44,7 @@ from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps, instructions_for
 from app.agent.usage import Budgets, UsageMeter, footer, requester
+from channel import task_files
 from channel.contract import ChannelAdapter, Origin
 from channel.journal import CALL_ID, WriteGuard
 from channel.selection import ToolSelection
@@ -97,6 +98,7 @@ class RunExecutor:
         stream: bool = False,
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
+        files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
     ) -> None:
         """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
         answer ends with feedback buttons reporting the task id."""
@@ -117,6 +119,8 @@ class RunExecutor:
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
+        #: ``TASK_FILES_MAX_BYTES``: disk one task's files may use.
+        self.files_max_bytes = files_max_bytes
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -144,6 +148,7 @@ class RunExecutor:
             clock=self.clock,
             guard=guard,
             fence=fence,
+            files_max_bytes=self.files_max_bytes,
         )
 
     async def run_prompt(

@@ -30,7 +30,8 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from app.agent.mcp.servers import McpCallFailed, McpServers, McpTool
 from app.agent.runtime import _ANY_OBJECT, _MAX_RETRIES, RunDeps, ToolFinished, ToolStarted
 from app.logs import bind
-from channel.errors import bounded
+from channel import task_files
+from channel.errors import ChannelError, bounded
 
 #: Characters of a result the model reads; longer results are cut with a note saying so.
 MAX_RESULT_CHARS = 50_000
@@ -92,7 +93,7 @@ class McpToolset(AbstractToolset[RunDeps]):
                     value = await server.call(mcp_tool, tool_args)
                 except McpCallFailed as exc:
                     return tool_failed(str(exc))
-                result = await readable(value, session.task_dir, name)
+                result = await readable(value, session.task_dir, name, max_bytes=session.files_max_bytes)
                 outcome = "ok"
                 return result
             finally:
@@ -100,12 +101,20 @@ class McpToolset(AbstractToolset[RunDeps]):
                     self._on_end(session, name, outcome, time.perf_counter() - started)
 
 
-async def readable(value: Any, task_dir: Path, tool_name: str) -> Any:
-    """``value`` (as pydantic-ai maps an MCP result) with binary parts saved as files and named."""
+async def readable(
+    value: Any, task_dir: Path, tool_name: str, *, max_bytes: int = task_files.DEFAULT_MAX_BYTES
+) -> Any:
+    """``value`` (as pydantic-ai maps an MCP result) with binary parts saved as files and named;
+    a part that would pass the task's file quota (``max_bytes``) is not saved, and says so."""
     saved: list[str] = []
 
     async def convert(item: Any) -> Any:
         if isinstance(item, BinaryContent):
+            try:
+                what = f"a {item.media_type} result"
+                await task_files.check_room(task_dir, len(item.data), max_bytes, what)
+            except ChannelError as exc:
+                return exc.as_result()
             path = await _save(item, task_dir, tool_name)
             saved.append(path)
             return {"file": path, "media_type": item.media_type, "size": len(item.data)}
