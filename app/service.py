@@ -26,6 +26,7 @@ from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
+from app.intake.external import ExternalNotice
 from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
@@ -243,6 +244,7 @@ class Service:
             executor=executor,
             lease_ttl=settings.lease_ttl,
             max_concurrent_runs=settings.max_concurrent_runs,
+            user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
             on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs
@@ -259,9 +261,10 @@ class Service:
         ingress = Ingress(
             store=store,
             scheduler=runner,
-            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
+            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id, adapter.identity.team_id),
             settings=settings,
             on_result=observer.delivery,
+            on_external=ExternalNotice(adapter),
         )
         interactions = Interactions()
         approvals.register(interactions.on)

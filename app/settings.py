@@ -221,14 +221,7 @@ def app_token_problem(token: str) -> str | None:
     """What is wrong with the shape of a SLACK_APP_TOKEN (naming what was probably pasted), or None."""
     if token.startswith("xapp-"):
         return None
-    if token.startswith("xoxb-"):
-        pasted = "the bot token (xoxb-)"
-    elif token.startswith(("xoxp-", "xoxe")):
-        pasted = "a user token" if token.startswith("xoxp-") else "a refresh token"
-    elif len(token) == 32 and all(c in "0123456789abcdef" for c in token):
-        pasted = "a signing secret or client secret"
-    else:
-        pasted = ""
+    pasted = _pasted(token)
     looks = f" — this looks like {pasted}" if pasted else ""
     return f"SLACK_APP_TOKEN must start with xapp-{looks}: copy the app-level token from Basic Information"
 

@@ -84,7 +84,7 @@ async def test_an_approval_card_clicked_in_the_page_lets_the_gated_call_run(tmp_
 
     def script(turn: Turn) -> list[Any]:
         if turn.prompt and "react" in turn.prompt:
-            handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt)
+            handle = re.search(r'"message": "(msg_[A-Za-z0-9_-]+)"', turn.prompt)
             assert handle is not None
             return [call("channel_react", message=handle.group(1), emoji="white_check_mark")]
         reacted = [r for name, r in turn.results if name == "channel_react"]

@@ -24,7 +24,7 @@ from app.runs.scheduler import Scheduler
 from app.settings import Settings
 from storage.base import Store, StoreError
 
-from .router import BotIdentity, classify, edited_message
+from .router import BotIdentity, Decision, classify, edited_message
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +67,17 @@ class Ingress:
         settings: Settings,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None,
+        on_external: Callable[[Decision], None] | None = None,
     ) -> None:
+        """``on_external`` hears of each message ignored because its author is from another
+        organisation (the one-time private note, ``app.intake.external``)."""
         self.store = store
         self.scheduler = scheduler
         self.bot = bot
         self.settings = settings
         self.clock = clock
         self.on_result = on_result
+        self.on_external = on_external
         self._ignored: OrderedDict[str, None] = OrderedDict()
 
     async def handle(self, body: dict[str, Any]) -> IngressResult:
@@ -125,6 +129,8 @@ class Ingress:
             return IngressResult(400, "invalid", "event_callback without event or event_id")
         decision = classify(event, self.bot, self.settings)
         if decision.action == "ignore":
+            if decision.external and self.on_external is not None:
+                self.on_external(decision)
             return IngressResult(200, "ignored", decision.reason)
         # An edit that adds the bot's mention is answered as the message now reads.
         message = edited_message(event) if event.get("subtype") == "message_changed" else event

@@ -1,4 +1,10 @@
-"""What the model is shown of a task's inbound messages: the prompt, and whom a streamed answer is for."""
+"""What the model is shown of a task's inbound messages: the prompt, and whom a streamed answer is for.
+
+Slack text is data, never structure (invariant 14): each message is one JSON object on a line of
+its own (``author``, ``message`` handle, ``text``, ``files``), so a newline, a quote or a line
+shaped like another person's message inside a text or a file name stays inside that string. The
+instructions tell the model the format (``app.agent.runtime``).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ APPROVAL_NOTE = (
 async def render_prompt(
     session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
 ) -> str:
-    """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
+    """The inbound messages as the model's user prompt: one JSON object per message (author,
+    handle, rendered text, files), then any notes about an interrupted run."""
     lines: list[str] = []
     for item in items:
         if is_decision(item):
@@ -34,20 +41,33 @@ async def render_prompt(
             row = await session.inbound_row(json.loads(item.payload))
         except ChannelError as exc:
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
-            lines.append(f"(a message that could not be shown: {exc.message})")
+            lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
             continue
-        text = str(row["text"])
-        # Markdown that needs to start a line (a quoted forward, a list, a code block) gets one.
-        sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
-        lines.append(f"{row['author']['display_name']} ({row['message']}):{sep}{text}")
-        for f in row["files"]:
-            if "file" not in f:
-                lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
-                continue
-            lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
+        lines.append(_line(prompt_row(row)))
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]
     return "\n".join(lines)
+
+
+def prompt_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``channel_read`` row as the prompt shows it: who, which message, what it says, its files."""
+    out: dict[str, Any] = {
+        "author": row["author"]["display_name"],
+        "message": row["message"],
+        "text": row["text"],
+    }
+    files = [
+        {k: f[k] for k in ("file", "name", "media_type", "size", "unavailable") if k in f}
+        for f in row["files"]
+    ]
+    if files:
+        out["files"] = files
+    return out
+
+
+def _line(obj: dict[str, Any]) -> str:
+    # ensure_ascii off: names and text stay readable; JSON still escapes newlines, quotes and controls.
+    return json.dumps(obj, ensure_ascii=False)
 
 
 def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
