@@ -127,7 +127,7 @@ async def test_budget_note_in_place_of_a_model_call_and_per_person_split(tmp_pat
             delivery, ts2 = mention(app, slack, "U2", "mine")
             await delivery
             await app.idle()
-            assert calls[-2].endswith(" mine\"}") and len(calls) == 4
+            assert calls[-2].endswith(' mine"}') and len(calls) == 4
             assert [m["text"] for m in slack.messages("C1", ts2) if m.get("bot_id")] == ["answer"]
             metrics = await _metrics(app)
     assert 'threadbound_budget_hits_total{budget="user"} 1.0' in metrics
@@ -183,7 +183,7 @@ async def test_a_run_crossing_the_budget_finishes_its_step_then_stops(tmp_path: 
             delivery, _ = mention(app, slack, "U1", "again")
             await delivery
             await app.idle()
-    assert calls and calls[0].endswith(" again\"}")  # the saved transcript is whole: the run went on
+    assert calls and calls[0].endswith(' again"}')  # the saved transcript is whole: the run went on
     assert utc_day(now[0]) != utc_day(now[0] - 86_400)
 
 
