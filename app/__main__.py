@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -36,23 +37,46 @@ def _command(
     description: str,
     examples: Sequence[str],
 ) -> argparse.ArgumentParser:
-    """A subcommand whose --help has a paragraph of description and examples."""
-    return sub.add_parser(
+    """A subcommand whose --help has a paragraph of description and examples, and --version."""
+    command = sub.add_parser(
         name,
         help=summary,
         description=description,
         epilog="examples:\n" + "\n".join(f"  {line}" for line in examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_version(command)
+    return command
+
+
+def version() -> str:
+    """The installed package's version (the source tree's when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("threadbound")
+    except PackageNotFoundError:
+        return "0.0.0+source"
+
+
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"threadbound {version()}")
+
+
+def _prog() -> str:
+    """``threadbound`` when run as the console script, else ``python -m app``."""
+    return "threadbound" if Path(sys.argv[0]).name == "threadbound" else "python -m app"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m app",
+        prog=_prog(),
         description=_DESCRIPTION,
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _command(
         sub,
@@ -176,7 +200,6 @@ def _export_dotenv() -> None:
     itself, but the model providers pydantic-ai builds (GOOGLE_API_KEY, GROQ_API_KEY, AWS_*) read
     only the environment."""
     import os
-    from pathlib import Path
 
     from dotenv import dotenv_values
 
@@ -197,6 +220,8 @@ def _positive(value: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI, as ``python -m app`` and as the ``threadbound`` console script: the exit code."""
+    logging.captureWarnings(True)
     args = _parser().parse_args(argv)
     if args.command == "manifest":
         import json
@@ -341,5 +366,4 @@ async def _run(settings: Settings, channel: str, thread: str, prompt: str, held:
 
 
 if __name__ == "__main__":
-    logging.captureWarnings(True)
     sys.exit(main())

@@ -243,6 +243,7 @@ class Service:
             executor=executor,
             lease_ttl=settings.lease_ttl,
             max_concurrent_runs=settings.max_concurrent_runs,
+            user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
             on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs

@@ -49,6 +49,9 @@ async def test_a_feedback_click_by_someone_unknown_is_answered_before_any_name_l
         async with AppHarness(slack, model=scripted(lambda turn: [""]), data_dir=tmp_path) as app:
             assert app.service is not None
             task = await app.service.store.create_task(channel="C1", thread_ts="1.0", now=0.0)
+            await app.service.store.mint_handle(
+                task_id=task.task_id, kind="msg", ref="C1:2.0", handle="msg_answer", authored=True
+            )
             slack.hold("users.info")
             click = events.block_actions(
                 channel="C1",

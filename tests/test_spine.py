@@ -446,3 +446,33 @@ async def test_max_concurrent_runs_queues_conversations_durably(tmp_path: Path) 
             await app.idle()
         assert peak == 1
         assert [m["text"] for m in slack.bot_messages("C1")] == ["done", "done"]
+
+
+async def test_user_max_runs_queues_one_persons_conversations_and_not_others(tmp_path: Path) -> None:
+    """With USER_MAX_RUNS=1, one person's three conversations run one at a time while another person's
+    runs beside them; every conversation is answered (queued, never dropped)."""
+    in_flight = {"Alice": 0, "Bob": 0}
+    seen = {"alice_peak": 0, "together": 0}
+
+    async def script(turn: Turn) -> list[Any]:
+        if not turn.prompt:
+            return [""]
+        who = "Bob" if "bob conversation" in turn.prompt else "Alice"
+        in_flight[who] += 1
+        seen["alice_peak"] = max(seen["alice_peak"], in_flight["Alice"])
+        seen["together"] += in_flight["Alice"] > 0 and in_flight["Bob"] > 0
+        try:
+            await asyncio.sleep(0.05)
+            return [call("channel_reply", text="done")]
+        finally:
+            in_flight[who] -= 1
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, user_max_runs=1) as app:
+            for n in range(3):
+                await _mention(app, f"alice conversation {n}")
+            await _mention(app, "bob conversation", user="U2")
+            await app.idle()
+        assert seen["alice_peak"] == 1 and seen["together"] > 0
+        assert [m["text"] for m in slack.bot_messages("C1")] == ["done"] * 4

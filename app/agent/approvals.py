@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage
 
 from app.clicks import Action
 from app.settings import Settings
@@ -47,7 +47,7 @@ from channel.session import ChannelSession
 from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
 from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
-from .approval_gate import ApprovalGate, decision_result, gated, newest_approval
+from .approval_gate import ApprovalGate, decision_result, gated, newest_approval, open_calls
 
 __all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
@@ -82,22 +82,6 @@ def is_decision(item: InboxItem) -> bool:
     except ValueError:
         return False
     return isinstance(payload, dict) and payload.get("kind") == DECISION_KIND
-
-
-def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
-    """Tool calls of the transcript's last response that have no result yet (the pending ones)."""
-    for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        if isinstance(message, ModelResponse):
-            # Every request part with a tool call id is a result of that call (return, retry, search).
-            answered = {
-                getattr(part, "tool_call_id", None)
-                for later in history[index + 1 :]
-                if isinstance(later, ModelRequest)
-                for part in later.parts
-            }
-            return [c for c in message.tool_calls if c.tool_call_id not in answered]
-    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +267,9 @@ class Approvals:
             log.exception("could not read approval %s for a click", action.value[:60])
             self.tell(action, "Your decision could not be recorded just now; please click again in a minute.")
             return
-        if approval is None:
+        if approval is None or not _on_its_card(action, approval):
+            # A click counts only on the card itself, where the task posted it: a payload whose
+            # container points at another channel or message decides nothing.
             self.tell(action, "That approval request is unknown; nothing was changed.")
             return
         if not self.may_decide(action.user_id, approval):
@@ -397,3 +383,10 @@ class Approvals:
 
 def _decision_payload(approval_id: str) -> str:
     return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id})
+
+
+def _on_its_card(action: Action, approval: ApprovalRecord) -> bool:
+    """The click came from the approval's card: its channel, and its message once the card's ts is known."""
+    if action.channel != approval.channel:
+        return False
+    return not approval.card_ts or action.message_ts == approval.card_ts

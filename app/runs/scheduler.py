@@ -41,6 +41,7 @@ from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
 from .lease import Lease
+from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 
 log = logging.getLogger(__name__)
@@ -70,12 +71,15 @@ class Scheduler:
         claim_retention: float = 604_800.0,
         on_sweep: Callable[[], Awaitable[object]] | None = None,
         ack_gate: AckGate | None = None,
+        user_max_runs: int = 4,
     ) -> None:
         self.store = store
         self.executor = executor
         self.lease_ttl = lease_ttl
         # Bursts queue in the durable inbox instead of starting hundreds of runs that starve the acks.
         self._slots = asyncio.Semaphore(max_concurrent_runs)
+        # USER_MAX_RUNS: one person's conversations past it wait before taking a run slot.
+        self._people = PersonSlots(user_max_runs)
         self.owner = owner or f"instance-{uuid.uuid4().hex[:12]}"
         self.clock = clock
         #: Seconds claim keys (ingress dedupe) are kept; the sweep prunes older ones.
@@ -243,7 +247,8 @@ class Scheduler:
 
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
-        async with self._slots:
+        person = first_author(await self.store.pending_inbox(task_id))
+        async with self._people.hold(person), self._slots:
             await self._drive_leased(task_id)
 
     async def _drive_leased(self, task_id: str) -> None:
