@@ -164,6 +164,11 @@ class Settings(BaseSettings):
             raise ValueError("only APPROVERS would decide, and APPROVERS is empty: set it to user IDs")
         return value
 
+    def secret_values(self) -> tuple[str, ...]:
+        """The values of every secret setting (tokens, keys), set or empty; logs and ``check`` mask them."""
+        secret = [name for name, f in type(self).model_fields.items() if f.annotation is SecretStr]
+        return tuple(getattr(self, name).get_secret_value() for name in secret)
+
     @property
     def socket_mode(self) -> bool:
         """Deliveries arrive over Socket Mode (SLACK_APP_TOKEN is set)."""

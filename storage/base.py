@@ -235,6 +235,10 @@ class Store(Protocol):
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         """The record of ``handle`` if it belongs to ``task_id``; None when another task's or unknown."""
 
+    async def find_handle(self, task_id: str, kind: HandleKind, ref: str) -> HandleRecord | None:
+        """``task_id``'s handle for ``ref``, if it has one (read only: nothing is minted); its
+        ``authored`` says whether the task posted or uploaded it."""
+
     # -- effect journal -----------------------------------------------------------
     async def open_effect(
         self,

@@ -260,6 +260,10 @@ class SqlStore(PeopleMethods):
         row = await self._one(sql.RESOLVE_HANDLE, task_id=task_id, handle=handle)
         return None if row is None else handle_from_row(row)
 
+    async def find_handle(self, task_id: str, kind: HandleKind, ref: str) -> HandleRecord | None:
+        row = await self._one(sql.FIND_HANDLE, task_id=task_id, kind=kind, ref=ref)
+        return None if row is None else handle_from_row(row)
+
     # -- effect journal --------------------------------------------------------------------
     async def open_effect(
         self,

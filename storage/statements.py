@@ -309,6 +309,9 @@ MINT_HANDLE: Final = Statement(
 RESOLVE_HANDLE: Final = Statement(
     f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = :task_id AND handle = :handle"
 )
+FIND_HANDLE: Final = Statement(
+    f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = :task_id AND kind = :kind AND ref = :ref"
+)
 
 # -- effect journal --------------------------------------------------------------------------
 

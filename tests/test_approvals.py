@@ -517,3 +517,33 @@ async def test_the_same_click_on_two_instances_runs_the_call_once(tmp_path: Path
         assert script.results == [[{"ok": True}]]
         assert [m["text"] for m in slack.bot_messages("C1")].count("outcome: ok") == 1
         assert slack.ephemerals == []
+
+
+async def test_a_click_whose_container_is_not_the_card_decides_nothing(tmp_path: Path) -> None:
+    """A signed click carrying a real approval id but pointing at another channel, or at another
+    message of the thread, is refused as unknown: the call does not run and the card stays open."""
+    script = ReactScript()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.add_channel("C9", "finance")
+        elsewhere = slack.add_message("C9", "Q3 numbers", user="U1")
+        agent = _agent_file(tmp_path, ["channel_react"])
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
+            root = await _ask(app, slack)
+            [card] = _cards(slack)
+            for channel, ts in (("C9", elsewhere), ("C1", root)):
+                click = events.block_actions(
+                    channel=channel,
+                    user="U1",
+                    message_ts=ts,
+                    thread_ts=ts,
+                    action_id=APPROVE,
+                    value=_approval_id(card, APPROVE),
+                )
+                assert (await app.click(click)).status == 200
+                await _settle(app)
+            assert app.service is not None
+            approval = await app.service.store.get_approval(_approval_id(card, APPROVE))
+            assert approval is not None and approval.decision is None
+        assert _bot_reactions(slack, root) == [] and slack.count("reactions.add") == 0
+        assert script.results == []

@@ -161,6 +161,37 @@ async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_
         assert len(_replies(slack, root)) == 1
 
 
+async def test_stopping_lets_a_delivery_being_claimed_finish_and_be_acked(tmp_path: Path) -> None:
+    """A shutdown that begins while a delivery is being claimed stops taking new envelopes, lets
+    the claim finish and sends its ack before the socket closes, so Slack has nothing to resend."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        app = AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True)
+        await app.start()
+        assert app.service is not None
+        store = app.service.store
+        real_claim = store.claim_message
+        claiming, go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow_claim(**kwargs: Any) -> Any:
+            claiming.set()
+            await go_on.wait()
+            return await real_claim(**kwargs)
+
+        store.claim_message = slow_claim  # type: ignore[method-assign]
+        _, envelope = await _mention(slack)
+        async with asyncio.timeout(WITHIN):
+            await claiming.wait()
+        stopping = asyncio.create_task(app.stop())
+        await asyncio.sleep(0.1)  # the stop is under way, waiting for the claim
+        assert not stopping.done()
+        go_on.set()
+        async with asyncio.timeout(WITHIN):
+            await stopping
+        assert envelope.acked.is_set() and envelope.retry_attempt == 0
+        assert slack.socket.connections == []
+
+
 async def test_disconnects_and_a_dropped_socket_are_survived(tmp_path: Path) -> None:
     """Slack's disconnect (refresh_requested, then warning) and a socket cut without a close frame
     each lead to a new connection; a mention sent while the app reconnects is answered once."""

@@ -277,7 +277,9 @@ class Approvals:
         """A click on a card's button: decide, or tell the clicker privately why not."""
         decision: ApprovalDecision = "approved" if action.action_id == APPROVE else "denied"
         approval = await self.store.get_approval(action.value)
-        if approval is None:
+        if approval is None or not _on_its_card(action, approval):
+            # A click counts only on the card itself, where the task posted it: a payload whose
+            # container points at another channel or message decides nothing.
             await self._tell(action, "That approval request is unknown; nothing was changed.")
             return
         if not self.may_decide(action.user_id, approval):
@@ -384,3 +386,10 @@ class Approvals:
 
 def _decision_payload(approval_id: str) -> str:
     return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id})
+
+
+def _on_its_card(action: Action, approval: ApprovalRecord) -> bool:
+    """The click came from the approval's card: its channel, and its message once the card's ts is known."""
+    if action.channel != approval.channel:
+        return False
+    return not approval.card_ts or action.message_ts == approval.card_ts
