@@ -219,6 +219,12 @@ class Scheduler:
         deleted = await self.store.prune_claims(older_than=now - self.claim_retention)
         if deleted > 0:
             log.info("pruned %d claim keys older than %.0f s", deleted, self.claim_retention)
+        try:
+            # Instances that stopped (or died) holding nothing: their rows and lock files go too.
+            if forgotten := await self.store.prune_instances(now=now):
+                log.info("forgot %d stopped instances", forgotten)
+        except Exception:
+            log.exception("pruning stopped instances failed")
         return deleted
 
     async def idle(self) -> None:
