@@ -11,7 +11,6 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,9 +265,9 @@ class Service:
             on_result=observer.delivery,
             on_external=ExternalNotice(adapter),
         )
-        interactions = Interactions()
+        interactions = Interactions(tell=approvals.tell)
         approvals.register(interactions.on)
-        feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
+        feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
         socket = None
@@ -348,14 +347,6 @@ def _warn_unmatched_approval(globs: tuple[str, ...], tools: Any) -> None:
     for glob in globs:
         if not any(gated((glob,), name) for name in names):
             log.warning("approval entry %r matches no tool offered now; check its spelling", glob)
-
-
-def _display_name(adapter: SlackAdapter) -> Callable[[str], Awaitable[str]]:
-    async def name_of(user_id: str) -> str:
-        name, _ = await adapter.user(user_id)
-        return name if name != "someone" else ""
-
-    return name_of
 
 
 async def serve(

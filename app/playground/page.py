@@ -25,7 +25,7 @@ from .workspace import Delivery
 #: Largest file a person may attach from the page.
 MAX_UPLOAD_BYTES = 20 * 2**20
 _STATIC = resources.files(__package__) / "static"
-_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 
 
 class BadRequest(web.HTTPBadRequest):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from app.clicks import Action
 from channel.session import ChannelSession
@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 KINDS = {"positive": "helpful", "negative": "not helpful"}
 
-#: ``(user id) -> display name`` (the adapter's cached ``users.info``).
-NameOf = Callable[[str], Awaitable[str]]
+#: ``(user id) -> display name`` if known now, else "" (the adapter's cache; it makes no call, so a
+#: click is answered before any Slack call: ``SlackAdapter.known_user``).
+NameOf = Callable[[str], str]
 
 
 class Feedback:
@@ -69,9 +70,7 @@ class Feedback:
                 extra={"fields": {"task": task_id, "channel": action.channel[:40]}},
             )
             return
-        name = action.user_name
-        if self._name_of is not None:
-            name = await self._name_of(action.user_id) or name
+        name = (self._name_of(action.user_id) if self._name_of is not None else "") or action.user_name
         await self.store.record_feedback(
             task_id=task_id,
             message=message,

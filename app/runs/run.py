@@ -61,6 +61,7 @@ from storage.base import (
     UsageRecord,
 )
 
+from .budget_screen import BudgetScreen, newest_author
 from .checkpoint import Checkpoints, mark_answer, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
@@ -119,7 +120,6 @@ class RunExecutor:
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
-        #: ``TASK_FILES_MAX_BYTES``: disk one task's files may use.
         self.files_max_bytes = files_max_bytes
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
@@ -198,14 +198,16 @@ class RunExecutor:
         except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
-        prompt = await self.prompt(session, items, notes)
+        shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
+        prompt = await self.prompt(session, shown, notes)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
             lines, upto = await feedback_notes(self.store, session)
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
-        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto)
+        person = newest_author(shown)  # charged for the run's model requests
+        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
 
     async def prompt(
         self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
@@ -221,6 +223,7 @@ class RunExecutor:
         inbox: Inbox,
         *,
         feedback_upto: float | None = None,
+        person: str | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
@@ -244,7 +247,7 @@ class RunExecutor:
             return RunOutcome(task.task_id, "ok", False, "", consumed)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         requests: DeferredToolRequests | None = None
-        person = requester(items)
+        person = requester(items) if person is None else person
         if not person and self.approvals is not None and items:
             person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
         # Budgets bound what people ask; a run with no message (the `run` command, or settling a
@@ -359,7 +362,7 @@ class RunExecutor:
             if requests is not None and self.approvals is not None:
                 # Recorded before the save: a saved transcript's pending calls always have approvals
                 # (one whose run never saved is withdrawn when its card effect is settled).
-                await self.approvals.open(session, requests, await self.approvals.requester(items))
+                await self.approvals.open(session, requests, meter.person)
             await self.store.save_run(
                 task.task_id,
                 # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
