@@ -217,6 +217,11 @@ class Store(Protocol):
         """End every lease of ``owner`` (a dead instance's) now and forget the instance, so its
         tasks are due at once (:meth:`tasks_needing_a_run`); how many leases ended."""
 
+    async def prune_instances(self, *, now: float) -> int:
+        """Forget registered instances that hold no unexpired lease and whose liveness has ended
+        (crashed, or stopped cleanly): their rows, and on SQLite their lock files; how many.
+        An instance that registers again meanwhile (a new lock key) is kept."""
+
     # -- handles ----------------------------------------------------------------
     async def mint_handle(
         self,

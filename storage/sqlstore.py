@@ -239,6 +239,17 @@ class SqlStore(PeopleMethods):
         await self._forget_liveness(owner)
         return ended
 
+    async def prune_instances(self, *, now: float) -> int:
+        rows = await self._fetch(sql.IDLE_INSTANCES, {"now": now})
+        keys = {str(r["owner"]): int(r["lock_key"]) for r in rows}
+        pruned = 0
+        for owner in await self._gone(list(keys.items())):
+            params = {"owner": owner, "lock_key": keys[owner], "now": now}
+            if await self._execute(sql.FORGET_IDLE_INSTANCE, params):
+                await self._forget_liveness(owner)
+                pruned += 1
+        return pruned
+
     # -- handles -------------------------------------------------------------------------
     async def mint_handle(
         self,

@@ -26,8 +26,10 @@ from .approval_statements import (  # noqa: F401
 from .lease_statements import (  # noqa: F401
     ACQUIRE_LEASE,
     EXPIRE_LEASES,
+    FORGET_IDLE_INSTANCE,
     FORGET_INSTANCE,
     GET_LEASE,
+    IDLE_INSTANCES,
     LEASE_COLUMNS,
     REGISTER_INSTANCE,
     REGISTERED_LEASE_OWNERS,

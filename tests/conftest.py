@@ -34,6 +34,7 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 import pytest  # noqa: E402
 
 from storage import Store, open_store  # noqa: E402
+from threadbound_emulator import FakeSlack  # noqa: E402
 
 
 class StoreFactory(Protocol):
@@ -43,6 +44,34 @@ class StoreFactory(Protocol):
     url: str
 
     async def __call__(self, *, migrate: bool = True) -> Store: ...
+
+
+def _fresh_schema(base_url: str) -> tuple[str, str]:
+    """A new schema name on ``base_url``'s Postgres, and the URL that opens it."""
+    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
+    return schema, f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+
+
+async def _drop_schema(base_url: str, schema: str) -> None:
+    conn = await asyncpg.connect(base_url)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def database_url() -> AsyncIterator[str]:
+    """The URL of a fresh schema on TEST_DATABASE_URL's Postgres, for several app instances to share;
+    dropped at teardown. Skips the test when TEST_DATABASE_URL is not set."""
+    base_url = os.environ.get("TEST_DATABASE_URL", "")
+    if not base_url:
+        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
+    schema, url = _fresh_schema(base_url)
+    try:
+        yield url
+    finally:
+        await _drop_schema(base_url, schema)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -55,8 +84,7 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         base_url = os.environ.get("TEST_DATABASE_URL", "")
         if not base_url:
             pytest.skip("TEST_DATABASE_URL not set: Postgres store tests skipped")
-        schema = f"tb_test_{uuid.uuid4().hex[:12]}"
-        url = f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+        schema, url = _fresh_schema(base_url)
 
     opened: list[Store] = []
 
@@ -74,14 +102,22 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         for store in opened:
             await store.close()
         if schema:
-            conn = await asyncpg.connect(base_url)
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            finally:
-                await conn.close()
+            await _drop_schema(base_url, schema)
 
 
 @pytest.fixture
 async def store(store_factory: StoreFactory) -> Store:
     """A migrated store on a fresh database, closed at teardown."""
     return await store_factory()
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    """An emulated workspace with #general (C1) and Alice (U1), Bob (U2) and Olga (U9) in it.
+    A test module may define its own ``slack`` for another workspace."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        slack.add_user("U9", "olga", display_name="Olga")
+        yield slack

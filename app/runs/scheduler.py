@@ -219,6 +219,12 @@ class Scheduler:
         deleted = await self.store.prune_claims(older_than=now - self.claim_retention)
         if deleted > 0:
             log.info("pruned %d claim keys older than %.0f s", deleted, self.claim_retention)
+        try:
+            # Instances that stopped (or died) holding nothing: their rows and lock files go too.
+            if forgotten := await self.store.prune_instances(now=now):
+                log.info("forgot %d stopped instances", forgotten)
+        except Exception:
+            log.exception("pruning stopped instances failed")
         return deleted
 
     async def idle(self) -> None:
@@ -247,7 +253,13 @@ class Scheduler:
 
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
-        person = first_author(await self.store.pending_inbox(task_id))
+        async with self._slots:
+            person = first_author(await self.store.pending_inbox(task_id))
+            if not self._people.full(person):
+                async with self._people.hold(person):  # taken at once: nothing awaited since full()
+                    await self._drive_leased(task_id)
+                return
+        # This person has USER_MAX_RUNS conversations running: wait holding no run slot, then run.
         async with self._people.hold(person), self._slots:
             await self._drive_leased(task_id)
 
