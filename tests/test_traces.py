@@ -7,6 +7,7 @@ Spans go to the OpenTelemetry SDK's in-memory exporter, installed as the process
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,10 @@ def script(turn: Turn) -> list[Any]:
 
 
 def _handle(turn: Turn) -> str:
-    return turn.prompt.split("(", 1)[1].split(")", 1)[0]
+    """The handle of the message in the prompt (whatever the prompt's layout)."""
+    found = re.search(r"msg_[A-Za-z0-9_-]{6,}", turn.prompt)
+    assert found is not None, turn.prompt
+    return found.group(0)
 
 
 async def mention_twice(tmp_path: Path) -> None:
