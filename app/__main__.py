@@ -204,8 +204,9 @@ def _export_dotenv() -> None:
     from dotenv import dotenv_values
 
     if Path(".env").is_file():
+        ours = {name.upper() for name in Settings.model_fields}  # read from .env by Settings already
         for name, value in dotenv_values(".env").items():
-            if value is not None:
+            if value is not None and name.upper() not in ours:
                 os.environ.setdefault(name, value)
 
 

@@ -16,10 +16,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from app import logs
-from app.agent.usage import utc_day
+from app.agent.usage import Budgets, utc_day
 from app.ops.usage_report import usage_command
+from app.runs.budget_screen import BudgetScreen, newest_author
 from app.settings import Settings
-from storage import UsageRecord, open_store
+from storage import InboxItem, UsageRecord, open_store
 from tests.support import events
 from tests.support.harness import AppHarness, settings_for
 from tests.support.models import Turn, call, echo_model, scripted
@@ -368,3 +369,45 @@ async def test_requests_are_charged_to_the_author_of_the_newest_message_shown(tm
             bob = await app.service.store.tokens_spent(day, "U2")
     assert any("bob says" in p for p in brain.prompts)
     assert alice > 0 and bob > 0
+
+
+class _Spent:
+    """Stored usage stand-in: ``tokens_spent`` from a dict by person."""
+
+    def __init__(self, spent: dict[str, int]) -> None:
+        self.spent = spent
+
+    async def tokens_spent(self, day: str, person: str | None = None) -> int:
+        return self.spent.get(person or "", 0)
+
+
+class _Thread:
+    """Session stand-in that records the notes posted."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> dict[str, Any]:
+        self.notes.append(markdown)
+        return {}
+
+
+def _item(n: int, user: str) -> InboxItem:
+    payload = json.dumps({"user": user, "text": f"message {n}"})
+    return InboxItem(
+        item_id=n, task_id="t", channel="C1", ts=f"{n}.0", thread_ts="", payload=payload, created_at=0
+    )
+
+
+async def test_a_run_shows_only_the_messages_of_authors_within_their_budget() -> None:
+    """Messages waiting together: an over-budget author's are left out and they are told once, the others
+    are shown and the newest of them is charged; when every author is over, all stay for the refusal."""
+    budgets = Budgets(_Spent({"U2": 500}), per_user=100)  # type: ignore[arg-type]
+    thread = _Thread()
+    screen = BudgetScreen(budgets, thread)  # type: ignore[arg-type]
+    items = [_item(1, "U2"), _item(2, "U1"), _item(3, "U2")]
+    shown = await screen.screen(items)
+    assert [i.item_id for i in shown] == [2] and newest_author(shown) == "U1"
+    assert len(thread.notes) == 1 and "500 of your 100" in thread.notes[0]
+    only_bob = [_item(4, "U2"), _item(5, "U2")]
+    assert await BudgetScreen(budgets, _Thread()).screen(only_bob) == only_bob  # type: ignore[arg-type]

@@ -258,7 +258,13 @@ class Scheduler:
 
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
-        person = first_author(await self.store.pending_inbox(task_id))
+        async with self._slots:
+            person = first_author(await self.store.pending_inbox(task_id))
+            if not self._people.full(person):
+                async with self._people.hold(person):  # taken at once: nothing awaited since full()
+                    await self._drive_leased(task_id)
+                return
+        # This person has USER_MAX_RUNS conversations running: wait holding no run slot, then run.
         async with self._people.hold(person), self._slots:
             await self._drive_leased(task_id)
 

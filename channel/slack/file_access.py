@@ -60,7 +60,9 @@ class FileInfos:
             if info is not None and shared_in(info, channel):
                 out[file_id] = info
                 continue
-            named = info or names.get(file_id) or {}
+            # Named as the attachment names it: files.info's answer about another conversation's
+            # file (its real name included) is not passed on.
+            named = names.get(file_id) or {}
             out[file_id] = {
                 "id": file_id,
                 "name": str(named.get("name") or named.get("title") or "a file"),

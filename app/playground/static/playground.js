@@ -255,7 +255,12 @@ async function click(conv, m, button, node) {
 function connect() {
   const events = new EventSource(withToken("/api/events"));
   events.onopen = () => { $("connection").textContent = "live"; $("connection").className = "connection live"; };
-  events.onerror = () => { $("connection").textContent = "reconnecting…"; $("connection").className = "connection"; };
+  events.onerror = () => {
+    $("connection").textContent = "reconnecting…"; $("connection").className = "connection";
+    // A restarted playground has a new token: this page's is refused, so load the new page.
+    fetch(withToken("/api/state"), { headers: { "X-Playground-Token": TOKEN } })
+      .then((r) => { if (r.status === 403) location.reload(); }).catch(() => {});
+  };
   events.onmessage = (e) => { ui.data = JSON.parse(e.data); render(); };
 }
 
