@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 # The store reads every statement from this module: those of approvals, leases and usage too.
+from .ask_statements import DECIDE_ASK
 from .approval_statements import (  # noqa: F401
     APPROVAL_COLUMNS,
     DECIDE,
@@ -348,4 +349,4 @@ STATS: Final = Statement(
 )
 
 #: Every procedure; ``migrate()`` creates their Postgres functions.
-PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE)
+PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, DECIDE_ASK)
