@@ -20,6 +20,7 @@ from slack_bolt.async_app import AsyncApp
 
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import ApprovalGate, Approvals, gated
+from app.agent.asks import Asks
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
@@ -210,6 +211,7 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
+        asks = Asks(approvals, name_of=adapter.known_user)  # channel_ask & co. share its rules
         _warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)
         agent = build_agent(
@@ -232,6 +234,7 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
+            asks=asks if adapter.features.ask else None,
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
@@ -247,7 +250,7 @@ class Service:
             user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
             ack_gate=AckGate(),
         )
         approvals.wake = runner.notify
@@ -268,6 +271,7 @@ class Service:
         )
         interactions = Interactions(tell=approvals.tell)
         approvals.register(interactions.on)
+        asks.register(interactions.on)
         feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)

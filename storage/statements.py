@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Final
 
 # The store reads every statement from this module: those of approvals, leases and usage too.
-from .ask_statements import DECIDE_ASK
 from .approval_statements import (  # noqa: F401
     APPROVAL_COLUMNS,
     DECIDE,
@@ -24,6 +23,7 @@ from .approval_statements import (  # noqa: F401
     START_EXECUTION,
     TASK_APPROVALS,
 )
+from .ask_statements import DECIDE_ASK
 from .lease_statements import (  # noqa: F401
     ACQUIRE_LEASE,
     EXPIRE_LEASES,

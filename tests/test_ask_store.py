@@ -11,7 +11,9 @@ T0 = 1_700_000_000.0
 StoreFactory = Callable[..., Awaitable[Store]]
 
 
-async def _open(store: Store, ask_id: str = "q_one", *, now: float = T0, options: tuple[str, ...] = ()) -> str:
+async def _open(
+    store: Store, ask_id: str = "q_one", *, now: float = T0, options: tuple[str, ...] = ()
+) -> str:
     task = await store.create_task(channel="C1", thread_ts="500.000001", now=T0)
     await store.open_ask(
         AskRecord(

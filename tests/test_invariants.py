@@ -153,7 +153,9 @@ async def test_schemas_sent_to_the_model_are_closed_and_unaddressed(tmp_path: Pa
         for tool in turn.info.function_tools:
             offered[tool.name] = tool.parameters_json_schema
         if requests == 1:
-            return [call("tool_search", query="edit retract fetch attach document", limit=10)]
+            return [
+                call("tool_search", query="edit retract fetch attach document ask approval", limit=10)
+            ]
         if requests == 2:
             return [call("channel_reply", text="all seen")]
         return [""]
@@ -236,6 +238,10 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 "channel_post_document": {"title": "Plan", "markdown": "# Plan"},
                 "tool_search": {"query": "edit"},
                 "skills": {"name": "triage"},
+                "channel_ask": {"question": "Where?", "options": ["staging", "prod"]},
+                "channel_request_approval": {"action": "Archive the tickets"},
+                "channel_check_approval": {"approval": "ap_AAAAAAAAAAAAAAAAAAAAAA"},
+                "no_reply": {},
             }
             yield Env(fake, session, valid)
 

@@ -87,6 +87,9 @@ class Metrics:
         self.feedback = Counter(
             "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
         )
+        self.silent_turns = Counter(
+            "threadbound_silent_turns", "Turns the model ended with no_reply (nothing posted).", registry=r
+        )
 
     def render(self) -> bytes:
         """The registry in the Prometheus text format (``CONTENT_TYPE_LATEST``)."""

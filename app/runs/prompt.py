@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.agent.approvals import Approvals, is_decision
+from app.agent.asks import ask_row
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
@@ -41,6 +42,10 @@ async def render_prompt(
             raw = json.loads(item.payload)
         except ValueError:
             raw = None
+        answer = ask_row(raw)
+        if answer is not None:
+            lines.append(_line(answer))  # "Alice answered q_…: staging" (app.agent.asks)
+            continue
         if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
             # Checked against the conversation it was claimed for: never a handle to another one.
             log.warning("inbound message %s does not belong to its conversation; not shown", item.ts)
@@ -52,7 +57,11 @@ async def render_prompt(
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
             lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
             continue
-        lines.append(_line(prompt_row(row)))
+        shown = prompt_row(row)
+        if session.asks is not None and isinstance(raw.get("user"), str):
+            # The next message from an allowed person answers an open free-text question.
+            shown = await session.asks.free_text(session, raw["user"], shown, item.created_at) or shown
+        lines.append(_line(shown))
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]
     return "\n".join(lines)
@@ -86,7 +95,7 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
             raw = json.loads(item.payload)
         except ValueError:
             continue
-        if isinstance(raw, dict) and not is_decision(item):
+        if isinstance(raw, dict) and not is_decision(item) and ask_row(raw) is None:
             return raw
     return None
 

@@ -88,6 +88,10 @@ class AgentSteps:
                             # (its calls answered from the journal), the items shown so far consumed.
                             await checkpoint(run.all_messages())
                     elif Agent.is_model_request_node(node):
+                        if session.turn_end:
+                            # no_reply, or it asked someone: the turn ends here, with no more text.
+                            said = "(no reply)" if session.silent else "(waiting for the answer)"
+                            return [*run.all_messages(), node.request, _said(said)], None, ""
                         crash_point("model.request")
                     # Steering: before each model request (and before a final answer is accepted),
                     # show messages that arrived mid-run. Other nodes need no look at the inbox.
@@ -138,3 +142,7 @@ class AgentSteps:
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output, ""
+
+
+def _said(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(text)])
