@@ -211,7 +211,7 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
-        asks = Asks(approvals, name_of=adapter.known_user)  # channel_ask & co. share its rules
+        asks = Asks(approvals, name_of=adapter.user)  # channel_ask & co. share its rules
         _warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)
         agent = build_agent(

@@ -153,9 +153,7 @@ async def test_schemas_sent_to_the_model_are_closed_and_unaddressed(tmp_path: Pa
         for tool in turn.info.function_tools:
             offered[tool.name] = tool.parameters_json_schema
         if requests == 1:
-            return [
-                call("tool_search", query="edit retract fetch attach document ask approval", limit=10)
-            ]
+            return [call("tool_search", query="edit retract fetch attach document ask approval", limit=10)]
         if requests == 2:
             return [call("channel_reply", text="all seen")]
         return [""]

@@ -47,23 +47,40 @@ _MAX_ANSWER = 4000
 Result = dict[str, Any]
 
 
-def ask_row(payload: Any) -> dict[str, Any] | None:
-    """The prompt row of an ask decision's inbox payload; None when it is none."""
-    if isinstance(payload, dict) and payload.get("kind") == ASK_KIND and isinstance(payload.get("row"), dict):
-        return dict(payload["row"])
-    return None
+def is_answer(payload: Any) -> bool:
+    """The inbox payload is an ask's answer or decision (resumes the task; no message)."""
+    return isinstance(payload, dict) and payload.get("kind") == ASK_KIND
+
+
+def answer_row(payload: dict[str, Any], name: str) -> dict[str, Any]:
+    """The prompt row of an answer's inbox payload, ``name`` the display name of who answered."""
+    handle = str(payload.get("ask") or "")
+    decision = str(payload.get("decision") or "")
+    row: dict[str, Any] = {"approval" if handle.startswith("ap_") else "question": handle, "status": decision}
+    if decision == "expired":
+        row["event"] = f"Nobody answered {handle} in time: expired"
+    elif decision == "answered":
+        answer = str(payload.get("answer") or "")
+        row |= {"event": f"{name} answered {handle}: {answer}", "author": name, "answer": answer}
+    else:
+        row |= {"event": f"{name} {decision} {handle}", "author": name}
+    return row
 
 
 class Asks:
     """Cards, clicks, free-text answers and expiry of the agent's own asks (module doc). Shares the
     approvals' settings (``APPROVERS``, ``APPROVAL_BY``, ``APPROVAL_TTL``), wake-up and private notes."""
 
-    def __init__(self, approvals: Approvals, name_of: Callable[[str], str] = lambda user: "") -> None:
+    def __init__(
+        self, approvals: Approvals, name_of: Callable[[str], Awaitable[tuple[str, bool]]] | None = None
+    ) -> None:
+        """``name_of``: a user's display name (and whether a bot), as ``SlackAdapter.user``."""
         self.approvals = approvals
         self.store = approvals.store
         self.adapter = approvals.adapter
         self.name_of = name_of
-        self._updates: set[asyncio.Task[None]] = set()
+        # Shared with the approvals: their ``idle()`` (tests, shutdown) waits for these card updates too.
+        self._updates: set[asyncio.Task[None]] = approvals._updates
 
     # -- asking (the session's tools) ---------------------------------------------------------
     async def ask(self, session: ChannelSession, args: AskArgs) -> Result:
@@ -91,7 +108,7 @@ class Asks:
             details=details,
             options=options,
             only_requester=only_requester,
-            requester=await self._requester(session.task.task_id),
+            requester=session.requester,
             channel=session.origin.channel,
             thread_ts=session.origin.thread_ts,
             card_ts="",
@@ -129,7 +146,7 @@ class Asks:
         status = ask.decision or ("expired" if self._overdue(ask) else "pending")
         result: Result = {"status": status}
         if ask.decided_by:
-            result["by"] = self.name_of(ask.decided_by) or ask.decided_by
+            result["by"] = await self._name(ask.decided_by)
         if ask.decided_at is not None:
             result["at"] = _iso(ask.decided_at)
         return result
@@ -194,13 +211,12 @@ class Asks:
             answer = ask.options[position]
         if ask.decision is None and self._overdue(ask):
             decision, answer = "expired", ""
-        name = self.name_of(action.user_id) or action.user_name or action.user_id
         won = await self.store.decide_ask(
             ask.ask_id,
             decision=decision,
             answer=answer,
             user_id=action.user_id,
-            payload=self._payload(ask, decision, answer, action.user_id, name),
+            payload=self._payload(ask, decision, answer, action.user_id),
             now=self.approvals.clock(),
         )
         if won:
@@ -235,7 +251,7 @@ class Asks:
                 decision="expired",
                 answer="",
                 user_id="",
-                payload=self._payload(ask, "expired", "", ask.requester, ""),
+                payload=self._payload(ask, "expired", "", ""),
                 now=self.approvals.clock(),
             )
             if won:
@@ -249,43 +265,26 @@ class Asks:
         for action_id in (*OPTION_ACTIONS, ASK_APPROVE, ASK_DENY):
             on(action_id, self.click)
 
-    async def idle(self) -> None:
-        """Wait for card updates in flight (tests, shutdown)."""
-        while self._updates:
-            await asyncio.gather(*list(self._updates), return_exceptions=True)
-
     # -- inside -----------------------------------------------------------------------------------
     def _overdue(self, ask: AskRecord) -> bool:
         return self.approvals.clock() - ask.created_at > self.approvals.ttl
 
-    def _payload(self, ask: AskRecord, decision: AskDecision, answer: str, user: str, name: str) -> str:
-        what = "question" if ask.kind == "question" else "approval"
-        row: dict[str, Any] = {what: ask.ask_id, "status": decision}
-        if decision == "expired":
-            row["event"] = f"Nobody answered {ask.ask_id} in time: expired"
-        elif decision == "answered":
-            row |= {"event": f"{name} answered {ask.ask_id}: {answer}", "author": name, "answer": answer}
-        else:
-            row |= {"event": f"{name} {decision} {ask.ask_id}", "author": name}
-        return json.dumps({"kind": ASK_KIND, "ask": ask.ask_id, "user": user, "row": row}, ensure_ascii=False)
+    def _payload(self, ask: AskRecord, decision: AskDecision, answer: str, by: str) -> str:
+        # ``user``: whom the resumed run is for (and charged to): the asker, as for gated calls.
+        payload = {"kind": ASK_KIND, "ask": ask.ask_id, "user": ask.requester or by, "by": by}
+        return json.dumps(payload | {"decision": decision, "answer": answer}, ensure_ascii=False)
 
-    async def _requester(self, task_id: str) -> str:
-        """The person whose message led to this run: the newest pending message's author, else
-        the requester of the ask whose answer resumed it."""
-        for item in reversed(await self.store.pending_inbox(task_id)):
-            try:
-                payload = json.loads(item.payload)
-            except ValueError:
-                continue
-            if not isinstance(payload, dict):
-                continue
-            if payload.get("kind") == ASK_KIND:
-                ask = await self.store.get_ask(str(payload.get("ask") or ""))
-                if ask is not None and ask.requester:
-                    return ask.requester
-            elif isinstance(payload.get("user"), str) and payload.get("kind") is None:
-                return str(payload["user"])
-        return ""
+    async def row(self, session: ChannelSession, payload: dict[str, Any]) -> Result:
+        """An answer's inbox payload as the prompt shows it: "Alice answered q_…: staging"."""
+        return answer_row(payload, await self._name(str(payload.get("by") or "")))
+
+    async def _name(self, user: str) -> str:
+        if not user or self.name_of is None:
+            return user
+        try:
+            return (await self.name_of(user))[0] or user
+        except ChannelError:
+            return user
 
     def _update_card(self, ask_id: str) -> None:
         task = asyncio.create_task(self._show_decision(ask_id), name=f"ask-card:{ask_id}")

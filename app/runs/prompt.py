@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.agent.approvals import Approvals, is_decision
-from app.agent.asks import ask_row
+from app.agent.asks import answer_row, is_answer
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
@@ -42,9 +42,9 @@ async def render_prompt(
             raw = json.loads(item.payload)
         except ValueError:
             raw = None
-        answer = ask_row(raw)
-        if answer is not None:
-            lines.append(_line(answer))  # "Alice answered q_…: staging" (app.agent.asks)
+        if is_answer(raw):  # "Alice answered q_…: staging" (app.agent.asks)
+            assert isinstance(raw, dict)
+            lines.append(_line(await session.asks.row(session, raw) if session.asks else answer_row(raw, "")))
             continue
         if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
             # Checked against the conversation it was claimed for: never a handle to another one.
@@ -95,7 +95,7 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
             raw = json.loads(item.payload)
         except ValueError:
             continue
-        if isinstance(raw, dict) and not is_decision(item) and ask_row(raw) is None:
+        if isinstance(raw, dict) and not is_decision(item) and not is_answer(raw):
             return raw
     return None
 

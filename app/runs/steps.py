@@ -67,6 +67,7 @@ class AgentSteps:
         # Streaming: each model request and tool step is driven through node.stream(), its events
         # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
         feed = EventFeed(session) if session.streaming else None
+        session.requester = meter.person
         async with self.agent.iter(
             prompt or None,  # a run resumed only by decisions brings no new prompt
             message_history=history,
@@ -117,7 +118,7 @@ class AgentSteps:
                             steering = await render_prompt(session, shown)
                             run.enqueue(steering, priority="asap")
                             steered.append(steering)
-                            meter.person = newest_author(shown) or meter.person
+                            meter.person = session.requester = newest_author(shown) or meter.person
                         for item in fresh:
                             seen.add(item.item_id)
                             consumed.append(item.item_id)

@@ -26,6 +26,9 @@ class AskHost(Protocol):
 
     async def check_approval(self, session: Any, handle: str) -> Result: ...
 
+    async def row(self, session: Any, payload: dict[str, Any]) -> Result:
+        """An answer's inbox item as the prompt shows it ("Alice answered q_…: staging")."""
+
     async def free_text(self, session: Any, user: str, row: Result, at: float) -> Result | None:
         """A message row that answers an open free-text question of the task, as the answer's
         row (``{"answer": …, "question": "q_…", …}``); None when it answers none."""
@@ -36,6 +39,8 @@ class Asking(SessionState):
     asks: AskHost | None = None
     #: ``waiting``/``silent``: the turn ends before its next model request.
     turn_end: TurnEnd = ""
+    #: The person whose message led to this step (set by the run): who may answer an ask by default.
+    requester: str = ""
 
     @property
     def silent(self) -> bool:
