@@ -38,6 +38,7 @@ from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
+from app.runs.follow_ups import Access, FollowUpSweep
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
@@ -108,6 +109,8 @@ class Service:
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
     #: Approval cards, clicks and expiry (``app.approvals``).
     approvals: Approvals | None = None
+    #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
+    follow_ups: FollowUpSweep | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
     #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
@@ -235,6 +238,7 @@ class Service:
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
             files_max_bytes=settings.task_files_max_bytes,
+            follow_ups_max=settings.follow_ups_max,
             stream=stream_mode == "auto",
             feedback=True,
         )
@@ -250,6 +254,10 @@ class Service:
             ack_gate=AckGate(),
         )
         approvals.wake = runner.notify
+        follow_ups = FollowUpSweep(
+            store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
+        )
+        follow_ups.on_pending = observer.metrics.follow_ups_pending.set
         try:
             # From here until close, other instances can tell at once whether this one is alive.
             await store.register_instance(runner.owner, now=time.time())
@@ -285,6 +293,7 @@ class Service:
             interactions=interactions,
             mcp=mcp,
             approvals=approvals,
+            follow_ups=follow_ups,
             agent_view=agent_view,
             socket=socket,
             socket_url=socket_url,
@@ -311,6 +320,8 @@ class Service:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
+        if self.follow_ups is not None:  # due ones (late after downtime) fire at once, then each second
+            self._background.append(asyncio.create_task(self.follow_ups.run_forever(), name="follow-ups"))
         # Conversations of instances that died (a crash before this restart included), at once.
         takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
         self._background.append(takeover)
