@@ -1,4 +1,4 @@
-"""Slack text is data in the prompt: a message, a name or a file name cannot forge another person's line."""
+"""Invariant 14 for the prompt: a message, a name or a file name cannot forge another person's line."""
 
 from __future__ import annotations
 
