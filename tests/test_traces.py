@@ -144,7 +144,6 @@ async def test_spans_carry_ids_and_never_message_text(tmp_path: Path, spans: InM
     assert "swordfish" not in dumped and "another question" not in dumped
 
 
-
 async def test_a_click_is_a_span_with_its_action_id(tmp_path: Path, spans: InMemorySpanExporter) -> None:
     """A feedback click is handled inside a `threadbound click` span naming the action, never its value."""
 
