@@ -34,6 +34,7 @@ from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_sock
 from app.ops.check import auth_failure
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
+from app.ops.shutdown import CANCEL_WAIT, HTTP_WAIT, SHUTDOWN_MARGIN, Deadline, Watchdog, bounded
 from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
@@ -333,17 +334,19 @@ class Service:
         await self.drain(self.settings.shutdown_grace)
 
     async def drain(self, grace: float) -> None:
+        """Stop taking work, let running turns finish for ``grace``; everything after it is bounded
+        (``app.ops.shutdown``): a stalled Slack, model or store cannot hold the process."""
         if self.socket is not None:  # stop taking deliveries first; those being claimed are acked
-            await self.socket.stop()
+            await bounded(self.socket.stop(), CANCEL_WAIT, "closing Socket Mode")
         for task in self._background:
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await bounded(asyncio.gather(*self._background, return_exceptions=True), CANCEL_WAIT, "background")
         self._background.clear()
-        await self.runner.shutdown(grace)
+        await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
         if self.approvals is not None:
-            await self.approvals.idle()
+            await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
         if self.agent_view is not None:
-            await self.agent_view.close()  # titles of runs that just ended
+            await bounded(self.agent_view.close(), 1.0, "agent view titles")  # of runs that just ended
 
     async def close(self) -> None:
         await self.drain(0)
@@ -367,7 +370,7 @@ async def serve(
     service = await Service.create(settings, model=model)
     runner = web.AppRunner(service.web_app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host=settings.host, port=settings.port)
+    site = web.TCPSite(runner, host=settings.host, port=settings.port, shutdown_timeout=HTTP_WAIT)
     try:
         await site.start()
     except OSError as exc:
@@ -386,11 +389,15 @@ async def serve(
     await stop.wait()
     started = time.monotonic()
     log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
+    # Whatever stalls, the process is gone SHUTDOWN_GRACE + SHUTDOWN_MARGIN seconds from now.
+    watchdog = Watchdog(settings.shutdown_grace + SHUTDOWN_MARGIN).start()
+    deadline = Deadline(settings.shutdown_grace + SHUTDOWN_MARGIN)
     await site.stop()  # stop accepting first
-    await runner.cleanup()  # runs on_shutdown → drain
-    await service.mcp.stop()
-    await service.adapter.close()
-    await service.store.close()
+    await bounded(runner.cleanup(), deadline.left(reserve=3.0), "draining")  # on_shutdown → drain
+    await bounded(service.mcp.stop(), min(2.0, deadline.left(reserve=2.0)), "stopping MCP servers")
+    await bounded(service.adapter.close(), min(1.0, deadline.left(reserve=1.5)), "closing the Slack session")
+    await bounded(service.store.close(), deadline.left(reserve=0.5), "closing the store")
+    watchdog.cancel()
     log.info("stopped after %.1fs", time.monotonic() - started)
 
 

@@ -3,6 +3,7 @@ connections) are looked up before a write is reported failed or made again, for 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,11 @@ async def env(tmp_path: Path) -> Any:
         slack.add_user("U1", "alice", display_name="Alice")
         root = slack.add_message("C1", "<@UBOT> hi", user="U1")
         async with slack_session(
-            slack, tmp_path, channel="C1", thread_ts=root, enabled=["channel_edit", "channel_retract"]
+            slack,
+            tmp_path,
+            channel="C1",
+            thread_ts=root,
+            enabled=["channel_edit", "channel_retract", "channel_attach"],
         ) as session_env:
             yield session_env
 
@@ -123,3 +128,13 @@ async def test_an_approval_card_post_that_landed_is_found(env: SessionEnv) -> No
     )
     assert posted.ref.startswith("C1:")
     assert env.slack.count("chat.postMessage") == 1
+
+
+async def test_an_ambiguous_upload_is_reported_as_maybe_done(env: SessionEnv) -> None:
+    """An upload carries no effect id to look for: a 502 on its completion is reported as possibly done
+    (read before attaching again), never as a plain failure, and it is not repeated."""
+    await asyncio.to_thread((env.task_dir / "out.csv").write_bytes, b"a,b\n1,2\n")
+    env.slack.fail("files.completeUploadExternal", "Bad Gateway", status=502, applied=True, html=True)
+    result = await env.session.call("channel_attach", {"path": "out.csv"})
+    assert "may have been attached" in result["error"]["message"]
+    assert env.slack.count("files.completeUploadExternal") == 1

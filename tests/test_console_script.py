@@ -32,6 +32,7 @@ def test_the_console_script_is_the_cli() -> None:
     assert sorted(commands()) == sorted(COMMANDS)
 
 
+@pytest.mark.process
 def test_the_script_names_itself_threadbound_in_help() -> None:
     """Run as the console script, --help shows `threadbound COMMAND`, and every command is reachable."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -58,6 +59,7 @@ def test_version_works_everywhere(args: list[str], capsys: pytest.CaptureFixture
     assert capsys.readouterr().out.strip() == f"threadbound {version()}"
 
 
+@pytest.mark.process
 def test_the_installed_script_runs_when_present() -> None:
     """Where the package is installed (CI's venv), the `threadbound` executable answers --version."""
     script = Path(sys.executable).parent / "threadbound"

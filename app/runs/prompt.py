@@ -44,7 +44,16 @@ async def render_prompt(
                 lines.append(_line(follow_up))
             continue
         try:
-            row = await session.inbound_row(json.loads(item.payload))
+            raw = json.loads(item.payload)
+        except ValueError:
+            raw = None
+        if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
+            # Checked against the conversation it was claimed for: never a handle to another one.
+            log.warning("inbound message %s does not belong to its conversation; not shown", item.ts)
+            lines.append(_line({"unavailable": "a message that does not belong to this conversation"}))
+            continue
+        try:
+            row = await session.inbound_row(raw)
         except ChannelError as exc:
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
             lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))

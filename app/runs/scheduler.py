@@ -235,9 +235,11 @@ class Scheduler:
             else:
                 await self._started.wait()
 
-    async def shutdown(self, grace: float) -> None:
+    async def shutdown(self, grace: float, cancel_wait: float | None = None) -> None:
         """Stop taking work, let running turns finish for ``grace`` seconds, then cancel the rest.
-        Cancelled runs leave their inbox pending and release their leases, so the next start resumes them."""
+        Cancelled runs leave their inbox pending and release their leases, so the next start resumes them.
+        ``cancel_wait``: seconds the cancelled runs get to clean up before shutdown goes on without them
+        (None: as long as they take); one stuck on Slack or the store leaves its lease to expire."""
         self._accepting = False
         # Woken tasks not started yet keep their inbox: the next start's sweep resumes them.
         self._wakeups.clear()
@@ -249,7 +251,10 @@ class Scheduler:
             _done, pending = await asyncio.wait(drivers, timeout=grace)
             for driver in pending:
                 driver.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:
+                _, stuck = await asyncio.wait(pending, timeout=cancel_wait)
+                if stuck:
+                    log.warning("%d cancelled runs did not end in time; their leases expire", len(stuck))
 
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
