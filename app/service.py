@@ -12,14 +12,14 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
 
 from app.agent.agent_file import AgentFile
-from app.agent.approvals import ApprovalGate, Approvals, gated
+from app.agent.approval_gate import warn_unmatched_approval
+from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
@@ -213,7 +213,7 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
-        _warn_unmatched_approval(agent_file.approval, tools)
+        warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)
         agent = build_agent(
             timed,
@@ -258,7 +258,7 @@ class Service:
         follow_ups = FollowUpSweep(
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
         )
-        follow_ups.on_pending = observer.metrics.follow_ups_pending.set
+        follow_ups.on_pending = observer.metrics.follow_ups_pending.set  # the /metrics gauge
         try:
             # From here until close, other instances can tell at once whether this one is alive.
             await store.register_instance(runner.owner, now=time.time())
@@ -353,14 +353,6 @@ class Service:
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
-
-
-def _warn_unmatched_approval(globs: tuple[str, ...], tools: Any) -> None:
-    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
-    names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
-    for glob in globs:
-        if not any(gated((glob,), name) for name in names):
-            log.warning("approval entry %r matches no tool offered now; check its spelling", glob)
 
 
 async def serve(
