@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.ops.follow_ups_report import follow_ups_command
+from app.playground import GENERAL, Playground
 from app.runs.follow_ups import Access, FollowUpSweep
 from channel.session import ChannelSession
 from storage import FollowUpRecord
@@ -20,6 +21,11 @@ from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
 from tests.support.sessions import SessionEnv, slack_session
+from tests.test_playground import _conversation as conversation
+from tests.test_playground import _live as live
+from tests.test_playground import _session as pg_session
+from tests.test_playground import _settings as pg_settings
+from tests.test_playground import _until as until
 from threadbound_emulator import FakeSlack
 
 _FU = re.compile(r"fu_[A-Za-z0-9_-]{8,40}")
@@ -308,3 +314,40 @@ async def test_the_follow_ups_command_lists_pending_ones_with_their_permalink(
     assert scheduled.task_id in line and line.endswith("check the deploy") and "https://" in line
     [row] = json.loads(js.getvalue())["follow_ups"]
     assert row["follow_up"] == scheduled.follow_up and row["requester"] == "U1" and row["permalink"]
+
+
+async def test_the_playground_shows_follow_ups_under_their_thread_and_fast_forwards_to_them(
+    tmp_path: Path,
+) -> None:
+    """The page lists a scheduled follow-up under its thread; fast-forward fires it and the reply arrives."""
+    agent = Agent()
+    async with (
+        Playground(pg_settings(tmp_path), model=scripted(agent)) as pg,
+        pg_session(pg.page_token) as http,
+    ):
+        stream = live(http, pg.url)
+        async with http.post(
+            f"{pg.url}api/messages",
+            json={"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me about the deploy"},
+        ) as response:
+            root = (await response.json())["ts"]
+        state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        [shown] = conversation(state, GENERAL)["follow_ups"]
+        assert (
+            shown["thread_ts"] == root and shown["note"] == "check the deploy" and shown["in"] == "in 20 min"
+        )
+        async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
+            assert response.status == 200 and (await response.json())["skipped"] >= 1190
+        state = await until(
+            stream,
+            lambda s: (
+                not conversation(s, GENERAL)["follow_ups"]
+                and any(
+                    "deploy is green" in r["html"]
+                    for m in conversation(s, GENERAL)["messages"]
+                    for r in m["replies"]
+                )
+            ),
+        )
+        assert state["clock"]["offset"] >= 1190
+    assert len(agent.fired) == 1
