@@ -8,6 +8,7 @@ and costs next to nothing.
 The spans (all named ``threadbound …`` except pydantic-ai's own):
 
 - ``threadbound delivery``: one Slack delivery through the ingress (``event_id``, outcome, task);
+- ``threadbound click``: one button click being handled (its ``action_id``);
 - ``threadbound run``: one agent run, a child of the delivery that claimed its first message when
   that delivery was seen by this process (else a root), with links to the others; it carries the
   task, the run and the event ids;
@@ -90,6 +91,15 @@ def delivered(span: Span, body: dict[str, Any], outcome: str, task_id: str | Non
     event_id = body.get("event_id")
     if outcome == "claimed" and task_id and isinstance(event_id, str) and span.is_recording():
         DELIVERIES.remember(task_id, event_id, span.get_span_context())
+
+
+@contextmanager
+def click_span(action_id: str) -> Iterator[Span]:
+    """The span of one click (a ``block_actions`` action) being handled: its action id, no values."""
+    with tracer().start_as_current_span(
+        "threadbound click", kind=SpanKind.SERVER, attributes={"threadbound.action_id": action_id}
+    ) as span:
+        yield span
 
 
 @dataclass(slots=True)
@@ -203,6 +213,7 @@ def instrument_agents(*, include_content: bool = False) -> None:
 __all__ = [
     "RunSpan",
     "TracingUnavailable",
+    "click_span",
     "delivered",
     "delivery_span",
     "end_run",

@@ -4,6 +4,10 @@ Store fixtures: every contract test runs once per backend. ``sqlite`` uses a fil
 under ``tmp_path``; ``postgres`` needs ``TEST_DATABASE_URL`` (e.g.
 ``postgresql://postgres@127.0.0.1:5432/test``) and gets a fresh schema per test,
 dropped afterwards, so tests never see each other's rows.
+
+A test that starts a Python process (a server, the CLI, an MCP server) must be marked
+``@pytest.mark.process`` (``-m "not process and not browser"`` is the fast subset); an unmarked one
+fails at teardown, naming the marker.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import httpx2
 httpx2.alias_httpx()
 
 import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import uuid  # noqa: E402
-from collections.abc import AsyncIterator  # noqa: E402
+from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
 
@@ -121,3 +127,28 @@ async def slack() -> AsyncIterator[FakeSlack]:
         slack.add_user("U2", "bob", display_name="Bob")
         slack.add_user("U9", "olga", display_name="Olga")
         yield slack
+
+
+#: Every Python process the tests started (argv), in order; see ``_process_tests_are_marked``.
+_STARTED: list[str] = []
+_popen_init = subprocess.Popen.__init__
+
+
+def _recording_init(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+    argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)  # type: ignore[call-overload]
+    if argv and os.fspath(argv[0]) == sys.executable:
+        _STARTED.append(" ".join(map(str, argv)))
+    _popen_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+
+subprocess.Popen.__init__ = _recording_init  # type: ignore[assignment,method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _process_tests_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test (or its fixtures) that starts a Python process carries the ``process`` marker."""
+    before = len(_STARTED)
+    yield
+    started = _STARTED[before:]
+    if started and request.node.get_closest_marker("process") is None:
+        pytest.fail(f"this test starts a process ({started[0]}): mark it @pytest.mark.process")

@@ -4,7 +4,9 @@ model answering nothing, Postgres unreachable — and what was running is resume
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -143,3 +145,44 @@ async def test_sigterm_while_postgres_is_unreachable(tmp_path: Path) -> None:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             await conn.close()
+
+
+def _react_gated(request: dict[str, Any]) -> Reply:
+    """Ask to react to the person's message (a gated call); stay silent after that."""
+    handle = re.search(r"(msg_[A-Za-z0-9_-]+)", json.dumps(request.get("messages")))
+    if (request.get("messages") or [{}])[-1].get("role") == "tool" or handle is None:
+        return FakeOpenAI.text("")
+    return FakeOpenAI.tool_call("channel_react", {"message": handle.group(1), "emoji": "eyes"})
+
+
+async def test_sigterm_while_a_private_note_to_a_clicker_gets_no_answer(tmp_path: Path) -> None:
+    """A click's private note (chat.postEphemeral) hangs: the click was answered at once, and SIGTERM still
+    exits in time instead of waiting for the note."""
+    async with FakeSlack() as slack, FakeOpenAI(_react_gated) as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        slack.add_user("U2", "bob", display_name="Bob")
+        agent = tmp_path / "agent.toml"
+        agent.write_text('approval = ["channel_react"]\n', encoding="utf-8")
+        env = _env(slack, llm, tmp_path / "data", AGENT_FILE=str(agent))
+        server = await ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server.log").start()
+        root = await _ask(http, server, slack)
+        await eventually(lambda: any(m.get("blocks") for m in slack.bot_messages("C1")))
+        [card] = [m for m in slack.bot_messages("C1") if m.get("blocks")]
+        actions = next(b for b in card["blocks"] if b["type"] == "actions")
+        approval_id = next(e["value"] for e in actions["elements"] if e["action_id"] == "threadbound_approve")
+        held = slack.hold("chat.postEphemeral")
+        click = events.block_actions(
+            channel="C1",
+            user="U2",
+            message_ts=card["ts"],
+            thread_ts=root,
+            action_id="threadbound_approve",
+            value=approval_id,
+        )
+        response = await asyncio.wait_for(
+            events.deliver_interaction(http, f"{server.url}/slack/events", click, SIGNING_SECRET), 20
+        )
+        assert response.status == 200
+        await asyncio.wait_for(held.wait(), 20)
+        await _sigterm_exits_in_time(server)
+        slack.release("chat.postEphemeral")

@@ -144,6 +144,36 @@ async def test_spans_carry_ids_and_never_message_text(tmp_path: Path, spans: InM
     assert "swordfish" not in dumped and "another question" not in dumped
 
 
+async def test_a_click_is_a_span_with_its_action_id(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    """A feedback click is handled inside a `threadbound click` span naming the action, never its value."""
+
+    def replying(turn: Turn) -> list[Any]:
+        return [call("channel_reply", text="an answer")] if turn.prompt else [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(slack, model=scripted(replying), data_dir=tmp_path) as app:
+            root = slack.add_message("C1", "<@UBOT> help", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> help", root))
+            await app.idle()
+            [answer] = slack.bot_messages("C1")
+            [block] = [b for b in answer["blocks"] if b.get("type") == "context_actions"]
+            value = block["elements"][0]["positive_button"]["value"]
+            click = events.block_actions(
+                channel="C1",
+                user="U1",
+                message_ts=answer["ts"],
+                thread_ts=root,
+                action_id="threadbound_feedback",
+                value=value,
+                element="feedback_buttons",
+            )
+            assert (await app.click(click)).status == 200
+    [clicked] = [s for s in spans.get_finished_spans() if s.name == "threadbound click"]
+    assert dict(clicked.attributes or {}) == {"threadbound.action_id": "threadbound_feedback"}
+
+
 def test_an_endpoint_without_the_extra_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

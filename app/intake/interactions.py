@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app import traces
 from app.clicks import Action, Handler
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,8 @@ class Interactions:
                 )
                 continue
             try:
-                await handler(action)
+                with traces.click_span(action.action_id):
+                    await handler(action)
             except Exception:
                 log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
                 self._tell(action, "Your click could not be handled just now; please try again.")
