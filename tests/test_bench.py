@@ -51,7 +51,8 @@ def test_met_follows_the_target() -> None:
 @pytest.mark.process
 @pytest.mark.timeout(360)
 def test_a_tiny_run_measures_every_row_consistently(tmp_path: Path) -> None:
-    """Every row of a tiny run has a finite number, ratio == ours / baseline, met as its target says,
+    """Every row of a tiny run has a finite number, ratio == ours / baseline (or the median of the
+    rounds' ratios, within their spread), met as its target says,
     and the printed table shows those verdicts."""
     out = tmp_path / "results.json"
     proc = subprocess.run(
@@ -76,7 +77,10 @@ def test_a_tiny_run_measures_every_row_consistently(tmp_path: Path) -> None:
         assert isinstance(row["ours"], int | float) and math.isfinite(row["ours"]) and row["ours"] >= 0, row
         if row["unit"].endswith("/s"):
             assert row["ours"] > 0, row  # a throughput of nothing means nothing was done
-        if row["baseline"]:
+        if row.get("spread"):  # the median of the rounds' ratios, within their spread
+            low, high = row["spread"]
+            assert low <= row["ratio"] <= high, row
+        elif row["baseline"]:
             assert row["ratio"] == pytest.approx(row["ours"] / row["baseline"]), row
         else:
             assert row["ratio"] is None, row
