@@ -27,7 +27,7 @@ from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
 from app.intake.external import ExternalNotice
-from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
+from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
@@ -211,7 +211,8 @@ class Service:
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
         _warn_unmatched_approval(agent_file.approval, tools)
-        timed = TimedModel(model, observer)
+        ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
+        timed = TimedModel(model, observer, ack_gate)
         agent = build_agent(
             timed,
             on_tool=run_hooks.on_tool,
@@ -248,7 +249,7 @@ class Service:
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
             on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs
-            ack_gate=AckGate(),
+            ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
         try:
@@ -305,6 +306,7 @@ class Service:
             on_shutdown=self._on_shutdown,
             slack_events=self.settings.http_events,
             socket_connected=(lambda: socket.connected) if socket is not None else None,
+            events=event_acker(self.ingress, self.agent_view),
         )
         return self.http.app
 
