@@ -16,7 +16,7 @@ from app.__main__ import _parser, main, version
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-COMMANDS = ["serve", "playground", "run", "check", "manifest", "usage"]
+COMMANDS = ["serve", "playground", "run", "check", "manifest", "usage", "follow-ups"]
 #: What the console script does (pip writes it): call main() with argv[0] being `threadbound`.
 AS_SCRIPT = "import sys; sys.argv[0] = 'threadbound'; from app.__main__ import main; sys.exit(main())"
 
@@ -32,6 +32,7 @@ def test_the_console_script_is_the_cli() -> None:
     assert sorted(commands()) == sorted(COMMANDS)
 
 
+@pytest.mark.process
 def test_the_script_names_itself_threadbound_in_help() -> None:
     """Run as the console script, --help shows `threadbound COMMAND`, and every command is reachable."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -58,6 +59,7 @@ def test_version_works_everywhere(args: list[str], capsys: pytest.CaptureFixture
     assert capsys.readouterr().out.strip() == f"threadbound {version()}"
 
 
+@pytest.mark.process
 def test_the_installed_script_runs_when_present() -> None:
     """Where the package is installed (CI's venv), the `threadbound` executable answers --version."""
     script = Path(sys.executable).parent / "threadbound"

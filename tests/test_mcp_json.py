@@ -89,6 +89,17 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, content: Any, message:
         load_mcp_json(path)
 
 
+def test_a_missing_variable_names_the_json_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """${VAR} that is not set, in a JSON server's env, is named with the server as the file writes it."""
+    monkeypatch.delenv("THREADBOUND_UNSET_FOR_TEST", raising=False)
+    entry = desk(env={"TOKEN": "${THREADBOUND_UNSET_FOR_TEST}"})
+    [server] = load_mcp_json(write(tmp_path / "mcp.json", {"mcpServers": {"Ticket-Desk": entry}}))
+    with pytest.raises(
+        McpConfigError, match=r'^MCP_CONFIG "Ticket-Desk" env.TOKEN uses \$\{THREADBOUND_UNSET'
+    ):
+        server.resolve({})
+
+
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     """MCP_CONFIG naming no file stops start-up with what to do."""
     with pytest.raises(McpConfigError, match=r"does not exist: create it or unset MCP_CONFIG"):

@@ -124,6 +124,7 @@ async def test_a_failing_url_is_redacted_in_logs_check_and_tool_results(refuser:
     assert "MCP server remote is unavailable" in logs.text
 
 
+@pytest.mark.process
 async def test_http_answers_are_capped_while_read() -> None:
     """An HTTP server's oversized answer fails the call with a reason and is never held whole; the
     server keeps answering."""
@@ -143,6 +144,7 @@ async def test_http_answers_are_capped_while_read() -> None:
         await end(proc)
 
 
+@pytest.mark.process
 async def test_stdio_answers_are_capped_while_read() -> None:
     """A stdio server printing a 64 MiB answer on one line: the call fails saying so, memory stays far
     below the answer's size, and the same server answers the next call."""

@@ -1,4 +1,4 @@
-"""Slack text is data in the prompt: a message, a name or a file name cannot forge another person's line."""
+"""Invariant 14 for the prompt: a message, a name or a file name cannot forge another person's line."""
 
 from __future__ import annotations
 
@@ -74,3 +74,38 @@ async def test_a_file_name_or_a_display_name_cannot_forge_a_line(tmp_path: Path)
     assert row["author"].startswith("Bob")
     [attached] = row["files"]
     assert attached["name"] == "notes.txt" + FORGED and attached["file"].startswith("file_")
+
+
+async def test_an_inbox_message_naming_another_conversation_gets_no_handle(tmp_path: Path) -> None:
+    """A message claimed for #general whose stored payload says #finance is not shown with a
+    handle (the model could react to #finance with it): the prompt says it cannot be shown."""
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            prompts.append(turn.prompt)
+        return [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_channel("C9", "finance")
+        slack.add_user("U1", "alice", display_name="Alice")
+        secret = slack.add_message("C9", "Q3 numbers", user="U1")
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+            assert app.service is not None
+            payload = {"channel": "C9", "ts": secret, "user": "U1", "text": "<@UBOT> Q3 numbers"}
+            outcome = await app.service.store.claim_message(
+                event_id="Ev0FORGED",
+                channel="C1",
+                ts=secret,
+                thread_ts=secret,
+                create=True,
+                payload=json.dumps(payload),
+                now=0.0,
+            )
+            assert outcome.task_id is not None
+            app.service.runner.notify(outcome.task_id)
+            await app.idle()
+            assert await app.service.store.find_handle(outcome.task_id, "msg", f"C9:{secret}") is None
+    assert len(prompts) == 1
+    assert rows(prompts[0]) == [{"unavailable": "a message that does not belong to this conversation"}]

@@ -133,3 +133,14 @@ def test_enterprise_grid_mention_starts_a_task() -> None:
     """An org-wide install's mention by a W… user starts a task like any mention."""
     decision = classify(_event("enterprise_grid_app_mention"), BOT, _settings())
     assert (decision.action, decision.user) == ("start", "W061F7AUR")
+
+
+def test_an_edit_whose_inner_message_names_another_channel_is_routed_to_the_events_channel() -> None:
+    """A ``message_changed`` in #general whose edited message claims to be in #finance starts a
+    task in #general (the event's channel), never in the channel the inner message names."""
+    event = events.message_changed("C1", "U1", "<@UBOT> now asking", "1.000100", previous_text="hi")["event"]
+    event["message"]["channel"] = "C9FINANCE"
+    decision = classify(event, BOT, _settings(allowed_channels="C9FINANCE"))
+    assert decision.action == "ignore" and decision.reason == "channel is not in ALLOWED_CHANNELS"
+    decision = classify(event, BOT, _settings())
+    assert (decision.action, decision.channel) == ("start", "C1")

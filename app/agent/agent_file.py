@@ -86,36 +86,26 @@ class AgentFile:
         limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
-        prompts = data.get("prompts", [])
-        if (
-            not isinstance(prompts, list)
-            or not all(isinstance(p, str) and p.strip() and len(p) <= MAX_PROMPT_CHARS for p in prompts)
-            or len(prompts) > MAX_PROMPTS
-        ):
-            raise ValueError(
-                f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
-                f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
-            )
-        loading = data.get("loading_messages", [])
-        if (
-            not isinstance(loading, list)
-            or not all(isinstance(m, str) and m.strip() and len(m) <= MAX_LOADING_CHARS for m in loading)
-            or len(loading) > MAX_LOADING_MESSAGES
-        ):
-            raise ValueError(
-                f"{path}: loading_messages must be a list of at most {MAX_LOADING_MESSAGES} non-empty "
-                f"strings of at most {MAX_LOADING_CHARS} characters, "
-                'e.g. loading_messages = ["Checking the runbook…"]'
-            )
+        prompts = _short_strings(
+            path, data, "prompts", MAX_PROMPTS, MAX_PROMPT_CHARS, '["Summarise this thread"]'
+        )
+        loading = _short_strings(
+            path,
+            data,
+            "loading_messages",
+            MAX_LOADING_MESSAGES,
+            MAX_LOADING_CHARS,
+            '["Checking the runbook…"]',
+        )
         return cls(
             instructions=instructions,
-            loading_messages=tuple(m.strip() for m in loading),
+            loading_messages=loading,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
             approval=tuple(approval),
             max_requests_per_run=limit,
-            prompts=tuple(p.strip() for p in prompts),
+            prompts=prompts,
         )
 
 
@@ -152,3 +142,20 @@ def _instructions(path: Path, value: str) -> str:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: instructions file {file} cannot be read: {exc}") from exc
+
+
+def _short_strings(
+    path: Path, data: dict[str, Any], key: str, most: int, chars: int, example: str
+) -> tuple[str, ...]:
+    """``data[key]``: at most ``most`` non-empty strings of at most ``chars`` characters, stripped."""
+    values = data.get(key, [])
+    if (
+        not isinstance(values, list)
+        or not all(isinstance(v, str) and v.strip() and len(v) <= chars for v in values)
+        or len(values) > most
+    ):
+        raise ValueError(
+            f"{path}: {key} must be a list of at most {most} non-empty strings of at most "
+            f"{chars} characters, e.g. {key} = {example}"
+        )
+    return tuple(v.strip() for v in values)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage
 
 from app.clicks import Action
 from app.settings import Settings
@@ -47,7 +47,7 @@ from channel.session import ChannelSession
 from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
 from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
-from .approval_gate import ApprovalGate, decision_result, gated, newest_approval
+from .approval_gate import ApprovalGate, decision_result, gated, newest_approval, open_calls
 
 __all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
@@ -82,22 +82,6 @@ def is_decision(item: InboxItem) -> bool:
     except ValueError:
         return False
     return isinstance(payload, dict) and payload.get("kind") == DECISION_KIND
-
-
-def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
-    """Tool calls of the transcript's last response that have no result yet (the pending ones)."""
-    for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        if isinstance(message, ModelResponse):
-            # Every request part with a tool call id is a result of that call (return, retry, search).
-            answered = {
-                getattr(part, "tool_call_id", None)
-                for later in history[index + 1 :]
-                if isinstance(later, ModelRequest)
-                for part in later.parts
-            }
-            return [c for c in message.tool_calls if c.tool_call_id not in answered]
-    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,19 +260,27 @@ class Approvals:
     async def click(self, action: Action) -> None:
         """A click on a card's button: decide, or tell the clicker privately why not."""
         decision: ApprovalDecision = "approved" if action.action_id == APPROVE else "denied"
-        approval = await self.store.get_approval(action.value)
-        if approval is None:
-            await self._tell(action, "That approval request is unknown; nothing was changed.")
+        try:
+            approval = await self.store.get_approval(action.value)
+        except StoreError:
+            # E.g. a store on a schema from before approvals during a rolling deploy: say so.
+            log.exception("could not read approval %s for a click", action.value[:60])
+            self.tell(action, "Your decision could not be recorded just now; please click again in a minute.")
+            return
+        if approval is None or not _on_its_card(action, approval):
+            # A click counts only on the card itself, where the task posted it: a payload whose
+            # container points at another channel or message decides nothing.
+            self.tell(action, "That approval request is unknown; nothing was changed.")
             return
         if not self.may_decide(action.user_id, approval):
             if self.approval_by == "approvers":
                 who = "an approver"
             else:
                 who = f"<@{approval.requester}> or an approver" if approval.requester else "an approver"
-            await self._tell(action, f"Only {who} can decide this request; nothing was changed.")
+            self.tell(action, f"Only {who} can decide this request; nothing was changed.")
             return
         if decision == "approved" and not showable(approval):
-            await self._tell(
+            self.tell(
                 action, "This call's arguments are too large to show, so it cannot be approved; deny it."
             )
             return
@@ -304,7 +296,7 @@ class Approvals:
             )
         except StoreError:
             log.exception("could not record a decision on approval %s", approval.approval_id)
-            await self._tell(action, "Your decision could not be recorded just now; please click again.")
+            self.tell(action, "Your decision could not be recorded just now; please click again.")
             return
         if won:
             log.info(
@@ -316,13 +308,13 @@ class Approvals:
             self.wake(approval.task_id)
             self._update_card(approval.approval_id)
             if decision == "expired":
-                await self._tell(action, "This request had expired; the call did not run.")
+                self.tell(action, "This request had expired; the call did not run.")
             return
         current = await self.store.get_approval(approval.approval_id)
         if current is not None and current.decided_by == action.user_id and current.decision == decision:
             return  # the same click delivered twice (or to two instances): already done
         if current is not None and current.decision is not None:
-            await self._tell(action, f"This request was already {current.decision}; nothing was changed.")
+            self.tell(action, f"This request was already {current.decision}; nothing was changed.")
 
     def may_decide(self, user_id: str, approval: ApprovalRecord) -> bool:
         """Whether ``user_id`` may decide ``approval`` (``APPROVAL_BY``, ``APPROVERS``)."""
@@ -330,7 +322,14 @@ class Approvals:
             return True
         return self.approval_by != "approvers" and bool(user_id) and user_id == approval.requester
 
-    async def _tell(self, action: Action, text: str) -> None:
+    def tell(self, action: Action, text: str) -> None:
+        """Tell the clicker ``text`` privately, in the background: a click is answered (200) before
+        any Slack call, well inside Slack's 3 seconds (``idle()`` waits for it)."""
+        task = asyncio.create_task(self._tell_now(action, text), name=f"approval-note:{action.user_id}")
+        self._updates.add(task)
+        task.add_done_callback(self._updates.discard)
+
+    async def _tell_now(self, action: Action, text: str) -> None:
         try:
             await self.adapter.tell_privately(
                 action.channel, action.user_id, text, thread_ts=action.thread_ts
@@ -384,3 +383,10 @@ class Approvals:
 
 def _decision_payload(approval_id: str) -> str:
     return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id})
+
+
+def _on_its_card(action: Action, approval: ApprovalRecord) -> bool:
+    """The click came from the approval's card: its channel, and its message once the card's ts is known."""
+    if action.channel != approval.channel:
+        return False
+    return not approval.card_ts or action.message_ts == approval.card_ts

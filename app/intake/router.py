@@ -151,7 +151,11 @@ def edited_message(event: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(message, Mapping):
         return None
     edited = dict(message)
-    edited.setdefault("channel", event.get("channel"))
+    # The event's channel, always: an inner message naming another channel routes nothing there.
+    if event.get("channel"):
+        edited["channel"] = event["channel"]
+    else:
+        edited.setdefault("channel", event.get("channel"))
     if "channel_type" in event:
         edited.setdefault("channel_type", event["channel_type"])
     return edited

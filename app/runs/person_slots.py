@@ -2,8 +2,9 @@
 
 Without it one person could hold every run slot (``MAX_CONCURRENT_RUNS``) and everyone else would
 wait. A conversation is charged to the author of its oldest pending message; past the limit its
-driver waits here, before it takes a run slot or the conversation's lease, so the waiting
-conversation holds nothing and its messages stay in the durable inbox: queued, never dropped.
+driver gives its run slot back and waits here, before it takes the conversation's lease, so the
+waiting conversation holds nothing and its messages stay in the durable inbox: queued, never
+dropped.
 The limit holds per instance (N instances allow up to N × ``USER_MAX_RUNS``).
 """
 
@@ -38,6 +39,11 @@ class PersonSlots:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._slots: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    def full(self, person: str) -> bool:
+        """Whether ``person`` already holds ``limit`` slots (a new holder would wait)."""
+        found = self._slots.get(person)
+        return found is not None and found[0].locked()
 
     @contextlib.asynccontextmanager
     async def hold(self, person: str) -> AsyncIterator[None]:

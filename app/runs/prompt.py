@@ -18,6 +18,8 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
+from .follow_ups import follow_up_row, is_follow_up
+
 log = logging.getLogger(__name__)
 
 #: Told to the model when some calls wait for approval (``approval`` in agent.toml).
@@ -37,8 +39,21 @@ async def render_prompt(
     for item in items:
         if is_decision(item):
             continue  # a decision on an approval resumes the task; it is no message
+        if is_follow_up(item):
+            if (follow_up := await follow_up_row(session, item)) is not None:
+                lines.append(_line(follow_up))
+            continue
         try:
-            row = await session.inbound_row(json.loads(item.payload))
+            raw = json.loads(item.payload)
+        except ValueError:
+            raw = None
+        if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
+            # Checked against the conversation it was claimed for: never a handle to another one.
+            log.warning("inbound message %s does not belong to its conversation; not shown", item.ts)
+            lines.append(_line({"unavailable": "a message that does not belong to this conversation"}))
+            continue
+        try:
+            row = await session.inbound_row(raw)
         except ChannelError as exc:
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
             lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
@@ -77,7 +92,7 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
             raw = json.loads(item.payload)
         except ValueError:
             continue
-        if isinstance(raw, dict) and not is_decision(item):
+        if isinstance(raw, dict) and not is_decision(item) and (raw.get("user") or not is_follow_up(item)):
             return raw
     return None
 

@@ -42,7 +42,7 @@ from pydantic_ai.messages import (
 
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
-from app.agent.runtime import RunDeps, instructions_for
+from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel import task_files
 from channel.contract import ChannelAdapter, Origin
@@ -61,12 +61,14 @@ from storage.base import (
     UsageRecord,
 )
 
+from .budget_screen import BudgetScreen, newest_author
 from .checkpoint import Checkpoints, mark_answer, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
+from .instructions import run_instructions
 from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
-from .prompt import APPROVAL_NOTE, answer_recipient, render_prompt
+from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .steps import AgentSteps
 
@@ -99,9 +101,9 @@ class RunExecutor:
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
         files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+        follow_ups_max: int = 1000,
     ) -> None:
-        """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
-        answer ends with feedback buttons reporting the task id."""
+        """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
         self.store = store
         self.approvals = approvals
         self.adapter = adapter
@@ -119,8 +121,8 @@ class RunExecutor:
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
-        #: ``TASK_FILES_MAX_BYTES``: disk one task's files may use.
         self.files_max_bytes = files_max_bytes
+        self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -149,6 +151,7 @@ class RunExecutor:
             guard=guard,
             fence=fence,
             files_max_bytes=self.files_max_bytes,
+            follow_ups_max=self.follow_ups_max,
         )
 
     async def run_prompt(
@@ -198,14 +201,16 @@ class RunExecutor:
         except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
-        prompt = await self.prompt(session, items, notes)
+        shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
+        prompt = await self.prompt(session, shown, notes)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
             lines, upto = await feedback_notes(self.store, session)
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
-        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto)
+        person = newest_author(shown)  # charged for the run's model requests
+        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
 
     async def prompt(
         self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
@@ -221,6 +226,7 @@ class RunExecutor:
         inbox: Inbox,
         *,
         feedback_upto: float | None = None,
+        person: str | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
@@ -244,11 +250,11 @@ class RunExecutor:
             return RunOutcome(task.task_id, "ok", False, "", consumed)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         requests: DeferredToolRequests | None = None
-        person = requester(items)
+        person = requester(items) if person is None else person
         if not person and self.approvals is not None and items:
             person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
-        # Budgets bound what people ask; a run with no message (the `run` command, or settling a
-        # crashed run's effects) is still counted but never refused.
+        session.requester = person  # follow-ups it schedules run for them
+        # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
             return await refuse(self.store, self.hooks.on_budget, session, prompt, consumed, hit)
@@ -287,10 +293,7 @@ class RunExecutor:
                     prefix = Compactor.prefix(summary)
                     checkpoints.prefix = len(prefix)
                     history = [*prefix, *trim_history(transcript, self.history_limit)]
-                    info = await session.describe()
-                    instructions = instructions_for(info, self.tools, self.agent_file.instructions)
-                    if self.agent_file.approval:
-                        instructions += APPROVAL_NOTE
+                    instructions = await run_instructions(session, self.tools, self.agent_file)
                     steps = AgentSteps(
                         self.agent,
                         max_requests=self.agent_file.max_requests_per_run,
@@ -359,7 +362,7 @@ class RunExecutor:
             if requests is not None and self.approvals is not None:
                 # Recorded before the save: a saved transcript's pending calls always have approvals
                 # (one whose run never saved is withdrawn when its card effect is settled).
-                await self.approvals.open(session, requests, await self.approvals.requester(items))
+                await self.approvals.open(session, requests, meter.person)
             await self.store.save_run(
                 task.task_id,
                 # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.

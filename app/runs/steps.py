@@ -21,6 +21,7 @@ from app.agent.usage import Budgets, UsageMeter
 from channel.session import ChannelSession
 from storage.crashpoints import crash_point
 
+from .budget_screen import BudgetScreen, newest_author
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
 from .streaming import EventFeed
@@ -61,6 +62,7 @@ class AgentSteps:
         """The run's messages, its output (text, or the gated calls waiting for approval), and the
         note it stopped with (``""``: it finished)."""
         seen = set(consumed)
+        screen = BudgetScreen(self.budgets, session)
         limit = self.max_requests
         # Streaming: each model request and tool step is driven through node.stream(), its events
         # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
@@ -104,9 +106,14 @@ class AgentSteps:
                             return [*run.all_messages(), node.request, stop], "", note
                     fresh = [i for i in await inbox() if i.item_id not in seen]
                     if fresh:
-                        steering = await render_prompt(session, fresh)
-                        run.enqueue(steering, priority="asap")
-                        steered.append(steering)
+                        # Each steered message against its own author's budget; from here on the
+                        # requests are charged to the newest author shown.
+                        shown = await screen.shown(fresh, await screen.over(fresh))
+                        if shown:
+                            steering = await render_prompt(session, shown)
+                            run.enqueue(steering, priority="asap")
+                            steered.append(steering)
+                            meter.person = newest_author(shown) or meter.person
                         for item in fresh:
                             seen.add(item.item_id)
                             consumed.append(item.item_id)
