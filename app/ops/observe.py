@@ -33,11 +33,8 @@ from pydantic_ai.settings import ModelSettings
 
 from app import logs, traces
 from app.intake.ingress import IngressResult
-<<<<<<< HEAD
 from app.runs.ack_gate import AckGate
-=======
 from app.runs.follow_ups import LATE_AFTER
->>>>>>> main
 from app.runs.run import RunHooks
 from channel.session import ChannelSession
 from storage.base import FollowUpRecord, InboxItem, UsageRecord
