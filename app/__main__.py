@@ -1,4 +1,4 @@
-"""``python -m app``: serve, playground, run, check, manifest, usage."""
+"""``python -m app``: serve, playground, run, check, manifest, usage, follow-ups."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ _EXAMPLES = """examples:
   python -m app run --channel '#general' "Say hello"
   python -m app manifest --url https://bot.example.com/slack/events
   python -m app usage --days 30        model tokens by day, person and channel
+  python -m app follow-ups             pending follow-ups across the install
 
 `python -m app COMMAND --help` describes each command."""
 
@@ -192,6 +193,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     usage.add_argument("--days", type=_positive, default=7, help="UTC days to show, today included (7)")
     usage.add_argument("--json", action="store_true", help="print JSON with IDs and names")
+    follow_ups = _command(
+        sub,
+        "follow-ups",
+        "list pending follow-ups across the install",
+        "List the follow-ups tasks scheduled (channel_follow_up) that have not fired yet, soonest\n"
+        "first: when (UTC), the task, the thread's permalink and the note's first words.",
+        ["python -m app follow-ups", "python -m app follow-ups --json | jq '.follow_ups[].permalink'"],
+    )
+    follow_ups.add_argument("--json", action="store_true", help="print JSON with every field")
     return parser
 
 
@@ -287,6 +297,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from app.ops.usage_report import usage_command
 
         return asyncio.run(usage_command(settings, days=args.days, as_json=args.json))
+    if args.command == "follow-ups":
+        from app.ops.follow_ups_report import follow_ups_command
+
+        return asyncio.run(follow_ups_command(settings, as_json=args.json))
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -12,14 +12,14 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
 
 from app.agent.agent_file import AgentFile
-from app.agent.approvals import ApprovalGate, Approvals, gated
+from app.agent.approval_gate import warn_unmatched_approval
+from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
@@ -39,6 +39,7 @@ from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
+from app.runs.follow_ups import Access, FollowUpSweep
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
@@ -109,6 +110,8 @@ class Service:
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
     #: Approval cards, clicks and expiry (``app.approvals``).
     approvals: Approvals | None = None
+    #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
+    follow_ups: FollowUpSweep | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
     #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
@@ -210,7 +213,7 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
-        _warn_unmatched_approval(agent_file.approval, tools)
+        warn_unmatched_approval(agent_file.approval, tools)
         timed = TimedModel(model, observer)
         agent = build_agent(
             timed,
@@ -236,6 +239,7 @@ class Service:
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
             files_max_bytes=settings.task_files_max_bytes,
+            follow_ups_max=settings.follow_ups_max,
             stream=stream_mode == "auto",
             feedback=True,
         )
@@ -251,6 +255,10 @@ class Service:
             ack_gate=AckGate(),
         )
         approvals.wake = runner.notify
+        follow_ups = FollowUpSweep(
+            store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
+        )
+        follow_ups.on_pending = observer.metrics.follow_ups_pending.set  # the /metrics gauge
         try:
             # From here until close, other instances can tell at once whether this one is alive.
             await store.register_instance(runner.owner, now=time.time())
@@ -286,6 +294,7 @@ class Service:
             interactions=interactions,
             mcp=mcp,
             approvals=approvals,
+            follow_ups=follow_ups,
             agent_view=agent_view,
             socket=socket,
             socket_url=socket_url,
@@ -312,6 +321,8 @@ class Service:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
+        if self.follow_ups is not None:  # due ones (late after downtime) fire at once, then each second
+            self._background.append(asyncio.create_task(self.follow_ups.run_forever(), name="follow-ups"))
         # Conversations of instances that died (a crash before this restart included), at once.
         takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
         self._background.append(takeover)
@@ -342,14 +353,6 @@ class Service:
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
-
-
-def _warn_unmatched_approval(globs: tuple[str, ...], tools: Any) -> None:
-    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
-    names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
-    for glob in globs:
-        if not any(gated((glob,), name) for name in names):
-            log.warning("approval entry %r matches no tool offered now; check its spelling", glob)
 
 
 async def serve(

@@ -59,6 +59,8 @@ class Scale:
     conversation_turns: int = 30
     #: Mentions of the rate-limited burst, over two channels (burst_delivery).
     burst_mentions: int = 40
+    #: Follow-ups due at one instant (follow_up_fire_lag).
+    follow_ups: int = 1000
     #: Wall-clock cap of one load phase (seconds): every load test stops by itself.
     time_cap: float = 60.0
 
@@ -74,6 +76,7 @@ SCALES: dict[Mode, Scale] = {
         file_rounds=2,
         claims=500,
         claim_rounds=2,
+        follow_ups=300,
         time_cap=20.0,
     ),
     "tiny": Scale(
@@ -91,6 +94,7 @@ SCALES: dict[Mode, Scale] = {
         claim_rounds=1,
         conversation_turns=4,
         burst_mentions=6,
+        follow_ups=20,
         time_cap=10.0,
     ),
 }

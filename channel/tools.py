@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Handles are minted by the host: a prefix and 22 URL-safe characters.
 MSG_HANDLE = r"^msg_[A-Za-z0-9_-]{8,40}$"
 FILE_HANDLE = r"^file_[A-Za-z0-9_-]{8,40}$"
+FOLLOW_UP_HANDLE = r"^fu_[A-Za-z0-9_-]{8,40}$"
 # Slack emoji names: lower-case letters, digits, _ + - ' and an optional skin tone; colons allowed around.
 EMOJI = r"^:?[a-z0-9_+'\-]{1,64}(::skin-tone-[2-6])?:?$"
 MAX_TEXT = 40_000
@@ -80,6 +81,38 @@ class AttachArgs(ToolArgs):
 class PostDocumentArgs(ToolArgs):
     title: str = Field(min_length=1, max_length=250, description="Document title.")
     markdown: str = Field(min_length=1, max_length=100_000, description="Document body, in Markdown.")
+
+
+class FollowUpArgs(ToolArgs):
+    at: str | None = Field(
+        default=None,
+        max_length=40,
+        description="When, as an ISO 8601 time with its UTC offset (2026-03-02T09:00:00+01:00); "
+        "use the person's time zone from your instructions. Give at or after, not both.",
+    )
+    after: str | None = Field(
+        default=None,
+        pattern=r"^(\d{1,3}d)?(\d{1,4}h)?(\d{1,6}m)?$",
+        max_length=20,
+        description="How long from now: minutes, hours or days, e.g. 20m, 3h, 2d or 1h30m.",
+    )
+    note: str = Field(
+        min_length=1, max_length=1000, description="What you should do then (shown to you when it fires)."
+    )
+
+    @model_validator(mode="after")
+    def _one_time(self) -> FollowUpArgs:
+        if (self.at is None) == (self.after in (None, "")):
+            raise ValueError("give exactly one of at (an ISO 8601 time with offset) or after (e.g. 20m)")
+        return self
+
+
+class CancelFollowUpArgs(ToolArgs):
+    follow_up: str = Field(pattern=FOLLOW_UP_HANDLE, description="Handle of a pending follow-up (fu_...).")
+
+
+class NoArgs(ToolArgs):
+    pass
 
 
 class ToolSearchArgs(ToolArgs):
@@ -202,6 +235,31 @@ CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
         "Create a rich document (a Slack canvas) from Markdown and share it in this conversation.",
         PostDocumentArgs,
         "documents",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_follow_up",
+        "Schedule a follow-up",
+        "Come back to this conversation later: schedule a follow-up or reminder (at a time, or after "
+        "20m, 3h, 2d) with a note of what to do then; you are woken in this thread when it is due.",
+        FollowUpArgs,
+        None,
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_follow_ups",
+        "List follow-ups",
+        "List the follow-ups and reminders scheduled in this conversation that have not fired yet.",
+        NoArgs,
+        None,
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_cancel_follow_up",
+        "Cancel a follow-up",
+        "Cancel a scheduled follow-up or reminder of this conversation by its handle (fu_...).",
+        CancelFollowUpArgs,
+        None,
         "deferred",
     ),
 )

@@ -42,6 +42,8 @@ from .records import (  # noqa: F401
     EffectState,
     FeedbackRecord,
     Fence,
+    FollowUpRecord,
+    FollowUpState,
     HandleKind,
     HandleRecord,
     InboxItem,
@@ -324,5 +326,44 @@ class Store(Protocol):
 
     async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
         """Mark the task's feedback clicked at or before ``upto`` as shown."""
+
+    # -- follow-ups (issue 23) -------------------------------------------------------------
+    async def schedule_follow_up(
+        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
+    ) -> str:
+        """Store a pending follow-up unless its task already has ``per_task`` pending or the install
+        ``install_max``: ``"scheduled"``, ``"task_full"`` or ``"install_full"``. ``payload`` is the
+        inbox item it becomes when it fires."""
+
+    async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]:
+        """The task's pending follow-ups, soonest first."""
+
+    async def get_follow_up(self, task_id: str, follow_up: str) -> FollowUpRecord | None:
+        """One of ``task_id``'s follow-ups in any state; None when unknown or another task's."""
+
+    async def cancel_follow_up(self, task_id: str, follow_up: str, *, now: float) -> bool:
+        """Cancel a pending follow-up of ``task_id``; True for the one call that cancelled it."""
+
+    async def pending_follow_ups(
+        self, *, before: float | None = None, limit: int = 1000
+    ) -> list[FollowUpRecord]:
+        """Pending follow-ups across the install (due before ``before`` when given), soonest first."""
+
+    async def next_follow_up_due(self) -> float | None:
+        """When the soonest pending follow-up is due; None when none is pending."""
+
+    async def refuse_follow_up(self, follow_up: str, *, payload: str) -> None:
+        """Make a pending follow-up fire as ``payload`` instead (its person is no longer allowed)."""
+
+    async def fire_follow_ups(self, *, now: float, limit: int = 500) -> list[FollowUpRecord]:
+        """Append up to ``limit`` due follow-ups of tasks with no live lease to their inboxes and
+        mark them fired, in one transaction; the ones this call fired. Each follow-up is fired by
+        exactly one call, across instances and restarts."""
+
+    async def pending_follow_up_count(self) -> int:
+        """How many follow-ups are pending across the install (``/metrics``)."""
+
+    async def follow_up_counts(self) -> dict[FollowUpState, int]:
+        """How many follow-ups are in each state."""
 
     async def stats(self) -> StoreStats: ...

@@ -37,13 +37,14 @@ from .base import (
 from .crashpoints import crash_point
 from .schema import migration
 from .sqlcore import new_id
+from .sqlstore_follow_ups import FollowUpMethods
 from .sqlstore_people import PeopleMethods
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
 _PRUNE_BATCH = 10_000
 
 
-class SqlStore(PeopleMethods):
+class SqlStore(PeopleMethods, FollowUpMethods):
     """Every Store method over the backend's four primitives (module doc)."""
 
     # -- lifecycle -------------------------------------------------------------------

@@ -130,11 +130,21 @@ async def test_an_approval_card_post_that_landed_is_found(env: SessionEnv) -> No
     assert env.slack.count("chat.postMessage") == 1
 
 
-async def test_an_ambiguous_upload_is_reported_as_maybe_done(env: SessionEnv) -> None:
-    """An upload carries no effect id to look for: a 502 on its completion is reported as possibly done
-    (read before attaching again), never as a plain failure, and it is not repeated."""
+async def test_an_ambiguous_upload_completion_that_shared_the_file_is_done(env: SessionEnv) -> None:
+    """files.completeUploadExternal answered 502 after Slack shared the file: files.info shows it shared
+    here, so the attach is done (once), with its handles."""
     await asyncio.to_thread((env.task_dir / "out.csv").write_bytes, b"a,b\n1,2\n")
     env.slack.fail("files.completeUploadExternal", "Bad Gateway", status=502, applied=True, html=True)
+    result = await env.session.call("channel_attach", {"path": "out.csv"})
+    assert result["file"].startswith("file_"), result
+    assert env.slack.count("files.completeUploadExternal") == 1
+
+
+async def test_an_upload_whose_answer_was_lost_is_reported_as_maybe_done(env: SessionEnv) -> None:
+    """A dropped connection on the upload's completion carries no file id to look up: it is reported as
+    possibly done (read before attaching again), never as a plain failure, and not repeated."""
+    await asyncio.to_thread((env.task_dir / "out.csv").write_bytes, b"a,b\n1,2\n")
+    env.slack.drop("files.completeUploadExternal")
     result = await env.session.call("channel_attach", {"path": "out.csv"})
     assert "may have been attached" in result["error"]["message"]
     assert env.slack.count("files.completeUploadExternal") == 1

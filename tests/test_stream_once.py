@@ -174,3 +174,19 @@ async def test_a_dropped_text_whose_deletion_failed_is_removed_by_the_next_run(t
             assert notes == []
             assert await env.store.open_effects(env.task.task_id) == []
         assert slack.bot_messages("C1") == []
+
+
+async def test_a_dropped_start_that_cannot_be_told_apart_leaves_no_unfinished_message(tmp_path: Path) -> None:
+    """A dropped chat.startStream when another unfinished bot message is in the thread: neither is taken
+    for the stream; the answer is posted whole and every unfinished message is removed at its end."""
+    answer = "Launch moves to March 3rd, because QA needs the extra week."
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        await slack.web_client().chat_startStream(
+            channel="C1", thread_ts=root, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Old"
+        )
+        slack.drop("chat.startStream")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            await _answer(env.session, slack, answer)
+            assert await env.store.open_effects(env.task.task_id) == []
+        assert [_shown(m) for m in slack.bot_messages("C1")] == [answer]

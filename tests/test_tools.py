@@ -684,7 +684,10 @@ def test_select_tools_follows_features_and_the_agent_file() -> None:
     """Features filter the catalog; an agent file narrows it, always keeps channel_reply, ignores repeats."""
     features = ChannelFeatures(read=True, edit=True).enabled()
     everything = select_tools(features, None, SkillLibrary([]))
-    assert [s.name for s in everything.channel_tools] == ["channel_reply", "channel_read", "channel_edit"]
+    follow_ups = ["channel_follow_up", "channel_follow_ups", "channel_cancel_follow_up"]  # need no feature
+    assert [s.name for s in everything.channel_tools] == [
+        "channel_reply", "channel_read", "channel_edit", *follow_ups
+    ]  # fmt: skip
     narrowed = select_tools(
         features, ["channel_read", "channel_edit", "channel_read", "tool_search"], SkillLibrary([])
     )

@@ -94,6 +94,8 @@ class User:
     real_name: str = ""
     is_bot: bool = False
     bot_id: str | None = None
+    #: IANA time zone (``users.info`` ``tz``); ``""``: Slack's default, America/Los_Angeles.
+    tz: str = ""
 
 
 @dataclass

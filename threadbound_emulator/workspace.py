@@ -133,9 +133,10 @@ class Workspace(MessageRules):
         display_name: str = "",
         real_name: str = "",
         is_bot: bool = False,
+        tz: str = "",
     ) -> None:
-        """Add (or replace) a user."""
-        self.users[id] = User(id, name, display_name, real_name, is_bot)
+        """Add (or replace) a user; ``tz`` is their IANA time zone."""
+        self.users[id] = User(id, name, display_name, real_name, is_bot, tz=tz)
 
     def add_channel(
         self,

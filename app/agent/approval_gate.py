@@ -135,3 +135,11 @@ def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
             }
             return [c for c in message.tool_calls if c.tool_call_id not in answered]
     return []
+
+
+def warn_unmatched_approval(globs: Sequence[str], tools: Any) -> None:
+    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
+    names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
+    for glob in globs:
+        if not any(gated((glob,), name) for name in names):
+            log.warning("approval entry %r matches no tool offered now; check its spelling", glob)

@@ -33,9 +33,10 @@ from pydantic_ai.settings import ModelSettings
 
 from app import logs, traces
 from app.intake.ingress import IngressResult
+from app.runs.follow_ups import LATE_AFTER
 from app.runs.run import RunHooks
 from channel.session import ChannelSession
-from storage.base import InboxItem, UsageRecord
+from storage.base import FollowUpRecord, InboxItem, UsageRecord
 
 from .metrics import Metrics
 
@@ -130,6 +131,8 @@ class Observer:
             run.tools += 1
             run.tool_errors += outcome != "ok"
         self.metrics.tool_calls.labels(tool=tool, outcome=outcome).inc()
+        if tool == "channel_cancel_follow_up" and outcome == "ok":
+            self.metrics.follow_ups_cancelled.inc()
         logs.event(
             log,
             "tool call",
@@ -138,6 +141,13 @@ class Observer:
             outcome=outcome,
             duration_ms=round(seconds * 1000),
         )
+
+    def follow_ups_fired(self, fired: Sequence[FollowUpRecord]) -> None:
+        """Follow-ups the sweep fired; those more than LATE_AFTER past due count as late too."""
+        self.metrics.follow_ups_fired.inc(len(fired))
+        late = sum(1 for r in fired if r.fired_at is not None and r.fired_at - r.due_at > LATE_AFTER)
+        if late:
+            self.metrics.follow_ups_late.inc(late)
 
     # -- Slack -----------------------------------------------------------------------------
     def slack_call(self, method: str, outcome: str, seconds: float) -> None:

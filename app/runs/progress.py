@@ -34,6 +34,7 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
+from .follow_ups import is_follow_up
 from .run import RunHooks
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,8 @@ class Progress:
                 self._runs[session] = indicator
                 return
         if self.mode in ("auto", "reaction") and adapter.features.react and items:
-            messages = [i for i in items if not is_decision(i)]  # a decision is no message to mark
+            # A decision or a follow-up is no Slack message to mark.
+            messages = [i for i in items if not is_decision(i) and not is_follow_up(i)]
             ref = await self._newest_ref(adapter, messages) if messages else ""
             if ref and await self._react(adapter, ref, add=True):
                 self._runs[session] = _Indicator("reaction", origin, ref)

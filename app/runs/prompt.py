@@ -18,6 +18,8 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
+from .follow_ups import follow_up_row, is_follow_up
+
 log = logging.getLogger(__name__)
 
 #: Told to the model when some calls wait for approval (``approval`` in agent.toml).
@@ -37,6 +39,10 @@ async def render_prompt(
     for item in items:
         if is_decision(item):
             continue  # a decision on an approval resumes the task; it is no message
+        if is_follow_up(item):
+            if (follow_up := await follow_up_row(session, item)) is not None:
+                lines.append(_line(follow_up))
+            continue
         try:
             raw = json.loads(item.payload)
         except ValueError:
@@ -86,7 +92,7 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
             raw = json.loads(item.payload)
         except ValueError:
             continue
-        if isinstance(raw, dict) and not is_decision(item):
+        if isinstance(raw, dict) and not is_decision(item) and (raw.get("user") or not is_follow_up(item)):
             return raw
     return None
 

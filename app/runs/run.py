@@ -42,7 +42,7 @@ from pydantic_ai.messages import (
 
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
-from app.agent.runtime import RunDeps, instructions_for
+from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel import task_files
 from channel.contract import ChannelAdapter, Origin
@@ -66,8 +66,9 @@ from .checkpoint import Checkpoints, mark_answer, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
+from .instructions import run_instructions
 from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
-from .prompt import APPROVAL_NOTE, answer_recipient, render_prompt
+from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .steps import AgentSteps
 
@@ -100,9 +101,9 @@ class RunExecutor:
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
         files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+        follow_ups_max: int = 1000,
     ) -> None:
-        """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
-        answer ends with feedback buttons reporting the task id."""
+        """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
         self.store = store
         self.approvals = approvals
         self.adapter = adapter
@@ -121,6 +122,7 @@ class RunExecutor:
         self.stream_interval = stream_interval
         self.feedback = feedback
         self.files_max_bytes = files_max_bytes
+        self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -149,6 +151,7 @@ class RunExecutor:
             guard=guard,
             fence=fence,
             files_max_bytes=self.files_max_bytes,
+            follow_ups_max=self.follow_ups_max,
         )
 
     async def run_prompt(
@@ -250,8 +253,8 @@ class RunExecutor:
         person = requester(items) if person is None else person
         if not person and self.approvals is not None and items:
             person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
-        # Budgets bound what people ask; a run with no message (the `run` command, or settling a
-        # crashed run's effects) is still counted but never refused.
+        session.requester = person  # follow-ups it schedules run for them
+        # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
             return await refuse(self.store, self.hooks.on_budget, session, prompt, consumed, hit)
@@ -290,10 +293,7 @@ class RunExecutor:
                     prefix = Compactor.prefix(summary)
                     checkpoints.prefix = len(prefix)
                     history = [*prefix, *trim_history(transcript, self.history_limit)]
-                    info = await session.describe()
-                    instructions = instructions_for(info, self.tools, self.agent_file.instructions)
-                    if self.agent_file.approval:
-                        instructions += APPROVAL_NOTE
+                    instructions = await run_instructions(session, self.tools, self.agent_file)
                     steps = AgentSteps(
                         self.agent,
                         max_requests=self.agent_file.max_requests_per_run,

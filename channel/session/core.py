@@ -16,6 +16,7 @@ from ..errors import ChannelError
 from ..streaming import FLUSH_INTERVAL, AnswerStream
 from ..tools import CATALOG, MCP_SEARCH
 from .files import Files
+from .follow_ups import FollowUpTools
 from .offer import Offer
 from .replies import Replies
 from .state import CALL_ID, Result
@@ -23,7 +24,7 @@ from .state import CALL_ID, Result
 log = logging.getLogger(__name__)
 
 
-class ChannelSession(Replies, Files, Offer):
+class ChannelSession(Replies, Files, Offer, FollowUpTools):
     """The channel tools bound to one task's conversation (see :mod:`channel.session`)."""
 
     @cached_property
@@ -37,6 +38,9 @@ class ChannelSession(Replies, Files, Offer):
             "channel_fetch_file": self._fetch_file,
             "channel_attach": self._attach,
             "channel_post_document": self._post_document,
+            "channel_follow_up": self._follow_up,
+            "channel_follow_ups": self._follow_ups,
+            "channel_cancel_follow_up": self._cancel_follow_up,
             "tool_search": self._tool_search,
             "mcp_search": self._tool_search,
             "skills": self._skills,
@@ -136,7 +140,7 @@ class ChannelSession(Replies, Files, Offer):
             ).as_result()
 
 
-_HANDLE_FIELDS = {"message": "msg", "file": "file"}
+_HANDLE_FIELDS = {"message": "msg", "file": "file", "follow_up": "fu"}
 
 
 def _validation_error(exc: ValidationError) -> ChannelError:

@@ -132,7 +132,13 @@ class SlackAdapter(Writes, AdapterBase):
         comment = strip_mass_mentions(comment) if comment else comment
         with _maybe_done("attached"):
             return await upload(
-                self.writes, origin, path, title=title, comment=comment, outbound=self.outbound
+                self.writes,
+                origin,
+                path,
+                title=title,
+                comment=comment,
+                outbound=self.outbound,
+                files_info=self._files_info,
             )
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:

@@ -50,6 +50,8 @@ class Lookups(SlackLink):
         # Bounded and refreshed (cache.TtlCache): a long-lived process forgets whom it no longer
         # sees, and a renamed person's new name shows within LOOKUP_TTL.
         self._user_names: TtlCache[str, tuple[str, bool]] = TtlCache(MAX_USERS)
+        # Time zones (``tz``) from the same users.info answers, for follow-ups' "tomorrow at 9".
+        self._user_zones: TtlCache[str, str] = TtlCache(MAX_USERS)
         self._user_lookups: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         # Failed users.info look-ups: user id -> monotonic time until which it is not asked again.
         self._user_failures: dict[str, float] = {}
@@ -79,6 +81,15 @@ class Lookups(SlackLink):
             return ("someone", False)
         # Shielded: a cancelled caller leaves; the lookup (bounded by the HTTP timeout) finishes for the rest.
         return await asyncio.shield(self._lookup_task(user_id))
+
+    async def time_zone(self, user_id: str) -> str:
+        """The user's IANA time zone (``users.info`` ``tz``, cached with their name); ``""`` if unknown."""
+        found = self._user_zones.get(user_id)
+        if found is None:
+            self._user_names.pop(user_id, None)  # looked up before zones were kept: once more
+            await self.user(user_id)
+            found = self._user_zones.get(user_id)
+        return found or ""
 
     def _lookup_task(self, user_id: str) -> asyncio.Task[tuple[str, bool]]:
         lookup = self._user_lookups.get(user_id)
@@ -113,6 +124,7 @@ class Lookups(SlackLink):
         info = response.get("user") or {}
         found = (display_name(info), bool(info.get("is_bot")))
         self._user_names[user_id] = found
+        self._user_zones[user_id] = str(info.get("tz") or "")
         return found
 
     def _lookup_done(self, user_id: str, lookup: asyncio.Task[tuple[str, bool]]) -> None:

@@ -110,6 +110,30 @@ function ephemeralNode(note) {
       el("span", { class: "edited" }, "Only visible to you")), el("div", { class: "text", html: note.html })));
 }
 
+// A follow-up the bot scheduled for itself in this thread (channel_follow_up), not fired yet.
+function followUpNode(f) {
+  return el("div", { class: "follow-up", title: f.follow_up }, `⏰ Follow-up ${f.in} (${f.at}): ${f.note}`);
+}
+
+function renderClock() {
+  const pending = ui.data.conversations.some((c) => (c.follow_ups || []).length);
+  $("fast-forward").hidden = !pending && !ui.data.clock.offset;
+  $("fast-forward").disabled = !pending;
+  $("clock").textContent = ui.data.clock.offset ? `demo clock: ${ui.data.clock.now}` : "";
+}
+
+async function fastForward() {
+  try {
+    const response = await fetch("/api/fast-forward", { method: "POST", body: "{}",
+      headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN } });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    $("error").textContent = "";
+  } catch (err) {
+    $("error").textContent = `Fast-forward failed: ${err.message}`;
+  }
+}
+
 function renderMessages(conv) {
   const box = $("messages");
   const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 60;
@@ -131,6 +155,7 @@ function renderMessages(conv) {
     for (const note of conv.ephemerals.filter((n) => n.user === ui.person && n.thread_ts === root.ts)) {
       thread.append(ephemeralNode(note));
     }
+    for (const f of (conv.follow_ups || []).filter((x) => x.thread_ts === root.ts)) thread.append(followUpNode(f));
     const status = conv.statuses[root.ts];
     if (status) thread.append(el("div", { class: "status" }, `${ui.data.bot.name} ${status}`));
     if (!root.retracted && !root.deleted) {
@@ -140,6 +165,7 @@ function renderMessages(conv) {
     box.append(thread);
   }
   const roots = new Set(conv.messages.map((m) => m.ts));
+  for (const f of (conv.follow_ups || []).filter((x) => !roots.has(x.thread_ts))) box.append(followUpNode(f));
   for (const note of conv.ephemerals.filter((n) => n.user === ui.person && !roots.has(n.thread_ts))) {
     box.append(ephemeralNode(note));
   }
@@ -158,6 +184,7 @@ function renderCanvases(conv) {
 function render() {
   if (!ui.data) return;
   renderPeople();
+  renderClock();
   const conv = current();
   if (!conv) return;
   ui.conversation = conv.id;
@@ -271,6 +298,7 @@ $("person").addEventListener("change", (e) => {
   render();
 });
 $("composer").addEventListener("submit", send);
+$("fast-forward").addEventListener("click", fastForward);
 $("text").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
 });
