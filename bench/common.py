@@ -26,6 +26,8 @@ from tests.support.process import LOOPBACK, REPO, ServerProcess
 from threadbound_emulator import FakeSlack
 
 SIGNING_SECRET = "bench-signing-secret"
+#: ``USER_MAX_RUNS`` for our side: far above any row's concurrency (one person sends every delivery).
+USER_MAX_RUNS = 100_000
 
 
 class SlackAt(Protocol):
@@ -88,6 +90,9 @@ def our_server(slack: SlackAt, model_base_url: str, data_dir: Path, log: Path, *
         "SWEEP_INTERVAL": "3600",
         # The rows compare a whole post with the baseline's; first_text_latency turns streaming on.
         "STREAM": "off",
+        # Every bench delivery comes from one person (U1); the rows compare with a peer that has no
+        # per-person cap, so the cap must not queue the bench's conversations behind four slots.
+        "USER_MAX_RUNS": str(USER_MAX_RUNS),
         **env,
     }
     return ServerProcess(values, cwd=data_dir, log_path=log, start_timeout=60, stop_timeout=30)

@@ -68,6 +68,8 @@ async def run(scale: Scale) -> list[Row]:
                 # Every conversation really waits on the model (the default cap would queue most of
                 # them in the inbox, which costs far less and would flatter the number).
                 max_concurrent_runs=WARM + n,
+                # One person (U1) sends every mention: USER_MAX_RUNS would queue all but four.
+                user_max_runs=WARM + n,
             )
             async with app, aiohttp.ClientSession() as http:
                 await _deliver(app, envelopes[:WARM])

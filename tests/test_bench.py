@@ -149,3 +149,25 @@ def test_results_go_to_an_untracked_file_unless_saved() -> None:
     assert _parser().parse_args(["--save"]).out == SAVED_OUT == REPO / "bench" / "results.json"
     with pytest.raises(SystemExit):
         _parser().parse_args(["--save", "--out", "elsewhere.json"])
+
+
+def test_child_processes_start_from_the_repository_root() -> None:
+    """The bench's helper processes and servers run from the repository root (where ``bench`` and
+    ``app`` are importable), not from ``tests/``."""
+    from bench.common import REPO as BENCH_REPO
+
+    assert BENCH_REPO == REPO and (BENCH_REPO / "bench" / "fakes.py").is_file()
+
+
+def test_one_person_sending_every_delivery_is_not_capped_by_user_max_runs(tmp_path: Path) -> None:
+    """Our server in the bench runs every delivery it is sent (all from U1) as the peer does: its
+    USER_MAX_RUNS is far above any row's concurrency, not the default 4."""
+    from types import SimpleNamespace
+
+    from bench import SCALES
+    from bench.common import our_server
+
+    slack: Any = SimpleNamespace(token="xoxb-1", api_url="http://127.0.0.1:9/api/", files_origin="http://x")
+    server = our_server(slack, "http://127.0.0.1:9/v1", tmp_path / "data", tmp_path / "log")
+    most = max(max(*scale.turn_concurrency, scale.conversations) for scale in SCALES.values())
+    assert int(server.env["USER_MAX_RUNS"]) >= most
