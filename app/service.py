@@ -27,7 +27,7 @@ from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
 from app.intake.external import ExternalNotice
-from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
+from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
@@ -108,8 +108,7 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
-    #: Approval cards, clicks and expiry (``app.approvals``).
-    approvals: Approvals | None = None
+    approvals: Approvals | None = None  # cards, clicks, expiry (app.agent.approvals; asks share it)
     #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
     follow_ups: FollowUpSweep | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
@@ -213,9 +212,9 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
-        asks = Asks(approvals, name_of=adapter.user)  # channel_ask & co. share its rules
         warn_unmatched_approval(agent_file.approval, tools)
-        timed = TimedModel(model, observer)
+        ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
+        timed = TimedModel(model, observer, ack_gate)
         agent = build_agent(
             timed,
             on_tool=run_hooks.on_tool,
@@ -236,7 +235,7 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
-            asks=asks if adapter.features.ask else None,
+            asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
@@ -254,7 +253,7 @@ class Service:
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
             on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
-            ack_gate=AckGate(),
+            ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
         follow_ups = FollowUpSweep(
@@ -317,6 +316,7 @@ class Service:
             on_shutdown=self._on_shutdown,
             slack_events=self.settings.http_events,
             socket_connected=(lambda: socket.connected) if socket is not None else None,
+            events=event_acker(self.ingress, self.agent_view),
         )
         return self.http.app
 
