@@ -153,7 +153,7 @@ async def test_schemas_sent_to_the_model_are_closed_and_unaddressed(tmp_path: Pa
         for tool in turn.info.function_tools:
             offered[tool.name] = tool.parameters_json_schema
         if requests == 1:
-            return [call("tool_search", query="edit retract fetch attach document", limit=10)]
+            return [call("tool_search", query="edit retract fetch attach document follow-ups", limit=10)]
         if requests == 2:
             return [call("channel_reply", text="all seen")]
         return [""]
@@ -234,6 +234,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 "channel_fetch_file": {"file": row["files"][0]["file"]},
                 "channel_attach": {"path": "out.txt"},
                 "channel_post_document": {"title": "Plan", "markdown": "# Plan"},
+                "channel_follow_up": {"after": "20m", "note": "check the deploy"},
+                "channel_follow_ups": {},
+                "channel_cancel_follow_up": {"follow_up": "fu_AAAAAAAAAAAAAAAAAAAAAA"},
                 "tool_search": {"query": "edit"},
                 "skills": {"name": "triage"},
             }
