@@ -20,13 +20,14 @@ from slack_bolt.async_app import AsyncApp
 from app.agent.agent_file import AgentFile
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
+from app.agent.asks import Asks
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
 from app.intake.external import ExternalNotice
-from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
+from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
@@ -99,7 +100,6 @@ class Service:
     settings: Settings
     store: Store
     adapter: SlackAdapter
-    #: The scheduler (named for what it does for the process: it runs tasks).
     runner: Scheduler
     ingress: Ingress
     bolt: AsyncApp
@@ -108,8 +108,7 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
-    #: Approval cards, clicks and expiry (``app.approvals``).
-    approvals: Approvals | None = None
+    approvals: Approvals | None = None  # cards, clicks, expiry (app.agent.approvals; asks share it)
     #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
     follow_ups: FollowUpSweep | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
@@ -214,7 +213,8 @@ class Service:
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
         warn_unmatched_approval(agent_file.approval, tools)
-        timed = TimedModel(model, observer)
+        ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
+        timed = TimedModel(model, observer, ack_gate)
         agent = build_agent(
             timed,
             on_tool=run_hooks.on_tool,
@@ -235,6 +235,7 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
+            asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
@@ -251,8 +252,8 @@ class Service:
             user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs
-            ack_gate=AckGate(),
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
         follow_ups = FollowUpSweep(
@@ -276,6 +277,7 @@ class Service:
         )
         interactions = Interactions(tell=approvals.tell)
         approvals.register(interactions.on)
+        asks.register(interactions.on)
         feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
@@ -314,6 +316,7 @@ class Service:
             on_shutdown=self._on_shutdown,
             slack_events=self.settings.http_events,
             socket_connected=(lambda: socket.connected) if socket is not None else None,
+            events=event_acker(self.ingress, self.agent_view),
         )
         return self.http.app
 

@@ -33,6 +33,7 @@ from pydantic_ai.settings import ModelSettings
 
 from app import logs, traces
 from app.intake.ingress import IngressResult
+from app.runs.ack_gate import AckGate
 from app.runs.follow_ups import LATE_AFTER
 from app.runs.run import RunHooks
 from channel.session import ChannelSession
@@ -87,6 +88,8 @@ class Observer:
         seconds = time.perf_counter() - run.started
         self.metrics.runs_finished.labels(outcome=status).inc()
         self.metrics.run_duration.observe(seconds)
+        if session.silent:
+            self.metrics.silent_turns.inc()
         logs.event(
             log,
             "run finished",
@@ -96,6 +99,7 @@ class Observer:
             tools=run.tools,
             tool_errors=run.tool_errors,
             replied=session.replied,
+            silent=session.silent,
             requests=run.requests,
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
@@ -175,12 +179,21 @@ class Observer:
         self.metrics.model_latency.labels(outcome=outcome).observe(seconds)
 
 
-class TimedModel(WrapperModel):
-    """The wrapped model, unchanged, reporting the duration of every request to ``observer``."""
+#: Most seconds a model request waits for a moment without deliveries waiting for their 200.
+MODEL_PATIENCE = 0.1
 
-    def __init__(self, wrapped: Model, observer: Observer) -> None:
+
+class TimedModel(WrapperModel):
+    """The wrapped model, unchanged, reporting the duration of every request to ``observer``.
+
+    With an ``ack_gate`` (``app.runs.ack_gate``) a request first waits (``MODEL_PATIENCE`` at most)
+    until no delivery waits for its acknowledgement: building and sending a request is the bulk of
+    a working run's CPU, and acks go first on the event loop."""
+
+    def __init__(self, wrapped: Model, observer: Observer, ack_gate: AckGate | None = None) -> None:
         super().__init__(wrapped)
         self.observer = observer
+        self.ack_gate = ack_gate
 
     async def request(
         self,
@@ -188,6 +201,8 @@ class TimedModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
+        if self.ack_gate is not None:
+            await self.ack_gate.quiet(MODEL_PATIENCE)
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -205,6 +220,8 @@ class TimedModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
+        if self.ack_gate is not None:
+            await self.ack_gate.quiet(MODEL_PATIENCE)
         # Timed until the stream is consumed: the whole response, as for request().
         started = time.perf_counter()
         outcome = "error"

@@ -1,23 +1,19 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
 The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module
-does one run for a session it is given. Beside it: the prompt (``prompt.py``: inbound messages and
-notes about effects a crashed run left open), the history (``history.py``), the agent's steps with
-steering, budgets and streaming (``steps.py``), checkpoints and resuming (``checkpoint.py``), the
-budget refusal (``refusal.py``) and the outcome, hooks and fixed notes (``outcome.py``).
+does one run for a session it is given. Beside it: the prompt (``prompt.py``), the history
+(``history.py``), the agent's steps with steering, budgets and streaming (``steps.py``), checkpoints
+(``checkpoint.py``), the budget refusal (``refusal.py``) and the outcome and hooks (``outcome.py``).
 
-- cost: budgets are checked first (past one, a short note and no model call); usage is stored
-  per response; a run crossing a budget or ``max_requests_per_run`` stops with a short note;
-- checkpoints: the transcript is saved after every model response that calls tools and before
-  the final answer is posted, with the inbox items shown so far, so a crash resumes from there;
-- the end: the final text is posted when the model did not reply; a failure apologises in the
-  thread; the transcript is saved, the run closed and the rest of its inbox consumed in one
-  transaction;
-- approvals (``app.agent.approvals``): gated calls are recorded, saved, and their cards posted; a
-  task with an undecided approval does not run; the decisions resume it as ``deferred_tool_results``;
-- the lease: a ``guard`` (the scheduler's lease check) is awaited before every write and model
-  request, and the lease's fence goes with every durable write; when either says the lease has
-  moved the run ends at once, without posting or saving, leaving the task to its new owner.
+- cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
+  crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
+  saved (with the items shown so far) after each response calling tools and before the answer;
+- the end: the final text is posted when the model did not reply (nor chose ``no_reply``); a
+  failure apologises; transcript saved, run closed and inbox consumed in one transaction;
+- approvals (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task
+  with an undecided approval does not run; the decisions resume it (``deferred_tool_results``);
+- the lease: a ``guard`` (the lease check) is awaited before every write and model request, and the
+  fence goes with every durable write; once the lease moved the run ends without posting or saving.
 """
 
 from __future__ import annotations
@@ -48,7 +44,7 @@ from channel import task_files
 from channel.contract import ChannelAdapter, Origin
 from channel.journal import CALL_ID, WriteGuard
 from channel.selection import ToolSelection
-from channel.session import ChannelSession
+from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
 from storage.base import (
     EffectRecord,
@@ -94,6 +90,7 @@ class RunExecutor:
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
         approvals: Approvals | None = None,
+        asks: AskHost | None = None,
         budgets: Budgets | None = None,
         compactor: Compactor | None = None,
         usage_footer: bool = False,
@@ -106,6 +103,7 @@ class RunExecutor:
         """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
         self.store = store
         self.approvals = approvals
+        self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
         self.adapter = adapter
         self.agent = agent
         self.tools = tools
@@ -139,7 +137,7 @@ class RunExecutor:
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
     ) -> ChannelSession:
-        return ChannelSession(
+        session = ChannelSession(
             adapter=self.adapter,
             store=self.store,
             task=task,
@@ -153,6 +151,8 @@ class RunExecutor:
             files_max_bytes=self.files_max_bytes,
             follow_ups_max=self.follow_ups_max,
         )
+        session.asks = self.asks
+        return session
 
     async def run_prompt(
         self,
