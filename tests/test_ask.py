@@ -3,6 +3,7 @@ itself, and no_reply — end to end against the emulator over real HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -268,3 +269,57 @@ async def test_no_reply_posts_nothing_even_when_streaming(slack: FakeSlack, tmp_
 def test_option_actions_are_distinct() -> None:
     """Each option position has its own action id (Slack wants them unique within a card)."""
     assert len(set(OPTION_ACTIONS)) == 5
+
+
+async def test_two_instances_an_answer_clicked_on_one_resumes_the_task_once(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Two instances on one Postgres: the question is asked through one; the same click delivered to
+    both at once is decided once and the task resumes once, with the answer."""
+    script = AskScript(question="Deploy where?", options=["staging", "production"])
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        common: dict[str, Any] = {"database_url": database_url, "model": scripted(script)}
+        async with (
+            AppHarness(slack, data_dir=tmp_path / "a", owner="instance-a", **common) as a,
+            AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
+        ):
+            root = await _start(a, slack)
+            [card] = _cards(slack)
+            click = _click(card, "U1", _buttons(card)[1], root)
+            responses = await asyncio.gather(b.click(click), a.click(click), b.click(click))
+            assert all(r.status == 200 for r in responses)
+            for _ in range(50):
+                await asyncio.gather(_settle(a), _settle(b))
+                if script.prompts:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.gather(_settle(a), _settle(b))
+    [prompt] = script.prompts
+    assert f"Alice answered {script.handle}: production" in prompt
+    assert _replies(slack) == ["got it"]
+    assert slack.ephemerals == []  # the same click again is no news to its clicker
+
+
+async def test_handles_are_task_scoped(slack: FakeSlack, tmp_path: Path) -> None:
+    """channel_check_approval refuses an approval of another conversation, and a question handle."""
+    script = AskScript(tool="channel_request_approval", action="Archive the tickets")
+    checks: list[Any] = []
+    handles: list[str] = []
+
+    def other(turn: Turn) -> list[Any]:
+        checks.extend(r for n, r in turn.results if n == "channel_check_approval")
+        if turn.prompt and "check" in turn.prompt:
+            return [call("tool_search", query="check approval", limit=1)]
+        if any(n == "tool_search" for n, _ in turn.results):
+            return [call("channel_check_approval", approval=h) for h in handles]
+        return [""]
+
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        await _start(app, slack)
+        [card] = _cards(slack)
+        handles += [_buttons(card)[0]["value"], "ap_" + "A" * 22]
+    async with AppHarness(slack, model=scripted(other), data_dir=tmp_path) as app:
+        await _start(app, slack, "<@UBOT> please check")
+    assert [c["error"]["code"] for c in checks] == ["invalid_handle", "invalid_handle"]
