@@ -16,7 +16,7 @@ from .logs import Held, held_until_started
 from .settings import Settings, explain
 
 _DESCRIPTION = """threadbound: an LLM agent that lives in your Slack threads and acts only in the thread
-it was called from. Settings come from the environment or ./.env (see the README's Configuring
+it was called from. Settings come from the environment or ./.env (see the README's Configure
 table); every command checks them first and exits 2 with one line per problem."""
 
 _EXAMPLES = """examples:

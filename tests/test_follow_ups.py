@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.ops.follow_ups_report import follow_ups_command
-from app.playground import GENERAL, Playground
+from app.playground import GENERAL, Playground, demo_model
 from app.runs.follow_ups import Access, FollowUpSweep
 from channel.session import ChannelSession
 from storage import FollowUpRecord
@@ -351,3 +351,21 @@ async def test_the_playground_shows_follow_ups_under_their_thread_and_fast_forwa
         )
         assert state["clock"]["offset"] >= 1190
     assert len(agent.fired) == 1
+
+
+async def test_the_demo_model_schedules_a_follow_up_that_fast_forward_fires(tmp_path: Path) -> None:
+    """In --demo, asking to be reminded schedules a follow-up; fast-forward makes it come back as a turn."""
+    settings = pg_settings(tmp_path)
+    async with Playground(settings, model=demo_model()) as pg, pg_session(pg.page_token) as http:
+        stream = live(http, pg.url)
+        async with http.post(
+            f"{pg.url}api/messages",
+            json={"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me to stretch"},
+        ) as response:
+            assert response.status == 200
+        state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        assert "stretch" in conversation(state, GENERAL)["follow_ups"][0]["note"]
+        await until(stream, lambda s: "scheduled a follow-up for" in json.dumps(s))
+        async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
+            assert response.status == 200
+        await until(stream, lambda s: "Follow-up you scheduled" in json.dumps(s))

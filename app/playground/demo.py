@@ -4,10 +4,12 @@ Each turn it first acts as an agent would, with the channel tools it is offered:
 the newest message (``channel_react``) and reads the thread (``channel_read``), so the page shows
 the steps and the reaction. Then it answers with a labelled quote of what it was sent (the prompt
 exactly as the model sees it) and what its tools did, as final text streamed a few words at a time
-like a real model's, so the answer grows in the thread and gets its feedback buttons. It shows the
-wiring, not intelligence. Asked "ask me" it finds ``channel_ask`` with ``tool_search`` and asks a
-question with two option buttons; asked "request approval" it posts an Approve/Deny card
-(``channel_request_approval``). Either ends its turn; the click resumes it with the answer.
+like a real model's, so the answer grows in the thread and gets its feedback buttons. Asked to
+"remind" or "follow up", it finds ``channel_follow_up`` with ``tool_search`` and schedules one 20
+minutes ahead (the page's fast-forward fires it). Asked "ask me" it finds ``channel_ask`` and asks
+a question with two option buttons; asked "request approval" it posts an Approve/Deny card
+(``channel_request_approval``); either ends its turn and the click resumes it with the answer. It
+shows the wiring, not intelligence.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 LABEL = "**Demo model** — an echo, not an LLM. Set `MODEL` (and its key) for real answers."
+#: Words that make the demo schedule a follow-up.
+_REMIND = re.compile(r"\b(remind|follow[ -]?up)", re.IGNORECASE)
 #: A message handle, for prompts that are not JSON lines.
 _HANDLE = re.compile(r"\b(msg_[A-Za-z0-9_-]{6,})")
 
@@ -114,6 +118,34 @@ def _calls(prompt: str, info: AgentInfo) -> list[ToolCallPart]:
     return calls
 
 
+def _turn_tools(messages: list[ModelMessage]) -> set[str]:
+    """The tools whose results came back since the words that started this turn."""
+    done: set[str] = set()
+    for message in reversed(messages):
+        if not isinstance(message, ModelRequest):
+            continue
+        done |= {p.tool_name for p in message.parts if isinstance(p, ToolReturnPart)}
+        if _user_text(message):
+            break
+    return done
+
+
+def _follow_up_calls(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart] | None:
+    """Asked to remind: find channel_follow_up with tool_search, then schedule one 20 minutes ahead."""
+    prompt = _turn_prompt(messages)
+    if not _REMIND.search(prompt) or "Follow-up you scheduled" in prompt:
+        return None
+    offered, done = {t.name for t in info.function_tools}, _turn_tools(messages)
+    if "channel_follow_up" in done:
+        return None
+    if "channel_follow_up" in offered:
+        words = " ".join(prompt.split())[-300:]
+        return [ToolCallPart("channel_follow_up", {"after": "20m", "note": f"Follow up on: {words}"})]
+    if "tool_search" in offered and "tool_search" not in done:
+        return [ToolCallPart("tool_search", {"query": "schedule a follow-up reminder", "limit": 3})]
+    return None
+
+
 def _did(messages: list[ModelMessage]) -> str:
     """What this turn's tools did, in words, from their results."""
     last = messages[-1] if messages else None
@@ -135,6 +167,13 @@ def _did(messages: list[ModelMessage]) -> str:
             count = len(rows) if isinstance(rows, list) else 0
             plural = "message" if count == 1 else "messages"
             done.append("could not read the thread" if failed else f"read the thread ({count} {plural})")
+        elif part.tool_name == "channel_follow_up":
+            at = result.get("at") if isinstance(result, dict) else None
+            done.append(
+                "could not schedule a follow-up"
+                if failed
+                else f"scheduled a follow-up for {at} (fast-forward the demo clock to see it fire)"
+            )
     return " and ".join(done)
 
 
@@ -151,7 +190,9 @@ def _text(messages: list[ModelMessage]) -> str:
 def _parts(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart] | None:
     """The tool calls that open a turn, or None when it is time to answer."""
     prompt = _prompt(messages)
-    return (_calls(prompt, info) or None) if prompt else (_ask_calls(messages, info) or None)
+    if not prompt:
+        return _follow_up_calls(messages, info) or _ask_calls(messages, info) or None
+    return _calls(prompt, info) or _follow_up_calls(messages, info)
 
 
 async def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

@@ -38,7 +38,11 @@ async def run_instructions(session: ChannelSession, tools: ToolSelection, agent_
 async def time_note(session: ChannelSession) -> str:
     """Now, and the requester's time zone with its current offset (when the adapter can tell it)."""
     now = datetime.fromtimestamp(session.clock(), UTC)
-    lines = [f"Now it is {now:%A %Y-%m-%d %H:%M} UTC."]
+    lines = [
+        "A follow-up you scheduled comes back as a line with `follow_up` (its handle) and `text` (your "
+        "note); `late` is there when it fired late. Do then what the note says.",
+        f"Now it is {now:%A %Y-%m-%d %H:%M} UTC.",
+    ]
     zone = ""
     look_up = getattr(session.adapter, "time_zone", None)
     if session.requester and look_up is not None:
