@@ -14,6 +14,7 @@ import pytest
 
 from app.ops.follow_ups_report import follow_ups_command
 from app.playground import GENERAL, Playground, demo_model
+from app.runs import follow_ups as follow_ups_module
 from app.runs.follow_ups import Access, FollowUpSweep
 from channel.session import ChannelSession
 from storage import FollowUpRecord
@@ -369,6 +370,20 @@ async def test_the_demo_model_schedules_a_follow_up_that_fast_forward_fires(tmp_
         async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
             assert response.status == 200
         await until(stream, lambda s: "Follow-up you scheduled" in json.dumps(s))
+
+
+async def test_every_due_follow_up_is_access_checked_before_any_fires(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more due than one fire batch, none of a no-longer-allowed person's runs as a model turn."""
+    monkeypatch.setattr(follow_ups_module, "FIRE_BATCH", 2)
+    for n in range(5):
+        await env.session.call("channel_follow_up", {"after": f"{n + 2}m", "note": f"n{n}"})
+    access = Access(allowed_users=frozenset({"U2"}))
+    sweep = FollowUpSweep(env.store, clock=lambda: time.time() + 3600, access=access)
+    assert len(await sweep.fire()) == 5
+    items = await env.store.pending_inbox(env.task.task_id)
+    assert len(items) == 5 and all("refused" in json.loads(i.payload) for i in items)
 
 
 async def test_in_the_playground_a_follow_up_scheduled_after_a_fast_forward_waits_its_time(

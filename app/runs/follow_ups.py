@@ -41,6 +41,8 @@ POLL_INTERVAL = 1.0
 PENDING_EVERY = 10
 #: Most follow-ups one fire call moves (a backlog goes in several short transactions).
 FIRE_BATCH = 500
+#: Most due follow-ups the access check reads at once (far above any FOLLOW_UPS_MAX in use).
+CHECK_LIMIT = 1_000_000
 #: A follow-up fired more than this many seconds after it was due counts (and is shown) as late.
 LATE_AFTER = 60.0
 
@@ -160,7 +162,8 @@ class FollowUpSweep:
         """Fire every follow-up due at ``now`` whose task is free; the ones this call fired."""
         now = self.clock() if now is None else now
         if self.access.restricted:
-            for record in await self.store.pending_follow_ups(before=now, limit=FIRE_BATCH):
+            # Every due one is checked before any fires: a batch skips tasks that are running.
+            for record in await self.store.pending_follow_ups(before=now, limit=CHECK_LIMIT):
                 why = self.access.refusal(record)
                 if why is not None:
                     refused = {
