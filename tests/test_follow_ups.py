@@ -461,3 +461,33 @@ async def test_a_follow_up_survives_sigkill_and_downtime_and_fires_once_late(tmp
             await second.stop()  # SIGTERM: a second firing would run before it exits
         answers = [m["text"] for m in slack.bot_messages("C1") if "deploy is green" in m["text"]]
     assert answers == ["deploy is green (late)"]
+
+
+async def test_in_the_playground_a_follow_up_scheduled_after_a_fast_forward_waits_its_time(
+    tmp_path: Path,
+) -> None:
+    """After a fast-forward, a new follow-up due in 20 minutes is scheduled by the demo clock too: it waits
+    (shown "in 20 min") instead of firing at once because the demo clock is already past it."""
+    agent = Agent()
+    async with (
+        Playground(pg_settings(tmp_path), model=scripted(agent)) as pg,
+        pg_session(pg.page_token) as http,
+    ):
+        stream = live(http, pg.url)
+        remind = {"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me about the deploy"}
+        async with http.post(f"{pg.url}api/messages", json=remind) as response:
+            assert response.status == 200
+        await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
+            assert response.status == 200
+        await until(stream, lambda s: not conversation(s, GENERAL)["follow_ups"] and len(agent.fired) == 1)
+        async with http.post(
+            f"{pg.url}api/messages", json=remind | {"text": "@threadbound remind me"}
+        ) as response:
+            assert response.status == 200
+        state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        [shown] = conversation(state, GENERAL)["follow_ups"]
+        assert shown["in"] == "in 20 min"
+        assert pg.service is not None and pg.service.follow_ups is not None
+        assert await pg.service.follow_ups.fire() == []  # the sweep's own look: not due yet
+    assert len(agent.fired) == 1

@@ -6,7 +6,10 @@ the steps and the reaction. Then it answers with a labelled quote of what it was
 exactly as the model sees it) and what its tools did, as final text streamed a few words at a time
 like a real model's, so the answer grows in the thread and gets its feedback buttons. Asked to
 "remind" or "follow up", it finds ``channel_follow_up`` with ``tool_search`` and schedules one 20
-minutes ahead (the page's fast-forward fires it). It shows the wiring, not intelligence.
+minutes ahead (the page's fast-forward fires it). Asked "ask me" it finds ``channel_ask`` and asks
+a question with two option buttons; asked "request approval" it posts an Approve/Deny card
+(``channel_request_approval``); either ends its turn and the click resumes it with the answer. It
+shows the wiring, not intelligence.
 """
 
 from __future__ import annotations
@@ -73,10 +76,40 @@ def _newest_handle(prompt: str) -> str:
     return handles[-1] if handles else ""
 
 
+#: What the demo asks for when a message says so: (trigger, tool, its arguments).
+_ASKS: tuple[tuple[str, str, dict[str, object]], ...] = (
+    ("ask me", "channel_ask", {"question": "Which one should I pick?", "options": ["This one", "That one"]}),
+    ("request approval", "channel_request_approval", {"action": "Post a *demo* announcement"}),
+)
+
+
+def _wanted_ask(prompt: str) -> tuple[str, dict[str, object]] | None:
+    lowered = prompt.lower()
+    return next(((tool, args) for trigger, tool, args in _ASKS if trigger in lowered), None)
+
+
+def _ask_calls(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart]:
+    """Once tool_search enabled the tool a message asked for: the ask (the turn ends with it)."""
+    wanted = _wanted_ask(_turn_prompt(messages))
+    last = messages[-1] if messages else None
+    searched = isinstance(last, ModelRequest) and any(
+        isinstance(p, ToolReturnPart) and p.tool_name == "tool_search" for p in last.parts
+    )
+    if wanted is None or not searched or wanted[0] not in {t.name for t in info.function_tools}:
+        return []
+    return [ToolCallPart(wanted[0], dict(wanted[1]))]
+
+
 def _calls(prompt: str, info: AgentInfo) -> list[ToolCallPart]:
-    """The tools a turn starts with: a 👀 on the newest message, then a read of the thread."""
+    """The tools a turn starts with: a 👀 on the newest message, then a read of the thread (and a
+    tool_search for the ask a message wants)."""
     offered = {t.name for t in info.function_tools}
     calls = []
+    wanted = _wanted_ask(prompt)
+    if wanted is not None and wanted[0] in offered:  # enabled by an earlier turn
+        calls.append(ToolCallPart(wanted[0], dict(wanted[1])))
+    elif wanted is not None and "tool_search" in offered:
+        calls.append(ToolCallPart("tool_search", {"query": wanted[0], "limit": 1}))
     handle = _newest_handle(prompt)
     if "channel_react" in offered and handle:
         calls.append(ToolCallPart("channel_react", {"message": handle, "emoji": "eyes"}))
@@ -158,7 +191,7 @@ def _parts(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart] 
     """The tool calls that open a turn, or None when it is time to answer."""
     prompt = _prompt(messages)
     if not prompt:
-        return _follow_up_calls(messages, info)
+        return _follow_up_calls(messages, info) or _ask_calls(messages, info) or None
     return _calls(prompt, info) or _follow_up_calls(messages, info)
 
 
