@@ -3,8 +3,9 @@
 The app keeps follow-ups in its store; :class:`FollowUpBoard` reads the pending ones about twice a
 second and the page shows them under their thread. The board's :class:`DemoClock` is the follow-up
 sweep's clock in the playground: **fast-forward** moves it to just past the next due follow-up and
-nudges the sweep, so a person sees one fire without waiting (the time the run is told and the
-timestamps of messages stay real).
+nudges the sweep, so a person sees one fire without waiting. Follow-ups are scheduled by the same
+clock (``RunExecutor.follow_up_clock``), so one asked for after a fast-forward waits its whole time;
+the time the run is told and the timestamps of messages stay real.
 """
 
 from __future__ import annotations

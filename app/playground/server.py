@@ -106,7 +106,10 @@ class Playground:
         settings = playground_settings(self.settings, slack, self.secret)
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
         if self.service.follow_ups is not None:
-            self.service.follow_ups.clock = self.board.clock.now  # fast-forward moves it
+            # Fast-forward moves the demo clock: the sweep fires by it and follow-ups are scheduled by
+            # it, so one asked for in 20 minutes after a fast-forward still waits 20 (demo) minutes.
+            self.service.follow_ups.clock = self.board.clock.now
+            self.service.runner.executor.follow_up_clock = self.board.clock.now
         self._watch = asyncio.create_task(self._watch_follow_ups(), name="playground-follow-ups")
         self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
         self._http = aiohttp.ClientSession()

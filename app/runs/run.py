@@ -121,6 +121,8 @@ class RunExecutor:
         self.feedback = feedback
         self.files_max_bytes = files_max_bytes
         self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
+        #: The follow-up sweep's clock when it is not ``clock`` (the playground's demo clock).
+        self.follow_up_clock: Callable[[], float] | None = None
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -152,6 +154,8 @@ class RunExecutor:
             follow_ups_max=self.follow_ups_max,
         )
         session.asks = self.asks
+        if self.follow_up_clock is not None:
+            session.follow_up_clock = self.follow_up_clock
         return session
 
     async def run_prompt(
