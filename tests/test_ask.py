@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic_ai.messages import ToolReturnPart
 
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS
@@ -241,7 +242,10 @@ async def test_an_unanswered_ask_expires_and_resumes_the_model(slack: FakeSlack,
     assert "already answered" in slack.ephemerals[-1][3]
 
 
-async def test_no_reply_posts_nothing_even_when_streaming(slack: FakeSlack, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stream", ["auto", "off"])
+async def test_no_reply_posts_nothing_even_when_streaming(
+    slack: FakeSlack, tmp_path: Path, stream: str
+) -> None:
     """A turn ended with no_reply posts nothing (text streamed before it is removed, nothing after it
     is written), and it is counted as a silent turn in /metrics."""
     calls = 0
@@ -253,7 +257,7 @@ async def test_no_reply_posts_nothing_even_when_streaming(slack: FakeSlack, tmp_
             return ["This is not for me, I think", call("no_reply")]
         return ["final text that must not be posted"]
 
-    async with AppHarness(slack, model=scripted(script, chunk=4), data_dir=tmp_path, stream="auto") as app:
+    async with AppHarness(slack, model=scripted(script, chunk=4), data_dir=tmp_path, stream=stream) as app:
         root = slack.add_message("C1", "<@UBOT> hi", user="U1")
         await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", root))
         ts = slack.add_message("C1", "talking to Bob", user="U1", thread_ts=root)
@@ -263,6 +267,7 @@ async def test_no_reply_posts_nothing_even_when_streaming(slack: FakeSlack, tmp_
         metrics = app.service.observer.metrics.render().decode()
     assert calls == 1
     assert slack.bot_messages("C1") == []
+    assert slack.statuses and slack.statuses[-1].status == ""  # the status cleared
     assert "threadbound_silent_turns_total 1.0" in metrics
 
 
