@@ -12,6 +12,7 @@ was checkpointed, and the task must answer a follow-up. Rows run on SQLite, and 
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import os
 import re
@@ -110,8 +111,9 @@ class Conversation:
         results = {m.get("tool_call_id"): message_text(m) for m in turn if m.get("role") == "tool"}
         if self.scenario in (STREAM, PLAIN):
             if not done:
+                # Streamed, the read opens the message (its step) and the answer is appended to it.
                 return Reply(
-                    text="Let me look that up for you, one moment please while I read the thread. ",
+                    text=None if self.scenario == STREAM else "Let me look that up for you, one moment. ",
                     tool_calls=(FakeOpenAI.tool_call("channel_read").tool_calls[0],),
                 )
             return FakeOpenAI.text(f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6)
@@ -197,6 +199,24 @@ async def _run_open(data_dir: Path, url: str | None) -> bool:
 _ROOT = [""]
 
 
+async def _settled(data_dir: Path, url: str | None) -> None:
+    """Wait until the conversation's run is over: saved (not open), its inbox and journal empty."""
+    store = open_store(url or f"sqlite:///{data_dir / 'threadbound.db'}")
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WITHIN_S
+        while True:
+            task_id = await store.find_task("C1", _ROOT[0])
+            task = await store.get_task(task_id) if task_id else None
+            if task_id and task and not task.run_open:
+                if not await store.pending_inbox(task_id) and not await store.open_effects(task_id):
+                    return
+            assert loop.time() < deadline, "the conversation's run never ended"
+            await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+
+
 async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> None:
     data_dir = tmp_path / "data"
     model = Conversation(scenario, data_dir)
@@ -214,8 +234,15 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         mention = events.app_mention("C1", "U1", f"<@UBOT> {ASK}", root, files=files)
         response = await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
         assert response.status == 200
+        await eventually(
+            lambda: (
+                doomed.proc is not None
+                and (doomed.proc.returncode is not None or "run finished" in doomed.tail(200))
+            ),
+            within=WITHIN_S,
+        )
         try:
-            code = await doomed.wait(within=WITHIN_S)
+            code = await doomed.wait(within=2.0)
         except TimeoutError:
             await doomed.stop()
             pytest.fail(f"{point} was never passed: {doomed.tail()}")
@@ -228,7 +255,7 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
                 lambda: any(ANSWER in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
             )
             # The follow-up goes to the next run (one steered into this one would find it replied).
-            await eventually(lambda: "run finished" in survivor.tail(200), within=WITHIN_S)
+            await _settled(data_dir, url)
             follow = slack.add_message("C1", FOLLOW_UP, user="U1", thread_ts=root)
             envelope = events.message("C1", "U1", FOLLOW_UP, follow, thread_ts=root)
             assert (
