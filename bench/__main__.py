@@ -36,6 +36,7 @@ MODULES = (
     "store_claims",
     "first_text",
     "burst",
+    "recovery",
 )
 #: Where a run writes unless asked: untracked, so trying the benchmarks never dirties the checkout.
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.local.json"
