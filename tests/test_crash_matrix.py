@@ -57,8 +57,8 @@ ROWS: list[tuple[str, str]] = [
     ("slack.post.before:2", STEPS),
     ("slack.post.after:2", STEPS),
     ("store.checkpoint.after:8", STEPS),
-    ("store.journal_open.after:7", STEPS),
-    ("store.journal_close.before:7", STEPS),
+    ("store.journal_open.after:6", STEPS),
+    ("store.journal_close.before:6", STEPS),
     ("model.request:8", STEPS),
     # A final answer the host posts: checkpointed before it is posted, posted once.
     ("model.request:2", PLAIN),
@@ -118,28 +118,50 @@ class Conversation:
                 )
             return FakeOpenAI.text(f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6)
         ask = message_text(turn[0]) if turn else ""
-        if not done:
+        calls = [c for m in turn if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+
+        def result(tool: str, text: str = "") -> str | None:
+            """The result of the first ``tool`` call (with ``text``); None when never called."""
+            for call in calls:
+                args = json.loads(call["function"]["arguments"] or "{}")
+                if call["function"]["name"] == tool and (not text or args.get("text") == text):
+                    return results.get(call["id"], "")
+            return None
+
+        def handle(found: str | None, key: str = "message") -> str:
+            value = 'msg_[^"]+' if key == "message" else '[^"]+'
+            match = re.search(rf'"{key}":\s*"({value})"', found or "")
+            return match.group(1) if match else ""
+
+        if result("channel_react") is None:
             asked = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", ask)
-            handle = asked.group(1) if asked else ""
-            return FakeOpenAI.tool_call("channel_react", {"message": handle, "emoji": "eyes"})
-        last, temp = done[-1], _result_of(turn, results, "channel_reply", "message")
-        if done.count("channel_reply") >= 2:
-            return FakeOpenAI.text("done")
-        if last == "channel_react":
+            return FakeOpenAI.tool_call(
+                "channel_react", {"message": asked.group(1) if asked else "", "emoji": "eyes"}
+            )
+        if result("tool_search") is None:
             query = "edit or retract my message, download a file, upload a file"
             return FakeOpenAI.tool_call("tool_search", {"query": query, "limit": 6})
-        if last == "tool_search":
+        temp = result("channel_reply", "working on it")
+        if temp is None:
             return FakeOpenAI.tool_call("channel_reply", {"text": "working on it"})
-        if last == "channel_reply" and temp:
-            return FakeOpenAI.tool_call("channel_edit", {"message": temp, "text": "still working on it"})
-        if last == "channel_edit" and temp:
-            return FakeOpenAI.tool_call("channel_retract", {"message": temp})
-        if last in ("channel_reply", "channel_edit", "channel_retract"):
+        if handle(temp) and result("channel_edit") is None:
+            return FakeOpenAI.tool_call(
+                "channel_edit", {"message": handle(temp), "text": "still working on it"}
+            )
+        if handle(temp) and result("channel_retract") is None:
+            return FakeOpenAI.tool_call("channel_retract", {"message": handle(temp)})
+        fetched = result("channel_fetch_file")
+        if fetched is None:
             attached = re.search(r"attached (file_[A-Za-z0-9_-]+)", ask)
             return FakeOpenAI.tool_call("channel_fetch_file", {"file": attached.group(1) if attached else ""})
-        path = _result_of(turn, results, "channel_fetch_file", "path")
-        if last == "channel_fetch_file" and path:
-            return FakeOpenAI.tool_call("channel_attach", {"path": path, "title": "report"})
+        if handle(fetched, "path") and result("channel_attach") is None:
+            return FakeOpenAI.tool_call(
+                "channel_attach", {"path": handle(fetched, "path"), "title": "report"}
+            )
+        # The answer, until a result says it was posted (a reply cut off before Slack took it is not).
+        answers = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
+        if any(handle(a) for a in answers):
+            return FakeOpenAI.text("done")
         return FakeOpenAI.tool_call("channel_reply", {"text": ANSWER})
 
 
@@ -153,16 +175,6 @@ def _since_ask(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if message.get("role") == "user" and ASK in message_text(message):
             return messages[i:]
     return []
-
-
-def _result_of(turn: list[dict[str, Any]], results: dict[Any, str], tool: str, key: str) -> str:
-    """``key`` of the first ``tool`` call's result in the turn ("" when it has none)."""
-    for message in turn:
-        for call in message.get("tool_calls") or []:
-            if call["function"]["name"] == tool:
-                found = re.search(rf'"{key}":\s*"([^"]+)"', results.get(call["id"], ""))
-                return found.group(1) if found else ""
-    return ""
 
 
 def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: str | None) -> dict[str, str]:
@@ -232,8 +244,12 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         await doomed.start()
         root = _ROOT[0] = slack.add_message("C1", f"<@UBOT> {ASK}", user="U1", files=files)
         mention = events.app_mention("C1", "U1", f"<@UBOT> {ASK}", root, files=files)
-        response = await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
-        assert response.status == 200
+        try:
+            response = await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
+            assert response.status == 200
+            unanswered = False
+        except aiohttp.ClientError:
+            unanswered = True  # killed before its 200: Slack delivers the event again
         await eventually(
             lambda: (
                 doomed.proc is not None
@@ -251,6 +267,11 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         survivor = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log")
         await survivor.start()
         try:
+            if unanswered:
+                retry = await events.deliver(
+                    http, f"{survivor.url}/slack/events", mention, SIGNING_SECRET, retry_num=1
+                )
+                assert retry.status == 200
             await eventually(
                 lambda: any(ANSWER in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
             )
@@ -276,7 +297,8 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         uploads = [m for m in slack.bot_messages("C1") if m.get("files")]
         assert len(uploads) <= 1  # an upload cut off in flight is reported, never repeated
         reactions = [r for m in slack.messages("C1") if m.get("ts") == root for r in m.get("reactions") or []]
-        assert scenario != STEPS or [(r["name"], r.get("count", 1)) for r in reactions] == [("eyes", 1)]
+        # A reaction cut off before Slack took it is reported as not done (this model goes on): never two.
+        assert [(r["name"], r.get("count", 1)) for r in reactions] in ([], [("eyes", 1)])
         if checkpointed:
             assert model.fresh_starts() == 1, "the resumed run asked the model the conversation afresh"
 
