@@ -1,4 +1,4 @@
-"""``python -m app``: serve, playground, run, check, manifest, usage."""
+"""``python -m app``: serve, playground, run, check, manifest, usage, follow-ups."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -15,7 +16,7 @@ from .logs import Held, held_until_started
 from .settings import Settings, explain
 
 _DESCRIPTION = """threadbound: an LLM agent that lives in your Slack threads and acts only in the thread
-it was called from. Settings come from the environment or ./.env (see the README's Configuring
+it was called from. Settings come from the environment or ./.env (see the README's Configure
 table); every command checks them first and exits 2 with one line per problem."""
 
 _EXAMPLES = """examples:
@@ -25,6 +26,7 @@ _EXAMPLES = """examples:
   python -m app run --channel '#general' "Say hello"
   python -m app manifest --url https://bot.example.com/slack/events
   python -m app usage --days 30        model tokens by day, person and channel
+  python -m app follow-ups             pending follow-ups across the install
 
 `python -m app COMMAND --help` describes each command."""
 
@@ -36,23 +38,46 @@ def _command(
     description: str,
     examples: Sequence[str],
 ) -> argparse.ArgumentParser:
-    """A subcommand whose --help has a paragraph of description and examples."""
-    return sub.add_parser(
+    """A subcommand whose --help has a paragraph of description and examples, and --version."""
+    command = sub.add_parser(
         name,
         help=summary,
         description=description,
         epilog="examples:\n" + "\n".join(f"  {line}" for line in examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_version(command)
+    return command
+
+
+def version() -> str:
+    """The installed package's version (the source tree's when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("threadbound")
+    except PackageNotFoundError:
+        return "0.0.0+source"
+
+
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"threadbound {version()}")
+
+
+def _prog() -> str:
+    """``threadbound`` when run as the console script, else ``python -m app``."""
+    return "threadbound" if Path(sys.argv[0]).name == "threadbound" else "python -m app"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m app",
+        prog=_prog(),
         description=_DESCRIPTION,
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _command(
         sub,
@@ -168,6 +193,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     usage.add_argument("--days", type=_positive, default=7, help="UTC days to show, today included (7)")
     usage.add_argument("--json", action="store_true", help="print JSON with IDs and names")
+    follow_ups = _command(
+        sub,
+        "follow-ups",
+        "list pending follow-ups across the install",
+        "List the follow-ups tasks scheduled (channel_follow_up) that have not fired yet, soonest\n"
+        "first: when (UTC), the task, the thread's permalink and the note's first words.",
+        ["python -m app follow-ups", "python -m app follow-ups --json | jq '.follow_ups[].permalink'"],
+    )
+    follow_ups.add_argument("--json", action="store_true", help="print JSON with every field")
     return parser
 
 
@@ -176,13 +210,13 @@ def _export_dotenv() -> None:
     itself, but the model providers pydantic-ai builds (GOOGLE_API_KEY, GROQ_API_KEY, AWS_*) read
     only the environment."""
     import os
-    from pathlib import Path
 
     from dotenv import dotenv_values
 
     if Path(".env").is_file():
+        ours = {name.upper() for name in Settings.model_fields}  # read from .env by Settings already
         for name, value in dotenv_values(".env").items():
-            if value is not None:
+            if value is not None and name.upper() not in ours:
                 os.environ.setdefault(name, value)
 
 
@@ -197,6 +231,8 @@ def _positive(value: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI, as ``python -m app`` and as the ``threadbound`` console script: the exit code."""
+    logging.captureWarnings(True)
     args = _parser().parse_args(argv)
     if args.command == "manifest":
         import json
@@ -261,6 +297,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from app.ops.usage_report import usage_command
 
         return asyncio.run(usage_command(settings, days=args.days, as_json=args.json))
+    if args.command == "follow-ups":
+        from app.ops.follow_ups_report import follow_ups_command
+
+        return asyncio.run(follow_ups_command(settings, as_json=args.json))
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
@@ -341,5 +381,4 @@ async def _run(settings: Settings, channel: str, thread: str, prompt: str, held:
 
 
 if __name__ == "__main__":
-    logging.captureWarnings(True)
     sys.exit(main())

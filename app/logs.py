@@ -146,7 +146,7 @@ def formatter(settings: Settings, stream: Any) -> logging.Formatter:
         isatty = getattr(stream, "isatty", None)
         chosen = "text" if callable(isatty) and isatty() else "json"
     cls = TextFormatter if chosen == "text" else JsonFormatter
-    return cls(_secrets(settings))
+    return cls(settings.secret_values())
 
 
 class Held:
@@ -207,17 +207,6 @@ def held_until_started() -> Iterator[Held]:
         held.release()
 
 
-def _secrets(settings: Settings) -> tuple[str, ...]:
-    return (
-        settings.slack_bot_token.get_secret_value(),
-        settings.slack_signing_secret.get_secret_value(),
-        settings.slack_app_token.get_secret_value(),
-        settings.openai_api_key.get_secret_value(),
-        settings.anthropic_api_key.get_secret_value(),
-        settings.metrics_token.get_secret_value(),
-    )
-
-
 def configure_logging(settings: Settings, stream: Any = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(formatter(settings, stream or sys.stderr))
@@ -257,7 +246,7 @@ def capture(settings: Settings, level: int = logging.DEBUG) -> Iterator[Captured
     """Collect every line logged in the block exactly as production formats it (tests)."""
     captured = Captured()
     handler = logging.StreamHandler(captured.stream)
-    handler.setFormatter(JsonFormatter(_secrets(settings)))
+    handler.setFormatter(JsonFormatter(settings.secret_values()))
     root = logging.getLogger()
     noisy = {name: logging.getLogger(name).level for name in _NOISY}
     old_level = root.level

@@ -11,22 +11,23 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
 
 from app.agent.agent_file import AgentFile
-from app.agent.approvals import ApprovalGate, Approvals, gated
+from app.agent.approval_gate import warn_unmatched_approval
+from app.agent.approvals import ApprovalGate, Approvals
+from app.agent.asks import Asks
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
-from app.intake.http import HttpEdge, build_bolt, event_handler, listen_error
+from app.intake.external import ExternalNotice
+from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
@@ -34,9 +35,12 @@ from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_sock
 from app.ops.check import auth_failure
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
+from app.ops.shutdown import CANCEL_WAIT, HTTP_WAIT, SHUTDOWN_MARGIN, Deadline, Watchdog, bounded
 from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
+from app.runs.file_expiry import FileExpiry, sweep_steps
+from app.runs.follow_ups import Access, FollowUpSweep
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
@@ -96,7 +100,6 @@ class Service:
     settings: Settings
     store: Store
     adapter: SlackAdapter
-    #: The scheduler (named for what it does for the process: it runs tasks).
     runner: Scheduler
     ingress: Ingress
     bolt: AsyncApp
@@ -105,8 +108,9 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
-    #: Approval cards, clicks and expiry (``app.approvals``).
-    approvals: Approvals | None = None
+    approvals: Approvals | None = None  # cards, clicks, expiry (app.agent.approvals; asks share it)
+    #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
+    follow_ups: FollowUpSweep | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
     agent_view: AgentView | None = None
     #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
@@ -161,7 +165,7 @@ class Service:
                 f"SKILLS_DIR {settings.skills_dir} is not a directory: create it or unset SKILLS_DIR"
             )
         try:
-            progress = Progress(settings.progress, settings.progress_emoji)
+            progress = Progress(settings.progress, settings.progress_emoji, agent_file.loading_messages)
             stream_mode = check_stream_mode(settings.stream)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
@@ -207,15 +211,10 @@ class Service:
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
-        approvals = Approvals(
-            store=store,
-            adapter=adapter,
-            approvers=settings.approvers,
-            approval_by=settings.approval_by,
-            ttl=settings.approval_ttl,
-        )
-        _warn_unmatched_approval(agent_file.approval, tools)
-        timed = TimedModel(model, observer)
+        approvals = Approvals.from_settings(store, adapter, settings)
+        warn_unmatched_approval(agent_file.approval, tools)
+        ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
+        timed = TimedModel(model, observer, ack_gate)
         agent = build_agent(
             timed,
             on_tool=run_hooks.on_tool,
@@ -236,9 +235,12 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
+            asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
+            files_max_bytes=settings.task_files_max_bytes,
+            follow_ups_max=settings.follow_ups_max,
             stream=stream_mode == "auto",
             feedback=True,
         )
@@ -247,12 +249,17 @@ class Service:
             executor=executor,
             lease_ttl=settings.lease_ttl,
             max_concurrent_runs=settings.max_concurrent_runs,
+            user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=approvals.sweep,  # approvals open longer than APPROVAL_TTL expire
-            ack_gate=AckGate(),
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
+        follow_ups = FollowUpSweep(
+            store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
+        )
+        follow_ups.on_pending = observer.metrics.follow_ups_pending.set  # the /metrics gauge
         try:
             # From here until close, other instances can tell at once whether this one is alive.
             await store.register_instance(runner.owner, now=time.time())
@@ -263,13 +270,15 @@ class Service:
         ingress = Ingress(
             store=store,
             scheduler=runner,
-            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id),
+            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id, adapter.identity.team_id),
             settings=settings,
             on_result=observer.delivery,
+            on_external=ExternalNotice(adapter),
         )
-        interactions = Interactions()
+        interactions = Interactions(tell=approvals.tell)
         approvals.register(interactions.on)
-        feedback = Feedback(store, name_of=_display_name(adapter), on_feedback=observer.feedback)
+        asks.register(interactions.on)
+        feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
         socket = None
@@ -287,6 +296,7 @@ class Service:
             interactions=interactions,
             mcp=mcp,
             approvals=approvals,
+            follow_ups=follow_ups,
             agent_view=agent_view,
             socket=socket,
             socket_url=socket_url,
@@ -306,6 +316,7 @@ class Service:
             on_shutdown=self._on_shutdown,
             slack_events=self.settings.http_events,
             socket_connected=(lambda: socket.connected) if socket is not None else None,
+            events=event_acker(self.ingress, self.agent_view),
         )
         return self.http.app
 
@@ -313,6 +324,8 @@ class Service:
         # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
+        if self.follow_ups is not None:  # due ones (late after downtime) fire at once, then each second
+            self._background.append(asyncio.create_task(self.follow_ups.run_forever(), name="follow-ups"))
         # Conversations of instances that died (a crash before this restart included), at once.
         takeover = asyncio.create_task(self.runner.take_over_forever(), name="takeover")
         self._background.append(takeover)
@@ -324,39 +337,25 @@ class Service:
         await self.drain(self.settings.shutdown_grace)
 
     async def drain(self, grace: float) -> None:
+        """Stop taking work, let running turns finish for ``grace``; everything after it is bounded
+        (``app.ops.shutdown``): a stalled Slack, model or store cannot hold the process."""
         if self.socket is not None:  # stop taking deliveries first; those being claimed are acked
-            await self.socket.stop()
+            await bounded(self.socket.stop(), CANCEL_WAIT, "closing Socket Mode")
         for task in self._background:
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await bounded(asyncio.gather(*self._background, return_exceptions=True), CANCEL_WAIT, "background")
         self._background.clear()
-        await self.runner.shutdown(grace)
+        await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
         if self.approvals is not None:
-            await self.approvals.idle()
+            await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
         if self.agent_view is not None:
-            await self.agent_view.close()  # titles of runs that just ended
+            await bounded(self.agent_view.close(), 1.0, "agent view titles")  # of runs that just ended
 
     async def close(self) -> None:
         await self.drain(0)
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
-
-
-def _warn_unmatched_approval(globs: tuple[str, ...], tools: Any) -> None:
-    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
-    names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
-    for glob in globs:
-        if not any(gated((glob,), name) for name in names):
-            log.warning("approval entry %r matches no tool offered now; check its spelling", glob)
-
-
-def _display_name(adapter: SlackAdapter) -> Callable[[str], Awaitable[str]]:
-    async def name_of(user_id: str) -> str:
-        name, _ = await adapter.user(user_id)
-        return name if name != "someone" else ""
-
-    return name_of
 
 
 async def serve(
@@ -366,7 +365,7 @@ async def serve(
     service = await Service.create(settings, model=model)
     runner = web.AppRunner(service.web_app, handle_signals=False, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host=settings.host, port=settings.port)
+    site = web.TCPSite(runner, host=settings.host, port=settings.port, shutdown_timeout=HTTP_WAIT)
     try:
         await site.start()
     except OSError as exc:
@@ -385,11 +384,15 @@ async def serve(
     await stop.wait()
     started = time.monotonic()
     log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
+    # Whatever stalls, the process is gone SHUTDOWN_GRACE + SHUTDOWN_MARGIN seconds from now.
+    watchdog = Watchdog(settings.shutdown_grace + SHUTDOWN_MARGIN).start()
+    deadline = Deadline(settings.shutdown_grace + SHUTDOWN_MARGIN)
     await site.stop()  # stop accepting first
-    await runner.cleanup()  # runs on_shutdown → drain
-    await service.mcp.stop()
-    await service.adapter.close()
-    await service.store.close()
+    await bounded(runner.cleanup(), deadline.left(reserve=3.0), "draining")  # on_shutdown → drain
+    await bounded(service.mcp.stop(), min(2.0, deadline.left(reserve=2.0)), "stopping MCP servers")
+    await bounded(service.adapter.close(), min(1.0, deadline.left(reserve=1.5)), "closing the Slack session")
+    await bounded(service.store.close(), deadline.left(reserve=0.5), "closing the store")
+    watchdog.cancel()
     log.info("stopped after %.1fs", time.monotonic() - started)
 
 

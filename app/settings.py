@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     approval_by: Literal["requester", "approvers"] = "requester"
     #: Serve people from other organisations in Slack Connect channels (else ignored, with a log line).
     allow_external_users: bool = False
+    #: Pending follow-ups (``channel_follow_up``) across the install; each task has at most 10.
+    follow_ups_max: int = Field(default=1000, ge=0)
     #: Conversations one person's messages may have running at once; more wait their turn.
     user_max_runs: int = Field(default=4, ge=1)
     #: Disk a task's fetched and produced files may use; past it a fetch is refused (``file_refused``).
@@ -164,6 +166,11 @@ class Settings(BaseSettings):
             raise ValueError("only APPROVERS would decide, and APPROVERS is empty: set it to user IDs")
         return value
 
+    def secret_values(self) -> tuple[str, ...]:
+        """The values of every secret setting (tokens, keys), set or empty; logs and ``check`` mask them."""
+        secret = [name for name, f in type(self).model_fields.items() if f.annotation is SecretStr]
+        return tuple(getattr(self, name).get_secret_value() for name in secret)
+
     @property
     def socket_mode(self) -> bool:
         """Deliveries arrive over Socket Mode (SLACK_APP_TOKEN is set)."""
@@ -216,14 +223,7 @@ def app_token_problem(token: str) -> str | None:
     """What is wrong with the shape of a SLACK_APP_TOKEN (naming what was probably pasted), or None."""
     if token.startswith("xapp-"):
         return None
-    if token.startswith("xoxb-"):
-        pasted = "the bot token (xoxb-)"
-    elif token.startswith(("xoxp-", "xoxe")):
-        pasted = "a user token" if token.startswith("xoxp-") else "a refresh token"
-    elif len(token) == 32 and all(c in "0123456789abcdef" for c in token):
-        pasted = "a signing secret or client secret"
-    else:
-        pasted = ""
+    pasted = _pasted(token)
     looks = f" — this looks like {pasted}" if pasted else ""
     return f"SLACK_APP_TOKEN must start with xapp-{looks}: copy the app-level token from Basic Information"
 

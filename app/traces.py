@@ -8,6 +8,7 @@ and costs next to nothing.
 The spans (all named ``threadbound …`` except pydantic-ai's own):
 
 - ``threadbound delivery``: one Slack delivery through the ingress (``event_id``, outcome, task);
+- ``threadbound click``: one button click being handled (its ``action_id``);
 - ``threadbound run``: one agent run, a child of the delivery that claimed its first message when
   that delivery was seen by this process (else a root), with links to the others; it carries the
   task, the run and the event ids;
@@ -23,6 +24,7 @@ event, Slack method) and outcomes.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -40,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: The instrumentation scope of our own spans.
 TRACER_NAME = "threadbound"
+#: Seconds an export to the collector may take (retries included) before its spans are dropped.
+EXPORT_TIMEOUT_S = 3.0
 #: Deliveries remembered for parenting the run they start (in-process only: a run on another
 #: instance, or after a restart, starts a trace of its own with the event ids as attributes).
 _REMEMBERED = 2048
@@ -87,6 +91,15 @@ def delivered(span: Span, body: dict[str, Any], outcome: str, task_id: str | Non
     event_id = body.get("event_id")
     if outcome == "claimed" and task_id and isinstance(event_id, str) and span.is_recording():
         DELIVERIES.remember(task_id, event_id, span.get_span_context())
+
+
+@contextmanager
+def click_span(action_id: str) -> Iterator[Span]:
+    """The span of one click (a ``block_actions`` action) being handled: its action id, no values."""
+    with tracer().start_as_current_span(
+        "threadbound click", kind=SpanKind.SERVER, attributes={"threadbound.action_id": action_id}
+    ) as span:
+        yield span
 
 
 @dataclass(slots=True)
@@ -147,7 +160,8 @@ class TracingUnavailable(Exception):
 
 def setup_tracing(settings: Settings) -> Any | None:
     """With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: the process's tracer provider, exporting over OTLP/HTTP
-    (the exporter reads the ``OTEL_EXPORTER_OTLP_*`` variables itself), and pydantic-ai instrumented.
+    to ENDPOINT/v1/traces (the exporter reads the other ``OTEL_EXPORTER_OTLP_*`` variables itself,
+    headers included), and pydantic-ai instrumented.
     Returns the provider (to shut down, which flushes) or None when tracing is off."""
     if not settings.otel_exporter_otlp_endpoint:
         return None
@@ -162,11 +176,23 @@ def setup_tracing(settings: Settings) -> Any | None:
             "pip install 'threadbound[otel]' (or unset OTEL_EXPORTER_OTLP_ENDPOINT)"
         ) from exc
     provider = TracerProvider(resource=Resource.create({"service.name": settings.otel_service_name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(_exporter(OTLPSpanExporter, settings)))
     trace.set_tracer_provider(provider)
     instrument_agents(include_content=settings.trace_content)
     log.info("traces go to %s", settings.otel_exporter_otlp_endpoint)
     return provider
+
+
+def _exporter(exporter: Any, settings: Settings) -> Any:
+    """The OTLP/HTTP exporter for OTEL_EXPORTER_OTLP_ENDPOINT, which may come from ./.env (the SDK
+    reads only the environment). The SDK's own OTEL_EXPORTER_OTLP_TRACES_ENDPOINT and
+    OTEL_EXPORTER_OTLP_TIMEOUT win when set; otherwise an export gives up after EXPORT_TIMEOUT_S, so
+    a collector that is down delays the end of a command by seconds, not minutes."""
+    endpoint = None
+    if not os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        endpoint = settings.otel_exporter_otlp_endpoint.rstrip("/") + "/v1/traces"
+    timeout = None if os.environ.get("OTEL_EXPORTER_OTLP_TIMEOUT") else EXPORT_TIMEOUT_S
+    return exporter(endpoint=endpoint, timeout=timeout)
 
 
 def instrument_agents(*, include_content: bool = False) -> None:
@@ -187,6 +213,7 @@ def instrument_agents(*, include_content: bool = False) -> None:
 __all__ = [
     "RunSpan",
     "TracingUnavailable",
+    "click_span",
     "delivered",
     "delivery_span",
     "end_run",

@@ -9,7 +9,9 @@ never distort the next one's RSS or timings), prints a table and writes
 A row compares ``ours`` with a ``baseline`` measured in the same run, on the same
 machine, with the same client: ``ratio = ours / baseline`` and ``target`` says
 which direction is good (``">= 0.7"``, ``"<= 1.5"``). Absolute targets have no
-baseline (``"<= 150 KiB"``). ``met`` is computed, never edited.
+baseline (``"<= 150 KiB"``). ``met`` is computed, never edited. A timed row runs its two sides
+alternately, round after round, and passes ``ratio`` itself: the median of the rounds' ratios, with
+their ``spread`` (lowest, highest) beside it.
 """
 
 from __future__ import annotations
@@ -36,12 +38,16 @@ class Scale:
     """How big each benchmark is; ``--quick`` must finish in under 3 minutes on 2 cores."""
 
     mode: Mode
-    #: Deliveries per ingress round, rounds per side (ours and baseline alternate), in flight.
+    #: Deliveries per ingress burst, rounds (every side once per round, alternating), in flight.
     ingress_deliveries: int
-    ingress_rounds: int
-    ingress_in_flight: int = 100
-    #: Turns per concurrency level.
+    ingress_rounds: int = 3
+    ingress_in_flight: int = 50
+    #: The sustained phase of ingress_p99_ack: deliveries per second, for this many seconds.
+    ingress_rate: float = 100.0
+    ingress_sustain: float = 10.0
+    #: Turns per concurrency level (split evenly over ``turn_rounds`` alternating rounds per side).
     turns: int = 200
+    turn_rounds: int = 3
     turn_concurrency: tuple[int, ...] = (1, 50)
     #: The thread read: messages, distinct authors, page size.
     thread_messages: int = 2000
@@ -59,21 +65,22 @@ class Scale:
     conversation_turns: int = 30
     #: Mentions of the rate-limited burst, over two channels (burst_delivery).
     burst_mentions: int = 40
+    #: Follow-ups due at one instant (follow_up_fire_lag).
+    follow_ups: int = 1000
     #: Wall-clock cap of one load phase (seconds): every load test stops by itself.
     time_cap: float = 60.0
 
 
 SCALES: dict[Mode, Scale] = {
-    "full": Scale("full", ingress_deliveries=2000, ingress_rounds=3),
+    "full": Scale("full", ingress_deliveries=2000),
     "quick": Scale(
         "quick",
-        ingress_deliveries=300,
-        ingress_rounds=2,
+        ingress_deliveries=500,
+        ingress_sustain=3.0,
         turns=60,
         conversations=1000,
-        file_rounds=2,
         claims=500,
-        claim_rounds=2,
+        follow_ups=300,
         time_cap=20.0,
     ),
     "tiny": Scale(
@@ -81,7 +88,9 @@ SCALES: dict[Mode, Scale] = {
         ingress_deliveries=20,
         ingress_rounds=1,
         ingress_in_flight=10,
+        ingress_sustain=0.5,
         turns=4,
+        turn_rounds=1,
         thread_messages=60,
         thread_authors=5,
         conversations=10,
@@ -91,6 +100,7 @@ SCALES: dict[Mode, Scale] = {
         claim_rounds=1,
         conversation_turns=4,
         burst_mentions=6,
+        follow_ups=20,
         time_cap=10.0,
     ),
 }
@@ -116,9 +126,11 @@ class Row:
     #: Extra conditions that must hold too (e.g. the absolute p99 bound): name → held.
     also: dict[str, bool] = field(default_factory=dict)
     note: str = ""
+    #: The lowest and highest per-round ratio, when ``ratio`` is their median.
+    spread: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
-        if self.ours is not None and self.baseline:
+        if self.ratio is None and self.ours is not None and self.baseline:
             self.ratio = self.ours / self.baseline
         self.met = self._evaluate()
 
@@ -142,6 +154,8 @@ class Row:
             out.pop("skipped")
         if not out["note"]:
             out.pop("note")
+        if out["spread"] is None:
+            out.pop("spread")
         return out
 
 
@@ -150,4 +164,14 @@ def failed(name: str, unit: str, target: str, why: str) -> Row:
     return Row(name, None, None, unit, target, note=f"error: {why}")
 
 
-__all__ = ["SCALES", "Mode", "Row", "Scale", "failed"]
+def ratios(ours: list[float], base: list[float]) -> tuple[float | None, tuple[float, float] | None]:
+    """The median of the per-round ratios ``ours[i] / base[i]`` and their (lowest, highest)."""
+    each = sorted(o / b for o, b in zip(ours, base, strict=True) if b)
+    if not each:
+        return None, None
+    middle = len(each) // 2
+    med = each[middle] if len(each) % 2 else (each[middle - 1] + each[middle]) / 2
+    return round(med, 3), (round(each[0], 3), round(each[-1], 3))
+
+
+__all__ = ["SCALES", "Mode", "Row", "Scale", "failed", "ratios"]

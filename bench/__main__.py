@@ -36,6 +36,7 @@ MODULES = (
     "store_claims",
     "first_text",
     "burst",
+    "follow_ups",
     "recovery",
 )
 #: Where a run writes unless asked: untracked, so trying the benchmarks never dirties the checkout.
@@ -127,6 +128,7 @@ def _run_child(name: str, mode: Mode) -> tuple[list[dict[str, Any]], bool]:
     """Run one module in a fresh interpreter; a crash or timeout becomes unmet rows with the reason."""
     module = importlib.import_module(f"bench.{name}")
     row_names: tuple[str, ...] = module.ROWS
+    cap: float = getattr(module, "CAP", {}).get(mode, MODULE_CAP[mode])
     with tempfile.TemporaryDirectory(prefix="bench-child-") as tmp:
         out = Path(tmp) / "rows.json"
         log = Path(tmp) / "child.log"
@@ -135,10 +137,10 @@ def _run_child(name: str, mode: Mode) -> tuple[list[dict[str, Any]], bool]:
             argv.append(f"--{mode}")
         try:
             with log.open("wb") as sink:
-                proc = subprocess.run(argv, stdout=sink, stderr=sink, timeout=MODULE_CAP[mode], check=False)
+                proc = subprocess.run(argv, stdout=sink, stderr=sink, timeout=cap, check=False)
             why = f"exit status {proc.returncode}"
         except subprocess.TimeoutExpired:
-            why = f"timed out after {MODULE_CAP[mode]:.0f} s"
+            why = f"timed out after {cap:.0f} s"
         if out.exists():
             rows: list[dict[str, Any]] = json.loads(out.read_text())
             return rows, True
@@ -155,6 +157,13 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _ratio(row: dict[str, Any]) -> str:
+    spread = row.get("spread")
+    if spread is None:
+        return _fmt(row["ratio"])
+    return f"{_fmt(row['ratio'])} [{_fmt(spread[0])}–{_fmt(spread[1])}]"
+
+
 def table(results: Sequence[dict[str, Any]]) -> str:
     header = ("name", "ours", "baseline", "ratio", "unit", "target", "met")
     lines = [
@@ -162,7 +171,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
             r["name"],
             _fmt(r["ours"]),
             _fmt(r["baseline"]),
-            _fmt(r["ratio"]),
+            _ratio(r),
             r["unit"],
             r["target"],
             "yes" if r["met"] else "skipped" if r.get("skipped") else "NOT MET",

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import psutil
@@ -26,6 +26,32 @@ from tests.support.process import LOOPBACK, REPO, ServerProcess
 from threadbound_emulator import FakeSlack
 
 SIGNING_SECRET = "bench-signing-secret"
+#: ``USER_MAX_RUNS`` for our side: far above any row's concurrency (one person sends every delivery).
+USER_MAX_RUNS = 100_000
+
+
+class SlackAt(Protocol):
+    """Where the app finds Slack: a FakeSlack here, or one in ``bench.fakes`` (``HelperSlack``)."""
+
+    @property
+    def token(self) -> str: ...
+    @property
+    def api_url(self) -> str: ...
+    @property
+    def files_origin(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class HelperSlack:
+    """The FakeSlack of a ``bench.fakes`` helper process, by its URLs."""
+
+    token: str
+    api_url: str
+    files_origin: str
+
+    @classmethod
+    def of(cls, info: dict[str, Any]) -> HelperSlack:
+        return cls(str(info["token"]), str(info["api_url"]), str(info["files_origin"]))
 
 
 # -- subprocess servers (``tests.support.process.ServerProcess``) ----------------------------------------
@@ -48,7 +74,7 @@ def cpu_seconds(server: ServerProcess) -> float:
     return float(times.user + times.system)
 
 
-def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path, **env: str) -> ServerProcess:
+def our_server(slack: SlackAt, model_base_url: str, data_dir: Path, log: Path, **env: str) -> ServerProcess:
     """The real ``python -m app serve``, configured through the environment only, like production.
     The working directory is ``data_dir`` so no ``.env``, ``agent.toml`` or ``skills/`` leaks in."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -64,13 +90,16 @@ def our_server(slack: FakeSlack, model_base_url: str, data_dir: Path, log: Path,
         "SWEEP_INTERVAL": "3600",
         # The rows compare a whole post with the baseline's; first_text_latency turns streaming on.
         "STREAM": "off",
+        # Every bench delivery comes from one person (U1); the rows compare with a peer that has no
+        # per-person cap, so the cap must not queue the bench's conversations behind four slots.
+        "USER_MAX_RUNS": str(USER_MAX_RUNS),
         **env,
     }
     return ServerProcess(values, cwd=data_dir, log_path=log, start_timeout=60, stop_timeout=30)
 
 
 def bolt_server(
-    slack: FakeSlack, mode: str, log: Path, cwd: Path, *, model_base_url: str = "", **env: str
+    slack: SlackAt, mode: str, log: Path, cwd: Path, *, model_base_url: str = "", **env: str
 ) -> ServerProcess:
     """The baseline: a Bolt ``AsyncApp`` on aiohttp (see ``bench.bolt_baseline``); ``env`` as for ours."""
     values = {
@@ -171,6 +200,46 @@ async def deliver_all(
     return stats
 
 
+async def deliver_at_rate(
+    url: str, envelopes: Sequence[dict[str, Any]], *, rate: float, time_cap: float
+) -> LoadStats:
+    """POST the envelopes open-loop, one every ``1 / rate`` seconds whatever the answers take (a
+    slow answer does not slow the sender, as with Slack); each latency runs from the send's
+    scheduled moment, so waiting in the client's queue counts too."""
+    stats = LoadStats()
+    bodies = [json.dumps(e).encode() for e in envelopes]
+    connector = aiohttp.TCPConnector(limit=1000)
+    timeout = aiohttp.ClientTimeout(total=max(time_cap, 10.0))
+
+    async def one(http: aiohttp.ClientSession, body: bytes, due: float) -> None:
+        try:
+            async with http.post(url, data=body, headers=events.sign(body, SIGNING_SECRET)) as response:
+                await response.read()
+                status = response.status
+        except (aiohttp.ClientError, OSError, TimeoutError):
+            stats.errors += 1
+            return
+        stats.statuses[status] = stats.statuses.get(status, 0) + 1
+        if 200 <= status < 300:
+            stats.ok += 1
+            stats.latencies.append(time.perf_counter() - due)
+
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        started = time.perf_counter()
+        sends = []
+        for index, body in enumerate(bodies):
+            due = started + index / rate
+            if due > started + time_cap:
+                stats.capped = True
+                break
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            stats.sent += 1
+            sends.append(asyncio.create_task(one(http, body, due)))
+        await asyncio.gather(*sends)
+    stats.elapsed = time.perf_counter() - started
+    return stats
+
+
 async def warm_up(url: str, envelopes: Sequence[dict[str, Any]]) -> None:
     """A few deliveries before measuring: imports, caches and connections are paid outside the numbers."""
     await deliver_all(url, envelopes, in_flight=min(4, len(envelopes)), time_cap=30.0)
@@ -203,13 +272,16 @@ __all__ = [
     "LOOPBACK",
     "REPO",
     "SIGNING_SECRET",
+    "HelperSlack",
     "LoadStats",
     "PeakRss",
     "ServerProcess",
+    "SlackAt",
     "bench_workspace",
     "bolt_server",
     "cpu_seconds",
     "deliver_all",
+    "deliver_at_rate",
     "median",
     "our_server",
     "percentile",

@@ -4,8 +4,10 @@ serve them (a file host sharing the downloader's event loop would halve both; a 
 
 ``python -m bench.fakes SPEC_JSON`` starts what SPEC asks for, prints one JSON line with the
 URLs, then serves until SIGTERM. SPEC: ``{"files": [[id, name, mimetype, size], ...],
-"model_delay": seconds | null}``; with a model, ``model_count_url`` answers how many
-completion requests arrived.
+"model_delay": seconds | null, "channels": N}``; with a model, ``model_count_url`` answers how many
+completion requests arrived; with ``channels``, the workspace of ``bench_workspace`` is set up and
+``seed_url`` takes ``POST {"messages": [[channel, text], ...]}`` and answers the stored messages'
+``{"ts": [...]}`` (the load generator's mentions must exist in Slack: the runs read their threads).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aiohttp import web
 from tests.support.fake_model import FakeOpenAI
 from threadbound_emulator import FakeSlack
 
-from .common import LOOPBACK, REPO
+from .common import LOOPBACK, REPO, bench_workspace
 
 
 async def serve(spec: dict[str, Any]) -> None:
@@ -40,6 +42,9 @@ async def serve(spec: dict[str, Any]) -> None:
             llm = await stack.enter_async_context(FakeOpenAI(delay=float(spec["model_delay"])))
             info["model_base_url"] = llm.base_url
             info["model_count_url"] = await _count_endpoint(stack, llm)
+        if spec.get("channels"):
+            bench_workspace(slack, int(spec["channels"]))
+            info["seed_url"] = await _seed_endpoint(stack, slack)
         print(json.dumps(info), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -61,6 +66,23 @@ async def _count_endpoint(stack: contextlib.AsyncExitStack, llm: FakeOpenAI) -> 
     stack.push_async_callback(runner.cleanup)
     await web.TCPSite(runner, LOOPBACK, 0).start()
     return f"http://{LOOPBACK}:{runner.addresses[0][1]}/count"
+
+
+async def _seed_endpoint(stack: contextlib.AsyncExitStack, slack: FakeSlack) -> str:
+    """``POST /seed``: store people's messages, answer their ts (see the module docstring)."""
+
+    async def seed(request: web.Request) -> web.Response:
+        body = await request.json()
+        stamps = [slack.add_message(str(c), str(t), user="U1") for c, t in body["messages"]]
+        return web.json_response({"ts": stamps})
+
+    app = web.Application(client_max_size=2**24)
+    app.router.add_post("/seed", seed)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    await web.TCPSite(runner, LOOPBACK, 0).start()
+    return f"http://{LOOPBACK}:{runner.addresses[0][1]}/seed"
 
 
 @contextlib.asynccontextmanager

@@ -34,7 +34,7 @@ from channel.slack.adapter import SlackAdapter, SlackIdentity
 from channel.slack.downloads import CHUNK_BYTES
 from storage import open_store
 
-from . import Row, Scale
+from . import Row, Scale, ratios
 from .common import PeakRss, median
 from .fakes import helper
 
@@ -67,6 +67,8 @@ async def run(scale: Scale) -> list[Row]:
                 await fetch.close()
     size_mib = scale.file_bytes / MIB
     note = f"{size_mib:.0f} MiB, {scale.file_rounds} round(s) per side"
+    # Throughput is size / time: the ratio of rates is the inverse ratio of times, round by round.
+    ratio, spread = ratios(base_t, ours_t)
     return [
         Row(
             "file_fetch_throughput",
@@ -74,6 +76,8 @@ async def run(scale: Scale) -> list[Row]:
             round(size_mib / median(base_t), 1),
             "MiB/s",
             ">= 0.8",
+            ratio=ratio,
+            spread=spread,
             note=note,
         ),
         Row(

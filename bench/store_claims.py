@@ -33,7 +33,7 @@ from typing import Any
 
 from storage import Store, open_store
 
-from . import Row, Scale
+from . import Row, Scale, ratios
 from .common import median
 
 ROWS = ("store_claims_sqlite", "store_claims_postgres")
@@ -239,12 +239,15 @@ async def _postgres(scale: Scale, url: str) -> Row:
 
 
 def _row(name: str, ours: list[float], base: list[float], scale: Scale, baseline: str) -> Row:
+    ratio, spread = ratios(ours, base)
     return Row(
         name,
         round(median(ours), 1),
         round(median(base), 1),
         "claims/s",
         ">= 0.8",
+        ratio=ratio,
+        spread=spread,
         note=f"{scale.claim_rounds}x{scale.claims} sequential claims per side, five rows each;"
         f" baseline: {baseline}",
     )

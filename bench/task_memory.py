@@ -40,6 +40,8 @@ KIB = 1024
 OPENAI_POOL = 1000
 #: Seconds all runs may take to reach the model (starting 1,000 runs on 2 cores takes ~30 s).
 WAIT_CAP = 120.0
+#: Wall-clock caps of this module's child (``python -m bench``): starting the app in-process is slow.
+CAP = {"tiny": 200.0, "quick": 300.0}
 
 
 async def run(scale: Scale) -> list[Row]:
@@ -66,6 +68,8 @@ async def run(scale: Scale) -> list[Row]:
                 # Every conversation really waits on the model (the default cap would queue most of
                 # them in the inbox, which costs far less and would flatter the number).
                 max_concurrent_runs=WARM + n,
+                # One person (U1) sends every mention: USER_MAX_RUNS would queue all but four.
+                user_max_runs=WARM + n,
             )
             async with app, aiohttp.ClientSession() as http:
                 await _deliver(app, envelopes[:WARM])

@@ -13,7 +13,8 @@ before the POST to the moment FakeSlack receives the ``chat.postMessage`` in tha
 (both clocks are this process's ``perf_counter``). ``c`` conversations are in flight at once: a
 worker sends the next mention only once its previous one was answered (at ``c = 1`` after a
 short pause too, so each turn starts on an idle server: both sides keep working after the post).
-Rounds alternate baseline / ours; the row is the median over every turn of a side.
+Rounds (``turn_rounds``, at least three) alternate the sides and which goes first; ``ours`` and
+``baseline`` are medians over every turn of a side, the ratio the median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI
 from threadbound_emulator import Call, FakeSlack
 
-from . import Row, Scale
+from . import Row, Scale, ratios
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, median, our_server
 
 ROWS = ("turn_overhead_c1", "turn_overhead_c50")
@@ -116,27 +117,43 @@ async def run(scale: Scale) -> list[Row]:
                 for server in (base, ours):
                     await turns.run(server, WARM_TURNS, 1, scale.time_cap)
                 for concurrency in scale.turn_concurrency:
-                    samples: dict[str, list[float]] = {"ours": [], "base": []}
-                    # Two halves per side, alternating, so a slow patch of the machine hits both.
-                    half = max(1, scale.turns // 2)
-                    for _ in range(2):
-                        for side, server in (("base", base), ("ours", ours)):
-                            samples[side] += await turns.run(server, half, concurrency, scale.time_cap)
-                    rows.append(_row(concurrency, samples, 2 * half))
+                    # Rounds alternate the sides (and which goes first), so a slow patch of the machine
+                    # hits both; each round's ratio is of the two sides' medians in that round.
+                    rounds: dict[str, list[list[float]]] = {"ours": [], "base": []}
+                    per_round = max(1, scale.turns // scale.turn_rounds)
+                    for n in range(scale.turn_rounds):
+                        order = (
+                            (("base", base), ("ours", ours))
+                            if n % 2 == 0
+                            else (("ours", ours), ("base", base))
+                        )
+                        for side, server in order:
+                            rounds[side].append(
+                                await turns.run(server, per_round, concurrency, scale.time_cap)
+                            )
+                    rows.append(_row(concurrency, rounds, per_round))
     return rows
 
 
-def _row(concurrency: int, samples: dict[str, list[float]], expected: int) -> Row:
+def _row(concurrency: int, rounds: dict[str, list[list[float]]], per_round: int) -> Row:
+    expected = per_round * len(rounds["ours"])
+    samples = {side: [x for r in each for x in r] for side, each in rounds.items()}
     missing = {side: expected - len(v) for side, v in samples.items() if len(v) < expected}
-    note = f"median of {expected} turns per side, {concurrency} conversation(s) at a time"
+    note = (
+        f"{len(rounds['ours'])} alternating rounds of {per_round} turns per side, {concurrency} "
+        "conversation(s) at a time; ours and baseline: medians of every turn; ratio: median of the rounds'"
+    )
     if missing:
         note += f"; unanswered turns: {missing}"
+    ratio, spread = ratios([median(r) for r in rounds["ours"]], [median(r) for r in rounds["base"]])
     return Row(
         f"turn_overhead_c{concurrency}",
         round(median(samples["ours"]) * 1000, 2),
         round(median(samples["base"]) * 1000, 2),
         "ms",
         "<= 1.2",
+        ratio=ratio,
+        spread=spread,
         also={"every turn answered": not missing},
         note=note,
     )

@@ -11,7 +11,7 @@ code) on failure; nothing else escapes an adapter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -41,6 +41,8 @@ class ChannelFeatures:
     status: bool = False
     #: Stream an answer into the conversation as it is written, with steps (``open_stream``).
     stream: bool = False
+    #: Post cards with buttons and take clicks: ``channel_ask``, ``channel_request_approval``.
+    ask: bool = False
 
     def enabled(self) -> frozenset[str]:
         return frozenset(f.name for f in fields(self) if getattr(self, f.name))
@@ -225,8 +227,9 @@ class ChannelAdapter(Protocol):
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document: ...
 
-    async def set_status(self, origin: Origin, status: str) -> None:
-        """Show progress text ("is thinking…"); an empty string clears it."""
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
+        """Show progress text ("is thinking…"); an empty string clears it. ``loading_messages``, when
+        given, are shown in turn instead of the text while it lasts (Slack takes up to 10)."""
 
 
 #: The method behind each feature flag; registration checks the adapter overrides it.
@@ -240,6 +243,7 @@ FEATURE_METHODS: dict[str, str] = {
     "documents": "post_document",
     "status": "set_status",
     "stream": "open_stream",
+    "ask": "post_blocks",
 }
 
 
@@ -281,7 +285,7 @@ class AdapterBase:
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
         raise _unsupported("documents")
 
-    async def set_status(self, origin: Origin, status: str) -> None:
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         raise _unsupported("status")
 
     async def open_stream(
@@ -309,6 +313,6 @@ def missing_implementations(adapter: object) -> list[str]:
     for flag in sorted(features.enabled()):
         method = FEATURE_METHODS[flag]
         impl = getattr(type(adapter), method, None)
-        if impl is None or impl is getattr(AdapterBase, method):
+        if impl is None or impl is getattr(AdapterBase, method, None):
             missing.append(flag)
     return missing

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -360,6 +360,6 @@ class FakeAdapter(AdapterBase):
         self._store(origin, f"📄 {title}: {link}", author=self.bot_name, is_bot=True, is_you=True, files=[])
         return Document(ref, link)
 
-    async def set_status(self, origin: Origin, status: str) -> None:
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         self._enter("set_status", status, "status")
         self.statuses.append((origin, status))

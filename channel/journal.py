@@ -145,15 +145,29 @@ async def reconcile(
             await journal.close(stream[0], {"ok": True})
         notes.append(f"- an interrupted {effect.tool} {bounded(note)}")
     for stream_effect, ref in streamed.values():  # its reply effect was already closed
-        if not ref:  # a start whose answer was lost: Slack may hold the message
-            await journal.check()
-            try:
-                await _remove_unfinished(adapter, origin, json.loads(_args_of(effects, stream_effect)))
-            except ChannelError as exc:
-                await journal.close(stream_effect, exc.as_result())
-                continue
+        await journal.check()
+        args = json.loads(_args_of(effects, stream_effect))
+        try:
+            if not ref:  # a start whose answer was lost: Slack may hold the message
+                await _remove_unfinished(adapter, origin, args)
+            elif not await adapter.find_posted(origin, str(args.get("reply") or "")):
+                # Not finished as its reply (no effect id on it): text that was removed from the
+                # answer, whose deletion failed or was cut off.
+                await _retract(adapter, ref)
+        except ChannelError as exc:
+            await journal.close(stream_effect, exc.as_result())
+            continue
         await journal.close(stream_effect, {"ok": True})
     return notes
+
+
+async def _retract(adapter: ChannelAdapter, ref: str) -> None:
+    """Delete ``ref``; already gone counts as done."""
+    try:
+        await adapter.retract(ref)
+    except ChannelError as exc:
+        if exc.provider_code != "message_not_found" and exc.code != "not_found":
+            raise
 
 
 def _args_of(effects: Sequence[EffectRecord], effect_id: str) -> str:
@@ -166,11 +180,7 @@ async def _remove_unfinished(adapter: ChannelAdapter, origin: Origin, args: dict
     where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
     removed = 0
     for orphan in await adapter.find_unfinished(where, str(args.get("after") or where.thread_ts)):
-        try:
-            await adapter.retract(orphan.ref)
-        except ChannelError as exc:
-            if exc.provider_code != "message_not_found" and exc.code != "not_found":
-                raise
+        await _retract(adapter, orphan.ref)
         removed += 1
     return removed
 
@@ -186,11 +196,7 @@ async def _settle_stream(
     if found:
         handle = await record_post(found[0])
         return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
-    try:
-        await adapter.retract(ref)
-    except ChannelError as exc:
-        if exc.provider_code != "message_not_found" and exc.code != "not_found":
-            raise
+    await _retract(adapter, ref)
     error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
     return error.as_result(), _CUT_OFF
 

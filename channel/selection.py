@@ -17,32 +17,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .skills import SkillLibrary
+from .tool_search import Searchable
 from .tools import AUTOMATIC, CATALOG, MCP_SEARCH, SKILLS, TOOL_SEARCH, ToolSpec
 
 log = logging.getLogger(__name__)
 
 
-class HostTool(Protocol):
+class HostTool(Searchable, Protocol):
     """A tool the host adds beside the channel's (an MCP server's): the session only decides
-    whether it is offered; the host's own toolset runs it."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def short_name(self) -> str: ...
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def description(self) -> str: ...
+    whether it is offered; the host's own toolset runs it. tool_search reads it as any
+    :class:`~channel.tool_search.Searchable`."""
 
     #: "active" (offered from the start) or "deferred" (after tool_search enabled it).
     @property
     def starts(self) -> str: ...
-
-    def parameter_text(self) -> str: ...
 
 
 @dataclass(slots=True)

@@ -371,18 +371,20 @@ class AnswerStream:
 
     async def _remove(self, message: StreamedMessage, why: str) -> None:
         journal = self._session.journal
-        if message.live is not None and message.open:
-            message.open = False
-            with contextlib.suppress(ChannelError):
-                await message.live.stop(effect_id=message.effect_id)
+        # Deleted as it is, never stopped first: a stopped message carries the effect id, and if the
+        # deletion then failed (or the process died) it would pass for a posted answer.
+        message.open = False
+        removed = True
         if message.posted is not None:
             try:
                 await self._session.adapter.retract(message.posted.ref)
             except ChannelError as exc:
                 log.warning("removing a streamed message failed: %s", exc.provider_code or exc.code)
+                removed = False
         if not message.handle:
             await journal.close(message.effect_id, {"removed": why})
-            if message.stream_effect:
+            if message.stream_effect and removed:
                 await journal.close(message.stream_effect, {"removed": why})
+            # else left open: the next run finds the unfinished message by its ref and removes it
         else:
             self._session.forget_post(message.handle)

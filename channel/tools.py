@@ -10,16 +10,18 @@ all of that.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Handles are minted by the host: a prefix and 22 URL-safe characters.
 MSG_HANDLE = r"^msg_[A-Za-z0-9_-]{8,40}$"
 FILE_HANDLE = r"^file_[A-Za-z0-9_-]{8,40}$"
+FOLLOW_UP_HANDLE = r"^fu_[A-Za-z0-9_-]{8,40}$"
 # Slack emoji names: lower-case letters, digits, _ + - ' and an optional skin tone; colons allowed around.
 EMOJI = r"^:?[a-z0-9_+'\-]{1,64}(::skin-tone-[2-6])?:?$"
 MAX_TEXT = 40_000
+APPROVAL_HANDLE = r"^ap_[A-Za-z0-9_-]{8,40}$"
 
 
 class ToolArgs(BaseModel):
@@ -82,6 +84,38 @@ class PostDocumentArgs(ToolArgs):
     markdown: str = Field(min_length=1, max_length=100_000, description="Document body, in Markdown.")
 
 
+class FollowUpArgs(ToolArgs):
+    at: str | None = Field(
+        default=None,
+        max_length=40,
+        description="When, as an ISO 8601 time with its UTC offset (2026-03-02T09:00:00+01:00); "
+        "use the person's time zone from your instructions. Give at or after, not both.",
+    )
+    after: str | None = Field(
+        default=None,
+        pattern=r"^(\d{1,3}d)?(\d{1,4}h)?(\d{1,6}m)?$",
+        max_length=20,
+        description="How long from now: minutes, hours or days, e.g. 20m, 3h, 2d or 1h30m.",
+    )
+    note: str = Field(
+        min_length=1, max_length=1000, description="What you should do then (shown to you when it fires)."
+    )
+
+    @model_validator(mode="after")
+    def _one_time(self) -> FollowUpArgs:
+        if (self.at is None) == (self.after in (None, "")):
+            raise ValueError("give exactly one of at (an ISO 8601 time with offset) or after (e.g. 20m)")
+        return self
+
+
+class CancelFollowUpArgs(ToolArgs):
+    follow_up: str = Field(pattern=FOLLOW_UP_HANDLE, description="Handle of a pending follow-up (fu_...).")
+
+
+class NoArgs(ToolArgs):
+    pass
+
+
 class ToolSearchArgs(ToolArgs):
     query: str = Field(min_length=1, max_length=200, description="What you want to do, in a few words.")
     limit: int = Field(default=3, ge=1, le=10, description="How many tools to enable at most (1-10).")
@@ -91,6 +125,35 @@ class SkillsArgs(ToolArgs):
     name: str | None = Field(
         default=None, max_length=100, description="A skill's name; omit it to list the skills."
     )
+
+
+class AskArgs(ToolArgs):
+    question: str = Field(min_length=1, max_length=2000, description="The question, in Markdown.")
+    options: list[Annotated[str, Field(min_length=1, max_length=75)]] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=5,
+        description="2-5 answer labels shown as buttons; omit for a free-text answer (the next message).",
+    )
+    only_requester: bool = Field(
+        default=True,
+        description="Only the person who asked you (and approvers) may answer; false: anyone here.",
+    )
+
+
+class RequestApprovalArgs(ToolArgs):
+    action: str = Field(
+        min_length=1, max_length=2000, description="What you intend to do and want allowed, in Markdown."
+    )
+    details: str | None = Field(default=None, max_length=2000, description="More detail, shown in full.")
+
+
+class CheckApprovalArgs(ToolArgs):
+    approval: str = Field(pattern=APPROVAL_HANDLE, description="The approval's handle (ap_...).")
+
+
+class NoReplyArgs(ToolArgs):
+    pass
 
 
 Starts = Literal["active", "deferred"]
@@ -203,6 +266,68 @@ CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
         PostDocumentArgs,
         "documents",
         "deferred",
+    ),
+    ToolSpec(
+        "channel_follow_up",
+        "Schedule a follow-up",
+        "Come back to this conversation later: schedule a follow-up or reminder (at a time, or after "
+        "20m, 3h, 2d) with a note of what to do then; you are woken in this thread when it is due.",
+        FollowUpArgs,
+        None,
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_follow_ups",
+        "List follow-ups",
+        "List the follow-ups and reminders scheduled in this conversation that have not fired yet.",
+        NoArgs,
+        None,
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_cancel_follow_up",
+        "Cancel a follow-up",
+        "Cancel a scheduled follow-up or reminder of this conversation by its handle (fu_...).",
+        CancelFollowUpArgs,
+        None,
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_ask",
+        "Ask a question",
+        "Ask the person a question in this conversation, with 2-5 options as buttons or a free-text "
+        "answer. Returns {question: q_..., status: asked}; end your turn: the answer arrives as a new "
+        "message ('Alice answered q_...: ...'), or 'expired' when nobody answers in time.",
+        AskArgs,
+        "ask",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_request_approval",
+        "Request approval",
+        "Ask a person to approve or deny something you intend to do (an approve/deny card). Returns "
+        "{approval: ap_..., status: pending}; end your turn: the decision arrives as a new message. "
+        "Keep your promise: do not do it unless approved.",
+        RequestApprovalArgs,
+        "ask",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_check_approval",
+        "Check an approval",
+        "Look up an approval you requested: {status: pending|approved|denied|expired, by?, at?}.",
+        CheckApprovalArgs,
+        "ask",
+        "deferred",
+    ),
+    ToolSpec(
+        "no_reply",
+        "Stay silent",
+        "End your turn without posting anything (when a message is not for you). Nothing you write "
+        "after it is posted.",
+        NoReplyArgs,
+        None,
+        "active",
     ),
 )
 

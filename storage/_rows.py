@@ -12,6 +12,7 @@ from .base import (
     ApprovalRecord,
     ClaimOutcome,
     EffectRecord,
+    FollowUpRecord,
     HandleRecord,
     InboxItem,
     LeaseRecord,
@@ -122,4 +123,20 @@ def approval_from_row(row: Row) -> ApprovalRecord:
         decided_by=row["decided_by"],
         decided_at=None if decided_at is None else float(decided_at),
         executed_at=None if executed_at is None else float(executed_at),
+    )
+
+
+def follow_up_from_row(row: Row) -> FollowUpRecord:
+    fired_at = row["fired_at"]
+    return FollowUpRecord(
+        follow_up=row["follow_up"],
+        task_id=row["task_id"],
+        requester=row["requester"],
+        channel=row["channel"],
+        thread_ts=row["thread_ts"],
+        note=row["note"],
+        due_at=float(row["due_at"]),
+        created_at=float(row["created_at"]),
+        state=row["state"],
+        fired_at=None if fired_at is None else float(fired_at),
     )

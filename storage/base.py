@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 # Every record is also importable from here (``from storage.base import TaskRecord``).
+from .ask_records import AskDecision, AskKind, AskRecord  # noqa: F401
 from .records import (  # noqa: F401
     ApprovalDecision,
     ApprovalRecord,
@@ -42,6 +43,8 @@ from .records import (  # noqa: F401
     EffectState,
     FeedbackRecord,
     Fence,
+    FollowUpRecord,
+    FollowUpState,
     HandleKind,
     HandleRecord,
     InboxItem,
@@ -217,6 +220,11 @@ class Store(Protocol):
         """End every lease of ``owner`` (a dead instance's) now and forget the instance, so its
         tasks are due at once (:meth:`tasks_needing_a_run`); how many leases ended."""
 
+    async def prune_instances(self, *, now: float) -> int:
+        """Forget registered instances that hold no unexpired lease and whose liveness has ended
+        (crashed, or stopped cleanly): their rows, and on SQLite their lock files; how many.
+        An instance that registers again meanwhile (a new lock key) is kept."""
+
     # -- handles ----------------------------------------------------------------
     async def mint_handle(
         self,
@@ -234,6 +242,10 @@ class Store(Protocol):
 
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         """The record of ``handle`` if it belongs to ``task_id``; None when another task's or unknown."""
+
+    async def find_handle(self, task_id: str, kind: HandleKind, ref: str) -> HandleRecord | None:
+        """``task_id``'s handle for ``ref``, if it has one (read only: nothing is minted); its
+        ``authored`` says whether the task posted or uploaded it."""
 
     # -- effect journal -----------------------------------------------------------
     async def open_effect(
@@ -315,5 +327,64 @@ class Store(Protocol):
 
     async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
         """Mark the task's feedback clicked at or before ``upto`` as shown."""
+
+    # -- follow-ups (issue 23) -------------------------------------------------------------
+    async def schedule_follow_up(
+        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
+    ) -> str:
+        """Store a pending follow-up unless its task already has ``per_task`` pending or the install
+        ``install_max``: ``"scheduled"``, ``"task_full"`` or ``"install_full"``. ``payload`` is the
+        inbox item it becomes when it fires."""
+
+    async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]:
+        """The task's pending follow-ups, soonest first."""
+
+    async def get_follow_up(self, task_id: str, follow_up: str) -> FollowUpRecord | None:
+        """One of ``task_id``'s follow-ups in any state; None when unknown or another task's."""
+
+    async def cancel_follow_up(self, task_id: str, follow_up: str, *, now: float) -> bool:
+        """Cancel a pending follow-up of ``task_id``; True for the one call that cancelled it."""
+
+    async def pending_follow_ups(
+        self, *, before: float | None = None, limit: int = 1000
+    ) -> list[FollowUpRecord]:
+        """Pending follow-ups across the install (due before ``before`` when given), soonest first."""
+
+    async def next_follow_up_due(self) -> float | None:
+        """When the soonest pending follow-up is due; None when none is pending."""
+
+    async def refuse_follow_up(self, follow_up: str, *, payload: str) -> None:
+        """Make a pending follow-up fire as ``payload`` instead (its person is no longer allowed)."""
+
+    async def fire_follow_ups(self, *, now: float, limit: int = 500) -> list[FollowUpRecord]:
+        """Append up to ``limit`` due follow-ups of tasks with no live lease to their inboxes and
+        mark them fired, in one transaction; the ones this call fired. Each follow-up is fired by
+        exactly one call, across instances and restarts."""
+
+    async def pending_follow_up_count(self) -> int:
+        """How many follow-ups are pending across the install (``/metrics``)."""
+
+    async def follow_up_counts(self) -> dict[FollowUpState, int]:
+        """How many follow-ups are in each state."""
+
+    # -- asks: questions and approvals the agent asked itself (issue 24) ------------
+    async def open_ask(self, ask: AskRecord) -> None:
+        """Record an open ask (its card is posted after, through the task's journal)."""
+
+    async def get_ask(self, ask_id: str) -> AskRecord | None: ...
+
+    async def open_asks(self, task_id: str) -> list[AskRecord]:
+        """The task's undecided asks, oldest first."""
+
+    async def set_ask_card(self, ask_id: str, card_ts: str) -> None: ...
+
+    async def decide_ask(
+        self, ask_id: str, *, decision: AskDecision, answer: str, user_id: str, payload: str, now: float
+    ) -> bool:
+        """Decide an open ask and (unless ``payload`` is empty) append ``payload`` to its task's
+        inbox, in one transaction; True for the one call that decided it, across instances."""
+
+    async def expired_asks(self, *, before: float, limit: int = 100) -> list[AskRecord]:
+        """Open asks created before ``before``, oldest first."""
 
     async def stats(self) -> StoreStats: ...

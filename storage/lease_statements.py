@@ -59,3 +59,13 @@ EXPIRE_LEASES: Final = Statement(
     "UPDATE leases SET expires_at = :now WHERE owner = :owner AND expires_at > :now"
 )
 FORGET_INSTANCE: Final = Statement("DELETE FROM instances WHERE owner = :owner")
+#: Registered owners holding no unexpired lease (candidates for pruning once their liveness ended).
+IDLE_INSTANCES: Final = Statement(
+    "SELECT i.owner, i.lock_key FROM instances i WHERE NOT EXISTS"
+    " (SELECT 1 FROM leases l WHERE l.owner = i.owner AND l.expires_at > :now)"
+)
+#: Forget an instance only under the lock key it was found dead with (not one registered since).
+FORGET_IDLE_INSTANCE: Final = Statement(
+    "DELETE FROM instances WHERE owner = :owner AND lock_key = :lock_key"
+    " AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.owner = :owner AND l.expires_at > :now)"
+)

@@ -69,6 +69,14 @@ class FileLiveness:
             found.append(owner)
         return found
 
+    async def gone(self, owners: Sequence[str]) -> list[str]:
+        """Those of ``owners`` not alive here: lock file free, or no lock file at all."""
+        return await asyncio.to_thread(self._gone, owners)
+
+    def _gone(self, owners: Sequence[str]) -> list[str]:
+        missing = [o for o in owners if o not in self._held and not self._path(o).exists()]
+        return missing + self._dead([o for o in owners if o not in missing])
+
     async def forget(self, owner: str) -> None:
         """Remove a dead owner's lock file."""
         await asyncio.to_thread(self._unlink, self._path(owner))

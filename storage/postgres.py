@@ -10,6 +10,11 @@ from its statements (``sql.Procedure``), everything else is a single statement,
 and released connections skip asyncpg's session reset query. Statements that
 Postgres aborts as deadlocked or unserializable are rerun.
 
+Every call is bounded: a statement by ``command_timeout`` (asyncpg's, on every connection of the
+pool) and the wait for a pooled connection by ``acquire_timeout``, so a connection stuck after a
+failover fails the call with ``StoreError`` instead of hanging the heartbeat, a lease check, a
+run (and its slot) or shutdown.
+
 ``schema=`` (or ``?schema=NAME`` in the URL) puts every table in that schema,
 created by ``migrate()`` if missing; tests use it for isolation.
 """
@@ -33,7 +38,12 @@ from .sqlstore import SqlStore
 T = TypeVar("T")
 
 #: Driver failures that mean "the store could not do it"; mapped to StoreError at the boundary.
-_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+#: ``TimeoutError`` is a statement past ``command_timeout`` or no pooled connection in time.
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: Seconds one statement (a procedure, a migration step) may run before it fails.
+COMMAND_TIMEOUT = 15.0
+#: Seconds a call may wait for a pooled connection before it fails.
+ACQUIRE_TIMEOUT = 10.0
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 #: First key of the migration advisory lock ("tb"); the second is derived from the schema name.
 _MIGRATE_LOCK_CLASS = 0x7462
@@ -98,6 +108,8 @@ class PostgresStore(SqlStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        command_timeout: float = COMMAND_TIMEOUT,
+        acquire_timeout: float = ACQUIRE_TIMEOUT,
     ) -> None:
         dsn, url_schema = split_schema(url)
         schema = schema or url_schema
@@ -108,6 +120,8 @@ class PostgresStore(SqlStore):
         self._min_size = min_size
         self._max_size = max_size
         self._connect_timeout = connect_timeout
+        self._command_timeout = command_timeout
+        self._acquire_timeout = acquire_timeout
         self._pool: asyncpg.Pool | None = None
         self._pool_lock = asyncio.Lock()
         self._closed = False
@@ -136,6 +150,7 @@ class PostgresStore(SqlStore):
                             min_size=self._min_size,
                             max_size=self._max_size,
                             timeout=self._connect_timeout,
+                            command_timeout=self._command_timeout,
                             server_settings=settings,
                             reset=_keep_session,
                         )
@@ -153,7 +168,7 @@ class PostgresStore(SqlStore):
         for attempt in range(1, _TX_ATTEMPTS + 1):
             pool = await self._get_pool()
             try:
-                async with pool.acquire() as conn:
+                async with pool.acquire(timeout=self._acquire_timeout) as conn:
                     if not transaction:
                         return await work(conn)
                     async with conn.transaction():
@@ -162,7 +177,7 @@ class PostgresStore(SqlStore):
                 if attempt == _TX_ATTEMPTS:
                     raise StoreError(f"postgres: {exc}") from exc
             except _DRIVER_ERRORS as exc:
-                raise StoreError(f"postgres: {exc}") from exc
+                raise StoreError(f"postgres: {exc or type(exc).__name__}") from exc
         raise AssertionError("unreachable")
 
     # -- the four primitives -------------------------------------------------------
@@ -215,14 +230,16 @@ class PostgresStore(SqlStore):
                 return self._liveness_of[1], False
         key = secrets.randbelow(2**31 - 1) + 1  # an int4 key, positive: it reads back unchanged
         try:
-            conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
+            conn = await asyncpg.connect(
+                self._dsn, timeout=self._connect_timeout, command_timeout=self._command_timeout
+            )
         except (*_DRIVER_ERRORS, ValueError) as exc:
             raise StoreError(f"cannot connect to Postgres: {exc}") from exc
         try:
             await conn.execute(_LIVENESS_LOCK, _LIVENESS_LOCK_CLASS, key)
         except _DRIVER_ERRORS as exc:
-            await conn.close()
-            raise StoreError(f"postgres: {exc}") from exc
+            conn.terminate()  # it may be the stuck one: no goodbye
+            raise StoreError(f"postgres: {exc or type(exc).__name__}") from exc
         old, self._liveness = self._liveness, conn
         self._liveness_of = (owner, key)
         if old is not None:

@@ -78,7 +78,7 @@ class EffectRecord:
     call_id: str = ""
 
 
-ApprovalDecision = Literal["approved", "denied", "expired", "void"]
+ApprovalDecision = Literal["approved", "denied", "expired", "void", "failed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +120,27 @@ class FeedbackRecord:
     user_name: str
     kind: Literal["positive", "negative"]
     clicked_at: float
+
+
+FollowUpState = Literal["pending", "fired", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUpRecord:
+    """A follow-up a task scheduled for itself (``channel_follow_up``); see ``follow_up_statements``."""
+
+    #: The task-scoped handle (``fu_…``) the model names it by.
+    follow_up: str
+    task_id: str
+    #: The person whose message led to scheduling it (budgets, approvals, access); ``""``: nobody.
+    requester: str
+    channel: str
+    thread_ts: str
+    note: str
+    due_at: float
+    created_at: float
+    state: FollowUpState = "pending"
+    fired_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,9 @@
 """Versioned schema for both backends.
 
-Each migration is a numbered list of statements per dialect. ``migrate()`` applies
-the versions above the highest one recorded in ``schema_version``, in order, inside
-one transaction that also records them, so a crash mid-way leaves the old version.
-Append new migrations; never edit an applied one. The statements the store runs on these tables
-live in ``statements.py``; :func:`migration` is the one runner both backends drive.
+Each migration is a numbered list of statements per dialect. ``migrate()`` applies the versions
+above the highest one recorded in ``schema_version``, in order, in one transaction that also records
+them (a crash mid-way leaves the old version). Append migrations; never edit an applied one. The
+store's statements are in ``statements.py``; :func:`migration` is the runner both backends drive.
 
 Tables (same shape on both dialects):
 
@@ -27,6 +26,7 @@ Tables (same shape on both dialects):
 - ``approvals`` (v8): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
+- ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people (issue 24).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from .ask_statements import ASKS_POSTGRES, ASKS_SQLITE
+from .follow_up_statements import FOLLOW_UPS_DDL
 from .sql import Dialect, DialectName, Script, Statement
 from .statements import PROCEDURES, RECORD_VERSION, SCHEMA_VERSION
 
@@ -274,10 +276,9 @@ _V3_POSTGRES: Final[tuple[str, ...]] = (
     "DROP FUNCTION IF EXISTS tb_claim_message(TEXT, TEXT, TEXT, TEXT, BOOLEAN, TEXT, DOUBLE PRECISION, TEXT)",
 )
 
-#: v4: conversations by task. A claim or ``create_task`` maps the conversation key before the task
-#: row exists (the deferred foreign key); while such a violation is outstanding SQLite looks for the
-#: child rows of every task inserted, which without this index is a scan of ``conversations`` per
-#: new task. On Postgres it serves the foreign key check when a claim drops a task it created.
+#: v4: conversations by task. A claim or ``create_task`` maps the key before the task row exists (the
+#: deferred foreign key); meanwhile SQLite looks for the child rows of every task inserted (without
+#: this index a scan per new task). On Postgres it serves the foreign key check of a dropped task.
 _V4: Final[tuple[str, ...]] = ("CREATE INDEX conversations_task ON conversations (task_id)",)
 
 #: v5: instances whose liveness the store can check, so their leases are taken over when they die.
@@ -349,8 +350,7 @@ _V8_POSTGRES: Final[tuple[str, ...]] = (
     *_V8_SQLITE[1:],
 )
 
-#: v9 (issue 18): ``leases.token`` names one acquisition (a run's writes are fenced by it),
-#: ``tasks.run_open`` marks a run checkpointed mid-way, ``effects.call_id`` the tool call of a write.
+#: v9 (issue 18): ``leases.token`` (fences a run's writes), ``tasks.run_open`` (checkpointed mid-way).
 _V9: Final[tuple[str, ...]] = (
     "ALTER TABLE leases ADD COLUMN token TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE tasks ADD COLUMN run_open BOOLEAN NOT NULL DEFAULT FALSE",
@@ -358,7 +358,6 @@ _V9: Final[tuple[str, ...]] = (
     "CREATE INDEX tasks_run_open ON tasks (task_id) WHERE run_open",
 )
 
-#: ``(version, {dialect: statements})``, ascending.
 MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = (
     (1, {"sqlite": _V1_SQLITE, "postgres": _V1_POSTGRES}),
     (2, {"sqlite": (), "postgres": _V2_POSTGRES}),
@@ -369,9 +368,11 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (7, {"sqlite": _V7_SQLITE, "postgres": _V7_POSTGRES}),
     (8, {"sqlite": _V8_SQLITE, "postgres": _V8_POSTGRES}),
     (9, {"sqlite": _V9, "postgres": _V9}),
+    (10, {"sqlite": FOLLOW_UPS_DDL, "postgres": FOLLOW_UPS_DDL}),
+    (11, {"sqlite": ASKS_SQLITE, "postgres": ASKS_POSTGRES}),
 )
 
-LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]
+LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]  # MIGRATIONS: ``(version, {dialect: statements})``
 
 
 def pending(dialect: DialectName, current: int) -> list[tuple[int, tuple[str, ...]]]:

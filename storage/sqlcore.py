@@ -46,6 +46,10 @@ class SqlCore(ABC):
     async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         """Which of ``(owner, lock key)`` no longer hold their liveness lock."""
 
+    async def _gone(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        """Which of ``owners`` have ended, cleanly or not (pruning: they hold no lease)."""
+        return await self._dead(owners)
+
     async def _forget_liveness(self, owner: str) -> None:
         """Clean up what a dead ``owner``'s liveness lock left behind (SQLite: its lock file)."""
         return None  # Postgres: nothing (the lock ended with its session)

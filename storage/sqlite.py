@@ -374,6 +374,13 @@ class SQLiteStore(SqlStore):
             return []
         return await self._liveness.dead([owner for owner, _ in owners])
 
+    async def _gone(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        if self._liveness is None:
+            return []
+        # A clean stop removed its lock file: gone too (``dead`` skips a missing file, which could be
+        # an instance on another machine; one without leases is harmless to forget, it re-registers).
+        return await self._liveness.gone([owner for owner, _ in owners])
+
     async def _forget_liveness(self, owner: str) -> None:
         if self._liveness is not None:
             await self._liveness.forget(owner)

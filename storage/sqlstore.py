@@ -37,13 +37,15 @@ from .base import (
 from .crashpoints import crash_point
 from .schema import migration
 from .sqlcore import new_id
+from .sqlstore_asks import AskMethods
+from .sqlstore_follow_ups import FollowUpMethods
 from .sqlstore_people import PeopleMethods
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
 _PRUNE_BATCH = 10_000
 
 
-class SqlStore(PeopleMethods):
+class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
     """Every Store method over the backend's four primitives (module doc)."""
 
     # -- lifecycle -------------------------------------------------------------------
@@ -239,6 +241,17 @@ class SqlStore(PeopleMethods):
         await self._forget_liveness(owner)
         return ended
 
+    async def prune_instances(self, *, now: float) -> int:
+        rows = await self._fetch(sql.IDLE_INSTANCES, {"now": now})
+        keys = {str(r["owner"]): int(r["lock_key"]) for r in rows}
+        pruned = 0
+        for owner in await self._gone(list(keys.items())):
+            params = {"owner": owner, "lock_key": keys[owner], "now": now}
+            if await self._execute(sql.FORGET_IDLE_INSTANCE, params):
+                await self._forget_liveness(owner)
+                pruned += 1
+        return pruned
+
     # -- handles -------------------------------------------------------------------------
     async def mint_handle(
         self,
@@ -258,6 +271,10 @@ class SqlStore(PeopleMethods):
 
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         row = await self._one(sql.RESOLVE_HANDLE, task_id=task_id, handle=handle)
+        return None if row is None else handle_from_row(row)
+
+    async def find_handle(self, task_id: str, kind: HandleKind, ref: str) -> HandleRecord | None:
+        row = await self._one(sql.FIND_HANDLE, task_id=task_id, kind=kind, ref=ref)
         return None if row is None else handle_from_row(row)
 
     # -- effect journal --------------------------------------------------------------------

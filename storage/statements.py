@@ -23,11 +23,15 @@ from .approval_statements import (  # noqa: F401
     START_EXECUTION,
     TASK_APPROVALS,
 )
+from .ask_statements import DECIDE_ASK
+from .follow_up_statements import FIRE_FOLLOW_UPS
 from .lease_statements import (  # noqa: F401
     ACQUIRE_LEASE,
     EXPIRE_LEASES,
+    FORGET_IDLE_INSTANCE,
     FORGET_INSTANCE,
     GET_LEASE,
+    IDLE_INSTANCES,
     LEASE_COLUMNS,
     REGISTER_INSTANCE,
     REGISTERED_LEASE_OWNERS,
@@ -309,6 +313,9 @@ MINT_HANDLE: Final = Statement(
 RESOLVE_HANDLE: Final = Statement(
     f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = :task_id AND handle = :handle"
 )
+FIND_HANDLE: Final = Statement(
+    f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = :task_id AND kind = :kind AND ref = :ref"
+)
 
 # -- effect journal --------------------------------------------------------------------------
 
@@ -343,4 +350,4 @@ STATS: Final = Statement(
 )
 
 #: Every procedure; ``migrate()`` creates their Postgres functions.
-PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE)
+PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS, DECIDE_ASK)

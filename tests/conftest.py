@@ -4,6 +4,10 @@ Store fixtures: every contract test runs once per backend. ``sqlite`` uses a fil
 under ``tmp_path``; ``postgres`` needs ``TEST_DATABASE_URL`` (e.g.
 ``postgresql://postgres@127.0.0.1:5432/test``) and gets a fresh schema per test,
 dropped afterwards, so tests never see each other's rows.
+
+A test that starts a Python process (a server, the CLI, an MCP server) must be marked
+``@pytest.mark.process`` (``-m "not process and not browser"`` is the fast subset); an unmarked one
+fails at teardown, naming the marker.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import httpx2
 httpx2.alias_httpx()
 
 import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import uuid  # noqa: E402
-from collections.abc import AsyncIterator  # noqa: E402
+from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
 
@@ -34,6 +40,7 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 import pytest  # noqa: E402
 
 from storage import Store, open_store  # noqa: E402
+from threadbound_emulator import FakeSlack  # noqa: E402
 
 
 class StoreFactory(Protocol):
@@ -43,6 +50,34 @@ class StoreFactory(Protocol):
     url: str
 
     async def __call__(self, *, migrate: bool = True) -> Store: ...
+
+
+def _fresh_schema(base_url: str) -> tuple[str, str]:
+    """A new schema name on ``base_url``'s Postgres, and the URL that opens it."""
+    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
+    return schema, f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+
+
+async def _drop_schema(base_url: str, schema: str) -> None:
+    conn = await asyncpg.connect(base_url)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def database_url() -> AsyncIterator[str]:
+    """The URL of a fresh schema on TEST_DATABASE_URL's Postgres, for several app instances to share;
+    dropped at teardown. Skips the test when TEST_DATABASE_URL is not set."""
+    base_url = os.environ.get("TEST_DATABASE_URL", "")
+    if not base_url:
+        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
+    schema, url = _fresh_schema(base_url)
+    try:
+        yield url
+    finally:
+        await _drop_schema(base_url, schema)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -55,8 +90,7 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         base_url = os.environ.get("TEST_DATABASE_URL", "")
         if not base_url:
             pytest.skip("TEST_DATABASE_URL not set: Postgres store tests skipped")
-        schema = f"tb_test_{uuid.uuid4().hex[:12]}"
-        url = f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
+        schema, url = _fresh_schema(base_url)
 
     opened: list[Store] = []
 
@@ -74,14 +108,47 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         for store in opened:
             await store.close()
         if schema:
-            conn = await asyncpg.connect(base_url)
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            finally:
-                await conn.close()
+            await _drop_schema(base_url, schema)
 
 
 @pytest.fixture
 async def store(store_factory: StoreFactory) -> Store:
     """A migrated store on a fresh database, closed at teardown."""
     return await store_factory()
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    """An emulated workspace with #general (C1) and Alice (U1), Bob (U2) and Olga (U9) in it.
+    A test module may define its own ``slack`` for another workspace."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        slack.add_user("U9", "olga", display_name="Olga")
+        yield slack
+
+
+#: Every Python process the tests started (argv), in order; see ``_process_tests_are_marked``.
+_STARTED: list[str] = []
+_popen_init = subprocess.Popen.__init__
+
+
+def _recording_init(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+    argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)  # type: ignore[call-overload]
+    if argv and os.fspath(argv[0]) == sys.executable:
+        _STARTED.append(" ".join(map(str, argv)))
+    _popen_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+
+subprocess.Popen.__init__ = _recording_init  # type: ignore[assignment,method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _process_tests_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test (or its fixtures) that starts a Python process carries the ``process`` marker."""
+    before = len(_STARTED)
+    yield
+    started = _STARTED[before:]
+    if started and request.node.get_closest_marker("process") is None:
+        pytest.fail(f"this test starts a process ({started[0]}): mark it @pytest.mark.process")

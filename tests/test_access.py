@@ -189,3 +189,48 @@ async def test_loop_protection_holds_with_bots_allowed(tmp_path: Path) -> None:
             "a bot reply in a thread (loop protection)",
             "a bot mentioning the bot inside a thread (loop protection)",
         } <= reasons
+
+
+def _external_mention(slack: FakeSlack, channel: str, user: str, text: str) -> dict[str, Any]:
+    """A mention from a Slack Connect guest: their message carries their own organisation's team."""
+    ts = slack.add_message(channel, text, user=user)
+    envelope = events.app_mention(channel, user, text, ts)
+    envelope["event"]["team"] = envelope["event"]["user_team"] = "TPARTNER"
+    return envelope
+
+
+async def test_people_from_another_organisation_are_ignored_and_told_once(tmp_path: Path) -> None:
+    """By default a Slack Connect guest's mentions start nothing: the delivery log says why, and they get
+    one private note however often they try; the install's own people are answered as before."""
+    brain = _Model()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        slack.add_user("UGUEST", "guest", display_name="Guest")
+        async with AppHarness(slack, model=brain.model(), data_dir=tmp_path) as app:
+            with logs.capture(app.settings) as captured:
+                for text in ("<@UBOT> run the tools", "<@UBOT> please?"):
+                    assert (await app.deliver(_external_mention(slack, "C1", "UGUEST", text))).status == 200
+                await app.idle()
+                assert app.service is not None
+                await app.service.ingress.on_external.idle()  # type: ignore[union-attr]
+                ours = slack.add_message("C1", "<@UBOT> hello", user="U1")
+                await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hello", ours))
+                await app.idle()
+        assert len(brain.prompts) == 1 and "hello" in brain.prompts[0]
+        notes = [e for e in slack.ephemerals if e[1] == "UGUEST"]
+        assert len(notes) == 1 and notes[0][0] == "C1" and "own organisation" in notes[0][3]
+        reasons = {line["reason"] for line in _ignored(captured) if line.get("user") == "UGUEST"}
+        assert reasons == {"author is from another organisation (ALLOW_EXTERNAL_USERS is off)"}
+
+
+async def test_allow_external_users_serves_people_from_another_organisation(tmp_path: Path) -> None:
+    """With ALLOW_EXTERNAL_USERS=true a Slack Connect guest's mention is answered like anyone's."""
+    brain = _Model()
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(
+            slack, model=brain.model(), data_dir=tmp_path, allow_external_users=True
+        ) as app:
+            await app.deliver(_external_mention(slack, "C1", "UGUEST", "<@UBOT> hi"))
+            await app.idle()
+        assert len(brain.prompts) == 1 and slack.ephemerals == []

@@ -3,6 +3,7 @@ connections) are looked up before a write is reported failed or made again, for 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,11 @@ async def env(tmp_path: Path) -> Any:
         slack.add_user("U1", "alice", display_name="Alice")
         root = slack.add_message("C1", "<@UBOT> hi", user="U1")
         async with slack_session(
-            slack, tmp_path, channel="C1", thread_ts=root, enabled=["channel_edit", "channel_retract"]
+            slack,
+            tmp_path,
+            channel="C1",
+            thread_ts=root,
+            enabled=["channel_edit", "channel_retract", "channel_attach"],
         ) as session_env:
             yield session_env
 
@@ -123,3 +128,23 @@ async def test_an_approval_card_post_that_landed_is_found(env: SessionEnv) -> No
     )
     assert posted.ref.startswith("C1:")
     assert env.slack.count("chat.postMessage") == 1
+
+
+async def test_an_ambiguous_upload_completion_that_shared_the_file_is_done(env: SessionEnv) -> None:
+    """files.completeUploadExternal answered 502 after Slack shared the file: files.info shows it shared
+    here, so the attach is done (once), with its handles."""
+    await asyncio.to_thread((env.task_dir / "out.csv").write_bytes, b"a,b\n1,2\n")
+    env.slack.fail("files.completeUploadExternal", "Bad Gateway", status=502, applied=True, html=True)
+    result = await env.session.call("channel_attach", {"path": "out.csv"})
+    assert result["file"].startswith("file_"), result
+    assert env.slack.count("files.completeUploadExternal") == 1
+
+
+async def test_an_upload_whose_answer_was_lost_is_reported_as_maybe_done(env: SessionEnv) -> None:
+    """A dropped connection on the upload's completion carries no file id to look up: it is reported as
+    possibly done (read before attaching again), never as a plain failure, and not repeated."""
+    await asyncio.to_thread((env.task_dir / "out.csv").write_bytes, b"a,b\n1,2\n")
+    env.slack.drop("files.completeUploadExternal")
+    result = await env.session.call("channel_attach", {"path": "out.csv"})
+    assert "may have been attached" in result["error"]["message"]
+    assert env.slack.count("files.completeUploadExternal") == 1

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from app.agent.approval_args import MAX_SECTION_CHARS, MAX_SECTIONS, ArgumentsUnshowable, arg_sections
@@ -23,7 +20,7 @@ from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
 from threadbound_emulator import FakeSlack
 
-_HANDLE = re.compile(r"\((msg_[A-Za-z0-9_-]+)\)")
+_HANDLE = re.compile(r'"message": "(msg_[A-Za-z0-9_-]+)"')
 
 
 def _agent_file(tmp_path: Path, globs: list[str]) -> Path:
@@ -32,11 +29,28 @@ def _agent_file(tmp_path: Path, globs: list[str]) -> Path:
     return path
 
 
-def _workspace(slack: FakeSlack) -> None:
-    slack.add_channel("C1", "general")
-    slack.add_user("U1", "alice", display_name="Alice")
-    slack.add_user("U2", "bob", display_name="Bob")
-    slack.add_user("U9", "olga", display_name="Olga")
+def _gated(
+    slack: FakeSlack, tmp_path: Path, script: Any, globs: Sequence[str] = ("channel_react",), **harness: Any
+) -> AppHarness:
+    """The app on ``tmp_path`` driven by ``script``, its agent file gating ``globs``."""
+    agent = _agent_file(tmp_path, list(globs))
+    return AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent, **harness)
+
+
+def _tickets_agent(tmp_path: Path, *, approval: str, eager: str) -> Path:
+    """An agent file running the tickets MCP server (``eager`` offered at once), gating ``approval``."""
+    python = sys.executable.replace("\\", "/")
+    tickets = (Path(__file__).parent / "support" / "mcp_tickets.py").as_posix()
+    agent = tmp_path / "agent.toml"
+    agent.write_text(
+        f'approval = ["{approval}"]\n'
+        "[mcp.tickets]\n"
+        f'command = ["{python}", "{tickets}"]\n'
+        f'eager = ["{eager}"]\n'
+        "timeout = 5\n",
+        encoding="utf-8",
+    )
+    return agent
 
 
 class ReactScript:
@@ -100,201 +114,180 @@ async def _ask(app: AppHarness, slack: FakeSlack, text: str = "<@UBOT> please re
     return root
 
 
-async def test_the_requester_approves_and_the_call_runs_once(tmp_path: Path) -> None:
+async def test_the_requester_approves_and_the_call_runs_once(slack: FakeSlack, tmp_path: Path) -> None:
     """A gated call posts a card instead of running; the requester's signed click runs it, the run
     continues with its result, and the card shows who decided and loses its buttons."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            root = await _ask(app, slack)
-            [card] = _cards(slack)
-            assert card["thread_ts"] == root
-            text = json.dumps(card["blocks"])
-            assert "channel_react" in text and "white_check_mark" in text and "<@U1>" in text
-            assert _bot_reactions(slack, root) == []  # not run yet
-            assert app.service is not None and not app.service.runner.executor.active_runs
+    async with _gated(slack, tmp_path, script) as app:
+        root = await _ask(app, slack)
+        [card] = _cards(slack)
+        assert card["thread_ts"] == root
+        text = json.dumps(card["blocks"])
+        assert "channel_react" in text and "white_check_mark" in text and "<@U1>" in text
+        assert _bot_reactions(slack, root) == []  # not run yet
+        assert app.service is not None and not app.service.runner.executor.active_runs
 
-            response = await app.click(_click(card, "U1", APPROVE, root))
-            assert response.status == 200
-            await _settle(app)
-            # The same click again (a double click, a redelivery): nothing more happens.
-            assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
-            await _settle(app)
-            # The resumed run's model use is the asker's, like the run that asked.
-            usage = await app.service.store.usage_by_day(since="1970-01-01")
-            assert {row.person for row in usage} == {"U1"}
+        response = await app.click(_click(card, "U1", APPROVE, root))
+        assert response.status == 200
+        await _settle(app)
+        # The same click again (a double click, a redelivery): nothing more happens.
+        assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+        await _settle(app)
+        # The resumed run's model use is the asker's, like the run that asked.
+        usage = await app.service.store.usage_by_day(since="1970-01-01")
+        assert {row.person for row in usage} == {"U1"}
 
-        assert _bot_reactions(slack, root) == ["white_check_mark"]
-        assert slack.count("reactions.add") == 1
-        assert script.results == [[{"ok": True}]]
-        replies = [
-            m["text"]
-            for m in slack.bot_messages("C1")
-            if not m.get("blocks", [{}])[0].get("type") == "section"
-        ]
-        assert replies == ["outcome: ok"]
-        [updated] = [m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]]
-        assert not any(b["type"] == "actions" for b in updated["blocks"])
-        assert "Approved* by <@U1>" in json.dumps(updated["blocks"]) and "<!date^" in json.dumps(
-            updated["blocks"]
-        )
-        assert slack.ephemerals == []
+    assert _bot_reactions(slack, root) == ["white_check_mark"]
+    assert slack.count("reactions.add") == 1
+    assert script.results == [[{"ok": True}]]
+    replies = [
+        m["text"] for m in slack.bot_messages("C1") if not m.get("blocks", [{}])[0].get("type") == "section"
+    ]
+    assert replies == ["outcome: ok"]
+    [updated] = [m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]]
+    assert not any(b["type"] == "actions" for b in updated["blocks"])
+    assert "Approved* by <@U1>" in json.dumps(updated["blocks"]) and "<!date^" in json.dumps(
+        updated["blocks"]
+    )
+    assert slack.ephemerals == []
 
 
-async def test_someone_else_is_refused_privately_and_nothing_changes(tmp_path: Path) -> None:
+async def test_someone_else_is_refused_privately_and_nothing_changes(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
     """A click by a person who neither asked nor is in APPROVERS gets an ephemeral note; the call
     stays pending and the card keeps its buttons. A user in APPROVERS may decide."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(
-            slack, model=scripted(script), data_dir=tmp_path, agent_file=agent, approvers=("U9",)
-        ) as app:
-            root = await _ask(app, slack)
-            [card] = _cards(slack)
-            assert (await app.click(_click(card, "U2", APPROVE, root))).status == 200
-            await _settle(app)
-            assert slack.ephemerals and slack.ephemerals[0][:3] == ("C1", "U2", root)
-            assert "Only <@U1> or an approver" in slack.ephemerals[0][3]
-            assert _bot_reactions(slack, root) == [] and len(_cards(slack)) == 1
-            assert slack.count("chat.update") == 0 and script.results == []
+    async with _gated(slack, tmp_path, script, approvers=("U9",)) as app:
+        root = await _ask(app, slack)
+        [card] = _cards(slack)
+        assert (await app.click(_click(card, "U2", APPROVE, root))).status == 200
+        await _settle(app)
+        assert slack.ephemerals and slack.ephemerals[0][:3] == ("C1", "U2", root)
+        assert "Only <@U1> or an approver" in slack.ephemerals[0][3]
+        assert _bot_reactions(slack, root) == [] and len(_cards(slack)) == 1
+        assert slack.count("chat.update") == 0 and script.results == []
 
-            assert (await app.click(_click(card, "U9", APPROVE, root))).status == 200
-            await _settle(app)
-        assert _bot_reactions(slack, root) == ["white_check_mark"]
-        assert "by <@U9>" in json.dumps(next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]))
+        assert (await app.click(_click(card, "U9", APPROVE, root))).status == 200
+        await _settle(app)
+    assert _bot_reactions(slack, root) == ["white_check_mark"]
+    assert "by <@U9>" in json.dumps(next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]))
 
 
-async def test_deny_tells_the_model_and_the_run_continues(tmp_path: Path) -> None:
+async def test_deny_tells_the_model_and_the_run_continues(slack: FakeSlack, tmp_path: Path) -> None:
     """Denied: the call never runs and the model reads {"error": {"code": "denied"}} and answers."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_*"])
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            root = await _ask(app, slack)
-            [card] = _cards(slack)
-            assert (await app.click(_click(card, "U1", DENY, root))).status == 200
-            await _settle(app)
-        assert slack.count("reactions.add") == 0
-        [[result]] = script.results
-        assert result["error"]["code"] == "denied"
-        # channel_reply is gated too (channel_*): the answer waits for its own card.
-        assert len(_cards(slack)) == 1
-        assert "Denied* by <@U1>" in json.dumps(
-            next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"])
-        )
+    async with _gated(slack, tmp_path, script, ["channel_*"]) as app:
+        root = await _ask(app, slack)
+        [card] = _cards(slack)
+        assert (await app.click(_click(card, "U1", DENY, root))).status == 200
+        await _settle(app)
+    assert slack.count("reactions.add") == 0
+    [[result]] = script.results
+    assert result["error"]["code"] == "denied"
+    # channel_reply is gated too (channel_*): the answer waits for its own card.
+    assert len(_cards(slack)) == 1
+    assert "Denied* by <@U1>" in json.dumps(
+        next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"])
+    )
 
 
-async def test_an_unanswered_card_expires_and_a_late_click_cannot_approve(tmp_path: Path) -> None:
+async def test_an_unanswered_card_expires_and_a_late_click_cannot_approve(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
     """Past APPROVAL_TTL the sweep decides 'expired' (the clock is moved, nothing sleeps): the model
     reads {"error": {"code": "expired"}}; a later click changes nothing."""
     script = ReactScript(reactions=2)
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(
-            slack, model=scripted(script), data_dir=tmp_path, agent_file=agent, approval_ttl=600
-        ) as app:
-            assert app.service is not None and app.service.approvals is not None
-            root = await _ask(app, slack)
-            first, second = _cards(slack)
-            approvals = app.service.approvals
-            approvals.clock = lambda: time.time() + 601
-            # Checked on click: the late approval of the first card becomes 'expired'.
-            assert (await app.click(_click(first, "U1", APPROVE, root))).status == 200
-            await _settle(app)
-            assert "expired" in slack.ephemerals[-1][3]
-            assert script.results == []  # the second card is still open (its expiry is the sweep's)
-            assert await app.service.runner.sweep() >= 1
-            await _settle(app)
-            assert (await app.click(_click(second, "U1", APPROVE, root))).status == 200
-            await _settle(app)
-        assert slack.count("reactions.add") == 0
-        [results] = script.results
-        assert [r["error"]["code"] for r in results] == ["expired", "expired"]
-        assert "already expired" in slack.ephemerals[-1][3]
-        assert all(
-            "Expired" in json.dumps(m["blocks"])
-            for m in slack.bot_messages("C1")
-            if m["ts"] in (first["ts"], second["ts"])
-        )
+    async with _gated(slack, tmp_path, script, approval_ttl=600) as app:
+        assert app.service is not None and app.service.approvals is not None
+        root = await _ask(app, slack)
+        first, second = _cards(slack)
+        approvals = app.service.approvals
+        approvals.clock = lambda: time.time() + 601
+        # Checked on click: the late approval of the first card becomes 'expired'.
+        assert (await app.click(_click(first, "U1", APPROVE, root))).status == 200
+        await _settle(app)
+        assert "expired" in slack.ephemerals[-1][3]
+        assert script.results == []  # the second card is still open (its expiry is the sweep's)
+        assert await app.service.runner.sweep() >= 1
+        await _settle(app)
+        assert (await app.click(_click(second, "U1", APPROVE, root))).status == 200
+        await _settle(app)
+    assert slack.count("reactions.add") == 0
+    [results] = script.results
+    assert [r["error"]["code"] for r in results] == ["expired", "expired"]
+    assert "already expired" in slack.ephemerals[-1][3]
+    assert all(
+        "Expired" in json.dumps(m["blocks"])
+        for m in slack.bot_messages("C1")
+        if m["ts"] in (first["ts"], second["ts"])
+    )
 
 
-async def test_several_gated_calls_get_a_card_each_and_resume_after_the_last_decision(tmp_path: Path) -> None:
+async def test_several_gated_calls_get_a_card_each_and_resume_after_the_last_decision(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
     """Two gated calls in one step post two cards; the run resumes only once both are decided."""
     script = ReactScript(reactions=2)
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            root = await _ask(app, slack)
-            first, second = _cards(slack)
-            assert _approval_id(first) != _approval_id(second)
-            await app.click(_click(first, "U1", APPROVE, root))
-            await _settle(app)
-            assert script.results == [] and _bot_reactions(slack, root) == []
-            # A message meanwhile waits with the task; it is shown with the resumed run.
-            ts = slack.add_message("C1", "any news?", user="U1", thread_ts=root)
-            await app.deliver(events.message("C1", "U1", "any news?", ts, thread_ts=root))
-            await _settle(app)
-            assert script.results == []
-            await app.click(_click(second, "U1", DENY, root))
-            await _settle(app)
-        [results] = script.results
-        assert [("error" in r) for r in results] == [False, True]
-        assert _bot_reactions(slack, root) == ["white_check_mark"]
+    async with _gated(slack, tmp_path, script) as app:
+        root = await _ask(app, slack)
+        first, second = _cards(slack)
+        assert _approval_id(first) != _approval_id(second)
+        await app.click(_click(first, "U1", APPROVE, root))
+        await _settle(app)
+        assert script.results == [] and _bot_reactions(slack, root) == []
+        # A message meanwhile waits with the task; it is shown with the resumed run.
+        ts = slack.add_message("C1", "any news?", user="U1", thread_ts=root)
+        await app.deliver(events.message("C1", "U1", "any news?", ts, thread_ts=root))
+        await _settle(app)
+        assert script.results == []
+        await app.click(_click(second, "U1", DENY, root))
+        await _settle(app)
+    [results] = script.results
+    assert [("error" in r) for r in results] == [False, True]
+    assert _bot_reactions(slack, root) == ["white_check_mark"]
 
 
-async def test_a_restart_between_card_and_click_loses_nothing(tmp_path: Path) -> None:
+async def test_a_restart_between_card_and_click_loses_nothing(slack: FakeSlack, tmp_path: Path) -> None:
     """The card is posted by one process; after a restart on the same data dir the click resumes."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            root = await _ask(app, slack)
-        [card] = _cards(slack)
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
-            await _settle(app)
-        assert _bot_reactions(slack, root) == ["white_check_mark"]
-        assert script.results == [[{"ok": True}]]
-        assert len([m for m in slack.bot_messages("C1") if "blocks" in m and m["ts"] == card["ts"]]) == 1
+    async with _gated(slack, tmp_path, script) as app:
+        root = await _ask(app, slack)
+    [card] = _cards(slack)
+    async with _gated(slack, tmp_path, script) as app:
+        assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+        await _settle(app)
+    assert _bot_reactions(slack, root) == ["white_check_mark"]
+    assert script.results == [[{"ok": True}]]
+    assert len([m for m in slack.bot_messages("C1") if "blocks" in m and m["ts"] == card["ts"]]) == 1
 
 
-async def test_a_card_whose_answer_was_lost_is_not_posted_twice(tmp_path: Path) -> None:
+async def test_a_card_whose_answer_was_lost_is_not_posted_twice(slack: FakeSlack, tmp_path: Path) -> None:
     """The card post is journalled: Slack applied it but the answer was lost; the open effect is
     settled by finding the card in the thread by its effect id (at once, by the driver that still
     sees the effect open), never by posting another, and the click still works."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        slack.drop("chat.postMessage")  # the card: posted, answer lost
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            assert app.service is not None
-            root = await _ask(app, slack)
-            [card] = _cards(slack)
-            [pending] = await app.service.store.task_approvals(
-                str(await app.service.store.find_task("C1", root))
-            )
-            assert pending.card_ts == card["ts"]  # found, not posted again
-            assert await app.service.store.open_effects(pending.task_id) == []
-            await app.service.runner.sweep()
-            await _settle(app)
-            assert len(_cards(slack)) == 1
-            assert slack.count("chat.postMessage") == 1
-            await app.click(_click(card, "U1", APPROVE, root))
-            await _settle(app)
-        assert _bot_reactions(slack, root) == ["white_check_mark"]
-        assert "Approved" in json.dumps(next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]))
+    slack.drop("chat.postMessage")  # the card: posted, answer lost
+    async with _gated(slack, tmp_path, script) as app:
+        assert app.service is not None
+        root = await _ask(app, slack)
+        [card] = _cards(slack)
+        [pending] = await app.service.store.task_approvals(str(await app.service.store.find_task("C1", root)))
+        assert pending.card_ts == card["ts"]  # found, not posted again
+        assert await app.service.store.open_effects(pending.task_id) == []
+        await app.service.runner.sweep()
+        await _settle(app)
+        assert len(_cards(slack)) == 1
+        assert slack.count("chat.postMessage") == 1
+        await app.click(_click(card, "U1", APPROVE, root))
+        await _settle(app)
+    assert _bot_reactions(slack, root) == ["white_check_mark"]
+    assert "Approved" in json.dumps(next(m for m in slack.bot_messages("C1") if m["ts"] == card["ts"]))
 
 
-async def test_approval_gates_a_channel_tool_such_as_channel_retract(tmp_path: Path) -> None:
+async def test_approval_gates_a_channel_tool_such_as_channel_retract(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
     """`approval = ["channel_retract"]`: retracting the bot's own post waits for the card, then runs."""
     posted: list[str] = []
 
@@ -311,36 +304,24 @@ async def test_approval_gates_a_channel_tool_such_as_channel_retract(tmp_path: P
                 return [call("channel_reply", text=f"retracted: {json.dumps(result)}")]
         return [""]
 
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_retract"])
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, agent_file=agent) as app:
-            root = await _ask(app, slack, "<@UBOT> post then retract")
-            [card] = _cards(slack)
-            assert "channel_retract" in json.dumps(card["blocks"])
-            texts = [m["text"] for m in slack.bot_messages("C1")]
-            assert "a post to take back" in texts
-            await app.click(_click(card, "U1", APPROVE, root))
-            await _settle(app)
+    async with _gated(slack, tmp_path, script, ["channel_retract"]) as app:
+        root = await _ask(app, slack, "<@UBOT> post then retract")
+        [card] = _cards(slack)
+        assert "channel_retract" in json.dumps(card["blocks"])
         texts = [m["text"] for m in slack.bot_messages("C1")]
-        assert "a post to take back" not in texts
-        assert 'retracted: {"ok": true}' in texts
+        assert "a post to take back" in texts
+        await app.click(_click(card, "U1", APPROVE, root))
+        await _settle(app)
+    texts = [m["text"] for m in slack.bot_messages("C1")]
+    assert "a post to take back" not in texts
+    assert 'retracted: {"ok": true}' in texts
 
 
-async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
+@pytest.mark.process
+async def test_approval_gates_an_mcp_tool(slack: FakeSlack, tmp_path: Path) -> None:
     """`approval` globs match MCP tools too: the call to a real MCP server waits for its card and,
     once approved, its result reaches the model."""
-    python = sys.executable.replace("\\", "/")
-    tickets = (Path(__file__).parent / "support" / "mcp_tickets.py").as_posix()
-    agent = tmp_path / "agent.toml"
-    agent.write_text(
-        'approval = ["tickets_get_*"]\n'
-        "[mcp.tickets]\n"
-        f'command = ["{python}", "{tickets}"]\n'
-        'eager = ["get_ticket"]\n'
-        "timeout = 5\n",
-        encoding="utf-8",
-    )
+    agent = _tickets_agent(tmp_path, approval="tickets_get_*", eager="get_ticket")
     seen: list[Any] = []
 
     def script(turn: Turn) -> list[Any]:
@@ -352,18 +333,14 @@ async def test_approval_gates_an_mcp_tool(tmp_path: Path) -> None:
                 return [call("channel_reply", text="got it")]
         return [""]
 
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        async with AppHarness(
-            slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent
-        ) as app:
-            root = await _ask(app, slack, "<@UBOT> read ticket 1")
-            [card] = _cards(slack)
-            assert "tickets_get_ticket" in json.dumps(card["blocks"]) and seen == []
-            await app.click(_click(card, "U1", APPROVE, root))
-            await _settle(app)
-        assert len(seen) == 1 and "Login page times out" in json.dumps(seen[0])
-        assert "got it" in [m["text"] for m in slack.bot_messages("C1")]
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent) as app:
+        root = await _ask(app, slack, "<@UBOT> read ticket 1")
+        [card] = _cards(slack)
+        assert "tickets_get_ticket" in json.dumps(card["blocks"]) and seen == []
+        await app.click(_click(card, "U1", APPROVE, root))
+        await _settle(app)
+    assert len(seen) == 1 and "Login page times out" in json.dumps(seen[0])
+    assert "got it" in [m["text"] for m in slack.bot_messages("C1")]
 
 
 def test_card_arguments_are_bounded_and_cannot_mention_or_break_out() -> None:
@@ -401,23 +378,11 @@ def test_many_keys_fit_by_shortening_values_and_too_many_cannot_be_shown() -> No
         arg_sections(json.dumps({"k" * 4000: 1}))
 
 
-def _notify_agent(tmp_path: Path) -> Path:
-    python = sys.executable.replace("\\", "/")
-    tickets = (Path(__file__).parent / "support" / "mcp_tickets.py").as_posix()
-    agent = tmp_path / "agent.toml"
-    agent.write_text(
-        'approval = ["tickets_notify"]\n'
-        "[mcp.tickets]\n"
-        f'command = ["{python}", "{tickets}"]\n'
-        'eager = ["notify"]\n'
-        "timeout = 5\n",
-        encoding="utf-8",
-    )
-    return agent
-
-
+@pytest.mark.process
 @pytest.mark.parametrize("keys", [1, 5000])
-async def test_a_card_shows_the_key_that_matters_or_the_call_is_denied(tmp_path: Path, keys: int) -> None:
+async def test_a_card_shows_the_key_that_matters_or_the_call_is_denied(
+    slack: FakeSlack, tmp_path: Path, keys: int
+) -> None:
     """A gated MCP call with a long body before ``to`` gets a card showing ``to``; one whose arguments no
     card can show is denied at once (the model reads ``denied``), and no card is posted."""
     seen: list[Any] = []
@@ -432,86 +397,85 @@ async def test_a_card_shows_the_key_that_matters_or_the_call_is_denied(tmp_path:
                 return [call("channel_reply", text="done")]
         return [""]
 
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _notify_agent(tmp_path)
-        async with AppHarness(
-            slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent
-        ) as app:
-            await _ask(app, slack, "<@UBOT> notify them")
-            cards = _cards(slack)
-        if keys == 1:
-            [card] = cards
-            assert 'to: \\"attacker@evil.example\\"' in json.dumps(card["blocks"]) and seen == []
-        else:
-            assert cards == [] and seen[0]["error"]["code"] == "denied"
-            assert "approval card" in seen[0]["error"]["message"]
+    agent = _tickets_agent(tmp_path, approval="tickets_notify", eager="notify")
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent) as app:
+        await _ask(app, slack, "<@UBOT> notify them")
+        cards = _cards(slack)
+    if keys == 1:
+        [card] = cards
+        assert 'to: \\"attacker@evil.example\\"' in json.dumps(card["blocks"]) and seen == []
+    else:
+        assert cards == [] and seen[0]["error"]["code"] == "denied"
+        assert "approval card" in seen[0]["error"]["message"]
 
 
-async def test_approval_by_approvers_lets_only_approvers_decide(tmp_path: Path) -> None:
+async def test_approval_by_approvers_lets_only_approvers_decide(slack: FakeSlack, tmp_path: Path) -> None:
     """With APPROVAL_BY=approvers the requester's own click is refused privately; an approver decides."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        async with AppHarness(
-            slack,
-            model=scripted(script),
-            data_dir=tmp_path,
-            agent_file=agent,
-            approvers=("U9",),
-            approval_by="approvers",
-        ) as app:
-            root = await _ask(app, slack)
-            [card] = _cards(slack)
-            assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
-            await _settle(app)
-            assert slack.ephemerals and "Only an approver can decide" in slack.ephemerals[0][3]
-            assert _bot_reactions(slack, root) == [] and script.results == []
-            assert (await app.click(_click(card, "U9", APPROVE, root))).status == 200
-            await _settle(app)
-        assert _bot_reactions(slack, root) == ["white_check_mark"]
+    async with _gated(slack, tmp_path, script, approvers=("U9",), approval_by="approvers") as app:
+        root = await _ask(app, slack)
+        [card] = _cards(slack)
+        assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+        await _settle(app)
+        assert slack.ephemerals and "Only an approver can decide" in slack.ephemerals[0][3]
+        assert _bot_reactions(slack, root) == [] and script.results == []
+        assert (await app.click(_click(card, "U9", APPROVE, root))).status == 200
+        await _settle(app)
+    assert _bot_reactions(slack, root) == ["white_check_mark"]
 
 
-BASE_URL = os.environ.get("TEST_DATABASE_URL", "")
-
-
-@pytest.fixture
-async def database_url() -> AsyncIterator[str]:
-    if not BASE_URL:
-        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
-    schema = f"tb_approve_{uuid.uuid4().hex[:12]}"
-    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}schema={schema}"
-    conn = await asyncpg.connect(BASE_URL)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
-
-
-async def test_the_same_click_on_two_instances_runs_the_call_once(tmp_path: Path, database_url: str) -> None:
+async def test_the_same_click_on_two_instances_runs_the_call_once(
+    slack: FakeSlack, tmp_path: Path, database_url: str
+) -> None:
     """One click delivered to two instances on one Postgres: one decision, one execution, one answer."""
     script = ReactScript()
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        agent = _agent_file(tmp_path, ["channel_react"])
-        common: dict[str, Any] = {
-            "database_url": database_url,
-            "model": scripted(script),
-            "agent_file": agent,
-        }
-        async with (
-            AppHarness(slack, data_dir=tmp_path / "a", owner="instance-a", **common) as a,
-            AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
-        ):
-            root = await _ask(a, slack)
-            [card] = _cards(slack)
-            click = _click(card, "U1", APPROVE, root)
-            responses = await asyncio.gather(a.click(click), b.click(click), a.click(click))
-            assert all(r.status == 200 for r in responses)
-            await asyncio.gather(_settle(a), _settle(b))
-            await asyncio.gather(_settle(a), _settle(b))
-        assert slack.count("reactions.add") == 1
-        assert script.results == [[{"ok": True}]]
-        assert [m["text"] for m in slack.bot_messages("C1")].count("outcome: ok") == 1
-        assert slack.ephemerals == []
+    agent = _agent_file(tmp_path, ["channel_react"])
+    common: dict[str, Any] = {
+        "database_url": database_url,
+        "model": scripted(script),
+        "agent_file": agent,
+    }
+    async with (
+        AppHarness(slack, data_dir=tmp_path / "a", owner="instance-a", **common) as a,
+        AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
+    ):
+        root = await _ask(a, slack)
+        [card] = _cards(slack)
+        click = _click(card, "U1", APPROVE, root)
+        responses = await asyncio.gather(a.click(click), b.click(click), a.click(click))
+        assert all(r.status == 200 for r in responses)
+        await asyncio.gather(_settle(a), _settle(b))
+        await asyncio.gather(_settle(a), _settle(b))
+    assert slack.count("reactions.add") == 1
+    assert script.results == [[{"ok": True}]]
+    assert [m["text"] for m in slack.bot_messages("C1")].count("outcome: ok") == 1
+    assert slack.ephemerals == []
+
+
+async def test_a_click_whose_container_is_not_the_card_decides_nothing(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    """A signed click carrying a real approval id but pointing at another channel, or at another
+    message of the thread, is refused as unknown: the call does not run and the card stays open."""
+    script = ReactScript()
+    slack.add_channel("C9", "finance")
+    elsewhere = slack.add_message("C9", "Q3 numbers", user="U1")
+    async with _gated(slack, tmp_path, script) as app:
+        root = await _ask(app, slack)
+        [card] = _cards(slack)
+        for channel, ts in (("C9", elsewhere), ("C1", root)):
+            click = events.block_actions(
+                channel=channel,
+                user="U1",
+                message_ts=ts,
+                thread_ts=ts,
+                action_id=APPROVE,
+                value=_approval_id(card, APPROVE),
+            )
+            assert (await app.click(click)).status == 200
+            await _settle(app)
+        assert app.service is not None
+        approval = await app.service.store.get_approval(_approval_id(card, APPROVE))
+        assert approval is not None and approval.decision is None
+    assert _bot_reactions(slack, root) == [] and slack.count("reactions.add") == 0
+    assert script.results == []

@@ -98,6 +98,7 @@ def refused(cwd: Path, *args: str, **values: str) -> str:
 # -- required settings ---------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
     """With nothing set, serve lists all three required settings with where to get each, then the advice."""
     assert refused(tmp_path, "serve").splitlines() == [
@@ -125,6 +126,7 @@ def test_run_needs_no_signing_secret(here: Callable[..., str]) -> None:
     ]
 
 
+@pytest.mark.process
 def test_anthropic_model_without_key_is_refused_by_serve(tmp_path: Path) -> None:
     """MODEL=anthropic:… without ANTHROPIC_API_KEY names the key and where to get it, no traceback."""
     values = {**GOOD, "MODEL": "anthropic:claude-sonnet-4-5"}
@@ -135,6 +137,7 @@ def test_anthropic_model_without_key_is_refused_by_serve(tmp_path: Path) -> None
     ]
 
 
+@pytest.mark.process
 def test_anthropic_model_without_key_fails_one_check_line(tmp_path: Path) -> None:
     """`check` reports the missing Anthropic key as one FAIL line and exits 1, no traceback."""
     values = {"MODEL": "anthropic:claude-sonnet-4-5", "DATA_DIR": str(tmp_path / "data")}
@@ -146,6 +149,7 @@ def test_anthropic_model_without_key_fails_one_check_line(tmp_path: Path) -> Non
     ) in out.splitlines()
 
 
+@pytest.mark.process
 def test_openai_model_without_key_is_refused_unless_a_base_url_is_set(tmp_path: Path) -> None:
     """An OpenAI model needs OPENAI_API_KEY; only a custom OPENAI_BASE_URL (a local server) may go without."""
     values = {k: v for k, v in GOOD.items() if k != "OPENAI_API_KEY"}
@@ -182,12 +186,14 @@ def test_an_invalid_setting_is_one_line(here: Callable[..., str], setting: str, 
     assert here("serve", **{**GOOD, name: value}) == f"threadbound: {line}\n"
 
 
+@pytest.mark.process
 def test_an_invalid_log_level_ends_the_process_without_a_traceback(tmp_path: Path) -> None:
     """LOG_LEVEL=LOUD (once a ValueError traceback from logging) is one line and exit 2 from the process."""
     expected = "threadbound: LOG_LEVEL=LOUD is invalid: use one of DEBUG, INFO, WARNING, ERROR, CRITICAL\n"
     assert refused(tmp_path, "serve", **GOOD, LOG_LEVEL="LOUD") == expected
 
 
+@pytest.mark.process
 def test_invalid_settings_are_read_from_dotenv_too(tmp_path: Path) -> None:
     """A bad value in .env is reported like one in the environment, and `check` refuses it as well."""
     (tmp_path / ".env").write_text("LOG_LEVEL=LOUD\n")
@@ -216,6 +222,7 @@ def test_a_mysql_url_is_one_line_without_the_password(here: Callable[..., str]) 
     )
 
 
+@pytest.mark.process
 def test_a_data_dir_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
     """DATA_DIR where a file stands cannot hold the store: one line naming DATA_DIR, exit 2."""
     (tmp_path / "taken").write_text("a file, not a folder")
@@ -267,6 +274,7 @@ def test_instructions_naming_a_missing_file_are_refused(tmp_path: Path, here: Ca
 # -- listening ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 async def test_a_port_in_use_ends_serve_quickly_with_one_line(tmp_path: Path) -> None:
     """With the port taken (HOST and PORT read from .env), serve exits 2 naming the port; it does not hang."""
     with socket.socket() as taken:
@@ -338,6 +346,7 @@ async def run_in_process(
     return await asyncio.to_thread(main, ["run", *args])
 
 
+@pytest.mark.process
 async def test_run_into_an_unknown_channel_is_one_line(tmp_path: Path) -> None:
     """`run --channel` with an ID Slack does not know exits 2 saying to check the ID; nothing is posted."""
     async with FakeSlack() as slack:
@@ -428,6 +437,7 @@ def test_every_subcommand_help_has_a_paragraph_and_examples(
     assert f"\nexamples:\n  python -m app {command}" in out
 
 
+@pytest.mark.process
 def test_top_level_help_lists_commands_and_examples(tmp_path: Path) -> None:
     """`python -m app --help` exits 0 listing every command, with examples and no settings needed."""
     code, out, err = app(tmp_path, "--help")
@@ -458,6 +468,7 @@ def test_a_store_that_never_answers_ends_start_up(
     )
 
 
+@pytest.mark.process
 async def test_a_revoked_token_ends_start_up_with_one_line(tmp_path: Path) -> None:
     """A token Slack refuses at auth.test ends serve with exit 2 and what to do, not Slack's raw error."""
     async with FakeSlack(token=TOKEN) as slack:

@@ -26,7 +26,7 @@ from tests.support.models import call
 from threadbound_emulator import FakeSlack
 
 FILLER = "Some chatter about the weather and the week, nothing anyone needs to remember. " * 10
-FACT = re.compile(r"\((msg_[\w-]+)\):.*?the vault code is (\d+)")
+FACT = re.compile(r'"message": "(msg_[\w-]+)", "text": "[^"]*?the vault code is (\d+)')
 
 
 def _texts(messages: list[ModelMessage]) -> list[str]:

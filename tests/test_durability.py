@@ -65,6 +65,7 @@ def _crash_script(request: dict[str, Any]) -> Reply:
     return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {text.splitlines()[0]}"})
 
 
+@pytest.mark.process
 async def test_a_post_interrupted_by_a_crash_is_never_repeated(tmp_path: Path) -> None:
     """SIGKILL while chat.postMessage is in flight: after restart the post exists once and follow-ups work."""
     async with FakeSlack() as slack, FakeOpenAI(_crash_script) as llm, aiohttp.ClientSession() as http:
@@ -111,6 +112,7 @@ async def test_a_post_interrupted_by_a_crash_is_never_repeated(tmp_path: Path) -
         assert "was posted as msg_" in last_user_text(recovered)
 
 
+@pytest.mark.process
 async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(tmp_path: Path) -> None:
     """SIGTERM during a run: the server stops accepting, the turn completes, and the process exits 0."""
     async with FakeSlack() as slack, FakeOpenAI(delay=1.0) as llm, aiohttp.ClientSession() as http:

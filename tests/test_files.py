@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import errno
 import hashlib
+import os
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.runs.file_expiry import FileExpiry
 from channel.contract import FileMeta
 from channel.errors import ChannelError
 from channel.slack import downloads as slack_files
@@ -91,9 +94,47 @@ async def test_fetch_good_file(env: SessionEnv) -> None:
     assert (env.task_dir / result["path"]).read_bytes() == content
     [request] = env.slack.file_requests
     assert request.authorized and request.variant == "download"
+
+
+async def test_a_second_fetch_of_the_same_file_reuses_the_copy(env: SessionEnv) -> None:
+    """Fetching a file again returns the copy already in the task directory: no download, no new copy."""
+    handle = await posted_file(env, "report.pdf", "application/pdf", b"%PDF-1.7 once")
+    first = await env.session.call("channel_fetch_file", {"file": handle})
     again = await env.session.call("channel_fetch_file", {"file": handle})
-    assert again["path"] == "files/report-1.pdf"
-    assert on_disk(env.task_dir) == ["report-1.pdf", "report.pdf"]
+    assert again == first and len(env.slack.file_requests) == 1
+    assert on_disk(env.task_dir) == ["report.pdf"]
+
+
+async def test_a_fetch_past_the_task_quota_is_refused(env: SessionEnv) -> None:
+    """With TASK_FILES_MAX_BYTES nearly used, a fetch that would pass it is refused (file_refused) before
+    any request, and nothing is written."""
+    env.session.files_max_bytes = 1000
+    env.slack.add_file("F0ONE00001", "a.bin", "application/octet-stream", b"a" * 600)
+    env.slack.add_file("F0TWO00002", "b.bin", "application/octet-stream", b"b" * 600)
+    first, second = await file_handles(
+        env, env.slack.file_object("F0ONE00001"), env.slack.file_object("F0TWO00002")
+    )
+    assert (await env.session.call("channel_fetch_file", {"file": first}))["size"] == 600
+    refused = await env.session.call("channel_fetch_file", {"file": second})
+    assert error_code(refused) == "file_refused" and "quota" in refused["error"]["message"]
+    assert len(env.slack.file_requests) == 1 and not (env.task_dir / "files" / "b.bin").exists()
+
+
+async def test_files_of_a_task_unused_for_the_ttl_are_removed_and_fetched_again(env: SessionEnv) -> None:
+    """FILES_TTL_DAYS after its last use a task's files are removed; its handles stay, and a later fetch
+    downloads the file again."""
+    handle = await posted_file(env, "notes.txt", "text/plain", b"kept in storage")
+    await env.session.call("channel_fetch_file", {"file": handle})
+    other = env.tasks_dir / "recent"
+    other.mkdir()
+    expiry = FileExpiry(env.tasks_dir, ttl_days=7, clock=lambda: time.time() + 8 * 86_400)
+    os.utime(other, (time.time() + 7.5 * 86_400,) * 2)  # used half a day before the sweep
+    assert await expiry.sweep() == 1
+    assert not env.task_dir.exists() and other.exists()
+    session = env.new_session()
+    again = await session.call("channel_fetch_file", {"file": handle})
+    assert (env.task_dir / again["path"]).read_bytes() == b"kept in storage"
+    assert len(env.slack.file_requests) == 2
 
 
 async def test_fetch_html_signin_page_refused(env: SessionEnv) -> None:
@@ -229,7 +270,8 @@ async def test_a_forwarded_file_from_another_conversation_gets_no_handle(env: Se
     forward(env, [named if shape == "stub" else env.slack.file_object("F0SECRET01")])
     [row] = (await env.session.call("channel_read", {}))["messages"][-1:]
     assert [set(f) for f in row["files"]] == [{"name", "unavailable"}]
-    assert row["files"][0]["name"] == "payroll.csv"
+    # Named only as the attachment named it: files.info's answer is not passed on.
+    assert row["files"][0]["name"] == ("a file" if shape == "stub" else "payroll.csv")
     assert "another conversation" in row["files"][0]["unavailable"]
     assert env.slack.file_requests == []
 
@@ -323,14 +365,16 @@ async def test_fetch_without_hard_links_still_places(
 ) -> None:
     """On a file system without hard links the file is placed by a rename over a reserved name."""
     content = b"no links here"
-    handle = await posted_file(env, "notes.txt", "text/plain", content)
+    env.slack.add_file("F1", "notes.txt", "text/plain", b"first")
+    env.slack.add_file("F2", "notes.txt", "text/plain", content)
+    one, two = await file_handles(env, env.slack.file_object("F1"), env.slack.file_object("F2"))
 
     async def no_link(src: object, dst: object) -> None:
         raise PermissionError(errno.EPERM, "Operation not permitted")
 
     monkeypatch.setattr(slack_files.aiofiles.os, "link", no_link)
-    first = await env.session.call("channel_fetch_file", {"file": handle})
-    second = await env.session.call("channel_fetch_file", {"file": handle})
+    first = await env.session.call("channel_fetch_file", {"file": one})
+    second = await env.session.call("channel_fetch_file", {"file": two})
     assert (first["path"], second["path"]) == ("files/notes.txt", "files/notes-1.txt")
     assert (env.task_dir / second["path"]).read_bytes() == content
     assert on_disk(env.task_dir) == ["notes-1.txt", "notes.txt"]

@@ -13,6 +13,7 @@ from app import logs
 from tests.support import events, fixtures
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
+from tests.support.prompts import readable
 from threadbound_emulator import FakeSlack
 
 # What the model must be shown for fixtures that start a turn; every other envelope starts nothing.
@@ -153,8 +154,9 @@ async def test_fixture_end_to_end(name: str, tmp_path: Path) -> None:
             assert (delivery["outcome"], delivery["reason"]) == ("ignored", IGNORED[name])
             return
         assert delivery["outcome"] == "claimed" and len(prompts) == 1
+        shown = readable(prompts[0])  # the rows as a person reads them: "Lev (msg_…): text"
         for expected in TURNS[name]:
-            assert expected in prompts[0], (expected, prompts[0])
+            assert expected in shown, (expected, shown)
         assert "0 bytes" not in prompts[0]
         _no_ids(prompts[0])
         assert [m["text"] for m in slack.bot_messages()] == ["seen"]

@@ -104,6 +104,7 @@ def alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.process
 async def test_stdio_server_tools_are_prefixed_filtered_and_callable(stdio_server: McpServer) -> None:
     """A stdio server's tools are offered as NAME_<tool>, deferred unless eager, and answer calls."""
     names = {t.name for t in stdio_server.tools}
@@ -113,6 +114,7 @@ async def test_stdio_server_tools_are_prefixed_filtered_and_callable(stdio_serve
     assert found == [{"id": 1, "title": "Login page times out", "status": "open"}]
 
 
+@pytest.mark.process
 async def test_include_exclude_and_eager_choose_tools() -> None:
     """include/exclude globs decide which tools exist; eager globs decide which start offered."""
     server = McpServer(tickets(include=("*ticket*",), exclude=("close_*",), eager=("search_*",)), {})
@@ -129,6 +131,7 @@ async def test_include_exclude_and_eager_choose_tools() -> None:
         await server.stop()
 
 
+@pytest.mark.process
 async def test_http_server_gets_expanded_headers(http_url: str) -> None:
     """A Streamable HTTP server is called with the file's headers, ${VAR} expanded from the environment."""
     config = McpServerConfig(
@@ -151,6 +154,7 @@ async def test_http_server_gets_expanded_headers(http_url: str) -> None:
         await server.stop()
 
 
+@pytest.mark.process
 async def test_an_http_server_that_restarted_is_reconnected() -> None:
     """A call while the HTTP server is down fails with a reason; once it is back, the next call works."""
     from app.agent.mcp.servers import McpCallFailed
@@ -171,6 +175,7 @@ async def test_an_http_server_that_restarted_is_reconnected() -> None:
         await end(proc)
 
 
+@pytest.mark.process
 async def test_stdio_environment_is_built_from_scratch() -> None:
     """A stdio server sees only the file's env (expanded) and a safe list, never the Slack token."""
     environ = {
@@ -212,6 +217,7 @@ def test_missing_variable_is_named() -> None:
     }
 
 
+@pytest.mark.process
 async def test_servers_that_do_not_start_are_absent_and_contained() -> None:
     """A missing command or a silent process makes only that server's tools absent, with the reason."""
     servers = McpServers(
@@ -238,6 +244,7 @@ async def test_servers_that_do_not_start_are_absent_and_contained() -> None:
         await servers.stop()
 
 
+@pytest.mark.process
 async def test_a_hanging_call_fails_at_its_timeout_and_the_server_still_answers() -> None:
     """A call past the server's timeout fails with tool_failed; the next call on the same server works."""
     from app.agent.mcp.toolset import tool_failed
@@ -256,6 +263,7 @@ async def test_a_hanging_call_fails_at_its_timeout_and_the_server_still_answers(
         await server.stop()
 
 
+@pytest.mark.process
 async def test_a_stdio_server_that_died_between_calls_is_restarted_on_next_use(
     stdio_server: McpServer,
 ) -> None:
@@ -267,6 +275,7 @@ async def test_a_stdio_server_that_died_between_calls_is_restarted_on_next_use(
     assert second != first and alive(second)
 
 
+@pytest.mark.process
 async def test_a_stdio_server_that_dies_during_a_call_fails_it_and_comes_back(
     stdio_server: McpServer,
 ) -> None:
@@ -280,6 +289,7 @@ async def test_a_stdio_server_that_dies_during_a_call_fails_it_and_comes_back(
     assert second != first
 
 
+@pytest.mark.process
 async def test_a_tool_error_is_a_bounded_failure(stdio_server: McpServer) -> None:
     """An error the tool raises comes back as a short reason naming the tool."""
     from app.agent.mcp.servers import McpCallFailed
@@ -289,6 +299,7 @@ async def test_a_tool_error_is_a_bounded_failure(stdio_server: McpServer) -> Non
     assert len(str(caught.value).encode()) <= 512
 
 
+@pytest.mark.process
 async def test_stop_ends_the_stdio_process() -> None:
     """Stopping a stdio server ends its process."""
     server = McpServer(tickets(), {})
@@ -298,6 +309,7 @@ async def test_stop_ends_the_stdio_process() -> None:
     await gone(pid)
 
 
+@pytest.mark.process
 async def test_an_image_result_is_saved_in_the_task_directory(
     stdio_server: McpServer, tmp_path: Path
 ) -> None:

@@ -51,6 +51,7 @@ async def converse(tmp_path: Path, agent: Path, script: Any) -> FakeSlack:
         return slack
 
 
+@pytest.mark.process
 async def test_the_model_finds_an_mcp_tool_with_tool_search_and_reads_its_result(tmp_path: Path) -> None:
     """tool_search finds tickets_search_tickets; the call reaches the real server and its result the model."""
     offered: list[list[str]] = []
@@ -79,6 +80,7 @@ async def test_the_model_finds_an_mcp_tool_with_tool_search_and_reads_its_result
     assert [e["name"] for e in found["enabled"]] == ["tickets_search_tickets"]
 
 
+@pytest.mark.process
 async def test_a_failing_or_hanging_mcp_call_reaches_the_model_as_tool_failed(tmp_path: Path) -> None:
     """A tool error and a call past its timeout both come back as tool_failed results; the run goes on."""
     results: list[tuple[str, Any]] = []
@@ -107,6 +109,7 @@ async def test_a_failing_or_hanging_mcp_call_reaches_the_model_as_tool_failed(tm
     }
 
 
+@pytest.mark.process
 async def test_an_image_from_an_mcp_tool_can_be_attached_in_the_thread(tmp_path: Path) -> None:
     """An MCP image result is saved in the task directory and channel_attach posts it."""
     body = TICKETS.replace('eager = ["get_ticket"]', 'eager = ["ticket_chart"]')
@@ -127,6 +130,7 @@ async def test_an_image_from_an_mcp_tool_can_be_attached_in_the_thread(tmp_path:
     assert slack.count("files.completeUploadExternal") == 1
 
 
+@pytest.mark.process
 async def test_a_server_that_does_not_start_leaves_the_app_serving(tmp_path: Path) -> None:
     """A server that cannot start makes its tools absent; the app starts and answers with the others."""
     body = TICKETS + '\n[mcp.broken]\ncommand = ["no-such-mcp-command"]\n'
@@ -143,6 +147,7 @@ async def test_a_server_that_does_not_start_leaves_the_app_serving(tmp_path: Pat
     assert offered[0] == ["channel_reply", "tickets_get_ticket"]
 
 
+@pytest.mark.process
 async def test_tools_naming_a_missing_tool_fails_start_up_listing_mcp_tools(tmp_path: Path) -> None:
     """A tools entry that selects nothing stops start-up, and the error lists the MCP tools too."""
     body = 'tools = ["channel_reply", "tickets_serch_tickets"]\n' + TICKETS
@@ -168,6 +173,7 @@ async def test_a_missing_variable_stops_start_up_naming_it(tmp_path: Path) -> No
             await harness.start()
 
 
+@pytest.mark.process
 async def test_check_shows_one_line_per_mcp_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`check` starts each MCP server: ok with its tool count, or the reason; `tools` may name MCP tools."""
     monkeypatch.chdir(tmp_path)
@@ -189,6 +195,7 @@ async def test_check_shows_one_line_per_mcp_server(tmp_path: Path, monkeypatch: 
     assert "'tickets_nope'" in failed[0] and "tickets_search_tickets" in failed[0]
 
 
+@pytest.mark.process
 async def test_stdio_servers_start_with_the_app_and_stop_with_it(tmp_path: Path) -> None:
     """The app starts each stdio server before it serves and ends its process when it shuts down."""
     async with FakeSlack() as slack:

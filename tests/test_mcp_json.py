@@ -89,6 +89,17 @@ def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, content: Any, message:
         load_mcp_json(path)
 
 
+def test_a_missing_variable_names_the_json_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """${VAR} that is not set, in a JSON server's env, is named with the server as the file writes it."""
+    monkeypatch.delenv("THREADBOUND_UNSET_FOR_TEST", raising=False)
+    entry = desk(env={"TOKEN": "${THREADBOUND_UNSET_FOR_TEST}"})
+    [server] = load_mcp_json(write(tmp_path / "mcp.json", {"mcpServers": {"Ticket-Desk": entry}}))
+    with pytest.raises(
+        McpConfigError, match=r'^MCP_CONFIG "Ticket-Desk" env.TOKEN uses \$\{THREADBOUND_UNSET'
+    ):
+        server.resolve({})
+
+
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
     """MCP_CONFIG naming no file stops start-up with what to do."""
     with pytest.raises(McpConfigError, match=r"does not exist: create it or unset MCP_CONFIG"):
@@ -119,6 +130,7 @@ async def test_a_name_in_both_stops_start_up(tmp_path: Path) -> None:
         await harness.stop()
 
 
+@pytest.mark.process
 async def test_a_json_server_is_called_and_gated_like_an_agent_file_one(tmp_path: Path) -> None:
     """A server from MCP_CONFIG offers its eager tool, and the agent file's approval globs gate it: the call
     waits for a card instead of running."""
@@ -149,6 +161,7 @@ async def test_a_json_server_is_called_and_gated_like_an_agent_file_one(tmp_path
     assert ran == []
 
 
+@pytest.mark.process
 async def test_check_starts_json_servers_without_an_agent_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,16 +7,19 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiohttp import web
+from pydantic_ai.messages import BinaryContent
 
 from app.agent.mcp.bounds import MAX_DESCRIPTION_CHARS, MAX_SCHEMA_CHARS
 from app.agent.mcp.config import McpServerConfig, parse_servers
 from app.agent.mcp.http import client_factory
 from app.agent.mcp.servers import McpCallFailed, McpServer
+from app.agent.mcp.toolset import readable
 from app.logs import capture
 from app.settings import Settings
 from tests.support.harness import free_port
@@ -121,6 +124,7 @@ async def test_a_failing_url_is_redacted_in_logs_check_and_tool_results(refuser:
     assert "MCP server remote is unavailable" in logs.text
 
 
+@pytest.mark.process
 async def test_http_answers_are_capped_while_read() -> None:
     """An HTTP server's oversized answer fails the call with a reason and is never held whole; the
     server keeps answering."""
@@ -140,6 +144,7 @@ async def test_http_answers_are_capped_while_read() -> None:
         await end(proc)
 
 
+@pytest.mark.process
 async def test_stdio_answers_are_capped_while_read() -> None:
     """A stdio server printing a 64 MiB answer on one line: the call fails saying so, memory stays far
     below the answer's size, and the same server answers the next call."""
@@ -185,3 +190,12 @@ def test_descriptions_and_schemas_are_bounded(caplog: pytest.LogCaptureFixture) 
     logged = caplog.text
     assert "description of tool chatty was cut" in logged
     assert "input schema of tool wordy was cut" in logged and "tool huge left out" in logged
+
+
+async def test_a_binary_result_past_the_task_quota_is_not_saved(tmp_path: Path) -> None:
+    """An image an MCP tool returns that would pass TASK_FILES_MAX_BYTES is not written; the model reads
+    file_refused in its place."""
+    image = BinaryContent(data=b"\x89PNG" + b"0" * 5000, media_type="image/png")
+    result = await readable([image], tmp_path, "tickets_chart", max_bytes=4096)
+    assert result[0]["error"]["code"] == "file_refused"
+    assert not (tmp_path / "files").exists() or not any((tmp_path / "files").iterdir())

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -338,6 +339,35 @@ async def test_the_demo_model_streams_a_labelled_echo_with_feedback_buttons(tmp_
     assert [b["type"] for b in replies[0]["buttons"]] == ["feedback_buttons", "feedback_buttons"]
 
 
+async def test_the_demo_model_uses_tools_so_the_page_shows_steps_and_a_reaction(tmp_path: Path) -> None:
+    """Each demo turn reacts 👀 to the person's message and reads the thread before answering, and its
+    answer says so: the no-key path shows tool steps and reactions, not only text."""
+    async with Playground(_settings(tmp_path), model=demo_model()) as pg:
+        await pg.post("U0ALICE", GENERAL, "@threadbound show me the tools")
+        assert pg.service is not None
+        await pg.service.runner.idle()
+        state = pg.snapshot()
+        [stream] = pg.slack.streams.values()
+    [root] = _conversation(state, GENERAL)["messages"]
+    assert [r["name"] for r in root["reactions"]] == ["eyes"]
+    [reply] = _bot_replies(state)
+    assert "reacted 👀 to your message and read the thread (1 message)" in reply["html"]
+    assert "show me the tools" in reply["html"]
+    assert pg.slack.count("reactions.add") == 1 and pg.slack.count("conversations.replies") >= 1
+    assert stream.state == "stopped"
+
+
+async def test_messages_carry_the_time_they_were_posted(tmp_path: Path) -> None:
+    """The playground's workspace hands out ts that follow the wall clock: a message's ts is the time
+    it was posted (to the second), so the page shows real times, not one start-up minute."""
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg:
+        before = time.time()
+        await pg.post("U0ALICE", GENERAL, "what time is it")
+        after = time.time()
+        [root] = _conversation(pg.snapshot(), GENERAL)["messages"]
+    assert before - 1 <= float(root["ts"]) <= after + 1
+
+
 async def test_the_agent_file_instructions_reach_the_playgrounds_agent(tmp_path: Path) -> None:
     """agent.toml works as under serve: its instructions are what the playground's agent runs with."""
     (tmp_path / "agent.toml").write_text('instructions = "You are the release bot."\n', encoding="utf-8")
@@ -380,6 +410,7 @@ async def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
             await second.start()
 
 
+@pytest.mark.process
 async def test_the_playground_command_serves_the_demo_and_stops_on_sigterm(tmp_path: Path) -> None:
     """``python -m app playground --demo`` as a process: notes the Slack settings it ignores,
     answers a post with the demo model, and exits 0 on SIGTERM."""

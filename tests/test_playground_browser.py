@@ -84,7 +84,7 @@ async def test_an_approval_card_clicked_in_the_page_lets_the_gated_call_run(tmp_
 
     def script(turn: Turn) -> list[Any]:
         if turn.prompt and "react" in turn.prompt:
-            handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt)
+            handle = re.search(r'"message": "(msg_[A-Za-z0-9_-]+)"', turn.prompt)
             assert handle is not None
             return [call("channel_react", message=handle.group(1), emoji="white_check_mark")]
         reacted = [r for name, r in turn.results if name == "channel_react"]
@@ -194,5 +194,34 @@ async def test_a_dns_rebinding_page_cannot_read_the_workspace(tmp_path: Path) ->
                 "async () => { const r = await fetch('/api/state'); return [r.status, await r.text()]; }"
             )
             assert status == 403 and "my private note" not in text
+        finally:
+            await browser.close()
+
+
+async def test_a_page_left_open_across_a_restart_reloads_with_the_new_token(tmp_path: Path) -> None:
+    """In chromium: the playground restarts on the same port with a new token; the open page's
+    refused stream makes it reload, and it is live again with the new token."""
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, data_dir=tmp_path, agent_file=None, skills_dir=None, sweep_interval=3600.0
+    )
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            async with Playground(settings, model=echo_model()) as first:
+                page = await browser.new_page()
+                await page.goto(first.url)
+                await page.locator("#connection.live").wait_for(timeout=30_000)
+                port = first.port
+            async with Playground(settings, model=echo_model(), port=port) as second:
+                token = page.locator('meta[name="playground-token"]')
+                await page.wait_for_function(
+                    "(t) => document.querySelector('meta[name=\"playground-token\"]').content === t",
+                    arg=second.page_token,
+                    timeout=30_000,
+                )
+                assert await token.get_attribute("content") == second.page_token
+                await page.locator("#connection.live").wait_for(timeout=30_000)
         finally:
             await browser.close()

@@ -24,7 +24,7 @@ from app.agent.model_settings import cache_key, prompt_cache_settings
 from app.agent.runtime import build_model
 from app.runs.run import APOLOGY
 from app.settings import Settings
-from tests.support import events
+from tests.support import events, prompts
 from tests.support.harness import AppHarness
 from threadbound_emulator import FakeSlack
 
@@ -270,8 +270,9 @@ class Wire:
         body = self.bodies[-1]
         if self.provider.ends_with_tool_result(body):
             return self.provider.answer(None, self.serial)
-        # The prompt line is "Alice (msg_…): @threadbound <text>": echo the text.
-        prompt = self.provider.last_user_text(body).rsplit(": ", 1)[-1].removeprefix("@threadbound ")
+        # The prompt's last row is {"author": "Alice", "message": "msg_…", "text": "@threadbound <text>"}.
+        row = prompts.rows(self.provider.last_user_text(body))[-1]
+        prompt = str(row["text"]).removeprefix("@threadbound ")
         return self.provider.answer(f"echo: {prompt}", self.serial)
 
     async def _fail(self, kind: str) -> httpx.Response:

@@ -155,6 +155,7 @@ async def _answered(slack: FakeSlack, count: int = 1) -> None:
     await eventually(lambda: len(slack.bot_messages("C1")) >= count, within=WITHIN_S)
 
 
+@pytest.mark.process
 async def test_after_sigkill_a_restart_answers_the_pending_inbox_at_once(tmp_path: Path) -> None:
     """SQLite: the process is killed mid-run; the restarted process takes the dead process's
     conversation over immediately (no LEASE_TTL wait) and answers it, once."""
@@ -183,6 +184,7 @@ async def test_after_sigkill_a_restart_answers_the_pending_inbox_at_once(tmp_pat
         assert "are you there" in reply["text"] and reply.get("thread_ts") == root
 
 
+@pytest.mark.process
 async def test_on_postgres_a_live_instance_answers_for_a_killed_one(tmp_path: Path) -> None:
     """Two instances on one Postgres: the one running a conversation is killed mid-run, and the
     other, seeing its database session end, takes the conversation over and answers it without

@@ -102,12 +102,18 @@ def test_other_edits_start_nothing(previous: str, text: str, channel_type: Any, 
     assert (decision.action, decision.reason) == ("ignore", reason)
 
 
-def test_an_edited_app_mention_leaves_the_decision_to_message_changed() -> None:
-    """Slack repeats app_mention on edits without the old text; message_changed decides instead."""
+def test_an_edited_app_mention_starts_the_edited_message() -> None:
+    """An app_mention for an edited message (it carries ``edited``) starts the message's own turn: an
+    app subscribed to mentions only gets no message_changed twin."""
     envelope = events.app_mention("C1", "U1", "<@UBOT> hi there", "20.0")
     envelope["event"]["edited"] = {"user": "U1", "ts": "21.0"}
     decision = classify(envelope["event"], BOT, _settings())
-    assert decision.reason == "an edited mention; its message_changed event decides"
+    assert (decision.action, decision.reason, decision.ts, decision.thread_ts) == (
+        "start",
+        "mention (edited)",
+        "20.0",
+        "20.0",
+    )
 
 
 def test_an_edit_by_another_bot_follows_the_bot_rules() -> None:
@@ -127,3 +133,14 @@ def test_enterprise_grid_mention_starts_a_task() -> None:
     """An org-wide install's mention by a W… user starts a task like any mention."""
     decision = classify(_event("enterprise_grid_app_mention"), BOT, _settings())
     assert (decision.action, decision.user) == ("start", "W061F7AUR")
+
+
+def test_an_edit_whose_inner_message_names_another_channel_is_routed_to_the_events_channel() -> None:
+    """A ``message_changed`` in #general whose edited message claims to be in #finance starts a
+    task in #general (the event's channel), never in the channel the inner message names."""
+    event = events.message_changed("C1", "U1", "<@UBOT> now asking", "1.000100", previous_text="hi")["event"]
+    event["message"]["channel"] = "C9FINANCE"
+    decision = classify(event, BOT, _settings(allowed_channels="C9FINANCE"))
+    assert decision.action == "ignore" and decision.reason == "channel is not in ALLOWED_CHANNELS"
+    decision = classify(event, BOT, _settings())
+    assert (decision.action, decision.channel) == ("start", "C1")

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from tests.support import events
@@ -21,17 +18,6 @@ BASE_URL = os.environ.get("TEST_DATABASE_URL", "")
 pytestmark = pytest.mark.skipif(
     not BASE_URL, reason="TEST_DATABASE_URL not set: multi-instance Postgres tests skipped"
 )
-
-
-@pytest.fixture
-async def database_url() -> AsyncIterator[str]:
-    schema = f"tb_scale_{uuid.uuid4().hex[:12]}"
-    yield f"{BASE_URL}{'&' if '?' in BASE_URL else '?'}schema={schema}"
-    conn = await asyncpg.connect(BASE_URL)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
 
 
 class Recorder:

@@ -16,8 +16,10 @@ import asyncpg
 import pytest
 from slack_sdk.errors import SlackApiError
 
+from app import logs
 from app.agent.approval_cards import APPROVE
 from app.intake.http import HTTP_EVENTS_OFF
+from app.playground.workspace import ignored_settings, playground_settings
 from app.service import Service, StartupError
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
@@ -104,20 +106,29 @@ async def test_a_mention_over_the_socket_is_answered_in_its_thread(tmp_path: Pat
 
 async def test_a_redelivered_envelope_is_answered_once(tmp_path: Path) -> None:
     """An envelope whose ack Slack did not get comes again with retry_attempt 1: acknowledged
-    again, answered once (the claim dedupes it)."""
+    again, answered once (the claim dedupes it); each delivery's log line names the envelope and
+    the attempt, and the app token appears in no log line."""
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True) as app:
-            slack.socket.hold_acks()
-            root, envelope = await _mention(slack)
-            async with asyncio.timeout(WITHIN):
-                await slack.socket.wait_held_ack(envelope)
-            slack.socket.release_acks()
-            assert slack.socket.redeliver_unacked() == [envelope]
-            await _acked(slack, envelope)
-            assert envelope.retry_attempt == 1
-            await app.idle()
+            with logs.capture(app.settings) as captured:
+                slack.socket.hold_acks()
+                root, envelope = await _mention(slack)
+                async with asyncio.timeout(WITHIN):
+                    await slack.socket.wait_held_ack(envelope)
+                slack.socket.release_acks()
+                assert slack.socket.redeliver_unacked() == [envelope]
+                await _acked(slack, envelope)
+                assert envelope.retry_attempt == 1
+                await app.idle()
         assert len(_replies(slack, root)) == 1
+        lines = captured.lines("delivery")
+        assert [(line["outcome"], line.get("retry_attempt")) for line in lines] == [
+            ("claimed", None),
+            ("duplicate", 1),
+        ]
+        assert {line["envelope_id"] for line in lines} == {envelope.envelope_id}
+        assert slack.app_token not in captured.text
 
 
 async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_path: Path) -> None:
@@ -148,6 +159,37 @@ async def test_the_ack_waits_for_the_claim_and_a_store_failure_is_not_acked(tmp_
             await _acked(slack, envelope)
             await app.idle()
         assert len(_replies(slack, root)) == 1
+
+
+async def test_stopping_lets_a_delivery_being_claimed_finish_and_be_acked(tmp_path: Path) -> None:
+    """A shutdown that begins while a delivery is being claimed stops taking new envelopes, lets
+    the claim finish and sends its ack before the socket closes, so Slack has nothing to resend."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        app = AppHarness(slack, model=echo_model(), data_dir=tmp_path, socket_mode=True)
+        await app.start()
+        assert app.service is not None
+        store = app.service.store
+        real_claim = store.claim_message
+        claiming, go_on = asyncio.Event(), asyncio.Event()
+
+        async def slow_claim(**kwargs: Any) -> Any:
+            claiming.set()
+            await go_on.wait()
+            return await real_claim(**kwargs)
+
+        store.claim_message = slow_claim  # type: ignore[method-assign]
+        _, envelope = await _mention(slack)
+        async with asyncio.timeout(WITHIN):
+            await claiming.wait()
+        stopping = asyncio.create_task(app.stop())
+        await asyncio.sleep(0.1)  # the stop is under way, waiting for the claim
+        assert not stopping.done()
+        go_on.set()
+        async with asyncio.timeout(WITHIN):
+            await stopping
+        assert envelope.acked.is_set() and envelope.retry_attempt == 0
+        assert slack.socket.connections == []
 
 
 async def test_disconnects_and_a_dropped_socket_are_survived(tmp_path: Path) -> None:
@@ -200,7 +242,7 @@ async def test_http_deliveries_are_refused_in_socket_mode_unless_both_are_config
 
 def _react_then_report(turn: Turn) -> list[Any]:
     """Asks to react to the person's message (a gated call), then replies with the call's outcome."""
-    handle = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", turn.prompt or "")
+    handle = re.search(r'"message": "(msg_[A-Za-z0-9_-]+)"', turn.prompt or "")
     if handle is not None:
         return [call("channel_react", message=handle.group(1), emoji="tada")]
     reacted = [r for name, r in turn.results if name == "channel_react"]
@@ -281,6 +323,16 @@ def test_serve_with_a_bot_token_as_app_token_prints_one_line(tmp_path: Path) -> 
         "threadbound: cannot start: SLACK_APP_TOKEN must start with xapp- — this looks like the bot token "
         "(xoxb-): copy the app-level token from Basic Information\n"
     )
+
+
+async def test_the_playground_keeps_http_and_names_the_app_token_it_ignores(tmp_path: Path) -> None:
+    """The playground delivers over signed HTTP: a SLACK_APP_TOKEN in the environment is cleared
+    for its app and named among the settings it ignores."""
+    async with FakeSlack() as slack:
+        settings = settings_for(slack, tmp_path, slack_app_token="xapp-1-A1-1-real")
+        assert "SLACK_APP_TOKEN" in ignored_settings(settings)
+        local = playground_settings(settings, slack, "secret")
+        assert not local.socket_mode and local.http_events
 
 
 async def test_http_events_off_without_an_app_token_is_refused(tmp_path: Path) -> None:

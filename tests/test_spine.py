@@ -17,6 +17,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, echo_model, scripted
+from tests.support.prompts import readable
 from threadbound_emulator import FakeSlack
 
 
@@ -415,9 +416,10 @@ async def test_inbound_files_reach_the_model_as_handles_only(tmp_path: Path) -> 
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> see attached", ts, files=files))
             await app.idle()
         assert len(prompts) == 1
-        assert prompts[0].count("attached file_") == 2
-        assert "notes.txt" in prompts[0]
-        assert "shared.csv (text/csv, 8 bytes)" in prompts[0]
+        shown = readable(prompts[0])
+        assert shown.count("attached file_") == 2
+        assert "notes.txt" in shown
+        assert "shared.csv (text/csv, 8 bytes)" in shown
         assert "F0PLAIN" not in prompts[0] and "F0CONNECT" not in prompts[0]
 
 
@@ -444,3 +446,33 @@ async def test_max_concurrent_runs_queues_conversations_durably(tmp_path: Path) 
             await app.idle()
         assert peak == 1
         assert [m["text"] for m in slack.bot_messages("C1")] == ["done", "done"]
+
+
+async def test_user_max_runs_queues_one_persons_conversations_and_not_others(tmp_path: Path) -> None:
+    """With USER_MAX_RUNS=1, one person's three conversations run one at a time while another person's
+    runs beside them; every conversation is answered (queued, never dropped)."""
+    in_flight = {"Alice": 0, "Bob": 0}
+    seen = {"alice_peak": 0, "together": 0}
+
+    async def script(turn: Turn) -> list[Any]:
+        if not turn.prompt:
+            return [""]
+        who = "Bob" if "bob conversation" in turn.prompt else "Alice"
+        in_flight[who] += 1
+        seen["alice_peak"] = max(seen["alice_peak"], in_flight["Alice"])
+        seen["together"] += in_flight["Alice"] > 0 and in_flight["Bob"] > 0
+        try:
+            await asyncio.sleep(0.05)
+            return [call("channel_reply", text="done")]
+        finally:
+            in_flight[who] -= 1
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, user_max_runs=1) as app:
+            for n in range(3):
+                await _mention(app, f"alice conversation {n}")
+            await _mention(app, "bob conversation", user="U2")
+            await app.idle()
+        assert seen["alice_peak"] == 1 and seen["together"] > 0
+        assert [m["text"] for m in slack.bot_messages("C1")] == ["done"] * 4

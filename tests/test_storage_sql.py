@@ -70,6 +70,7 @@ async def test_sqlite_close_ends_its_database_thread(tmp_path: Path) -> None:
     assert threads() == []
 
 
+@pytest.mark.process
 def test_a_sqlite_store_never_closed_does_not_block_exit(tmp_path: Path) -> None:
     """A process that used a SQLite store and never closed it still exits, with its claim kept."""
     script = textwrap.dedent(

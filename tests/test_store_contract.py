@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import signal
 import sys
@@ -13,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from storage import ClaimOutcome, LeaseRecord, Store, StoreError, TaskRecord, UsageRecord, open_store
+from storage import (
+    ClaimOutcome,
+    FollowUpRecord,
+    LeaseRecord,
+    Store,
+    StoreError,
+    TaskRecord,
+    UsageRecord,
+    open_store,
+)
 from storage.postgres import PostgresStore
 from storage.sqlite import SQLiteStore
 
@@ -690,6 +700,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
+@pytest.mark.process
 async def test_a_killed_instances_leases_are_taken_over_before_they_expire(
     store_factory: StoreFactory,
 ) -> None:
@@ -952,3 +963,88 @@ async def test_feedback_is_one_per_person_and_message_and_shown_once(store: Stor
     assert [f.kind for f in await store.pending_feedback(task.task_id)] == ["positive"]
     with pytest.raises(StoreError):
         await store.record_feedback(**common, kind="meh", now=14.0)
+
+
+# -- follow-ups (issue 23) ---------------------------------------------------------------
+
+
+def follow_up(task_id: str, handle: str = "fu_aaaaaaaa1", due_at: float = T0 + 600) -> FollowUpRecord:
+    return FollowUpRecord(handle, task_id, "U1", "C1", "500.000001", "check the deploy", due_at, T0)
+
+
+async def schedule(store: Store, record: FollowUpRecord, per_task: int = 10, install_max: int = 1000) -> str:
+    payload = json.dumps({"kind": "follow_up", "follow_up": record.follow_up, "user": record.requester})
+    return await store.schedule_follow_up(record, payload=payload, per_task=per_task, install_max=install_max)
+
+
+async def test_a_follow_up_fires_once_when_due_into_its_tasks_inbox(store: Store) -> None:
+    """A pending follow-up is listed, not fired early, then appended to its task's inbox once, by one call."""
+    task_id = await new_task(store)
+    assert await schedule(store, follow_up(task_id)) == "scheduled"
+    assert [f.follow_up for f in await store.task_follow_ups(task_id)] == ["fu_aaaaaaaa1"]
+    assert await store.next_follow_up_due() == T0 + 600
+    assert await store.fire_follow_ups(now=T0 + 599) == []
+    [fired] = await store.fire_follow_ups(now=T0 + 700)
+    assert (fired.follow_up, fired.state, fired.fired_at) == ("fu_aaaaaaaa1", "fired", T0 + 700)
+    assert await store.fire_follow_ups(now=T0 + 800) == []
+    [item] = await store.pending_inbox(task_id)
+    assert (item.ts, item.thread_ts, item.created_at) == ("fu_aaaaaaaa1", "500.000001", T0 + 700)
+    assert json.loads(item.payload)["user"] == "U1"
+    assert await store.task_follow_ups(task_id) == [] and await store.next_follow_up_due() is None
+    assert await store.follow_up_counts() == {"pending": 0, "fired": 1, "cancelled": 0}
+
+
+async def test_a_follow_up_waits_while_its_tasks_lease_is_held(store: Store) -> None:
+    """A due follow-up of a task under a live lease stays pending until the lease is free."""
+    task_id = await new_task(store)
+    await schedule(store, follow_up(task_id))
+    assert await store.acquire_lease(task_id, owner="o1", ttl=60, now=T0 + 600)
+    assert await store.fire_follow_ups(now=T0 + 610) == []
+    await store.release_lease(task_id, owner="o1")
+    assert [f.follow_up for f in await store.fire_follow_ups(now=T0 + 620)] == ["fu_aaaaaaaa1"]
+
+
+async def test_follow_ups_are_bounded_per_task_and_per_install(store: Store) -> None:
+    """Past the per-task or per-install count of pending follow-ups, scheduling stores nothing."""
+    first, second = await new_task(store), await new_task(store, "600.000001")
+    assert await schedule(store, follow_up(first, "fu_aaaaaaaa1"), per_task=1) == "scheduled"
+    assert await schedule(store, follow_up(first, "fu_aaaaaaaa2"), per_task=1) == "task_full"
+    assert await schedule(store, follow_up(second, "fu_aaaaaaaa3"), install_max=1) == "install_full"
+    assert await store.follow_up_counts() == {"pending": 1, "fired": 0, "cancelled": 0}
+
+
+async def test_a_follow_up_is_cancelled_once_and_only_by_its_task(store: Store) -> None:
+    """Cancel takes the task's own pending follow-up once; another task's handle changes nothing."""
+    first, second = await new_task(store), await new_task(store, "600.000001")
+    await schedule(store, follow_up(first))
+    assert not await store.cancel_follow_up(second, "fu_aaaaaaaa1", now=T0)
+    assert await store.get_follow_up(second, "fu_aaaaaaaa1") is None
+    assert await store.cancel_follow_up(first, "fu_aaaaaaaa1", now=T0)
+    assert not await store.cancel_follow_up(first, "fu_aaaaaaaa1", now=T0)
+    found = await store.get_follow_up(first, "fu_aaaaaaaa1")
+    assert found is not None and found.state == "cancelled"
+    assert await store.fire_follow_ups(now=T0 + 10_000) == []
+    assert await store.pending_inbox(first) == []
+
+
+async def test_a_refused_follow_up_fires_as_its_refusal(store: Store) -> None:
+    """A follow-up marked refused is appended with the refusal payload instead of its own."""
+    task_id = await new_task(store)
+    await schedule(store, follow_up(task_id))
+    await store.refuse_follow_up("fu_aaaaaaaa1", payload='{"kind": "follow_up", "refused": "x"}')
+    await store.fire_follow_ups(now=T0 + 700)
+    [item] = await store.pending_inbox(task_id)
+    assert json.loads(item.payload)["refused"] == "x"
+
+
+async def test_concurrent_firers_fire_each_follow_up_once(store_factory: StoreFactory) -> None:
+    """Firers racing on two connections (two instances) append each due follow-up exactly once."""
+    first, second = await store_factory(), await store_factory()
+    tasks = [await new_task(first, f"{500 + i}.000001") for i in range(20)]
+    for i, task_id in enumerate(tasks):
+        await schedule(first, follow_up(task_id, f"fu_aaaaaaa{i:02d}"))
+    results = await asyncio.gather(*(s.fire_follow_ups(now=T0 + 700, limit=3) for s in [first, second] * 10))
+    fired = [f.follow_up for batch in results for f in batch]
+    assert sorted(fired) == sorted(set(fired)) and len(fired) == 20
+    for task_id in tasks:
+        assert len(await first.pending_inbox(task_id)) == 1

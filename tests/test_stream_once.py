@@ -138,3 +138,55 @@ async def test_an_ambiguous_stop_is_looked_up_and_the_message_marked_as_ours(tmp
             assert message["metadata"]["event_type"] == "threadbound_effect"
         assert len(slack.bot_messages("C1")) == 2
         assert slack.count("chat.postMessage") == 0 and slack.count("chat.update") == 1
+
+
+async def test_text_that_was_no_answer_is_deleted_without_being_stopped_first(tmp_path: Path) -> None:
+    """Streamed text the run drops is deleted as it is: never stopped first with the effect id, which
+    would make it pass for a posted answer if the deletion failed."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            session = env.session
+            assert session.stream_answers({"user": "U1", "team": "T1"}, interval=0.0)
+            session.stream_text("text:1", "Let me look first. ")
+            await slack.wait_for_calls("chat.startStream")
+            await session.drop_answer()
+            assert await env.store.open_effects(env.task.task_id) == []
+        assert slack.bot_messages("C1") == []
+        assert slack.count("chat.stopStream") == 0
+
+
+async def test_a_dropped_text_whose_deletion_failed_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """The deletion of dropped streamed text fails: its ref stays journalled, and the next run's reconcile
+    removes it (it carries no effect id, so it is not taken for an answer)."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            session = env.session
+            assert session.stream_answers({"user": "U1", "team": "T1"}, interval=0.0)
+            session.stream_text("text:1", "Let me look first. ")
+            await slack.wait_for_calls("chat.startStream")
+            slack.fail("chat.delete", "internal_error")
+            await session.drop_answer()
+            assert len(slack.bot_messages("C1")) == 1
+            again = env.new_session()
+            notes = await again.reconcile(await env.store.open_effects(env.task.task_id))
+            assert notes == []
+            assert await env.store.open_effects(env.task.task_id) == []
+        assert slack.bot_messages("C1") == []
+
+
+async def test_a_dropped_start_that_cannot_be_told_apart_leaves_no_unfinished_message(tmp_path: Path) -> None:
+    """A dropped chat.startStream when another unfinished bot message is in the thread: neither is taken
+    for the stream; the answer is posted whole and every unfinished message is removed at its end."""
+    answer = "Launch moves to March 3rd, because QA needs the extra week."
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        await slack.web_client().chat_startStream(
+            channel="C1", thread_ts=root, recipient_user_id="U1", recipient_team_id="T1", markdown_text="Old"
+        )
+        slack.drop("chat.startStream")
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            await _answer(env.session, slack, answer)
+            assert await env.store.open_effects(env.task.task_id) == []
+        assert [_shown(m) for m in slack.bot_messages("C1")] == [answer]

@@ -7,6 +7,8 @@ Spans go to the OpenTelemetry SDK's in-memory exporter, installed as the process
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +74,10 @@ def script(turn: Turn) -> list[Any]:
 
 
 def _handle(turn: Turn) -> str:
-    return turn.prompt.split("(", 1)[1].split(")", 1)[0]
+    """The handle of the message in the prompt (whatever the prompt's layout)."""
+    found = re.search(r"msg_[A-Za-z0-9_-]{6,}", turn.prompt)
+    assert found is not None, turn.prompt
+    return found.group(0)
 
 
 async def mention_twice(tmp_path: Path) -> None:
@@ -139,6 +144,36 @@ async def test_spans_carry_ids_and_never_message_text(tmp_path: Path, spans: InM
     assert "swordfish" not in dumped and "another question" not in dumped
 
 
+async def test_a_click_is_a_span_with_its_action_id(tmp_path: Path, spans: InMemorySpanExporter) -> None:
+    """A feedback click is handled inside a `threadbound click` span naming the action, never its value."""
+
+    def replying(turn: Turn) -> list[Any]:
+        return [call("channel_reply", text="an answer")] if turn.prompt else [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(slack, model=scripted(replying), data_dir=tmp_path) as app:
+            root = slack.add_message("C1", "<@UBOT> help", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> help", root))
+            await app.idle()
+            [answer] = slack.bot_messages("C1")
+            [block] = [b for b in answer["blocks"] if b.get("type") == "context_actions"]
+            value = block["elements"][0]["positive_button"]["value"]
+            click = events.block_actions(
+                channel="C1",
+                user="U1",
+                message_ts=answer["ts"],
+                thread_ts=root,
+                action_id="threadbound_feedback",
+                value=value,
+                element="feedback_buttons",
+            )
+            assert (await app.click(click)).status == 200
+    [clicked] = [s for s in spans.get_finished_spans() if s.name == "threadbound click"]
+    assert dict(clicked.attributes or {}) == {"threadbound.action_id": "threadbound_feedback"}
+
+
 def test_an_endpoint_without_the_extra_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -155,3 +190,43 @@ def test_an_endpoint_without_the_extra_is_one_line(
         "threadbound: cannot start: OTEL_EXPORTER_OTLP_ENDPOINT is set, but the otel extra is not installed: "
         "pip install 'threadbound[otel]' (or unset OTEL_EXPORTER_OTLP_ENDPOINT)"
     ]
+
+
+@pytest.mark.process
+async def test_spans_reach_the_otlp_endpoint(tmp_path: Path) -> None:
+    """With OTEL_EXPORTER_OTLP_ENDPOINT set (here in the settings only, as from ./.env: not in the
+    environment the SDK reads), a process's spans are POSTed to ENDPOINT/v1/traces over OTLP/HTTP,
+    flushed when the command ends."""
+    import asyncio
+    import sys
+
+    from aiohttp import web
+
+    from tests.support.harness import free_port
+
+    received: list[bytes] = []
+
+    async def traces(request: web.Request) -> web.Response:
+        received.append(await request.read())
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    script = (
+        "from app.settings import Settings\n"
+        "from app import traces\n"
+        f"provider = traces.setup_tracing(Settings(_env_file=None, otel_exporter_otlp_endpoint='http://127.0.0.1:{port}'))\n"
+        "traces.slack_call('auth.test', 'ok', 0.25)\n"
+        "provider.shutdown()\n"
+    )
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    try:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, env=env, cwd=tmp_path)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+    finally:
+        await runner.cleanup()
+    assert received and b"threadbound slack auth.test" in b"".join(received)

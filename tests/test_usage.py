@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -15,13 +16,14 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from app import logs
-from app.agent.usage import utc_day
+from app.agent.usage import Budgets, utc_day
 from app.ops.usage_report import usage_command
+from app.runs.budget_screen import BudgetScreen, newest_author
 from app.settings import Settings
-from storage import UsageRecord, open_store
+from storage import InboxItem, UsageRecord, open_store
 from tests.support import events
 from tests.support.harness import AppHarness, settings_for
-from tests.support.models import call, echo_model
+from tests.support.models import Turn, call, echo_model, scripted
 from threadbound_emulator import FakeSlack
 
 Step = Callable[[list[ModelMessage], AgentInfo], list[Any]]
@@ -126,7 +128,7 @@ async def test_budget_note_in_place_of_a_model_call_and_per_person_split(tmp_pat
             delivery, ts2 = mention(app, slack, "U2", "mine")
             await delivery
             await app.idle()
-            assert calls[-2].endswith("mine") and len(calls) == 4
+            assert calls[-2].endswith(' mine"}') and len(calls) == 4
             assert [m["text"] for m in slack.messages("C1", ts2) if m.get("bot_id")] == ["answer"]
             metrics = await _metrics(app)
     assert 'threadbound_budget_hits_total{budget="user"} 1.0' in metrics
@@ -182,7 +184,7 @@ async def test_a_run_crossing_the_budget_finishes_its_step_then_stops(tmp_path: 
             delivery, _ = mention(app, slack, "U1", "again")
             await delivery
             await app.idle()
-    assert calls and calls[0].endswith("again")  # the saved transcript is whole: the run went on
+    assert calls and calls[0].endswith(' again"}')  # the saved transcript is whole: the run went on
     assert utc_day(now[0]) != utc_day(now[0] - 86_400)
 
 
@@ -299,3 +301,113 @@ async def test_usage_command_without_slack_shows_ids_and_says_so(tmp_path: Path)
     assert await usage_command(settings, days=1, as_json=False, out=out, err=err) == 0
     assert "Slack is not reachable" in err.getvalue() and "shown by ID" in err.getvalue()
     assert out.getvalue().splitlines()[2].split()[1:3] == ["U1", "C1"]
+
+
+class Steered:
+    """A model whose first request waits until released, so messages can arrive mid-run; records prompts."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+        self.first = asyncio.Event()
+        self.proceed = asyncio.Event()
+
+    async def __call__(self, turn: Turn) -> list[Any]:
+        if not self.first.is_set():
+            self.first.set()
+            await self.proceed.wait()
+        if turn.prompt:
+            self.prompts.append(turn.prompt)
+            return [call("channel_reply", text=f"answer {len(self.prompts)}")]
+        return [""]
+
+
+async def _alice_then_bob(app: AppHarness, slack: FakeSlack, brain: Steered) -> str:
+    """Alice asks; while her run's first request waits, Bob writes twice in her thread."""
+    root = slack.add_message("C1", "<@UBOT> alice asks", user="U1")
+    await app.deliver(events.app_mention("C1", "U1", "<@UBOT> alice asks", root))
+    await brain.first.wait()
+    for text in ("bob says one", "bob says two"):
+        ts = slack.add_message("C1", text, user="U2", thread_ts=root)
+        await app.deliver(events.message("C1", "U2", text, ts, thread_ts=root))
+    brain.proceed.set()
+    await app.idle()
+    return root
+
+
+async def test_an_over_budget_persons_message_steered_into_a_run_is_not_shown(tmp_path: Path) -> None:
+    """Bob, past his daily budget, writes in the thread while Alice's request runs: the model never sees
+    his messages, he gets the budget note once, and Alice is answered."""
+    brain = Steered()
+    async with FakeSlack() as slack:
+        workspace(slack)
+        async with AppHarness(
+            slack, model=scripted(brain), data_dir=tmp_path, stream="off", user_daily_token_budget=100
+        ) as app:
+            assert app.service is not None
+            spent = UsageRecord(
+                day=utc_day(time.time()), person="U2", channel="C1", input_tokens=500, requests=1
+            )
+            await app.service.store.record_usage(spent)
+            root = await _alice_then_bob(app, slack, brain)
+        texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
+    assert brain.prompts and "alice asks" in brain.prompts[0]
+    assert not any("bob says" in p for p in brain.prompts)
+    assert sum("500 of your 100 daily model tokens" in t for t in texts) == 1
+    assert "answer 1" in texts
+
+
+async def test_requests_are_charged_to_the_author_of_the_newest_message_shown(tmp_path: Path) -> None:
+    """Once Bob's message is steered into Alice's run, the requests answering it are charged to Bob."""
+    brain = Steered()
+    async with FakeSlack() as slack:
+        workspace(slack)
+        async with AppHarness(slack, model=scripted(brain), data_dir=tmp_path, stream="off") as app:
+            assert app.service is not None
+            await _alice_then_bob(app, slack, brain)
+            day = utc_day(time.time())
+            alice = await app.service.store.tokens_spent(day, "U1")
+            bob = await app.service.store.tokens_spent(day, "U2")
+    assert any("bob says" in p for p in brain.prompts)
+    assert alice > 0 and bob > 0
+
+
+class _Spent:
+    """Stored usage stand-in: ``tokens_spent`` from a dict by person."""
+
+    def __init__(self, spent: dict[str, int]) -> None:
+        self.spent = spent
+
+    async def tokens_spent(self, day: str, person: str | None = None) -> int:
+        return self.spent.get(person or "", 0)
+
+
+class _Thread:
+    """Session stand-in that records the notes posted."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> dict[str, Any]:
+        self.notes.append(markdown)
+        return {}
+
+
+def _item(n: int, user: str) -> InboxItem:
+    payload = json.dumps({"user": user, "text": f"message {n}"})
+    return InboxItem(
+        item_id=n, task_id="t", channel="C1", ts=f"{n}.0", thread_ts="", payload=payload, created_at=0
+    )
+
+
+async def test_a_run_shows_only_the_messages_of_authors_within_their_budget() -> None:
+    """Messages waiting together: an over-budget author's are left out and they are told once, the others
+    are shown and the newest of them is charged; when every author is over, all stay for the refusal."""
+    budgets = Budgets(_Spent({"U2": 500}), per_user=100)  # type: ignore[arg-type]
+    thread = _Thread()
+    screen = BudgetScreen(budgets, thread)  # type: ignore[arg-type]
+    items = [_item(1, "U2"), _item(2, "U1"), _item(3, "U2")]
+    shown = await screen.screen(items)
+    assert [i.item_id for i in shown] == [2] and newest_author(shown) == "U1"
+    assert len(thread.notes) == 1 and "500 of your 100" in thread.notes[0]
+    only_bob = [_item(4, "U2"), _item(5, "U2")]
+    assert await BudgetScreen(budgets, _Thread()).screen(only_bob) == only_bob  # type: ignore[arg-type]

@@ -46,6 +46,8 @@ class Status:
     channel_id: str
     thread_ts: str
     status: str
+    #: The rotating ``loading_messages`` sent with it (empty when none were).
+    loading_messages: tuple[str, ...] = ()
 
 
 @dataclass
@@ -92,6 +94,8 @@ class User:
     real_name: str = ""
     is_bot: bool = False
     bot_id: str | None = None
+    #: IANA time zone (``users.info`` ``tz``); ``""``: Slack's default, America/Los_Angeles.
+    tz: str = ""
 
 
 @dataclass

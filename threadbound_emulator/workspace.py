@@ -78,6 +78,7 @@ class Workspace(MessageRules):
         self.uploads: dict[str, Upload] = {}
         self._messages: dict[str, list[JSON]] = {}
         self._clock = 1_700_000_000_000_000
+        self._wall_clock = False
         self._ids = 0
         #: (files origin, other origin) once the file host serves; file URLs need them.
         self._origins: tuple[str, str] | None = None
@@ -107,13 +108,18 @@ class Workspace(MessageRules):
     # ------------------------------------------------------------------ set-up
 
     def start_clock_at(self, seconds: float) -> None:
-        """Hand out message ts from ``seconds`` on (the playground starts at the wall clock, so ts
-        never repeat across restarts while the app's store keeps its claims)."""
+        """Hand out message ts from ``seconds`` on, following the wall clock from then on (the
+        playground: ts never repeat across restarts while the app's store keeps its claims, and the
+        page shows when each message was really posted)."""
         self._clock = max(self._clock, int(seconds * 1_000_000))
+        self._wall_clock = True
 
     def next_ts(self) -> str:
-        """A new ts, strictly greater than every ts handed out or stored so far."""
+        """A new ts, strictly greater than every ts handed out or stored so far (and, after
+        :meth:`start_clock_at`, at least the wall clock's time)."""
         self._clock += 100
+        if self._wall_clock:
+            self._clock = max(self._clock, time.time_ns() // 1000)
         return ts_from_micros(self._clock)
 
     def new_id(self, prefix: str) -> str:
@@ -127,9 +133,10 @@ class Workspace(MessageRules):
         display_name: str = "",
         real_name: str = "",
         is_bot: bool = False,
+        tz: str = "",
     ) -> None:
-        """Add (or replace) a user."""
-        self.users[id] = User(id, name, display_name, real_name, is_bot)
+        """Add (or replace) a user; ``tz`` is their IANA time zone."""
+        self.users[id] = User(id, name, display_name, real_name, is_bot, tz=tz)
 
     def add_channel(
         self,

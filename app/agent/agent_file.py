@@ -12,12 +12,24 @@ from app.agent.mcp.json_config import load_mcp_json, merge_servers
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
-_KEYS = ("instructions", "tools", "model", "approval", "mcp", "prompts", "max_requests_per_run")
+_KEYS = (
+    "instructions",
+    "tools",
+    "model",
+    "approval",
+    "mcp",
+    "prompts",
+    "loading_messages",
+    "max_requests_per_run",
+)
 #: Model requests one run may make before it stops with an apology (a runaway tool loop).
 DEFAULT_MAX_REQUESTS_PER_RUN = 20
 #: Slack shows at most four suggested prompts; each is a title and the message it sends.
 MAX_PROMPTS = 4
 MAX_PROMPT_CHARS = 200
+#: Slack rotates at most ten ``loading_messages`` under a thread while the app works.
+MAX_LOADING_MESSAGES = 10
+MAX_LOADING_CHARS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +48,8 @@ class AgentFile:
     max_requests_per_run: int = DEFAULT_MAX_REQUESTS_PER_RUN
     #: Suggested prompts offered when someone opens a new conversation with the bot (Slack's agent view).
     prompts: tuple[str, ...] = ()
+    #: Texts Slack rotates under the thread while a run works ("Reading the thread…"); empty: our defaults.
+    loading_messages: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, path: Path | None, mcp_config: Path | None = None) -> AgentFile:
@@ -72,24 +86,26 @@ class AgentFile:
         limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
-        prompts = data.get("prompts", [])
-        if (
-            not isinstance(prompts, list)
-            or not all(isinstance(p, str) and p.strip() and len(p) <= MAX_PROMPT_CHARS for p in prompts)
-            or len(prompts) > MAX_PROMPTS
-        ):
-            raise ValueError(
-                f"{path}: prompts must be a list of at most {MAX_PROMPTS} non-empty strings of at most "
-                f'{MAX_PROMPT_CHARS} characters, e.g. prompts = ["Summarise this thread"]'
-            )
+        prompts = _short_strings(
+            path, data, "prompts", MAX_PROMPTS, MAX_PROMPT_CHARS, '["Summarise this thread"]'
+        )
+        loading = _short_strings(
+            path,
+            data,
+            "loading_messages",
+            MAX_LOADING_MESSAGES,
+            MAX_LOADING_CHARS,
+            '["Checking the runbook…"]',
+        )
         return cls(
             instructions=instructions,
+            loading_messages=loading,
             tools=tuple(tools) if tools is not None else None,
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
             approval=tuple(approval),
             max_requests_per_run=limit,
-            prompts=tuple(p.strip() for p in prompts),
+            prompts=prompts,
         )
 
 
@@ -126,3 +142,20 @@ def _instructions(path: Path, value: str) -> str:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: instructions file {file} cannot be read: {exc}") from exc
+
+
+def _short_strings(
+    path: Path, data: dict[str, Any], key: str, most: int, chars: int, example: str
+) -> tuple[str, ...]:
+    """``data[key]``: at most ``most`` non-empty strings of at most ``chars`` characters, stripped."""
+    values = data.get(key, [])
+    if (
+        not isinstance(values, list)
+        or not all(isinstance(v, str) and v.strip() and len(v) <= chars for v in values)
+        or len(values) > most
+    ):
+        raise ValueError(
+            f"{path}: {key} must be a list of at most {most} non-empty strings of at most "
+            f"{chars} characters, e.g. {key} = {example}"
+        )
+    return tuple(v.strip() for v in values)

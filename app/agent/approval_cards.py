@@ -28,6 +28,7 @@ _OUTCOME = {
     "denied": (":no_entry_sign:", "Denied"),
     "expired": (":hourglass:", "Expired"),
     "void": (":heavy_minus_sign:", "Withdrawn"),
+    "failed": (":warning:", "Not posted"),
 }
 
 

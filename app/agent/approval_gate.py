@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_ai import RunContext
+from pydantic_ai import RunContext, ToolDenied
 from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
 from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
@@ -37,6 +38,27 @@ def gated(globs: Sequence[str], name: str) -> bool:
 
 def error_json(code: str, message: str) -> str:
     return json.dumps({"error": {"code": code, "message": message}})
+
+
+def decision_result(approval: ApprovalRecord | None) -> bool | ToolDenied:
+    """What a decided (or withdrawn) gated call resumes with: True runs it; a denial is what the
+    model reads instead of its result."""
+    if approval is None or approval.decision == "void":
+        message = "This call was interrupted before anyone could approve it; ask again if needed."
+        return ToolDenied(error_json("tool_failed", message))
+    if approval.decision == "approved":
+        return True
+    if approval.decision == "denied":
+        message = f"{approval.tool} was denied by a person in this conversation; it did not run."
+        return ToolDenied(error_json("denied", message))
+    if approval.decision == "failed":
+        message = (
+            f"{approval.tool} needs a person's approval, but the approval card could not be posted in "
+            "this conversation (the bot is not a member, or it is archived), so nobody could approve "
+            "it; it did not run."
+        )
+        return ToolDenied(error_json("tool_failed", message))
+    return ToolDenied(error_json("expired", f"Nobody approved {approval.tool} in time; it did not run."))
 
 
 @dataclass
@@ -97,3 +119,27 @@ def _invalid_channel_call(name: str, args: dict[str, Any]) -> bool:
 def newest_approval(approvals: Sequence[ApprovalRecord], tool_call_id: str) -> ApprovalRecord | None:
     found = [a for a in approvals if a.tool_call_id == tool_call_id]
     return found[-1] if found else None
+
+
+def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
+    """Tool calls of the transcript's last response that have no result yet (the pending ones)."""
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if isinstance(message, ModelResponse):
+            # Every request part with a tool call id is a result of that call (return, retry, search).
+            answered = {
+                getattr(part, "tool_call_id", None)
+                for later in history[index + 1 :]
+                if isinstance(later, ModelRequest)
+                for part in later.parts
+            }
+            return [c for c in message.tool_calls if c.tool_call_id not in answered]
+    return []
+
+
+def warn_unmatched_approval(globs: Sequence[str], tools: Any) -> None:
+    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
+    names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
+    for glob in globs:
+        if not any(gated((glob,), name) for name in names):
+            log.warning("approval entry %r matches no tool offered now; check its spelling", glob)

@@ -37,16 +37,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelMessage
 
 from app.clicks import Action
+from app.settings import Settings
 from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
 from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
-from .approval_gate import ApprovalGate, error_json, gated, newest_approval
+from .approval_gate import ApprovalGate, decision_result, gated, newest_approval, open_calls
 
 __all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 
 #: The journal's tool name for posting an approval card.
 CARD_EFFECT = "approval_card"
+#: Card post failures that will not pass (``not_in_channel``, ``is_archived``, ``channel_not_found``…).
+_UNPOSTABLE = frozenset({"unsupported", "not_found"})
 #: ``kind`` of the inbox payload a decision appends.
 DECISION_KIND = "approval_decision"
 
@@ -79,22 +82,6 @@ def is_decision(item: InboxItem) -> bool:
     except ValueError:
         return False
     return isinstance(payload, dict) and payload.get("kind") == DECISION_KIND
-
-
-def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
-    """Tool calls of the transcript's last response that have no result yet (the pending ones)."""
-    for index in range(len(history) - 1, -1, -1):
-        message = history[index]
-        if isinstance(message, ModelResponse):
-            # Every request part with a tool call id is a result of that call (return, retry, search).
-            answered = {
-                getattr(part, "tool_call_id", None)
-                for later in history[index + 1 :]
-                if isinstance(later, ModelRequest)
-                for part in later.parts
-            }
-            return [c for c in message.tool_calls if c.tool_call_id not in answered]
-    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +116,17 @@ class Approvals:
         self.clock = clock
         # Card updates after a click run here, so the click's 200 never waits on Slack.
         self._updates: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_settings(cls, store: Store, adapter: CardAdapter, settings: Settings) -> Approvals:
+        """Approvals as ``APPROVERS``, ``APPROVAL_BY`` and ``APPROVAL_TTL`` say."""
+        return cls(
+            store=store,
+            adapter=adapter,
+            approvers=settings.approvers,
+            approval_by=settings.approval_by,
+            ttl=settings.approval_ttl,
+        )
 
     # -- the run that made gated calls ---------------------------------------------------------
     async def open(
@@ -184,9 +182,31 @@ class Approvals:
                 posted = found[0]
             else:
                 text, blocks = open_card(approval, self.ttl)
-                posted = await self.adapter.post_blocks(origin, text, blocks, effect_id=effect.effect_id)
+                try:
+                    posted = await self.adapter.post_blocks(origin, text, blocks, effect_id=effect.effect_id)
+                except ChannelError as exc:
+                    if exc.ambiguous or exc.code not in _UNPOSTABLE:
+                        raise  # passing (or unknown): the sweep looks for the card and posts it if absent
+                    await self._unpostable(session, approval, effect, exc)
+                    continue
             await self.store.set_approval_card(approval_id, posted.ref.rpartition(":")[2])
             await session.journal.close(effect.effect_id, {"card": posted.ref})
+
+    async def _unpostable(
+        self, session: ChannelSession, approval: ApprovalRecord, effect: EffectRecord, exc: ChannelError
+    ) -> None:
+        """Slack will not take the card here (``not_in_channel``, ``is_archived``…): nobody can ever
+        approve it, so the call is decided ``failed`` at once and the task goes on."""
+        log.warning("approval card %s cannot be posted: %s", approval.approval_id, exc.message)
+        await self.store.decide_approval(
+            approval.approval_id,
+            decision="failed",
+            user_id="",
+            payload=_decision_payload(approval.approval_id),
+            now=self.clock(),
+        )
+        await session.journal.close(effect.effect_id, exc.as_result())
+        self.wake(approval.task_id)
 
     async def post_cards(self, session: ChannelSession, history: Sequence[ModelMessage]) -> None:
         """Post the cards of this task's approvals whose card effects are still open. A failed post
@@ -231,47 +251,36 @@ class Approvals:
         results: dict[str, bool | ToolDenied] = {}
         for call in calls:
             approval = newest_approval(approvals, call.tool_call_id)
-            if approval is None or approval.decision == "void":
-                results[call.tool_call_id] = ToolDenied(
-                    error_json(
-                        "tool_failed",
-                        "This call was interrupted before anyone could approve it; ask again if needed.",
-                    )
-                )
-            elif approval.decision is None:
+            if approval is not None and approval.decision is None:
                 return WAITING
-            elif approval.decision == "approved":
-                results[call.tool_call_id] = True
-            elif approval.decision == "denied":
-                results[call.tool_call_id] = ToolDenied(
-                    error_json(
-                        "denied",
-                        f"{approval.tool} was denied by a person in this conversation; it did not run.",
-                    )
-                )
-            else:
-                results[call.tool_call_id] = ToolDenied(
-                    error_json("expired", f"Nobody approved {approval.tool} in time; it did not run.")
-                )
+            results[call.tool_call_id] = decision_result(approval)
         return DeferredToolResults(approvals=dict(results))
 
     # -- clicks ----------------------------------------------------------------------------------
     async def click(self, action: Action) -> None:
         """A click on a card's button: decide, or tell the clicker privately why not."""
         decision: ApprovalDecision = "approved" if action.action_id == APPROVE else "denied"
-        approval = await self.store.get_approval(action.value)
-        if approval is None:
-            await self._tell(action, "That approval request is unknown; nothing was changed.")
+        try:
+            approval = await self.store.get_approval(action.value)
+        except StoreError:
+            # E.g. a store on a schema from before approvals during a rolling deploy: say so.
+            log.exception("could not read approval %s for a click", action.value[:60])
+            self.tell(action, "Your decision could not be recorded just now; please click again in a minute.")
+            return
+        if approval is None or not _on_its_card(action, approval):
+            # A click counts only on the card itself, where the task posted it: a payload whose
+            # container points at another channel or message decides nothing.
+            self.tell(action, "That approval request is unknown; nothing was changed.")
             return
         if not self.may_decide(action.user_id, approval):
             if self.approval_by == "approvers":
                 who = "an approver"
             else:
                 who = f"<@{approval.requester}> or an approver" if approval.requester else "an approver"
-            await self._tell(action, f"Only {who} can decide this request; nothing was changed.")
+            self.tell(action, f"Only {who} can decide this request; nothing was changed.")
             return
         if decision == "approved" and not showable(approval):
-            await self._tell(
+            self.tell(
                 action, "This call's arguments are too large to show, so it cannot be approved; deny it."
             )
             return
@@ -287,7 +296,7 @@ class Approvals:
             )
         except StoreError:
             log.exception("could not record a decision on approval %s", approval.approval_id)
-            await self._tell(action, "Your decision could not be recorded just now; please click again.")
+            self.tell(action, "Your decision could not be recorded just now; please click again.")
             return
         if won:
             log.info(
@@ -299,13 +308,13 @@ class Approvals:
             self.wake(approval.task_id)
             self._update_card(approval.approval_id)
             if decision == "expired":
-                await self._tell(action, "This request had expired; the call did not run.")
+                self.tell(action, "This request had expired; the call did not run.")
             return
         current = await self.store.get_approval(approval.approval_id)
         if current is not None and current.decided_by == action.user_id and current.decision == decision:
             return  # the same click delivered twice (or to two instances): already done
         if current is not None and current.decision is not None:
-            await self._tell(action, f"This request was already {current.decision}; nothing was changed.")
+            self.tell(action, f"This request was already {current.decision}; nothing was changed.")
 
     def may_decide(self, user_id: str, approval: ApprovalRecord) -> bool:
         """Whether ``user_id`` may decide ``approval`` (``APPROVAL_BY``, ``APPROVERS``)."""
@@ -313,7 +322,14 @@ class Approvals:
             return True
         return self.approval_by != "approvers" and bool(user_id) and user_id == approval.requester
 
-    async def _tell(self, action: Action, text: str) -> None:
+    def tell(self, action: Action, text: str) -> None:
+        """Tell the clicker ``text`` privately, in the background: a click is answered (200) before
+        any Slack call, well inside Slack's 3 seconds (``idle()`` waits for it)."""
+        task = asyncio.create_task(self._tell_now(action, text), name=f"approval-note:{action.user_id}")
+        self._updates.add(task)
+        task.add_done_callback(self._updates.discard)
+
+    async def _tell_now(self, action: Action, text: str) -> None:
         try:
             await self.adapter.tell_privately(
                 action.channel, action.user_id, text, thread_ts=action.thread_ts
@@ -367,3 +383,10 @@ class Approvals:
 
 def _decision_payload(approval_id: str) -> str:
     return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id})
+
+
+def _on_its_card(action: Action, approval: ApprovalRecord) -> bool:
+    """The click came from the approval's card: its channel, and its message once the card's ts is known."""
+    if action.channel != approval.channel:
+        return False
+    return not approval.card_ts or action.message_ts == approval.card_ts

@@ -37,8 +37,8 @@ def utc_day(at: float) -> str:
 
 
 def requester(items: Sequence[InboxItem]) -> str:
-    """The person a run answers: the author of the first inbox message; ``""`` when none (the CLI)."""
-    for item in items:
+    """The person a run answers: the author of the newest inbox message; ``""`` when none (the CLI)."""
+    for item in reversed(items):
         try:
             user = json.loads(item.payload).get("user")
         except (ValueError, AttributeError):

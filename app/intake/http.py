@@ -8,8 +8,10 @@ Bolt's ``AsyncApp`` stays at the edge: it verifies signatures again (401), answe
 ``url_verification`` and ``ssl_check``, then our middleware turns every
 ``event_callback`` into a durable inbox item and answers 200 itself — Bolt's
 listener machinery (which acks before work and would 404 unmatched events) is
-not used. What the edge needs of the rest (the store's ping, the metrics, start-up
-and shutdown) it is handed by the composition root, ``app.service``.
+not used. A signed JSON ``event_callback`` (every Events API delivery) skips Bolt altogether
+(:data:`EventAcker`): its signature is checked once, its body parsed once, its claim awaited,
+its 200 written, and only then is it logged and counted. What the edge needs of the rest (the
+store's ping, the metrics, start-up and shutdown) it is handed by the composition root, ``app.service``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
+import json
 import logging
 import socket
 import time
@@ -96,6 +99,36 @@ def event_handler(
     return handle
 
 
+#: An ``event_callback`` body → ``(status, reason, finish)``: the claim is durable when it returns;
+#: ``finish()`` (logging, metrics) runs after the answer was written.
+EventAcker = Callable[[dict[str, Any]], Awaitable[tuple[int, str, Callable[[], None]]]]
+
+
+def event_acker(ingress: Ingress, agent_view: AgentView | None) -> EventAcker:
+    """What an ``event_callback`` body becomes over HTTP, its bookkeeping left for after the 200."""
+
+    async def accept(body: dict[str, Any]) -> tuple[int, str, Callable[[], None]]:
+        event = body.get("event")
+        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+            await agent_view.event(event)
+        result, finish = await ingress.accept(body)
+        return result.status, "" if result.status == 200 else result.reason, finish
+
+    return accept
+
+
+def _event_callback(raw: bytes, content_type: str) -> dict[str, Any] | None:
+    """The body of an Events API delivery (JSON, ``type: event_callback``); None for anything else,
+    which goes through Bolt (url_verification, interactivity forms, malformed bodies)."""
+    if content_type != "application/json" or b'"event_callback"' not in raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return body if isinstance(body, dict) and body.get("type") == "event_callback" else None
+
+
 def build_bolt(
     settings: Settings,
     ingress: Ingress,
@@ -134,10 +167,13 @@ class HttpEdge:
         on_shutdown: Callable[[], Awaitable[None]],
         slack_events: bool = True,
         socket_connected: Callable[[], bool] | None = None,
+        events: EventAcker | None = None,
     ) -> None:
         """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
         ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
-        :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz."""
+        :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz. ``events`` takes
+        signed JSON ``event_callback`` bodies past Bolt (:func:`event_acker`)."""
+        self._events_acker = events
         self._slack_events = slack_events
         self._socket_connected = socket_connected
         self.bolt = bolt
@@ -165,25 +201,44 @@ class HttpEdge:
         # Counted until answered: run start-ups wait for a moment without acks in flight.
         gate = self._ack_gate
         with gate.acking() if gate is not None else contextlib.nullcontext():
-            raw = await request.read()
-            reason = unsigned_reason(self._signing_secret, request.headers, raw)
-            if reason is not None:
-                self._refuse(reason)
-                return web.Response(status=401, text="invalid request")
+            response, finish = await self._answer(request)
+        if finish is not None:
+            finish()  # the answer is written: log and count the delivery
+        return response
+
+    async def _answer(self, request: web.Request) -> tuple[web.StreamResponse, Callable[[], None] | None]:
+        """The answer to a POST on /slack/events, and for a claimed event what to do once it went out."""
+        raw = await request.read()
+        reason = unsigned_reason(self._signing_secret, request.headers, raw)
+        if reason is not None:
+            self._refuse(reason)
+            return web.Response(status=401, text="invalid request"), None
+        acker = self._events_acker
+        body = _event_callback(raw, request.content_type) if acker is not None else None
+        if body is not None and acker is not None:
             try:
-                # Bolt parses the body eagerly: bad JSON, bad form data, bad UTF-8, a body that is not
-                # an object (Bolt then fails reading its fields) or one nested deeper than the parser
-                # recurses lands here.
-                bolt_request = AsyncBoltRequest(
-                    body=raw.decode("utf-8"), query=request.query_string, headers=dict(request.headers)
-                )
-            except (ValueError, RecursionError, AttributeError, TypeError):
-                return web.Response(status=400, text="malformed request body")
-            try:
-                return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+                status, text, finish = await acker(body)
             except RecursionError:  # parsed, but nested too deep for what walks it next
                 log.warning("a signed request on /slack/events is nested too deeply to handle")
-                return web.Response(status=400, text="malformed request body")
+                return web.Response(status=400, text="malformed request body"), None
+            response = web.Response(status=status, text=text)
+            await response.prepare(request)
+            await response.write_eof()
+            return response, finish
+        try:
+            # Bolt parses the body eagerly: bad JSON, bad form data, bad UTF-8, a body that is not
+            # an object (Bolt then fails reading its fields) or one nested deeper than the parser
+            # recurses lands here.
+            bolt_request = AsyncBoltRequest(
+                body=raw.decode("utf-8"), query=request.query_string, headers=dict(request.headers)
+            )
+        except (ValueError, RecursionError, AttributeError, TypeError):
+            return web.Response(status=400, text="malformed request body"), None
+        try:
+            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request)), None
+        except RecursionError:  # parsed, but nested too deep for what walks it next
+            log.warning("a signed request on /slack/events is nested too deeply to handle")
+            return web.Response(status=400, text="malformed request body"), None
 
     def _refuse(self, reason: str) -> None:
         """One warning line per ``REFUSAL_LOG_INTERVAL`` at most, counting the refusals in between."""

@@ -6,7 +6,9 @@ failure answers 503 so Slack retries the delivery instead of losing it.
 
 Every delivery logs one line (``event_id``, channel, outcome, reason, duration)
 — except Slack's retries of a delivery already logged as ignored, so a message
-outside the access rules is logged once with its reason.
+outside the access rules is logged once with its reason. Over HTTP that line and the
+delivery metrics come after the 200 (:meth:`Ingress.accept` hands them back as a
+``finish`` callback): only the claim stands between a delivery and its acknowledgement.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from app.runs.scheduler import Scheduler
 from app.settings import Settings
 from storage.base import Store, StoreError
 
-from .router import BotIdentity, classify, edited_message
+from .router import BotIdentity, Decision, classify, edited_message
 
 log = logging.getLogger(__name__)
 
@@ -67,28 +69,43 @@ class Ingress:
         settings: Settings,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None,
+        on_external: Callable[[Decision], None] | None = None,
     ) -> None:
+        """``on_external`` hears of each message ignored because its author is from another
+        organisation (the one-time private note, ``app.intake.external``)."""
         self.store = store
         self.scheduler = scheduler
         self.bot = bot
         self.settings = settings
         self.clock = clock
         self.on_result = on_result
+        self.on_external = on_external
         self._ignored: OrderedDict[str, None] = OrderedDict()
 
     async def handle(self, body: dict[str, Any]) -> IngressResult:
+        """Claim the delivery, then log it and count it."""
+        result, finish = await self.accept(body)
+        finish()
+        return result
+
+    async def accept(self, body: dict[str, Any]) -> tuple[IngressResult, Callable[[], None]]:
+        """Claim the delivery (durable when this returns); ``finish()`` logs and counts it and may
+        be called after the answer went out."""
         event_id = body.get("event_id")
+        bound = event_id if isinstance(event_id, str) and event_id else None
         started = time.perf_counter()
-        with (
-            logs.bind(event_id=event_id if isinstance(event_id, str) and event_id else None),
-            traces.delivery_span(body) as span,
-        ):
+        with logs.bind(event_id=bound), traces.delivery_span(body) as span:
             result = await self._handle(body)
             traces.delivered(span, body, result.outcome, result.task_id)
-            self._log(result, body, time.perf_counter() - started)
-        if self.on_result is not None:
-            self.on_result(result, body)
-        return result
+        seconds = time.perf_counter() - started
+
+        def finish() -> None:
+            with logs.bind(event_id=bound):
+                self._log(result, body, seconds)
+            if self.on_result is not None:
+                self.on_result(result, body)
+
+        return result, finish
 
     def _log(self, result: IngressResult, body: dict[str, Any], seconds: float) -> None:
         event_id = str(body.get("event_id") or "")
@@ -125,6 +142,8 @@ class Ingress:
             return IngressResult(400, "invalid", "event_callback without event or event_id")
         decision = classify(event, self.bot, self.settings)
         if decision.action == "ignore":
+            if decision.external and self.on_external is not None:
+                self.on_external(decision)
             return IngressResult(200, "ignored", decision.reason)
         # An edit that adds the bot's mention is answered as the message now reads.
         message = edited_message(event) if event.get("subtype") == "message_changed" else event

@@ -7,27 +7,38 @@ feature registers the actions it owns (``interactions.on("threadbound_feedback",
 feedback.click)``); one click may carry several actions, each goes to its handler.
 
 Slack wants the 200 within 3 seconds: a handler does only durable, quick work (a
-store write, an inbox item) and leaves anything slow to a run. A handler that
-fails is logged and the click still gets its 200 — Slack would not retry a click
-anyway, and a non-2xx only shows the person a warning icon.
+store write, an inbox item) before it returns, and calls Slack (a private note, a card
+update) only in the background, after the click is answered. A handler that fails is
+logged and the click still gets its 200 — Slack would not retry a click anyway, and a
+non-2xx only shows the person a warning icon — and the clicker is told privately. A click
+on one of our buttons (``threadbound_…``) that nothing here handles (an instance of another
+version during a rolling deploy) is not ignored silently either: it is logged and the
+clicker told to try again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from app import traces
 from app.clicks import Action, Handler
 
 log = logging.getLogger(__name__)
+
+#: ``action_id`` prefix of the buttons threadbound posts.
+OUR_ACTIONS = "threadbound_"
+#: Tells a clicker something privately, in the background (never delays the click's answer).
+Tell = Callable[[Action, str], None]
 
 
 class Interactions:
     """The registry of action handlers, by ``action_id``."""
 
-    def __init__(self) -> None:
+    def __init__(self, tell: Tell | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
+        self.tell = tell
 
     def on(self, action_id: str, handler: Handler) -> None:
         """Route clicks on elements with ``action_id`` to ``handler`` (one handler per id)."""
@@ -52,15 +63,34 @@ class Interactions:
             action = parse_action(payload, raw)
             handler = self._handlers.get(action.action_id)
             if handler is None:
-                log.info(
-                    "click on an action nobody handles", extra={"fields": {"action_id": action.action_id}}
+                if not action.action_id.startswith(OUR_ACTIONS):
+                    log.info(
+                        "click on an action nobody handles", extra={"fields": {"action_id": action.action_id}}
+                    )
+                    continue
+                log.warning(
+                    "click on one of our buttons that this instance does not handle (another version?)",
+                    extra={"fields": {"action_id": action.action_id}},
+                )
+                self._tell(
+                    action, "That button could not be handled just now; please click it again in a minute."
                 )
                 continue
             try:
-                await handler(action)
+                with traces.click_span(action.action_id):
+                    await handler(action)
             except Exception:
                 log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
+                self._tell(action, "Your click could not be handled just now; please try again.")
         return 200, ""
+
+    def _tell(self, action: Action, text: str) -> None:
+        if self.tell is None or not action.user_id or not action.channel:
+            return
+        try:
+            self.tell(action, text)
+        except Exception:
+            log.exception("could not tell the clicker")
 
 
 def parse_action(payload: Mapping[str, Any], raw: Mapping[str, Any]) -> Action:

@@ -9,7 +9,11 @@ happens in ingress), so every rule is testable without a server:
   (``thread_ts == ""``); a DM thread is its own conversation;
 - any other message in a thread → resume, only if that thread belongs to a task;
 - an edit that adds the bot's mention → the edited message, as if just posted (its
-  ``(channel, ts)`` claim makes an edit of an already-claimed message a duplicate);
+  ``(channel, ts)`` claim makes an edit of an already-claimed message a duplicate). Slack sends
+  such an edit twice, as ``message_changed`` (to apps subscribed to messages) and as an
+  ``app_mention`` carrying ``edited`` (to apps subscribed to mentions): either starts the turn,
+  and both together start one, since both claim the message's own ``(channel, ts)``. Slack also
+  repeats ``app_mention`` on later edits of an answered message; its claim makes those duplicates;
 - other edits, deletions, Slackbot, system notices (topic, joins, pins, huddles, …),
   the bot's own posts and (unless allowed) other bots' posts → nothing;
 - events other than messages and mentions (home tab, reactions, assistant pane, …)
@@ -17,6 +21,10 @@ happens in ingress), so every rule is testable without a server:
 
 A message a person forwards is that person's message, whoever wrote the original:
 only the message's own author and text decide, never its attachments.
+
+People from another organisation (Slack Connect: the message's ``user_team``, else
+``team``, is not the install's) are ignored unless ``ALLOW_EXTERNAL_USERS``; the
+decision says so (``external``), so ingress can tell them once, privately.
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ Action = Literal["start", "follow_up", "ignore"]
 class BotIdentity:
     user_id: str
     bot_id: str
+    #: The install's workspace (``auth.test``); "" when unknown (then nobody counts as external).
+    team_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +83,8 @@ class Decision:
     #: Conversation key: the thread root's ts, or "" for a DM's top level.
     thread_ts: str = ""
     user: str = ""
+    #: Ignored because the author is from another organisation (``ALLOW_EXTERNAL_USERS`` is off).
+    external: bool = False
 
     @property
     def create(self) -> bool:
@@ -88,10 +100,6 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
         return Decision("ignore", "event has a malformed subtype")
     if subtype == "message_changed":
         return _edit(event, bot, settings)
-    if kind == "app_mention" and event.get("edited"):
-        # Slack repeats app_mention on every edit of a message that mentions the bot, without the
-        # text before the edit; the message_changed event of the same edit has it and decides.
-        return Decision("ignore", "an edited mention; its message_changed event decides")
     if subtype not in _ORDINARY_SUBTYPES or event.get("hidden"):
         reason = _SUBTYPE_REASONS.get(str(subtype), f"a system message ({subtype}) starts nothing")
         return Decision("ignore", reason)
@@ -108,9 +116,14 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
     is_bot = bool(bot_id) or subtype == "bot_message"
     if is_bot and not settings.allow_bots:
         return Decision("ignore", "posted by another bot (ALLOW_BOTS is off)")
+    thread_ts = str(event.get("thread_ts") or "")
+    team = event.get("user_team") or event.get("team")
+    external = bool(bot.team_id) and isinstance(team, str) and team not in ("", bot.team_id)
+    if external and not settings.allow_external_users:
+        reason = "author is from another organisation (ALLOW_EXTERNAL_USERS is off)"
+        return Decision("ignore", reason, channel, ts, thread_ts, user, external=True)
     if settings.allowed_users and user not in settings.allowed_users:
         return Decision("ignore", "author is not in ALLOWED_USERS")
-    thread_ts = str(event.get("thread_ts") or "")
     is_dm = event.get("channel_type") == "im" or (kind == "message" and channel.startswith("D"))
     if is_dm:
         if not settings.allow_dms:
@@ -123,7 +136,8 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
         if is_bot and thread_ts:
             # Loop protection: a bot mentioning us inside a thread is most likely answering us.
             return Decision("ignore", "a bot mentioning the bot inside a thread (loop protection)")
-        return Decision("start", "mention", channel, ts, thread_ts or ts, user)
+        reason = "mention (edited)" if event.get("edited") else "mention"
+        return Decision("start", reason, channel, ts, thread_ts or ts, user)
     if thread_ts:
         if is_bot:
             return Decision("ignore", "a bot reply in a thread (loop protection)")
@@ -137,7 +151,11 @@ def edited_message(event: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(message, Mapping):
         return None
     edited = dict(message)
-    edited.setdefault("channel", event.get("channel"))
+    # The event's channel, always: an inner message naming another channel routes nothing there.
+    if event.get("channel"):
+        edited["channel"] = event["channel"]
+    else:
+        edited.setdefault("channel", event.get("channel"))
     if "channel_type" in event:
         edited.setdefault("channel_type", event["channel_type"])
     return edited

@@ -188,27 +188,31 @@ class SocketModeIntake:
                 self._in_flight.discard(task)
 
     async def _deliver(self, client: SocketModeClient, request: SocketModeRequest) -> None:
-        handler = {"events_api": self.on_event, "interactive": self.on_interaction}.get(request.type)
-        status, reason = 200, ""
-        if handler is not None:
-            # Counted until acknowledged, like an HTTP delivery until its 200.
-            gate = self.ack_gate if self.ack_gate is not None else AckGate()
+        # Counted until acknowledged, like an HTTP delivery until its 200; the delivery's log line
+        # carries the envelope (and the attempt, when it is Slack's retry).
+        gate = self.ack_gate if self.ack_gate is not None else AckGate()
+        with logs.bind(envelope_id=request.envelope_id, retry_attempt=request.retry_attempt or None):
             with gate.acking():
-                try:
-                    status, reason = await handler(request.payload)
-                except Exception:
-                    log.exception("a Socket Mode delivery failed; Slack will send it again")
+                status, reason = await self._handle(request)
+                if status >= 500:
+                    log.warning("not acknowledged (%s %s): Slack will send it again", status, reason)
                     return
-        else:
+                ack = SocketModeResponse(envelope_id=request.envelope_id)
+                try:
+                    await client.send_socket_mode_response(ack)
+                except Exception as exc:  # the socket went away: Slack redelivers, the claim dedupes
+                    log.warning("an ack was lost (%s); Slack will send the envelope again", exc)
+
+    async def _handle(self, request: SocketModeRequest) -> tuple[int, str]:
+        handler = {"events_api": self.on_event, "interactive": self.on_interaction}.get(request.type)
+        if handler is None:
             log.info("Socket Mode envelope of type %s acknowledged and ignored", request.type)
-        if status >= 500:
-            with logs.bind(envelope_id=request.envelope_id):
-                log.warning("not acknowledged (%s %s): Slack will send it again", status, reason)
-            return
+            return 200, ""
         try:
-            await client.send_socket_mode_response(SocketModeResponse(envelope_id=request.envelope_id))
-        except Exception as exc:  # the socket went away: Slack redelivers, the claim dedupes
-            log.warning("an ack was lost (%s); Slack will send envelope %s again", exc, request.envelope_id)
+            return await handler(request.payload)
+        except Exception:
+            log.exception("a Socket Mode delivery failed; Slack will send it again")
+            return 500, "handler failed"
 
 
 __all__ = [

@@ -64,14 +64,7 @@ class _Report:
 
 
 def _secrets(settings: Settings) -> list[str]:
-    values = [
-        settings.slack_bot_token.get_secret_value(),
-        settings.slack_signing_secret.get_secret_value(),
-        settings.slack_app_token.get_secret_value(),
-        settings.openai_api_key.get_secret_value(),
-        settings.anthropic_api_key.get_secret_value(),
-        settings.metrics_token.get_secret_value(),
-    ]
+    values = list(settings.secret_values())
     try:
         values.append(urlsplit(settings.database_url).password or "")
     except ValueError:

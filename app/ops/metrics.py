@@ -19,11 +19,20 @@ contract error codes, Slack method names and Slack's own error strings.
 | ``threadbound_model_requests_total`` | |
 | ``threadbound_budget_hits_total`` | ``budget``: user, install |
 | ``threadbound_feedback_total`` | ``kind``: positive, negative |
+| ``threadbound_follow_ups_pending`` | (gauge: pending across the install, as the store counts them) |
+| ``threadbound_follow_ups_fired_total`` / ``_cancelled_total`` / ``_late_total`` | |
 """
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -86,6 +95,24 @@ class Metrics:
         )
         self.feedback = Counter(
             "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
+        )
+        self.silent_turns = Counter(
+            "threadbound_silent_turns", "Turns the model ended with no_reply (nothing posted).", registry=r
+        )
+
+        self.follow_ups_pending = Gauge(
+            "threadbound_follow_ups_pending", "Follow-ups scheduled and not yet fired.", registry=r
+        )
+        self.follow_ups_fired = Counter(
+            "threadbound_follow_ups_fired", "Follow-ups fired into their task's inbox.", registry=r
+        )
+        self.follow_ups_cancelled = Counter(
+            "threadbound_follow_ups_cancelled", "Follow-ups cancelled before they fired.", registry=r
+        )
+        self.follow_ups_late = Counter(
+            "threadbound_follow_ups_late",
+            "Follow-ups fired more than a minute after they were due.",
+            registry=r,
         )
 
     def render(self) -> bytes:

@@ -33,9 +33,11 @@ from pydantic_ai.settings import ModelSettings
 
 from app import logs, traces
 from app.intake.ingress import IngressResult
+from app.runs.ack_gate import AckGate
+from app.runs.follow_ups import LATE_AFTER
 from app.runs.run import RunHooks
 from channel.session import ChannelSession
-from storage.base import InboxItem, UsageRecord
+from storage.base import FollowUpRecord, InboxItem, UsageRecord
 
 from .metrics import Metrics
 
@@ -86,6 +88,8 @@ class Observer:
         seconds = time.perf_counter() - run.started
         self.metrics.runs_finished.labels(outcome=status).inc()
         self.metrics.run_duration.observe(seconds)
+        if session.silent:
+            self.metrics.silent_turns.inc()
         logs.event(
             log,
             "run finished",
@@ -95,6 +99,7 @@ class Observer:
             tools=run.tools,
             tool_errors=run.tool_errors,
             replied=session.replied,
+            silent=session.silent,
             requests=run.requests,
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
@@ -130,6 +135,8 @@ class Observer:
             run.tools += 1
             run.tool_errors += outcome != "ok"
         self.metrics.tool_calls.labels(tool=tool, outcome=outcome).inc()
+        if tool == "channel_cancel_follow_up" and outcome == "ok":
+            self.metrics.follow_ups_cancelled.inc()
         logs.event(
             log,
             "tool call",
@@ -138,6 +145,13 @@ class Observer:
             outcome=outcome,
             duration_ms=round(seconds * 1000),
         )
+
+    def follow_ups_fired(self, fired: Sequence[FollowUpRecord]) -> None:
+        """Follow-ups the sweep fired; those more than LATE_AFTER past due count as late too."""
+        self.metrics.follow_ups_fired.inc(len(fired))
+        late = sum(1 for r in fired if r.fired_at is not None and r.fired_at - r.due_at > LATE_AFTER)
+        if late:
+            self.metrics.follow_ups_late.inc(late)
 
     # -- Slack -----------------------------------------------------------------------------
     def slack_call(self, method: str, outcome: str, seconds: float) -> None:
@@ -165,12 +179,21 @@ class Observer:
         self.metrics.model_latency.labels(outcome=outcome).observe(seconds)
 
 
-class TimedModel(WrapperModel):
-    """The wrapped model, unchanged, reporting the duration of every request to ``observer``."""
+#: Most seconds a model request waits for a moment without deliveries waiting for their 200.
+MODEL_PATIENCE = 0.1
 
-    def __init__(self, wrapped: Model, observer: Observer) -> None:
+
+class TimedModel(WrapperModel):
+    """The wrapped model, unchanged, reporting the duration of every request to ``observer``.
+
+    With an ``ack_gate`` (``app.runs.ack_gate``) a request first waits (``MODEL_PATIENCE`` at most)
+    until no delivery waits for its acknowledgement: building and sending a request is the bulk of
+    a working run's CPU, and acks go first on the event loop."""
+
+    def __init__(self, wrapped: Model, observer: Observer, ack_gate: AckGate | None = None) -> None:
         super().__init__(wrapped)
         self.observer = observer
+        self.ack_gate = ack_gate
 
     async def request(
         self,
@@ -178,6 +201,8 @@ class TimedModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
+        if self.ack_gate is not None:
+            await self.ack_gate.quiet(MODEL_PATIENCE)
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -195,6 +220,8 @@ class TimedModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncIterator[StreamedResponse]:
+        if self.ack_gate is not None:
+            await self.ack_gate.quiet(MODEL_PATIENCE)
         # Timed until the stream is consumed: the whole response, as for request().
         started = time.perf_counter()
         outcome = "error"

@@ -25,7 +25,7 @@ from .workspace import Delivery
 #: Largest file a person may attach from the page.
 MAX_UPLOAD_BYTES = 20 * 2**20
 _STATIC = resources.files(__package__) / "static"
-_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+_STATIC_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -53,6 +53,8 @@ class Driver(Protocol):
 
     async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery: ...
 
+    async def fast_forward(self) -> dict[str, Any]: ...
+
 
 class Page:
     """The page's routes over ``driver``; ``app()`` builds the aiohttp application."""
@@ -71,6 +73,7 @@ class Page:
         page.router.add_get("/api/events", self._events)
         page.router.add_post("/api/messages", self._post_message)
         page.router.add_post("/api/click", self._click)
+        page.router.add_post("/api/fast-forward", self._fast_forward)
         page.router.add_get("/files/{fid}/{name}", self._file)
         page.on_shutdown.append(self._end_streams)
         return page
@@ -162,6 +165,10 @@ class Page:
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
         return web.json_response({"status": delivery.status})
+
+    async def _fast_forward(self, _: web.Request) -> web.Response:
+        """Move the demo clock to the next scheduled follow-up, so it fires now."""
+        return web.json_response(await self.driver.fast_forward())
 
     async def _file(self, request: web.Request) -> web.Response:
         stored = self.driver.slack.files.get(request.match_info["fid"])

@@ -34,6 +34,7 @@ from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
+from .follow_ups import FollowUpBoard
 from .guard import Guard
 from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
@@ -78,9 +79,12 @@ class Playground:
         self._version = 0
         self._changed = asyncio.Event()
         self._closing = False
+        #: Scheduled follow-ups under their threads, and the demo clock's fast-forward.
+        self.board = FollowUpBoard()
         self._deleting: dict[int, Retraction] = {}
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,6 +105,12 @@ class Playground:
         slack.on_handled(self._after_call)
         settings = playground_settings(self.settings, slack, self.secret)
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
+        if self.service.follow_ups is not None:
+            # Fast-forward moves the demo clock: the sweep fires by it and follow-ups are scheduled by
+            # it, so one asked for in 20 minutes after a fast-forward still waits 20 (demo) minutes.
+            self.service.follow_ups.clock = self.board.clock.now
+            self.service.runner.executor.follow_up_clock = self.board.clock.now
+        self._watch = asyncio.create_task(self._watch_follow_ups(), name="playground-follow-ups")
         self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
         self._http = aiohttp.ClientSession()
         page = Page(self, Guard(self.page_token, self.host)).app()
@@ -119,6 +129,9 @@ class Playground:
     async def stop(self) -> None:
         self._closing = True
         self._notify()
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()  # the app's on_shutdown drains its running turns
         self._runners.clear()
@@ -170,7 +183,21 @@ class Playground:
         return self._closing
 
     def snapshot(self) -> dict[str, Any]:
-        return snapshot(self.slack, self.view, self._version)
+        return self.board.attach(snapshot(self.slack, self.view, self._version))
+
+    async def _watch_follow_ups(self) -> None:
+        while self.service is not None:
+            try:
+                if await self.board.refresh(self.service.store):
+                    self._notify()
+            except Exception:
+                log.warning("could not read the follow-ups", exc_info=True)
+            await asyncio.sleep(0.5)
+
+    async def fast_forward(self) -> dict[str, Any]:
+        """Move the demo clock past the next follow-up, which then fires (see ``follow_ups``)."""
+        assert self.service is not None and self.service.follow_ups is not None
+        return await self.board.fast_forward(self.service.store, self.service.follow_ups)
 
     async def changed(self, after: int) -> int:
         """Wait until the workspace changed after version ``after``; the new version."""

@@ -2,5 +2,6 @@
 
 Holds the scheduler (one run per conversation, fed from the inbox), the lease, the run itself
 (prompt, agent, checkpoints, save), streaming, compaction, progress and feedback notes.
-May import ``app.agent``, ``app.settings``, ``app.logs``, ``channel`` and ``storage``.
+May import ``app.agent``, the shared base (``app.settings``, ``app.logs``, ``app.clicks``), ``channel``
+and ``storage``.
 """

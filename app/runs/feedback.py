@@ -6,13 +6,18 @@ whose values are ``positive:<task id>`` / ``negative:<task id>``. A click arrive
 task, message and person (a second click by the same person on the same answer replaces the
 first), counts it in ``threadbound_feedback_total{kind}``, and starts nothing: the task's next run
 shows it to the model as a note (:func:`feedback_notes`), once.
+
+A click counts only on a message the task itself posted, in the task's own conversation: the
+clicked message's channel and ts (the payload's ``container``) must be one of the task's authored
+message handles. Anything else — a container pointing at another channel's message, a message the
+bot did not post for this task — is ignored with a log line, and no handle is minted for it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from app.clicks import Action
 from channel.session import ChannelSession
@@ -23,8 +28,9 @@ log = logging.getLogger(__name__)
 
 KINDS = {"positive": "helpful", "negative": "not helpful"}
 
-#: ``(user id) -> display name`` (the adapter's cached ``users.info``).
-NameOf = Callable[[str], Awaitable[str]]
+#: ``(user id) -> display name`` if known now, else "" (the adapter's cache; it makes no call, so a
+#: click is answered before any Slack call: ``SlackAdapter.known_user``).
+NameOf = Callable[[str], str]
 
 
 class Feedback:
@@ -50,15 +56,24 @@ class Feedback:
         if kind not in KINDS or not task_id or not action.user_id or not action.message_ts:
             log.info("ignoring a malformed feedback click", extra={"fields": {"value": action.value[:80]}})
             return
-        if await self.store.get_task(task_id) is None:
+        task = await self.store.get_task(task_id)
+        if task is None:
             log.info("ignoring feedback on an unknown task", extra={"fields": {"task": task_id[:40]}})
             return
-        name = action.user_name
-        if self._name_of is not None:
-            name = await self._name_of(action.user_id) or name
+        message = f"{action.channel}:{action.message_ts}"
+        posted = (
+            await self.store.find_handle(task_id, "msg", message) if action.channel == task.channel else None
+        )
+        if posted is None or not posted.authored:
+            log.info(
+                "ignoring feedback on a message the task did not post",
+                extra={"fields": {"task": task_id, "channel": action.channel[:40]}},
+            )
+            return
+        name = (self._name_of(action.user_id) if self._name_of is not None else "") or action.user_name
         await self.store.record_feedback(
             task_id=task_id,
-            message=f"{action.channel}:{action.message_ts}",
+            message=message,
             user_id=action.user_id,
             user_name=name or "someone",
             kind=kind,
@@ -78,6 +93,10 @@ async def feedback_notes(store: Store, session: ChannelSession) -> tuple[list[st
         return [], None
     lines = []
     for record in pending:
-        handle = await session.handles.mint("msg", record.message, authored=True)
-        lines.append(f"{record.user_name} marked your answer {handle} as {KINDS[record.kind]}.")
+        posted = await store.find_handle(session.task.task_id, "msg", record.message)
+        if posted is None or not posted.authored:
+            continue  # only the task's own answers (checked on click too): never a handle to anything else
+        handle = posted.handle
+        name = " ".join(record.user_name.split()) or "someone"  # one line, whatever the name holds
+        lines.append(f"{name} marked your answer {handle} as {KINDS[record.kind]}.")
     return lines, max(r.clicked_at for r in pending)

@@ -6,6 +6,11 @@ being used ("is reading the thread…"), cleared when the run ends. Otherwise �
 when Slack refuses the status in ``auto`` mode — the newest inbound message gets a
 reaction (``PROGRESS_EMOJI``, default ``eyes``), removed when the run ends.
 
+Slack clears a status by itself about two minutes after it was set when nothing is posted, so
+while a run works the status is set again every :data:`REFRESH_S` seconds (the text it shows then).
+"is thinking…" goes with rotating ``loading_messages`` (the agent file's, else
+:data:`LOADING_MESSAGES`), which Slack shows in turn instead of the text.
+
 ``PROGRESS``: ``auto`` (status, else reaction), ``status``, ``reaction`` or ``off``.
 A failure here never fails a run: it is logged and the indicator gives up for that run.
 Nor does it hold a run up: showing the indicator may take ``SETTLE_S`` before the
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -28,6 +34,7 @@ from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
 
+from .follow_ups import is_follow_up
 from .run import RunHooks
 
 log = logging.getLogger(__name__)
@@ -48,6 +55,16 @@ TOOL_STATUS: dict[str, str] = {
     "skills": "is reading its skills…",
     # channel_reply is absent: Slack clears the status when the app posts, a moment later.
 }
+#: Rotating texts under a thinking status when the agent file gives no ``loading_messages``.
+LOADING_MESSAGES = (
+    "Thinking…",
+    "Reading the conversation…",
+    "Working on it…",
+    "Checking the details…",
+    "Putting an answer together…",
+)
+#: Seconds between refreshes of a status while a run works: under Slack's ~2 minutes.
+REFRESH_S = 90.0
 #: Seconds a tool step or the run's end waits for the indicator to appear before giving up on it.
 SETTLE_S = 5.0
 #: Seconds the run's end spends clearing the indicator (a status Slack clears itself on the next post).
@@ -62,15 +79,20 @@ class _Indicator:
     origin: Origin
     ref: str = ""
     broken: bool = False
+    #: The status shown now, and its loading messages: what a refresh sets again.
+    text: str = THINKING
+    loading: tuple[str, ...] = ()
+    refresher: asyncio.Task[None] | None = None
 
 
 class Progress:
-    def __init__(self, mode: str = "auto", emoji: str = "eyes") -> None:
+    def __init__(self, mode: str = "auto", emoji: str = "eyes", loading_messages: Sequence[str] = ()) -> None:
         mode = mode.strip().lower()
         if mode not in MODES:
             raise ValueError(f"PROGRESS must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
         self.emoji = emoji.strip(":")
+        self.loading_messages = tuple(loading_messages) or LOADING_MESSAGES
         # Per run; weak so a run that never reached on_end (cancelled at shutdown) leaves nothing behind.
         self._runs: WeakKeyDictionary[ChannelSession, _Indicator] = WeakKeyDictionary()
         self._starting: WeakKeyDictionary[ChannelSession, asyncio.Task[None]] = WeakKeyDictionary()
@@ -100,11 +122,16 @@ class Progress:
     async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         adapter, origin = session.adapter, session.origin
         if self.mode in ("auto", "status") and adapter.features.status and origin.thread_ts:
-            if await self._status(adapter, origin, THINKING):
-                self._runs[session] = _Indicator("status", origin)
+            if await self._status(adapter, origin, THINKING, self.loading_messages):
+                indicator = _Indicator("status", origin, loading=self.loading_messages)
+                indicator.refresher = asyncio.create_task(
+                    self._refresh(weakref.ref(session), indicator), name="progress-refresh"
+                )
+                self._runs[session] = indicator
                 return
         if self.mode in ("auto", "reaction") and adapter.features.react and items:
-            messages = [i for i in items if not is_decision(i)]  # a decision is no message to mark
+            # A decision or a follow-up is no Slack message to mark.
+            messages = [i for i in items if not is_decision(i) and not is_follow_up(i)]
             ref = await self._newest_ref(adapter, messages) if messages else ""
             if ref and await self._react(adapter, ref, add=True):
                 self._runs[session] = _Indicator("reaction", origin, ref)
@@ -117,12 +144,17 @@ class Progress:
         text = TOOL_STATUS.get(tool)
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:
             return
-        if not await self._status(session.adapter, indicator.origin, text):
+        if await self._status(session.adapter, indicator.origin, text):
+            indicator.text, indicator.loading = text, ()
+        else:
             indicator.broken = True  # one failure is enough: stop calling for the rest of the run
 
     async def on_end(self, session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
         await self._settled(session)
         indicator = self._runs.pop(session, None)
+        if indicator is not None and indicator.refresher is not None:
+            indicator.refresher.cancel()
+            await asyncio.wait([indicator.refresher])
         if indicator is None or status == "stopped":
             return  # stopped: the conversation's new owner shows (and clears) its own indicator
         try:
@@ -134,6 +166,18 @@ class Progress:
         except TimeoutError:
             log.debug("progress: indicator not cleared in time")
 
+    async def _refresh(self, session: weakref.ref[ChannelSession], indicator: _Indicator) -> None:
+        """Set the status again every REFRESH_S while the run lives (Slack would clear it otherwise)."""
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            live = session()
+            if live is None or indicator.broken:
+                return  # the run is gone (cancelled before its end hook) or Slack refuses the status
+            adapter = live.adapter
+            del live  # hold no reference while waiting: the run's end must be able to let go of it
+            if not await self._status(adapter, indicator.origin, indicator.text, indicator.loading):
+                indicator.broken = True
+
     async def _newest_ref(self, adapter: ChannelAdapter, items: Sequence[InboxItem]) -> str:
         try:
             # view() renders with cached names (the prompt just rendered the same message): no extra call.
@@ -142,9 +186,11 @@ class Progress:
             log.debug("progress: no message to react to (%s)", exc)
             return ""
 
-    async def _status(self, adapter: ChannelAdapter, origin: Origin, text: str) -> bool:
+    async def _status(
+        self, adapter: ChannelAdapter, origin: Origin, text: str, loading: Sequence[str] = ()
+    ) -> bool:
         try:
-            await adapter.set_status(origin, text)
+            await adapter.set_status(origin, text, loading)
         except ChannelError as exc:
             log.debug("progress: status not shown (%s)", exc.provider_code or exc.code)
             return False

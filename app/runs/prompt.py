@@ -1,4 +1,10 @@
-"""What the model is shown of a task's inbound messages: the prompt, and whom a streamed answer is for."""
+"""What the model is shown of a task's inbound messages: the prompt, and whom a streamed answer is for.
+
+Slack text is data, never structure (invariant 14): each message is one JSON object on a line of
+its own (``author``, ``message`` handle, ``text``, ``files``), so a newline, a quote or a line
+shaped like another person's message inside a text or a file name stays inside that string. The
+instructions tell the model the format (``app.agent.runtime``).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.agent.approvals import Approvals, is_decision
+from app.agent.asks import answer_row, is_answer
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
+
+from .follow_ups import follow_up_row, is_follow_up
 
 log = logging.getLogger(__name__)
 
@@ -25,29 +34,64 @@ APPROVAL_NOTE = (
 async def render_prompt(
     session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
 ) -> str:
-    """The inbound messages as the model's user prompt: author, handle, rendered text, files."""
+    """The inbound messages as the model's user prompt: one JSON object per message (author,
+    handle, rendered text, files), then any notes about an interrupted run."""
     lines: list[str] = []
     for item in items:
         if is_decision(item):
             continue  # a decision on an approval resumes the task; it is no message
+        if is_follow_up(item):
+            if (follow_up := await follow_up_row(session, item)) is not None:
+                lines.append(_line(follow_up))
+            continue
         try:
-            row = await session.inbound_row(json.loads(item.payload))
+            raw = json.loads(item.payload)
+        except ValueError:
+            raw = None
+        if is_answer(raw):  # "Alice answered q_…: staging" (app.agent.asks)
+            assert isinstance(raw, dict)
+            lines.append(_line(await session.asks.row(session, raw) if session.asks else answer_row(raw, "")))
+            continue
+        if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
+            # Checked against the conversation it was claimed for: never a handle to another one.
+            log.warning("inbound message %s does not belong to its conversation; not shown", item.ts)
+            lines.append(_line({"unavailable": "a message that does not belong to this conversation"}))
+            continue
+        try:
+            row = await session.inbound_row(raw)
         except ChannelError as exc:
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
-            lines.append(f"(a message that could not be shown: {exc.message})")
+            lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
             continue
-        text = str(row["text"])
-        # Markdown that needs to start a line (a quoted forward, a list, a code block) gets one.
-        sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
-        lines.append(f"{row['author']['display_name']} ({row['message']}):{sep}{text}")
-        for f in row["files"]:
-            if "file" not in f:
-                lines.append(f"  attached, but you cannot open it ({f['unavailable']}): {f['name']}")
-                continue
-            lines.append(f"  attached {f['file']}: {f['name']} ({f['media_type']}, {f['size']} bytes)")
+        shown = prompt_row(row)
+        if session.asks is not None and isinstance(raw.get("user"), str):
+            # The next message from an allowed person answers an open free-text question.
+            shown = await session.asks.free_text(session, raw["user"], shown, item.created_at) or shown
+        lines.append(_line(shown))
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]
     return "\n".join(lines)
+
+
+def prompt_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``channel_read`` row as the prompt shows it: who, which message, what it says, its files."""
+    out: dict[str, Any] = {
+        "author": row["author"]["display_name"],
+        "message": row["message"],
+        "text": row["text"],
+    }
+    files = [
+        {k: f[k] for k in ("file", "name", "media_type", "size", "unavailable") if k in f}
+        for f in row["files"]
+    ]
+    if files:
+        out["files"] = files
+    return out
+
+
+def _line(obj: dict[str, Any]) -> str:
+    # ensure_ascii off: names and text stay readable; JSON still escapes newlines, quotes and controls.
+    return json.dumps(obj, ensure_ascii=False)
 
 
 def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
@@ -57,7 +101,12 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
             raw = json.loads(item.payload)
         except ValueError:
             continue
-        if isinstance(raw, dict) and not is_decision(item):
+        if (
+            isinstance(raw, dict)
+            and not is_decision(item)
+            and not is_answer(raw)
+            and (raw.get("user") or not is_follow_up(item))
+        ):
             return raw
     return None
 

@@ -1,23 +1,19 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
 The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module
-does one run for a session it is given. Beside it: the prompt (``prompt.py``: inbound messages and
-notes about effects a crashed run left open), the history (``history.py``), the agent's steps with
-steering, budgets and streaming (``steps.py``), checkpoints and resuming (``checkpoint.py``), the
-budget refusal (``refusal.py``) and the outcome, hooks and fixed notes (``outcome.py``).
+does one run for a session it is given. Beside it: the prompt (``prompt.py``), the history
+(``history.py``), the agent's steps with steering, budgets and streaming (``steps.py``), checkpoints
+(``checkpoint.py``), the budget refusal (``refusal.py``) and the outcome and hooks (``outcome.py``).
 
-- cost: budgets are checked first (past one, a short note and no model call); usage is stored
-  per response; a run crossing a budget or ``max_requests_per_run`` stops with a short note;
-- checkpoints: the transcript is saved after every model response that calls tools and before
-  the final answer is posted, with the inbox items shown so far, so a crash resumes from there;
-- the end: the final text is posted when the model did not reply; a failure apologises in the
-  thread; the transcript is saved, the run closed and the rest of its inbox consumed in one
-  transaction;
-- approvals (``app.agent.approvals``): gated calls are recorded, saved, and their cards posted; a
-  task with an undecided approval does not run; the decisions resume it as ``deferred_tool_results``;
-- the lease: a ``guard`` (the scheduler's lease check) is awaited before every write and model
-  request, and the lease's fence goes with every durable write; when either says the lease has
-  moved the run ends at once, without posting or saving, leaving the task to its new owner.
+- cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
+  crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
+  saved (with the items shown so far) after each response calling tools and before the answer;
+- the end: the final text is posted when the model did not reply (nor chose ``no_reply``); a
+  failure apologises; transcript saved, run closed and inbox consumed in one transaction;
+- approvals (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task
+  with an undecided approval does not run; the decisions resume it (``deferred_tool_results``);
+- the lease: a ``guard`` (the lease check) is awaited before every write and model request, and the
+  fence goes with every durable write; once the lease moved the run ends without posting or saving.
 """
 
 from __future__ import annotations
@@ -42,12 +38,13 @@ from pydantic_ai.messages import (
 
 from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
-from app.agent.runtime import RunDeps, instructions_for
+from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
+from channel import task_files
 from channel.contract import ChannelAdapter, Origin
 from channel.journal import CALL_ID, WriteGuard
 from channel.selection import ToolSelection
-from channel.session import ChannelSession
+from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
 from storage.base import (
     EffectRecord,
@@ -60,12 +57,14 @@ from storage.base import (
     UsageRecord,
 )
 
+from .budget_screen import BudgetScreen, newest_author
 from .checkpoint import Checkpoints, mark_answer, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
+from .instructions import run_instructions
 from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
-from .prompt import APPROVAL_NOTE, answer_recipient, render_prompt
+from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .steps import AgentSteps
 
@@ -91,17 +90,20 @@ class RunExecutor:
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
         approvals: Approvals | None = None,
+        asks: AskHost | None = None,
         budgets: Budgets | None = None,
         compactor: Compactor | None = None,
         usage_footer: bool = False,
         stream: bool = False,
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
+        files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+        follow_ups_max: int = 1000,
     ) -> None:
-        """``stream``: answers stream into the thread as written (``STREAM``); ``feedback``: each
-        answer ends with feedback buttons reporting the task id."""
+        """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
         self.store = store
         self.approvals = approvals
+        self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
         self.adapter = adapter
         self.agent = agent
         self.tools = tools
@@ -117,6 +119,10 @@ class RunExecutor:
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
+        self.files_max_bytes = files_max_bytes
+        self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
+        #: The follow-up sweep's clock when it is not ``clock`` (the playground's demo clock).
+        self.follow_up_clock: Callable[[], float] | None = None
         #: Runs in progress right now, by task id (for tests and benchmarks).
         self.active_runs: set[str] = set()
 
@@ -133,7 +139,7 @@ class RunExecutor:
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
     ) -> ChannelSession:
-        return ChannelSession(
+        session = ChannelSession(
             adapter=self.adapter,
             store=self.store,
             task=task,
@@ -144,7 +150,13 @@ class RunExecutor:
             clock=self.clock,
             guard=guard,
             fence=fence,
+            files_max_bytes=self.files_max_bytes,
+            follow_ups_max=self.follow_ups_max,
         )
+        session.asks = self.asks
+        if self.follow_up_clock is not None:
+            session.follow_up_clock = self.follow_up_clock
+        return session
 
     async def run_prompt(
         self,
@@ -193,14 +205,16 @@ class RunExecutor:
         except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
-        prompt = await self.prompt(session, items, notes)
+        shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
+        prompt = await self.prompt(session, shown, notes)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
             lines, upto = await feedback_notes(self.store, session)
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
-        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto)
+        person = newest_author(shown)  # charged for the run's model requests
+        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
 
     async def prompt(
         self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
@@ -216,6 +230,7 @@ class RunExecutor:
         inbox: Inbox,
         *,
         feedback_upto: float | None = None,
+        person: str | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
@@ -239,11 +254,11 @@ class RunExecutor:
             return RunOutcome(task.task_id, "ok", False, "", consumed)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         requests: DeferredToolRequests | None = None
-        person = requester(items)
+        person = requester(items) if person is None else person
         if not person and self.approvals is not None and items:
             person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
-        # Budgets bound what people ask; a run with no message (the `run` command, or settling a
-        # crashed run's effects) is still counted but never refused.
+        session.requester = person  # follow-ups it schedules run for them
+        # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
             return await refuse(self.store, self.hooks.on_budget, session, prompt, consumed, hit)
@@ -282,10 +297,7 @@ class RunExecutor:
                     prefix = Compactor.prefix(summary)
                     checkpoints.prefix = len(prefix)
                     history = [*prefix, *trim_history(transcript, self.history_limit)]
-                    info = await session.describe()
-                    instructions = instructions_for(info, self.tools, self.agent_file.instructions)
-                    if self.agent_file.approval:
-                        instructions += APPROVAL_NOTE
+                    instructions = await run_instructions(session, self.tools, self.agent_file)
                     steps = AgentSteps(
                         self.agent,
                         max_requests=self.agent_file.max_requests_per_run,
@@ -354,7 +366,7 @@ class RunExecutor:
             if requests is not None and self.approvals is not None:
                 # Recorded before the save: a saved transcript's pending calls always have approvals
                 # (one whose run never saved is withdrawn when its card effect is settled).
-                await self.approvals.open(session, requests, await self.approvals.requester(items))
+                await self.approvals.open(session, requests, meter.person)
             await self.store.save_run(
                 task.task_id,
                 # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.

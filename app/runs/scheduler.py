@@ -41,6 +41,7 @@ from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
 from .lease import Lease
+from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 
 log = logging.getLogger(__name__)
@@ -70,12 +71,15 @@ class Scheduler:
         claim_retention: float = 604_800.0,
         on_sweep: Callable[[], Awaitable[object]] | None = None,
         ack_gate: AckGate | None = None,
+        user_max_runs: int = 4,
     ) -> None:
         self.store = store
         self.executor = executor
         self.lease_ttl = lease_ttl
         # Bursts queue in the durable inbox instead of starting hundreds of runs that starve the acks.
         self._slots = asyncio.Semaphore(max_concurrent_runs)
+        # USER_MAX_RUNS: one person's conversations past it wait before taking a run slot.
+        self._people = PersonSlots(user_max_runs)
         self.owner = owner or f"instance-{uuid.uuid4().hex[:12]}"
         self.clock = clock
         #: Seconds claim keys (ingress dedupe) are kept; the sweep prunes older ones.
@@ -215,6 +219,12 @@ class Scheduler:
         deleted = await self.store.prune_claims(older_than=now - self.claim_retention)
         if deleted > 0:
             log.info("pruned %d claim keys older than %.0f s", deleted, self.claim_retention)
+        try:
+            # Instances that stopped (or died) holding nothing: their rows and lock files go too.
+            if forgotten := await self.store.prune_instances(now=now):
+                log.info("forgot %d stopped instances", forgotten)
+        except Exception:
+            log.exception("pruning stopped instances failed")
         return deleted
 
     async def idle(self) -> None:
@@ -225,9 +235,11 @@ class Scheduler:
             else:
                 await self._started.wait()
 
-    async def shutdown(self, grace: float) -> None:
+    async def shutdown(self, grace: float, cancel_wait: float | None = None) -> None:
         """Stop taking work, let running turns finish for ``grace`` seconds, then cancel the rest.
-        Cancelled runs leave their inbox pending and release their leases, so the next start resumes them."""
+        Cancelled runs leave their inbox pending and release their leases, so the next start resumes them.
+        ``cancel_wait``: seconds the cancelled runs get to clean up before shutdown goes on without them
+        (None: as long as they take); one stuck on Slack or the store leaves its lease to expire."""
         self._accepting = False
         # Woken tasks not started yet keep their inbox: the next start's sweep resumes them.
         self._wakeups.clear()
@@ -239,11 +251,21 @@ class Scheduler:
             _done, pending = await asyncio.wait(drivers, timeout=grace)
             for driver in pending:
                 driver.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:
+                _, stuck = await asyncio.wait(pending, timeout=cancel_wait)
+                if stuck:
+                    log.warning("%d cancelled runs did not end in time; their leases expire", len(stuck))
 
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
         async with self._slots:
+            person = first_author(await self.store.pending_inbox(task_id))
+            if not self._people.full(person):
+                async with self._people.hold(person):  # taken at once: nothing awaited since full()
+                    await self._drive_leased(task_id)
+                return
+        # This person has USER_MAX_RUNS conversations running: wait holding no run slot, then run.
+        async with self._people.hold(person), self._slots:
             await self._drive_leased(task_id)
 
     async def _drive_leased(self, task_id: str) -> None:

@@ -21,6 +21,7 @@ from app.agent.usage import Budgets, UsageMeter
 from channel.session import ChannelSession
 from storage.crashpoints import crash_point
 
+from .budget_screen import BudgetScreen, newest_author
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
 from .streaming import EventFeed
@@ -61,10 +62,12 @@ class AgentSteps:
         """The run's messages, its output (text, or the gated calls waiting for approval), and the
         note it stopped with (``""``: it finished)."""
         seen = set(consumed)
+        screen = BudgetScreen(self.budgets, session)
         limit = self.max_requests
         # Streaming: each model request and tool step is driven through node.stream(), its events
         # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
         feed = EventFeed(session) if session.streaming else None
+        session.requester = meter.person
         async with self.agent.iter(
             prompt or None,  # a run resumed only by decisions brings no new prompt
             message_history=history,
@@ -86,6 +89,10 @@ class AgentSteps:
                             # (its calls answered from the journal), the items shown so far consumed.
                             await checkpoint(run.all_messages())
                     elif Agent.is_model_request_node(node):
+                        if session.turn_end:
+                            # no_reply, or it asked someone: the turn ends here, with no more text.
+                            said = "(no reply)" if session.silent else "(waiting for the answer)"
+                            return [*run.all_messages(), node.request, _said(said)], None, ""
                         crash_point("model.request")
                     # Steering: before each model request (and before a final answer is accepted),
                     # show messages that arrived mid-run. Other nodes need no look at the inbox.
@@ -104,9 +111,14 @@ class AgentSteps:
                             return [*run.all_messages(), node.request, stop], "", note
                     fresh = [i for i in await inbox() if i.item_id not in seen]
                     if fresh:
-                        steering = await render_prompt(session, fresh)
-                        run.enqueue(steering, priority="asap")
-                        steered.append(steering)
+                        # Each steered message against its own author's budget; from here on the
+                        # requests are charged to the newest author shown.
+                        shown = await screen.shown(fresh, await screen.over(fresh))
+                        if shown:
+                            steering = await render_prompt(session, shown)
+                            run.enqueue(steering, priority="asap")
+                            steered.append(steering)
+                            meter.person = session.requester = newest_author(shown) or meter.person
                         for item in fresh:
                             seen.add(item.item_id)
                             consumed.append(item.item_id)
@@ -131,3 +143,7 @@ class AgentSteps:
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output, ""
+
+
+def _said(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(text)])

@@ -15,7 +15,9 @@ from ..contract import Step
 from ..errors import ChannelError
 from ..streaming import FLUSH_INTERVAL, AnswerStream
 from ..tools import CATALOG, MCP_SEARCH
+from .asking import Asking
 from .files import Files
+from .follow_ups import FollowUpTools
 from .offer import Offer
 from .replies import Replies
 from .state import CALL_ID, Result
@@ -23,7 +25,7 @@ from .state import CALL_ID, Result
 log = logging.getLogger(__name__)
 
 
-class ChannelSession(Replies, Files, Offer):
+class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
     """The channel tools bound to one task's conversation (see :mod:`channel.session`)."""
 
     @cached_property
@@ -37,9 +39,16 @@ class ChannelSession(Replies, Files, Offer):
             "channel_fetch_file": self._fetch_file,
             "channel_attach": self._attach,
             "channel_post_document": self._post_document,
+            "channel_follow_up": self._follow_up,
+            "channel_follow_ups": self._follow_ups,
+            "channel_cancel_follow_up": self._cancel_follow_up,
             "tool_search": self._tool_search,
             "mcp_search": self._tool_search,
             "skills": self._skills,
+            "channel_ask": self._ask,
+            "channel_request_approval": self._request_approval,
+            "channel_check_approval": self._check_approval,
+            "no_reply": self._no_reply,
         }
 
     # -- streaming ----------------------------------------------------------------------
@@ -68,7 +77,7 @@ class ChannelSession(Replies, Files, Offer):
     def stream_text(self, source: str, text: str) -> None:
         """What ``source`` wrote so far: ``text:…`` a model response's text (shown until the session
         replied), ``call:<id>`` a channel_reply call's ``text`` argument."""
-        if not self._streaming or (self.replied and not source.startswith("call:")):
+        if not self._streaming or self.silent or (self.replied and not source.startswith("call:")):
             return
         if not text and self.answer is None:
             return
@@ -136,7 +145,7 @@ class ChannelSession(Replies, Files, Offer):
             ).as_result()
 
 
-_HANDLE_FIELDS = {"message": "msg", "file": "file"}
+_HANDLE_FIELDS = {"message": "msg", "file": "file", "follow_up": "fu"}
 
 
 def _validation_error(exc: ValidationError) -> ChannelError:

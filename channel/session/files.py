@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+from .. import task_files
 from ..contract import FileMeta
 from ..errors import ChannelError
 from ..markdown import strip_mass_mentions
@@ -15,6 +17,11 @@ from .state import Result, SessionState
 class Files(SessionState):
     async def _fetch_file(self, args: FetchFileArgs) -> Result:
         record = await self.handles.resolve(args.file, "file")
+        key = f"{record.ref}|{args.variant or ''}"
+        earlier = await asyncio.to_thread(task_files.remembered, self.task_dir, key)
+        if earlier is not None:
+            # The same file fetched before: the copy on disk is the answer (no download, no new copy).
+            return {k: earlier[k] for k in ("path", "media_type", "size", "sha256")}
         data = json.loads(record.data or "{}")
         meta = FileMeta(
             ref=record.ref,
@@ -25,13 +32,16 @@ class Files(SessionState):
         )
         if not meta.data.get("url"):
             meta = await self.adapter.file_info(record.ref)
+        await task_files.check_room(self.task_dir, meta.size, self.files_max_bytes, f"{meta.name!r}")
         fetched = await self.adapter.fetch_file(meta, self.task_dir, variant=args.variant)
-        return {
+        result: Result = {
             "path": str(fetched.path.relative_to(self.task_dir)),
             "media_type": fetched.media_type,
             "size": fetched.size,
             "sha256": fetched.sha256,
         }
+        await asyncio.to_thread(task_files.remember, self.task_dir, key, result)
+        return result
 
     def _task_path(self, raw: str) -> Path:
         root = self.task_dir.resolve()

@@ -11,6 +11,7 @@ from typing import Any
 
 from storage.base import Fence, TaskRecord
 
+from .. import task_files
 from ..contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo
 from ..errors import ChannelError
 from ..handles import HandleRegistry
@@ -41,15 +42,29 @@ class SessionState:
         clock: Callable[[], float] = time.time,
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
+        files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+        follow_ups_max: int = 1000,
     ) -> None:
         """``guard`` is awaited before every write and may raise to stop it; ``fence`` (the host's
-        lease) is carried by every journal entry (see the journal)."""
+        lease) is carried by every journal entry (see the journal). ``files_max_bytes`` bounds the
+        task's files on disk (``TASK_FILES_MAX_BYTES``), ``follow_ups_max`` the install's pending
+        follow-ups (``FOLLOW_UPS_MAX``)."""
         self.adapter = adapter
         self.store = store
         self.task = task
         self.origin = origin
         self.tools = tools
         self.task_dir = task_dir
+        self.files_max_bytes = files_max_bytes
+        self.clock = clock
+        #: The clock follow-ups are scheduled by: ``clock``, except where the host's follow-up sweep
+        #: runs on another (the playground's demo clock, which fast-forward moves).
+        self.follow_up_clock = clock
+        self.follow_ups_max = follow_ups_max
+        #: The person whose message led to this run ("" for none); the host sets it when the run starts.
+        self.requester = ""
+        # A session is the task's activity: its files are kept FILES_TTL_DAYS from now (one utime).
+        task_files.mark_used(task_dir)
         self.handles = HandleRegistry(store, task.task_id)
         self.journal = EffectJournal(store, task.task_id, clock, guard, fence)
         selectable = {s.name for s in tools.deferred} | {t.name for t in tools.host_deferred}

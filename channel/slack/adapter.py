@@ -14,12 +14,14 @@ edits, reactions, statuses, streams), over :mod:`.link`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
 
 from channel.contract import AdapterBase, ChannelFeatures, Document, Fetched, FileMeta, Origin, Uploaded
+from channel.errors import ChannelError, bounded
 
 from .canvases import create_canvas
 from .downloads import download
@@ -128,15 +130,44 @@ class SlackAdapter(Writes, AdapterBase):
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
         comment = strip_mass_mentions(comment) if comment else comment
-        return await upload(self.writes, origin, path, title=title, comment=comment, outbound=self.outbound)
+        with _maybe_done("attached"):
+            return await upload(
+                self.writes,
+                origin,
+                path,
+                title=title,
+                comment=comment,
+                outbound=self.outbound,
+                files_info=self._files_info,
+            )
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
         markdown = strip_mass_mentions(markdown)
-        return await create_canvas(
-            self.writes, origin, title, markdown, permalink_of=self._file_permalink, outbound=self.outbound
-        )
+        with _maybe_done("posted"):
+            return await create_canvas(
+                self.writes,
+                origin,
+                title,
+                markdown,
+                permalink_of=self._file_permalink,
+                outbound=self.outbound,
+            )
 
     async def _file_permalink(self, file_id: str) -> str | None:
         async with self._call("files.info"):
             info = await self.reads.files_info(file=file_id)
         return str((info.get("file") or {}).get("permalink") or "") or None
+
+
+@contextmanager
+def _maybe_done(what: str) -> Iterator[None]:
+    """An upload or canvas carries no effect id to look for: an ambiguous answer (a dropped
+    connection, a 5xx) is reported as what it is, so the model looks before doing it again."""
+    try:
+        yield
+    except ChannelError as exc:
+        if exc.ambiguous:
+            exc.message = bounded(
+                f"{exc.message} It may have been {what} anyway: read the conversation before trying again."
+            )
+        raise

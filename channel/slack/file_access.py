@@ -17,6 +17,7 @@ from typing import Any
 
 from channel.errors import ChannelError
 
+from .cache import TtlCache
 from .content import file_stubs, message_files, shared_file_ids, shared_in
 from .file_meta import NOT_SHARED_HERE
 
@@ -28,6 +29,8 @@ __all__ = ["NOT_SHARED_HERE", "FileInfos"]
 _FILE_HIDDEN = frozenset({"file_not_found", "file_deleted", "access_denied", "not_allowed", "not_visible"})
 
 FilesInfo = Callable[[str], Awaitable[Mapping[str, Any]]]
+#: File infos cached at most; the least recently used leave first.
+MAX_FILES = 10_000
 
 
 class FileInfos:
@@ -36,7 +39,8 @@ class FileInfos:
 
     def __init__(self, files_info: FilesInfo) -> None:
         self._files_info = files_info
-        self._infos: dict[str, dict[str, Any] | None] = {}
+        # Bounded, and refreshed after LOOKUP_TTL (a file's shares change).
+        self._infos: TtlCache[str, dict[str, Any] | None] = TtlCache(MAX_FILES)
 
     async def resolve(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         """Replacements for file objects in ``raw`` (by file ID): a stub's full object, and for a
@@ -56,7 +60,9 @@ class FileInfos:
             if info is not None and shared_in(info, channel):
                 out[file_id] = info
                 continue
-            named = info or names.get(file_id) or {}
+            # Named as the attachment names it: files.info's answer about another conversation's
+            # file (its real name included) is not passed on.
+            named = names.get(file_id) or {}
             out[file_id] = {
                 "id": file_id,
                 "name": str(named.get("name") or named.get("title") or "a file"),

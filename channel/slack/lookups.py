@@ -22,6 +22,7 @@ from typing import Any
 
 from channel.errors import ChannelError
 
+from .cache import TtlCache
 from .content import References, references
 from .file_access import FileInfos
 from .link import SlackLink
@@ -35,6 +36,9 @@ LOOKUP_CONCURRENCY = 4
 LOOKUPS_PER_MESSAGE = 20
 #: IDs not known yet that one read (a thread, a page of history) may have looked up.
 LOOKUPS_PER_READ = 100
+#: Users and channels whose names (and info) are cached at most; the least recently used leave first.
+MAX_USERS = 10_000
+MAX_CHANNELS = 5_000
 #: Seconds a failed ``users.info`` is remembered (the ID shows as "someone" meanwhile).
 FAILED_LOOKUP_TTL = 60.0
 
@@ -43,15 +47,19 @@ class Lookups(SlackLink):
     """The cached look-ups of the adapter (mixed into ``SlackAdapter``)."""
 
     def _init_lookups(self) -> None:
-        self._user_names: dict[str, tuple[str, bool]] = {}
+        # Bounded and refreshed (cache.TtlCache): a long-lived process forgets whom it no longer
+        # sees, and a renamed person's new name shows within LOOKUP_TTL.
+        self._user_names: TtlCache[str, tuple[str, bool]] = TtlCache(MAX_USERS)
+        # Time zones (``tz``) from the same users.info answers, for follow-ups' "tomorrow at 9".
+        self._user_zones: TtlCache[str, str] = TtlCache(MAX_USERS)
         self._user_lookups: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         # Failed users.info look-ups: user id -> monotonic time until which it is not asked again.
         self._user_failures: dict[str, float] = {}
         self._lookup_slots = asyncio.Semaphore(LOOKUP_CONCURRENCY)
-        self._channels: dict[str, dict[str, Any]] = {}
+        self._channels: TtlCache[str, dict[str, Any]] = TtlCache(MAX_CHANNELS)
         # Names of channels a message refers to; "" when Slack would not say (another
         # workspace, a private channel): cosmetic, so a failed lookup is not retried.
-        self._channel_names: dict[str, str] = {}
+        self._channel_names: TtlCache[str, str] = TtlCache(MAX_CHANNELS)
         # files.info answers for file stubs and forwarded files, and which of them get a handle.
         self._file_infos = FileInfos(self._files_info)
         if self.identity.user_id and self.identity.bot_name:
@@ -71,13 +79,36 @@ class Lookups(SlackLink):
             return known
         if self._user_failures.get(user_id, 0.0) > time.monotonic():
             return ("someone", False)
+        # Shielded: a cancelled caller leaves; the lookup (bounded by the HTTP timeout) finishes for the rest.
+        return await asyncio.shield(self._lookup_task(user_id))
+
+    async def time_zone(self, user_id: str) -> str:
+        """The user's IANA time zone (``users.info`` ``tz``, cached with their name); ``""`` if unknown."""
+        found = self._user_zones.get(user_id)
+        if found is None:
+            self._user_names.pop(user_id, None)  # looked up before zones were kept: once more
+            await self.user(user_id)
+            found = self._user_zones.get(user_id)
+        return found or ""
+
+    def _lookup_task(self, user_id: str) -> asyncio.Task[tuple[str, bool]]:
         lookup = self._user_lookups.get(user_id)
         if lookup is None:
             lookup = asyncio.create_task(self._look_up_user(user_id), name=f"users.info:{user_id}")
             self._user_lookups[user_id] = lookup
             lookup.add_done_callback(lambda done: self._lookup_done(user_id, done))
-        # Shielded: a cancelled caller leaves; the lookup (bounded by the HTTP timeout) finishes for the rest.
-        return await asyncio.shield(lookup)
+        return lookup
+
+    def known_user(self, user_id: str) -> str:
+        """The user's display name if it is known now ("" if not); when it is not, a lookup starts in
+        the background (owned here) so it is known next time. Makes no call itself: for click
+        handlers, which answer Slack before calling it."""
+        known = self._user_names.get(user_id)
+        if known is not None:
+            return known[0]
+        if user_id and self._user_failures.get(user_id, 0.0) <= time.monotonic():
+            self._lookup_task(user_id)
+        return ""
 
     async def _look_up_user(self, user_id: str) -> tuple[str, bool]:
         try:
@@ -93,6 +124,7 @@ class Lookups(SlackLink):
         info = response.get("user") or {}
         found = (display_name(info), bool(info.get("is_bot")))
         self._user_names[user_id] = found
+        self._user_zones[user_id] = str(info.get("tz") or "")
         return found
 
     def _lookup_done(self, user_id: str, lookup: asyncio.Task[tuple[str, bool]]) -> None:

@@ -125,7 +125,11 @@ class SlackLiveMessage:
             # exactly what was sent, is this stream (then it goes on in it).
             found = await adapter.unfinished(origin, stream_after(origin, recipient))
             mine = [m for m in found if shown_text(m) == text[0]]
-            return str(mine[-1]["ts"]) if len(mine) == 1 else None
+            if len(mine) == 1 and len(found) == 1:
+                return str(mine[0]["ts"])
+            if found:  # unfinished messages, but not clearly this one: left to be found and removed
+                raise ChannelError("slack_error", "the stream's message cannot be told apart")
+            return None
 
         ts = await adapter.once("chat.startStream", send, check, channel=origin.channel, post=True)
         live = cls(adapter, origin, ts)

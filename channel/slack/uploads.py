@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiofiles
 import aiofiles.os
+from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from channel.contract import Origin, Uploaded
 from channel.errors import ChannelError
 
+from .content import shared_in
 from .file_meta import MAX_BYTES, file_meta, mib
 from .outbound import Outbound
 
@@ -25,12 +28,14 @@ async def upload(
     title: str | None,
     comment: str | None,
     outbound: Outbound | None = None,
+    files_info: Callable[[str], Awaitable[Mapping[str, Any]]] | None = None,
 ) -> Uploaded:
     """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete).
 
     Through ``outbound`` (the adapter's; paced as a post): a 429 at any step means the file was
     not shared, and the whole upload is made again; an abandoned upload URL is never completed,
-    so nothing doubles.
+    so nothing doubles. When the completion's answer is ambiguous (a 5xx, ``internal_error``),
+    ``files_info`` looks whether the file got shared here anyway (its id is in the request).
     """
     try:
         size = (await aiofiles.os.stat(path)).st_size
@@ -46,19 +51,26 @@ async def upload(
         raise ChannelError(
             "not_found", f"could not read {path.name} ({exc.strerror or type(exc).__name__})."
         ) from exc
-    response = await (outbound or Outbound()).write(
-        "files.upload_v2",
-        lambda: client.files_upload_v2(
+    response: Any
+    try:
+        response = await (outbound or Outbound()).write(
+            "files.upload_v2",
+            lambda: client.files_upload_v2(
+                channel=origin.channel,
+                thread_ts=origin.thread_ts or None,
+                file=data,
+                filename=path.name,
+                title=title,
+                initial_comment=comment,
+            ),
             channel=origin.channel,
-            thread_ts=origin.thread_ts or None,
-            file=data,
-            filename=path.name,
-            title=title,
-            initial_comment=comment,
-        ),
-        channel=origin.channel,
-        post=True,
-    )
+            post=True,
+        )
+    except ChannelError as exc:
+        found = await _shared_anyway(exc, origin.channel, files_info) if exc.ambiguous else None
+        if found is None:
+            raise
+        response = {"file": found}
     raw = response.get("file") or (response.get("files") or [{}])[0]
     share_ts = _share_ts(raw, origin.channel)
     return Uploaded(file=file_meta(raw), message_ref=f"{origin.channel}:{share_ts}" if share_ts else None)
@@ -75,4 +87,30 @@ def _share_ts(raw: Mapping[str, Any], channel: str) -> str | None:
         entries = (shares.get(bucket) or {}).get(channel) or []
         if entries and entries[0].get("ts"):
             return str(entries[0]["ts"])
+    return None
+
+
+async def _shared_anyway(
+    exc: ChannelError, channel: str, files_info: Callable[[str], Awaitable[Mapping[str, Any]]] | None
+) -> Mapping[str, Any] | None:
+    """The file object when an ambiguous ``files.completeUploadExternal`` did share the file in
+    ``channel`` after all; None when it did not, or nobody can tell (a dropped connection carries
+    no file id: the error stays ambiguous)."""
+    cause = exc.__cause__
+    if files_info is None or not isinstance(cause, SlackApiError) or cause.response is None:
+        return None
+    if not str(cause.response.api_url).endswith("files.completeUploadExternal"):
+        return None
+    try:
+        files = json.loads(str((cause.response.req_args.get("params") or {}).get("files") or "[]"))
+        file_id = str(files[0]["id"])
+    except (ValueError, LookupError, TypeError):
+        return None
+    try:
+        info = (await files_info(file_id)).get("file")
+    except ChannelError:
+        return None
+    if isinstance(info, Mapping) and shared_in(info, channel):
+        return info
+    exc.ambiguous = False  # looked: not shared here
     return None

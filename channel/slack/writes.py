@@ -178,11 +178,14 @@ class Writes(Lookback):
             deadline=STATUS_DEADLINE,
         )
 
-    async def set_status(self, origin: Origin, status: str) -> None:
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         await self.outbound.write(
             "assistant.threads.setStatus",
             lambda: self.writes.assistant_threads_setStatus(
-                channel_id=origin.channel, thread_ts=origin.thread_ts, status=status
+                channel_id=origin.channel,
+                thread_ts=origin.thread_ts,
+                status=status,
+                loading_messages=list(loading_messages) or None,
             ),
             deadline=STATUS_DEADLINE,
         )

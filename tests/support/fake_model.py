@@ -28,6 +28,8 @@ from aiohttp import web
 
 from threadbound_emulator.faults import Fault, Faults, drop_connection, pause
 
+from .prompts import readable
+
 JSON = dict[str, Any]
 
 
@@ -75,7 +77,7 @@ def default_script(request: JSON) -> Reply:
     messages = request.get("messages") or [{}]
     if messages[-1].get("role") == "tool":
         return FakeOpenAI.text("done")
-    return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
+    return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {readable(last_user_text(request))}"})
 
 
 #: The fault key of ``POST /v1/chat/completions``.

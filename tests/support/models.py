@@ -25,6 +25,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
+from .prompts import readable
+
 
 @dataclass
 class Turn:
@@ -140,9 +142,9 @@ async def _answer(script: Script, messages: list[ModelMessage], info: AgentInfo)
 
 
 def echo_script(turn: Turn) -> list[Any]:
-    """Reply 'echo: <prompt text>' once, then end silently."""
+    """Reply 'echo: <prompt as read: "Alice (msg_…): text">' once, then end silently."""
     if turn.prompt:
-        return [call("channel_reply", text=f"echo: {turn.prompt}")]
+        return [call("channel_reply", text=f"echo: {readable(turn.prompt)}")]
     return [""]
 
 

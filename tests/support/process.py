@@ -21,7 +21,7 @@ import aiohttp
 from .harness import SIGNING_SECRET, free_port
 
 LOOPBACK = "127.0.0.1"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class ServerProcess:

@@ -7,13 +7,21 @@ from ..wire import JSON, Params, SlackError, as_json
 from ..workspace import Workspace
 from .method import Method
 
+#: Slack's limit on ``loading_messages`` in one setStatus call.
+MAX_LOADING_MESSAGES = 10
+
 
 def set_status(ws: Workspace, params: Params) -> JSON:
     chan = ws.channel(params, "channel_id")
     thread_ts = str(params.get("thread_ts") or "")
     if not thread_ts:
         raise SlackError("invalid_arguments")
-    ws.statuses.append(Status(chan.id, thread_ts, str(params.get("status") or "")))
+    loading = as_json(params.get("loading_messages") or [], "invalid_arguments")
+    if not isinstance(loading, list) or len(loading) > MAX_LOADING_MESSAGES:
+        raise SlackError("invalid_arguments")
+    if not all(isinstance(m, str) and m for m in loading):
+        raise SlackError("invalid_arguments")
+    ws.statuses.append(Status(chan.id, thread_ts, str(params.get("status") or ""), tuple(loading)))
     return {}
 
 

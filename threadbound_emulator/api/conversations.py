@@ -19,15 +19,7 @@ def replies(ws: Workspace, params: Params) -> JSON:
     thread = ws.thread(chan.id, ts)
     if not thread:
         raise SlackError("thread_not_found")
-    limit = as_int(params.get("limit"), 1000)
-    limit = 1000 if limit <= 0 else min(limit, 1000)
-    start = 0
-    cursor = params.get("cursor")
-    if cursor:
-        key = decode_cursor(str(cursor))
-        start = next((i for i, m in enumerate(thread) if ts_key(m["ts"]) >= key), len(thread))
-    page = thread[start : start + limit]
-    rest = thread[start + limit :]
+    start, page, rest = _page(thread, params, default=1000, most=1000, newer=True)
     if start > 0 and ws.replies_repeat_root:
         page = [thread[0], *page]
     metadata = truthy(params.get("include_all_metadata"))
@@ -38,18 +30,27 @@ def replies(ws: Workspace, params: Params) -> JSON:
     }
 
 
-def history(ws: Workspace, params: Params) -> JSON:
-    chan = ws.channel(params)
-    top = [m for m in reversed(ws.stored(chan.id)) if not ws.is_reply(m)]
-    limit = as_int(params.get("limit"), 100)
-    limit = 100 if limit <= 0 else min(limit, 999)
+def _page(
+    messages: list[JSON], params: Params, *, default: int, most: int, newer: bool
+) -> tuple[int, list[JSON], list[JSON]]:
+    """One page of ``messages`` as ``limit`` and ``cursor`` ask: where it starts, it, and what follows.
+    The cursor names the first message of the page (``newer``: messages run oldest first, else
+    newest first)."""
+    limit = as_int(params.get("limit"), default)
+    limit = default if limit <= 0 else min(limit, most)
     start = 0
     cursor = params.get("cursor")
     if cursor:
         key = decode_cursor(str(cursor))
-        start = next((i for i, m in enumerate(top) if ts_key(m["ts"]) <= key), len(top))
-    page = top[start : start + limit]
-    rest = top[start + limit :]
+        at = [k >= key if newer else k <= key for k in (ts_key(m["ts"]) for m in messages)]
+        start = at.index(True) if True in at else len(messages)
+    return start, messages[start : start + limit], messages[start + limit :]
+
+
+def history(ws: Workspace, params: Params) -> JSON:
+    chan = ws.channel(params)
+    top = [m for m in reversed(ws.stored(chan.id)) if not ws.is_reply(m)]
+    _, page, rest = _page(top, params, default=100, most=999, newer=False)
     metadata = truthy(params.get("include_all_metadata"))
     return {
         "messages": [ws.render(m, metadata) for m in page],

@@ -42,6 +42,7 @@ def info(ws: Workspace, params: Params) -> JSON:
             "deleted": False,
             "is_bot": user.is_bot,
             "is_app_user": False,
+            "tz": user.tz or "America/Los_Angeles",
             "profile": profile,
         }
     }

@@ -52,6 +52,8 @@ class McpServerConfig:
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     #: Where a stdio server runs: the agent file's directory, so relative paths in ``command`` work.
     cwd: Path | None = None
+    #: How messages name this server: ``[mcp.NAME]``, or ``MCP_CONFIG "NAME"`` for the JSON file's.
+    where: str = ""
 
     @property
     def transport(self) -> str:
@@ -69,7 +71,7 @@ class McpServerConfig:
 
         Raises :class:`McpConfigError` naming the variable when one is not set and has no default.
         """
-        where = f"[mcp.{self.name}]"
+        where = self.where or f"[mcp.{self.name}]"
         secrets: set[str] = set()
         env = {k: _expand(v, environ, f"{where} env.{k}", secrets) for k, v in self.env}
         headers = {k: _expand(v, environ, f"{where} headers.{k}", secrets) for k, v in self.headers}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ def load_mcp_json(path: Path) -> tuple[McpServerConfig, ...]:
     if not isinstance(servers, dict):
         raise McpConfigError(f'MCP_CONFIG {path}: expected {{"mcpServers": {{"NAME": {{...}}, ...}}}}')
     tables: dict[str, dict[str, Any]] = {}
+    written: dict[str, str] = {}
     for raw_name, entry in servers.items():
         name = _SEPARATORS.sub("_", str(raw_name).strip().lower())
         where = f'MCP_CONFIG {path} "{raw_name}"'
@@ -47,7 +49,9 @@ def load_mcp_json(path: Path) -> tuple[McpServerConfig, ...]:
         if name in tables:
             raise McpConfigError(f"{where}: another server in this file has the same name {name!r}")
         tables[name] = _table(entry, where)
-    return parse_servers(tables, source=path, label="MCP_CONFIG")
+        written[name] = str(raw_name)
+    servers_ = parse_servers(tables, source=path, label="MCP_CONFIG")
+    return tuple(replace(s, where=f'MCP_CONFIG "{written[s.name]}"') for s in servers_)
 
 
 def merge_servers(

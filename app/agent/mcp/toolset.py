@@ -17,20 +17,18 @@ import asyncio
 import json
 import mimetypes
 import re
-import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.messages import BinaryContent
-from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from app.agent.mcp.servers import McpCallFailed, McpServers, McpTool
-from app.agent.runtime import _ANY_OBJECT, _MAX_RETRIES, RunDeps, ToolFinished, ToolStarted
-from app.logs import bind
-from channel.errors import bounded
+from app.agent.mcp.servers import McpCallFailed, McpServers
+from app.agent.runtime import ObservedToolset, RunDeps, ToolFinished, ToolStarted
+from channel import task_files
+from channel.errors import ChannelError, bounded
 
 #: Characters of a result the model reads; longer results are cut with a note saying so.
 MAX_RESULT_CHARS = 50_000
@@ -41,16 +39,17 @@ def tool_failed(message: str) -> dict[str, Any]:
     return {"error": {"code": "tool_failed", "message": bounded(message)}}
 
 
-class McpToolset(AbstractToolset[RunDeps]):
+class McpToolset(ObservedToolset):
     """The MCP tools the run's session offers now, from every server that started."""
+
+    # A call that raised did not produce a result: the model hears tool_failed.
+    _crash_outcome = "tool_failed"
 
     def __init__(
         self, servers: McpServers, on_start: ToolStarted | None = None, on_end: ToolFinished | None = None
     ) -> None:
+        super().__init__(on_start, on_end)
         self._servers = servers
-        self._on_start = on_start
-        self._on_end = on_end
-        self._tools: dict[str, ToolsetTool[RunDeps]] = {}
 
     @property
     def id(self) -> str | None:
@@ -58,54 +57,40 @@ class McpToolset(AbstractToolset[RunDeps]):
 
     async def get_tools(self, ctx: RunContext[RunDeps]) -> dict[str, ToolsetTool[RunDeps]]:
         offered = {t.name for t in ctx.deps.session.active_host_tools()}
-        return {t.name: self._tool(t) for t in self._servers.tools if t.name in offered}
+        # The server validates arguments; its refusal comes back as tool_failed, never a retry.
+        return {
+            t.name: self._tool(t.name, t.description, partial(dict, t.schema))
+            for t in self._servers.tools
+            if t.name in offered
+        }
 
-    def _tool(self, tool: McpTool) -> ToolsetTool[RunDeps]:
-        built = self._tools.get(tool.name)
-        if built is None:
-            built = self._tools[tool.name] = ToolsetTool(
-                toolset=self,
-                tool_def=ToolDefinition(
-                    name=tool.name, description=tool.description, parameters_json_schema=dict(tool.schema)
-                ),
-                max_retries=_MAX_RETRIES,
-                # The server validates arguments; its refusal comes back as tool_failed, never a retry.
-                args_validator=_ANY_OBJECT,
-            )
-        return built
-
-    async def call_tool(
-        self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
-    ) -> Any:
+    async def _call(self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps]) -> tuple[Any, str]:
         session = ctx.deps.session
-        with bind(tool=name):
-            if self._on_start is not None:
-                await self._on_start(session, name)
-            started = time.perf_counter()
-            outcome = "tool_failed"
-            try:
-                found = self._servers.lookup(name)
-                if found is None:
-                    return tool_failed(f"There is no MCP tool {name!r}.")
-                server, mcp_tool = found
-                try:
-                    value = await server.call(mcp_tool, tool_args)
-                except McpCallFailed as exc:
-                    return tool_failed(str(exc))
-                result = await readable(value, session.task_dir, name)
-                outcome = "ok"
-                return result
-            finally:
-                if self._on_end is not None:
-                    self._on_end(session, name, outcome, time.perf_counter() - started)
+        found = self._servers.lookup(name)
+        if found is None:
+            return tool_failed(f"There is no MCP tool {name!r}."), "tool_failed"
+        server, mcp_tool = found
+        try:
+            value = await server.call(mcp_tool, tool_args)
+        except McpCallFailed as exc:
+            return tool_failed(str(exc)), "tool_failed"
+        return await readable(value, session.task_dir, name, max_bytes=session.files_max_bytes), "ok"
 
 
-async def readable(value: Any, task_dir: Path, tool_name: str) -> Any:
-    """``value`` (as pydantic-ai maps an MCP result) with binary parts saved as files and named."""
+async def readable(
+    value: Any, task_dir: Path, tool_name: str, *, max_bytes: int = task_files.DEFAULT_MAX_BYTES
+) -> Any:
+    """``value`` (as pydantic-ai maps an MCP result) with binary parts saved as files and named;
+    a part that would pass the task's file quota (``max_bytes``) is not saved, and says so."""
     saved: list[str] = []
 
     async def convert(item: Any) -> Any:
         if isinstance(item, BinaryContent):
+            try:
+                what = f"a {item.media_type} result"
+                await task_files.check_room(task_dir, len(item.data), max_bytes, what)
+            except ChannelError as exc:
+                return exc.as_result()
             path = await _save(item, task_dir, tool_name)
             saved.append(path)
             return {"file": path, "media_type": item.media_type, "size": len(item.data)}

@@ -57,10 +57,18 @@ function renderSidebar(conv) {
   }
 }
 
+// A message's time as Slack shows it (2:03 PM), the full date and time on hover. The emulated
+// workspace hands out ts that follow the wall clock, so these are the real times of posting.
+function timeNode(ts) {
+  const when = new Date(parseFloat(ts) * 1000);
+  return el("time", { class: "when", datetime: when.toISOString(), title: when.toLocaleString() },
+    when.toLocaleTimeString([], { hour: "numeric", minute: "2-digit" }));
+}
+
 function messageNode(conv, m) {
   const classes = ["msg", m.bot ? "bot" : "person", m.streaming && "streaming", m.retracted && "retracted", m.deleted && "deleted"];
   const meta = el("div", { class: "meta" }, el("b", {}, m.name), m.bot ? el("span", { class: "badge" }, "APP") : null,
-    new Date(parseFloat(m.ts) * 1000).toLocaleTimeString(),
+    timeNode(m.ts),
     m.edited ? el("span", { class: "edited" }, " (edited)") : null,
     m.retracted ? el("span", { class: "edited" }, " (retracted by the bot)") : null,
     m.streaming ? el("span", { class: "edited" }, " (streaming…)") : null);
@@ -80,6 +88,7 @@ function messageNode(conv, m) {
       const pressed = ui.clicked.has(clickKey(m, b));
       row.append(el("button", {
         type: "button", class: `bk ${b.style || ""} ${pressed ? "clicked" : ""}`, disabled: pressed,
+        "aria-pressed": pressed ? "true" : "false", title: pressed ? "You chose this" : null,
         "data-action-id": b.action_id, "data-value": b.value,
         onclick: (e) => click(conv, m, b, e.currentTarget),
       }, b.label));
@@ -99,6 +108,30 @@ function ephemeralNode(note) {
   return el("div", { class: "msg bot ephemeral" }, el("div", { class: "avatar" }, "T"),
     el("div", { class: "body" }, el("div", { class: "meta" }, el("b", {}, ui.data.bot.name),
       el("span", { class: "edited" }, "Only visible to you")), el("div", { class: "text", html: note.html })));
+}
+
+// A follow-up the bot scheduled for itself in this thread (channel_follow_up), not fired yet.
+function followUpNode(f) {
+  return el("div", { class: "follow-up", title: f.follow_up }, `⏰ Follow-up ${f.in} (${f.at}): ${f.note}`);
+}
+
+function renderClock() {
+  const pending = ui.data.conversations.some((c) => (c.follow_ups || []).length);
+  $("fast-forward").hidden = !pending && !ui.data.clock.offset;
+  $("fast-forward").disabled = !pending;
+  $("clock").textContent = ui.data.clock.offset ? `demo clock: ${ui.data.clock.now}` : "";
+}
+
+async function fastForward() {
+  try {
+    const response = await fetch("/api/fast-forward", { method: "POST", body: "{}",
+      headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN } });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    $("error").textContent = "";
+  } catch (err) {
+    $("error").textContent = `Fast-forward failed: ${err.message}`;
+  }
 }
 
 function renderMessages(conv) {
@@ -122,6 +155,7 @@ function renderMessages(conv) {
     for (const note of conv.ephemerals.filter((n) => n.user === ui.person && n.thread_ts === root.ts)) {
       thread.append(ephemeralNode(note));
     }
+    for (const f of (conv.follow_ups || []).filter((x) => x.thread_ts === root.ts)) thread.append(followUpNode(f));
     const status = conv.statuses[root.ts];
     if (status) thread.append(el("div", { class: "status" }, `${ui.data.bot.name} ${status}`));
     if (!root.retracted && !root.deleted) {
@@ -131,6 +165,7 @@ function renderMessages(conv) {
     box.append(thread);
   }
   const roots = new Set(conv.messages.map((m) => m.ts));
+  for (const f of (conv.follow_ups || []).filter((x) => !roots.has(x.thread_ts))) box.append(followUpNode(f));
   for (const note of conv.ephemerals.filter((n) => n.user === ui.person && !roots.has(n.thread_ts))) {
     box.append(ephemeralNode(note));
   }
@@ -149,6 +184,7 @@ function renderCanvases(conv) {
 function render() {
   if (!ui.data) return;
   renderPeople();
+  renderClock();
   const conv = current();
   if (!conv) return;
   ui.conversation = conv.id;
@@ -157,10 +193,20 @@ function render() {
     el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"));
   renderCanvases(conv);
   renderMessages(conv);
+  renderComposer(conv);
   const target = $("target");
   const root = ui.thread && conv.messages.find((m) => m.ts === ui.thread);
   target.hidden = !root;
   if (root) target.querySelector("span").textContent = `Replying in the thread of ${root.name}'s message`;
+}
+
+// In a DM every message reaches the bot: no mention to ask for, no mention button.
+function renderComposer(conv) {
+  const bot = ui.data.bot.name;
+  $("mention").hidden = conv.dm;
+  $("text").placeholder = conv.dm
+    ? `Message ${bot} (Enter sends, Shift+Enter for a new line)`
+    : `Message #${conv.name} — type @${bot} to mention the bot (Enter sends, Shift+Enter for a new line)`;
 }
 
 function choose(id) {
@@ -210,7 +256,12 @@ function clickKey(m, b) {
 
 async function click(conv, m, button, node) {
   node.disabled = true;
+  if (button.type === "feedback_buttons") {
+    // 👍 and 👎 are one choice: picking one un-picks the other, as in Slack.
+    for (const other of m.buttons) if (other.action_id === button.action_id) ui.clicked.delete(clickKey(m, other));
+  }
   ui.clicked.add(clickKey(m, button));
+  render();  // the chosen button shows as pressed at once
   try {
     const response = await fetch("/api/click", {
       method: "POST",
@@ -224,14 +275,19 @@ async function click(conv, m, button, node) {
   } catch (err) {
     $("error").textContent = `Click not delivered: ${err.message}`;
     ui.clicked.delete(clickKey(m, button));
-    node.disabled = false;
+    render();
   }
 }
 
 function connect() {
   const events = new EventSource(withToken("/api/events"));
   events.onopen = () => { $("connection").textContent = "live"; $("connection").className = "connection live"; };
-  events.onerror = () => { $("connection").textContent = "reconnecting…"; $("connection").className = "connection"; };
+  events.onerror = () => {
+    $("connection").textContent = "reconnecting…"; $("connection").className = "connection";
+    // A restarted playground has a new token: this page's is refused, so load the new page.
+    fetch(withToken("/api/state"), { headers: { "X-Playground-Token": TOKEN } })
+      .then((r) => { if (r.status === 403) location.reload(); }).catch(() => {});
+  };
   events.onmessage = (e) => { ui.data = JSON.parse(e.data); render(); };
 }
 
@@ -242,6 +298,7 @@ $("person").addEventListener("change", (e) => {
   render();
 });
 $("composer").addEventListener("submit", send);
+$("fast-forward").addEventListener("click", fastForward);
 $("text").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
 });

@@ -1,0 +1,87 @@
+"""Budgets charged to the author of each message, steered ones included.
+
+A run answers every message in its inbox, and messages steered into it mid-run. Each of them is
+checked against its own author's ``USER_DAILY_TOKEN_BUDGET`` before the model sees it: a message
+whose author has used up their budget is not shown to the model (so posting after someone else no
+longer gets an over-budget person an answer); it is consumed with the run, and its author gets the
+budget's short note in the thread, once per run. Model requests are charged to the author of the
+newest message shown (see :func:`newest_author`). A run whose messages are *all* over budget is
+refused as a whole (``app.runs.refusal``), with the same note.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from app.agent.usage import BudgetHit, Budgets
+from channel.errors import ChannelError
+from channel.session import ChannelSession
+from storage.base import InboxItem
+
+from .outcome import RunStopped
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BudgetScreen", "author", "newest_author"]
+
+
+def author(item: InboxItem) -> str:
+    """The person who wrote an inbox message; ``""`` for a decision or a bot's message."""
+    try:
+        payload = json.loads(item.payload)
+    except ValueError:
+        return ""
+    user = payload.get("user") if isinstance(payload, dict) else None
+    return user if isinstance(user, str) else ""
+
+
+def newest_author(items: Sequence[InboxItem]) -> str:
+    """The author of the newest person's message in ``items``; ``""`` when there is none."""
+    for item in reversed(items):
+        if found := author(item):
+            return found
+    return ""
+
+
+class BudgetScreen:
+    """One run's check of each message against its author's daily budget (see the module doc)."""
+
+    def __init__(self, budgets: Budgets, session: ChannelSession) -> None:
+        self.budgets = budgets
+        self.session = session
+        self._told: set[str] = set()
+
+    async def screen(self, items: Sequence[InboxItem]) -> list[InboxItem]:
+        """The run's first messages as the model may see them: those of over-budget authors left
+        out (and told), unless every person's message is (then all stay, for the run's refusal)."""
+        over = await self.over(items)
+        if not {author(i) for i in items} - {"", *over}:
+            return list(items)
+        return await self.shown(items, over)
+
+    async def over(self, items: Sequence[InboxItem]) -> dict[str, BudgetHit]:
+        """Authors of ``items`` past their own daily budget, with what they spent."""
+        found: dict[str, BudgetHit] = {}
+        if not self.budgets.per_user:
+            return found
+        for person in {author(i) for i in items} - {""}:
+            hit = await self.budgets.exceeded(person)
+            if hit is not None and hit.kind == "user":
+                found[person] = hit
+        return found
+
+    async def shown(self, items: Sequence[InboxItem], over: dict[str, BudgetHit]) -> list[InboxItem]:
+        """``items`` without the messages of over-budget authors, who are each told once."""
+        kept = [i for i in items if author(i) not in over]
+        for person in sorted({author(i) for i in items} & set(over)):
+            if person in self._told:
+                continue
+            self._told.add(person)
+            log.warning("a message from a person past their daily token budget was not shown to the model")
+            try:
+                await self.session.post_markdown(over[person].note(), feedback=False)
+            except (ChannelError, RunStopped) as exc:
+                log.warning("could not post the budget note: %s", exc)
+        return kept

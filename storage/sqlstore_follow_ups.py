@@ -1,0 +1,80 @@
+"""The :class:`~storage.base.Store` methods of follow-ups (``follow_up_statements.py``).
+
+Mixed into :class:`~storage.sqlstore.SqlStore`, over the same four primitives (``sqlcore.py``).
+"""
+
+from __future__ import annotations
+
+from . import follow_up_statements as sql
+from ._rows import follow_up_from_row
+from .base import FollowUpRecord, FollowUpState
+from .sqlcore import SqlCore, new_id
+
+#: ``pending_follow_ups`` without ``before``: every pending one (due before the year 5000).
+_FOREVER = 95_617_584_000.0
+
+
+class FollowUpMethods(SqlCore):
+    """Scheduling, listing, cancelling and firing follow-ups, written once over SQL."""
+
+    async def schedule_follow_up(
+        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
+    ) -> str:
+        params = {
+            "follow_up": record.follow_up,
+            "task_id": record.task_id,
+            "requester": record.requester,
+            "channel": record.channel,
+            "thread_ts": record.thread_ts,
+            "note": record.note,
+            "payload": payload,
+            "due_at": record.due_at,
+            "now": record.created_at,
+            "per_task": per_task,
+            "install_max": install_max,
+        }
+        if await self._one(sql.SCHEDULE_FOLLOW_UP, **params) is not None:
+            return "scheduled"
+        row = await self._one(sql.COUNT_TASK_PENDING, task_id=record.task_id)
+        return "task_full" if row is not None and int(row["n"]) >= per_task else "install_full"
+
+    async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]:
+        return [follow_up_from_row(r) for r in await self._fetch(sql.TASK_FOLLOW_UPS, {"task_id": task_id})]
+
+    async def get_follow_up(self, task_id: str, follow_up: str) -> FollowUpRecord | None:
+        row = await self._one(sql.GET_FOLLOW_UP, task_id=task_id, follow_up=follow_up)
+        return None if row is None else follow_up_from_row(row)
+
+    async def cancel_follow_up(self, task_id: str, follow_up: str, *, now: float) -> bool:
+        row = await self._one(sql.CANCEL_FOLLOW_UP, task_id=task_id, follow_up=follow_up, now=now)
+        return row is not None
+
+    async def pending_follow_ups(
+        self, *, before: float | None = None, limit: int = 1000
+    ) -> list[FollowUpRecord]:
+        params = {"before": _FOREVER if before is None else before, "limit": limit}
+        return [follow_up_from_row(r) for r in await self._fetch(sql.PENDING_FOLLOW_UPS, params)]
+
+    async def next_follow_up_due(self) -> float | None:
+        row = await self._one(sql.NEXT_FOLLOW_UP_DUE)
+        return None if row is None or row["due_at"] is None else float(row["due_at"])
+
+    async def refuse_follow_up(self, follow_up: str, *, payload: str) -> None:
+        await self._execute(sql.REFUSE_FOLLOW_UP, {"follow_up": follow_up, "refusal": payload})
+
+    async def fire_follow_ups(self, *, now: float, limit: int = 500) -> list[FollowUpRecord]:
+        fire_id = new_id()
+        row = await self._call(sql.FIRE_FOLLOW_UPS, {"now": now, "limit": limit, "fire_id": fire_id})
+        if not int(row["fired"]):
+            return []
+        return [follow_up_from_row(r) for r in await self._fetch(sql.FIRED_FOLLOW_UPS, {"fire_id": fire_id})]
+
+    async def pending_follow_up_count(self) -> int:
+        row = await self._one(sql.COUNT_PENDING)
+        return 0 if row is None else int(row["n"])
+
+    async def follow_up_counts(self) -> dict[FollowUpState, int]:
+        counts: dict[FollowUpState, int] = {"pending": 0, "fired": 0, "cancelled": 0}
+        for row in await self._fetch(sql.FOLLOW_UP_COUNTS, {}):
+            counts[row["state"]] = int(row["n"])
+        return counts

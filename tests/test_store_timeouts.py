@@ -1,0 +1,67 @@
+"""Every Postgres call is bounded: a stuck statement and a pool with no free connection fail the call
+with StoreError instead of hanging it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from storage.base import StoreError
+from storage.postgres import PostgresStore
+
+#: Generous: the test fails (instead of hanging) if a call is not bounded at all.
+NOT_BOUNDED = 60.0
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[tuple[str, str]]:
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set")
+    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
+    try:
+        yield base, schema
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+async def test_a_statement_stuck_on_a_lock_fails_after_the_command_timeout(pg: tuple[str, str]) -> None:
+    """A statement that cannot proceed (a table locked by another session) fails with StoreError."""
+    base, schema = pg
+    store = PostgresStore(base, schema=schema, command_timeout=0.5)
+    await store.migrate()
+    task = await store.create_task(channel="C1", thread_ts="1.0", now=time.time())
+    blocker = await asyncpg.connect(base)
+    try:
+        async with blocker.transaction():
+            await blocker.execute(f'LOCK TABLE "{schema}".tasks IN ACCESS EXCLUSIVE MODE')
+            with pytest.raises(StoreError):
+                await asyncio.wait_for(store.get_task(task.task_id), NOT_BOUNDED)
+    finally:
+        await blocker.close()
+        await store.close()
+
+
+async def test_waiting_for_a_pooled_connection_is_bounded(pg: tuple[str, str]) -> None:
+    """With every pooled connection taken, a call fails with StoreError after the acquire timeout."""
+    base, schema = pg
+    store = PostgresStore(base, schema=schema, min_size=1, max_size=1, acquire_timeout=0.5)
+    await store.migrate()
+    pool = await store._get_pool()
+    try:
+        async with pool.acquire():
+            with pytest.raises(StoreError):
+                await asyncio.wait_for(store.find_task("C1", "1.0"), NOT_BOUNDED)
+        assert await store.find_task("C1", "1.0") is None  # and it works again once one is free
+    finally:
+        await store.close()
