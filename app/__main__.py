@@ -356,7 +356,7 @@ async def _serve(settings: Settings, held: Held) -> None:
 
 
 async def _run(settings: Settings, channel: str, thread: str, prompt: str, held: Held) -> int:
-    from app.ops.target import TargetError, resolve_target
+    from app.ops.target import TargetError, resolve_target, resolve_thread
     from app.service import Service, StartupError
 
     try:
@@ -369,6 +369,8 @@ async def _run(settings: Settings, channel: str, thread: str, prompt: str, held:
     try:
         try:
             channel = await resolve_target(service.adapter, channel)
+            if thread:
+                thread = await resolve_thread(service.adapter, channel, thread)
         except TargetError as exc:
             print(f"threadbound: {exc}", file=sys.stderr)
             return 2
