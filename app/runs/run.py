@@ -200,7 +200,7 @@ class RunExecutor:
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
         shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
-        prompt = await self.prompt(session, shown, notes)
+        prompt = await render_prompt(session, shown, notes)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
@@ -209,12 +209,6 @@ class RunExecutor:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         person = newest_author(shown)  # charged for the run's model requests
         return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
-
-    async def prompt(
-        self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
-    ) -> str:
-        """The inbound messages as the model's user prompt (:func:`app.runs.prompt.render_prompt`)."""
-        return await render_prompt(session, items, notes)
 
     async def execute(
         self,
