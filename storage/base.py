@@ -361,6 +361,10 @@ class Store(Protocol):
         mark them fired, in one transaction; the ones this call fired. Each follow-up is fired by
         exactly one call, across instances and restarts."""
 
+    async def prune_follow_ups(self, *, older_than: float) -> int:
+        """Delete fired and cancelled follow-ups that fired or were cancelled before ``older_than``
+        (pending ones are never touched), in bounded batches; how many."""
+
     async def pending_follow_up_count(self) -> int:
         """How many follow-ups are pending across the install (``/metrics``)."""
 

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds between the sweep's looks for due follow-ups.
 POLL_INTERVAL = 1.0
+#: Seconds between prunes of fired and cancelled follow-ups, and how long they are kept.
+PRUNE_INTERVAL = 3600.0
+KEEP_DONE = 30 * 86_400.0
 #: Polls between counts of the pending follow-ups (for ``/metrics``).
 PENDING_EVERY = 10
 #: Most follow-ups one fire call moves (a backlog goes in several short transactions).
@@ -201,6 +204,10 @@ class FollowUpSweep:
                     await self.fire()
                 if self.on_pending is not None and polls % PENDING_EVERY == 0:
                     self.on_pending(await self.store.pending_follow_up_count())
+                if (
+                    polls % max(1, round(PRUNE_INTERVAL / self.poll_interval)) == 0
+                ):  # hourly, the first poll too
+                    await self.store.prune_follow_ups(older_than=time.time() - KEEP_DONE)
             except Exception:
                 log.exception("firing follow-ups failed")
             polls += 1
