@@ -325,7 +325,8 @@ def test_mrkdwn_is_rendered_as_slack_shows_it() -> None:
 
     text = "*Approved* by _Bob_ ~maybe~ :white_check_mark: <!date^1700000000^{date_short}|just now> **x**"
     assert mrkdwn_html(text, {}) == (
-        "<p><strong>Approved</strong> by <em>Bob</em> <s>maybe</s> ✅ Nov 14, 2023 at 22:13 UTC <strong>x</strong></p>\n"
+        "<p><strong>Approved</strong> by <em>Bob</em> <s>maybe</s> ✅ Nov 14, 2023 at 22:13 UTC "
+        "<strong>x</strong></p>\n"
     )
     assert mrkdwn_html('Run with:```{\n  "a": "*b*"\n}```', {}) == (
         "<p>Run with:</p>\n<pre><code>{\n  &quot;a&quot;: &quot;*b*&quot;\n}\n</code></pre>\n"
