@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from pydantic_ai.messages import ToolReturnPart
 
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS
+from channel.tools import CATALOG
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
@@ -217,9 +219,11 @@ async def test_an_approval_requested_is_decided_after_a_restart_and_resumes_once
         await _settle(app)
         assert (await app.click(_click(card, "U1", _buttons(card)[0], root))).status == 200
         await _settle(app)
+        await _say(app, slack, "U1", "status?", root)
     [resumed] = script.prompts
     assert f"Alice approved {handle}" in resumed
-    assert _replies(slack) == ["still waiting", "archiving"]
+    assert _replies(slack) == ["still waiting", "archiving", "still waiting"]
+    assert checks[1]["status"] == "approved" and checks[1]["by"] == "Alice" and "T" in checks[1]["at"]
     assert "Approved* by <@U1>" in json.dumps(_card(slack, card["ts"])["blocks"])
 
 
@@ -328,3 +332,24 @@ async def test_handles_are_task_scoped(slack: FakeSlack, tmp_path: Path) -> None
     async with AppHarness(slack, model=scripted(other), data_dir=tmp_path) as app:
         await _start(app, slack, "<@UBOT> please check")
     assert [c["error"]["code"] for c in checks] == ["invalid_handle", "invalid_handle"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("channel_ask", {"question": "Which?", "options": ["only one"]}),
+        ("channel_ask", {"question": "Which?", "options": ["a", "b", "c", "d", "e", "f"]}),
+        ("channel_ask", {"question": "Which?", "options": ["a", "x" * 76]}),
+        ("channel_ask", {"question": "q" * 2001}),
+        ("channel_ask", {"question": ""}),
+        ("channel_request_approval", {"action": "a" * 2001}),
+        ("channel_request_approval", {"action": "archive", "details": "d" * 2001}),
+        ("channel_check_approval", {"approval": "q_AAAAAAAAAAAAAAAAAAAAAA"}),
+        ("no_reply", {"why": "because"}),
+    ],
+)
+def test_every_input_is_bounded(tool: str, args: dict[str, Any]) -> None:
+    """Questions, options, actions and details have bounds; a handle must be an ap_… one; no_reply
+    takes nothing: anything else is refused by the tool's own model before any host call."""
+    with pytest.raises(ValidationError):
+        CATALOG[tool].args.model_validate(args)

@@ -1,19 +1,18 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
-The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module
-does one run for a session it is given. Beside it: the prompt (``prompt.py``), the history
-(``history.py``), the agent's steps with steering, budgets and streaming (``steps.py``), checkpoints
-(``checkpoint.py``), the budget refusal (``refusal.py``) and the outcome and hooks (``outcome.py``).
+The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module does
+one run. Beside it: ``prompt.py``, ``history.py``, ``steps.py`` (steering, budgets, streaming, the
+turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and ``outcome.py`` (outcome and hooks).
 
 - cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
   crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
   saved (with the items shown so far) after each response calling tools and before the answer;
-- the end: the final text is posted when the model did not reply (nor chose ``no_reply``); a
-  failure apologises; transcript saved, run closed and inbox consumed in one transaction;
-- approvals (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task
-  with an undecided approval does not run; the decisions resume it (``deferred_tool_results``);
-- the lease: a ``guard`` (the lease check) is awaited before every write and model request, and the
-  fence goes with every durable write; once the lease moved the run ends without posting or saving.
+- the end: the final text is posted unless the model replied or chose ``no_reply``; a failure
+  apologises; transcript saved, run closed, inbox consumed in one transaction; approvals
+  (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task with an
+  undecided approval does not run; the decisions resume it (``deferred_tool_results``);
+- the lease: awaited (``guard``) before every write and model request, its fence on every durable
+  write; once the lease moved the run ends without posting or saving.
 """
 
 from __future__ import annotations
@@ -104,13 +103,8 @@ class RunExecutor:
         self.store = store
         self.approvals = approvals
         self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
-        self.adapter = adapter
-        self.agent = agent
-        self.tools = tools
-        self.agent_file = agent_file
-        self.data_dir = data_dir
-        self.run_timeout = run_timeout
-        self.history_limit = history_limit
+        self.adapter, self.agent, self.tools, self.agent_file = adapter, agent, tools, agent_file
+        self.data_dir, self.run_timeout, self.history_limit = data_dir, run_timeout, history_limit
         self.hooks = hooks or RunHooks()
         self.clock = clock
         self.budgets = budgets or Budgets(store, clock=clock)
@@ -202,7 +196,7 @@ class RunExecutor:
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
         shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
-        prompt = await self.prompt(session, shown, notes)
+        prompt = await render_prompt(session, shown, notes)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
@@ -211,12 +205,6 @@ class RunExecutor:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         person = newest_author(shown)  # charged for the run's model requests
         return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
-
-    async def prompt(
-        self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
-    ) -> str:
-        """The inbound messages as the model's user prompt (:func:`app.runs.prompt.render_prompt`)."""
-        return await render_prompt(session, items, notes)
 
     async def execute(
         self,
