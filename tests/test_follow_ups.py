@@ -370,7 +370,11 @@ async def test_the_demo_model_schedules_a_follow_up_that_fast_forward_fires(tmp_
         ) as response:
             assert response.status == 200
         state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
-        assert "stretch" in conversation(state, GENERAL)["follow_ups"][0]["note"]
+        # The note is what Bob wrote, not the prompt's JSON row around it.
+        assert (
+            conversation(state, GENERAL)["follow_ups"][0]["note"]
+            == "Follow up on: @threadbound remind me to stretch"
+        )
         await until(stream, lambda s: "scheduled a follow-up for" in json.dumps(s))
         async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
             assert response.status == 200
