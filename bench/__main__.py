@@ -37,6 +37,7 @@ MODULES = (
     "first_text",
     "burst",
     "follow_ups",
+    "recovery",
 )
 #: Where a run writes unless asked: untracked, so trying the benchmarks never dirties the checkout.
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.local.json"
