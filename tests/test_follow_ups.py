@@ -370,7 +370,11 @@ async def test_the_demo_model_schedules_a_follow_up_that_fast_forward_fires(tmp_
         ) as response:
             assert response.status == 200
         state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
-        assert "stretch" in conversation(state, GENERAL)["follow_ups"][0]["note"]
+        # The note is what Bob wrote, not the prompt's JSON row around it.
+        assert (
+            conversation(state, GENERAL)["follow_ups"][0]["note"]
+            == "Follow up on: @threadbound remind me to stretch"
+        )
         await until(stream, lambda s: "scheduled a follow-up for" in json.dumps(s))
         async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
             assert response.status == 200
@@ -491,3 +495,23 @@ async def test_in_the_playground_a_follow_up_scheduled_after_a_fast_forward_wait
         assert pg.service is not None and pg.service.follow_ups is not None
         assert await pg.service.follow_ups.fire() == []  # the sweep's own look: not due yet
     assert len(agent.fired) == 1
+
+
+async def test_a_restarted_playground_forgets_the_follow_ups_of_its_earlier_session(tmp_path: Path) -> None:
+    """The playground's workspace starts empty while its store is kept: follow-ups scheduled before a
+    restart are cancelled at start (their threads are gone), not shown under no thread or fired to fail."""
+    agent = Agent()
+    async with (
+        Playground(pg_settings(tmp_path), model=scripted(agent)) as pg,
+        pg_session(pg.page_token) as http,
+    ):
+        stream = live(http, pg.url)
+        remind = {"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me about the deploy"}
+        async with http.post(f"{pg.url}api/messages", json=remind) as response:
+            assert response.status == 200
+        await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+    async with Playground(pg_settings(tmp_path), model=scripted(agent)) as pg:
+        assert pg.service is not None and pg.service.follow_ups is not None
+        assert await pg.service.store.pending_follow_ups() == []
+        assert await pg.service.follow_ups.fire(now=time.time() + 3600) == []  # nothing left to fire
+    assert len(agent.fired) == 0

@@ -76,6 +76,18 @@ def _newest_handle(prompt: str) -> str:
     return handles[-1] if handles else ""
 
 
+def _newest_text(prompt: str) -> str:
+    """The text of the newest message in the prompt (its JSON row's ``text``; else the whole prompt)."""
+    for line in reversed(prompt.splitlines()):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("text"), str):
+            return str(row["text"])
+    return prompt
+
+
 #: What the demo asks for when a message says so: (trigger, tool, its arguments).
 _ASKS: tuple[tuple[str, str, dict[str, object]], ...] = (
     ("ask me", "channel_ask", {"question": "Which one should I pick?", "options": ["This one", "That one"]}),
@@ -139,7 +151,7 @@ def _follow_up_calls(messages: list[ModelMessage], info: AgentInfo) -> list[Tool
     if "channel_follow_up" in done:
         return None
     if "channel_follow_up" in offered:
-        words = " ".join(prompt.split())[-300:]
+        words = " ".join(_newest_text(prompt).split())[-300:]
         return [ToolCallPart("channel_follow_up", {"after": "20m", "note": f"Follow up on: {words}"})]
     if "tool_search" in offered and "tool_search" not in done:
         return [ToolCallPart("tool_search", {"query": "schedule a follow-up reminder", "limit": 3})]

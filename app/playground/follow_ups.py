@@ -65,6 +65,20 @@ class FollowUpBoard:
         return snapshot
 
 
+async def cancel_earlier(store: Store, now: float) -> int:
+    """Cancel the follow-ups an earlier playground session left pending; how many. The store is kept
+    across restarts but the workspace starts empty, so their threads are gone: fired, they could only
+    fail (``thread_not_found``) and show under no thread."""
+    cancelled = 0
+    while True:
+        done = 0
+        for record in await store.pending_follow_ups(limit=500):
+            done += await store.cancel_follow_up(record.task_id, record.follow_up, now=now)
+        cancelled += done
+        if not done:
+            return cancelled
+
+
 def _utc(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M UTC")
 

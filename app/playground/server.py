@@ -34,7 +34,7 @@ from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
-from .follow_ups import FollowUpBoard
+from .follow_ups import FollowUpBoard, cancel_earlier
 from .guard import Guard
 from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
@@ -105,6 +105,12 @@ class Playground:
         slack.on_handled(self._after_call)
         settings = playground_settings(self.settings, slack, self.secret)
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
+        # Before the sweep starts (it starts with the page's app): the workspace is new, the store is not.
+        if forgotten := await cancel_earlier(self.service.store, time.time()):
+            log.info(
+                "playground: cancelled %d follow-ups of an earlier session (their threads are gone)",
+                forgotten,
+            )
         if self.service.follow_ups is not None:
             # Fast-forward moves the demo clock: the sweep fires by it and follow-ups are scheduled by
             # it, so one asked for in 20 minutes after a fast-forward still waits 20 (demo) minutes.

@@ -115,10 +115,8 @@ class RunExecutor:
         self.feedback = feedback
         self.files_max_bytes = files_max_bytes
         self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
-        #: The follow-up sweep's clock when it is not ``clock`` (the playground's demo clock).
-        self.follow_up_clock: Callable[[], float] | None = None
-        #: Runs in progress right now, by task id (for tests and benchmarks).
-        self.active_runs: set[str] = set()
+        self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
+        self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
 
     async def waiting(self, task_id: str) -> bool:
         """The task waits for a decision on an approval (its inbox waits with it)."""
@@ -145,11 +143,9 @@ class RunExecutor:
             guard=guard,
             fence=fence,
             files_max_bytes=self.files_max_bytes,
-            follow_ups_max=self.follow_ups_max,
         )
-        session.asks = self.asks
-        if self.follow_up_clock is not None:
-            session.follow_up_clock = self.follow_up_clock
+        session.asks, session.follow_ups_max = self.asks, self.follow_ups_max
+        session.follow_up_clock = self.follow_up_clock or self.clock  # the sweep's (playground: demo)
         return session
 
     async def run_prompt(
