@@ -16,7 +16,7 @@ from .logs import Held, held_until_started
 from .settings import Settings, explain
 
 _DESCRIPTION = """threadbound: an LLM agent that lives in your Slack threads and acts only in the thread
-it was called from. Settings come from the environment or ./.env (see the README's Configuring
+it was called from. Settings come from the environment or ./.env (see the README's Configure
 table); every command checks them first and exits 2 with one line per problem."""
 
 _EXAMPLES = """examples:
@@ -356,7 +356,7 @@ async def _serve(settings: Settings, held: Held) -> None:
 
 
 async def _run(settings: Settings, channel: str, thread: str, prompt: str, held: Held) -> int:
-    from app.ops.target import TargetError, resolve_target
+    from app.ops.target import TargetError, resolve_target, resolve_thread
     from app.service import Service, StartupError
 
     try:
@@ -369,6 +369,8 @@ async def _run(settings: Settings, channel: str, thread: str, prompt: str, held:
     try:
         try:
             channel = await resolve_target(service.adapter, channel)
+            if thread:
+                thread = await resolve_thread(service.adapter, channel, thread)
         except TargetError as exc:
             print(f"threadbound: {exc}", file=sys.stderr)
             return 2

@@ -20,6 +20,7 @@ from slack_bolt.async_app import AsyncApp
 from app.agent.agent_file import AgentFile
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
+from app.agent.asks import Asks
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
@@ -99,7 +100,6 @@ class Service:
     settings: Settings
     store: Store
     adapter: SlackAdapter
-    #: The scheduler (named for what it does for the process: it runs tasks).
     runner: Scheduler
     ingress: Ingress
     bolt: AsyncApp
@@ -108,8 +108,7 @@ class Service:
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
-    #: Approval cards, clicks and expiry (``app.approvals``).
-    approvals: Approvals | None = None
+    approvals: Approvals | None = None  # cards, clicks, expiry (app.agent.approvals; asks share it)
     #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
     follow_ups: FollowUpSweep | None = None
     #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
@@ -236,6 +235,7 @@ class Service:
             history_limit=settings.history_limit,
             hooks=run_hooks,
             approvals=approvals,
+            asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
@@ -252,7 +252,7 @@ class Service:
             user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=sweep_steps(approvals.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
             ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
@@ -277,6 +277,7 @@ class Service:
         )
         interactions = Interactions(tell=approvals.tell)
         approvals.register(interactions.on)
+        asks.register(interactions.on)
         feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)

@@ -41,6 +41,8 @@ class ChannelFeatures:
     status: bool = False
     #: Stream an answer into the conversation as it is written, with steps (``open_stream``).
     stream: bool = False
+    #: Post cards with buttons and take clicks: ``channel_ask``, ``channel_request_approval``.
+    ask: bool = False
 
     def enabled(self) -> frozenset[str]:
         return frozenset(f.name for f in fields(self) if getattr(self, f.name))
@@ -241,6 +243,7 @@ FEATURE_METHODS: dict[str, str] = {
     "documents": "post_document",
     "status": "set_status",
     "stream": "open_stream",
+    "ask": "post_blocks",
 }
 
 
@@ -310,6 +313,6 @@ def missing_implementations(adapter: object) -> list[str]:
     for flag in sorted(features.enabled()):
         method = FEATURE_METHODS[flag]
         impl = getattr(type(adapter), method, None)
-        if impl is None or impl is getattr(AdapterBase, method):
+        if impl is None or impl is getattr(AdapterBase, method, None):
             missing.append(flag)
     return missing

@@ -10,7 +10,7 @@ all of that.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -21,6 +21,7 @@ FOLLOW_UP_HANDLE = r"^fu_[A-Za-z0-9_-]{8,40}$"
 # Slack emoji names: lower-case letters, digits, _ + - ' and an optional skin tone; colons allowed around.
 EMOJI = r"^:?[a-z0-9_+'\-]{1,64}(::skin-tone-[2-6])?:?$"
 MAX_TEXT = 40_000
+APPROVAL_HANDLE = r"^ap_[A-Za-z0-9_-]{8,40}$"
 
 
 class ToolArgs(BaseModel):
@@ -124,6 +125,35 @@ class SkillsArgs(ToolArgs):
     name: str | None = Field(
         default=None, max_length=100, description="A skill's name; omit it to list the skills."
     )
+
+
+class AskArgs(ToolArgs):
+    question: str = Field(min_length=1, max_length=2000, description="The question, in Markdown.")
+    options: list[Annotated[str, Field(min_length=1, max_length=75)]] | None = Field(
+        default=None,
+        min_length=2,
+        max_length=5,
+        description="2-5 answer labels shown as buttons; omit for a free-text answer (the next message).",
+    )
+    only_requester: bool = Field(
+        default=True,
+        description="Only the person who asked you (and approvers) may answer; false: anyone here.",
+    )
+
+
+class RequestApprovalArgs(ToolArgs):
+    action: str = Field(
+        min_length=1, max_length=2000, description="What you intend to do and want allowed, in Markdown."
+    )
+    details: str | None = Field(default=None, max_length=2000, description="More detail, shown in full.")
+
+
+class CheckApprovalArgs(ToolArgs):
+    approval: str = Field(pattern=APPROVAL_HANDLE, description="The approval's handle (ap_...).")
+
+
+class NoReplyArgs(ToolArgs):
+    pass
 
 
 Starts = Literal["active", "deferred"]
@@ -261,6 +291,43 @@ CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
         CancelFollowUpArgs,
         None,
         "deferred",
+    ),
+    ToolSpec(
+        "channel_ask",
+        "Ask a question",
+        "Ask the person a question in this conversation, with 2-5 options as buttons or a free-text "
+        "answer. Returns {question: q_..., status: asked}; end your turn: the answer arrives as a new "
+        "message ('Alice answered q_...: ...'), or 'expired' when nobody answers in time.",
+        AskArgs,
+        "ask",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_request_approval",
+        "Request approval",
+        "Ask a person to approve or deny something you intend to do (an approve/deny card). Returns "
+        "{approval: ap_..., status: pending}; end your turn: the decision arrives as a new message. "
+        "Keep your promise: do not do it unless approved.",
+        RequestApprovalArgs,
+        "ask",
+        "deferred",
+    ),
+    ToolSpec(
+        "channel_check_approval",
+        "Check an approval",
+        "Look up an approval you requested: {status: pending|approved|denied|expired, by?, at?}.",
+        CheckApprovalArgs,
+        "ask",
+        "deferred",
+    ),
+    ToolSpec(
+        "no_reply",
+        "Stay silent",
+        "End your turn without posting anything (when a message is not for you). Nothing you write "
+        "after it is posted.",
+        NoReplyArgs,
+        None,
+        "active",
     ),
 )
 

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 # Every record is also importable from here (``from storage.base import TaskRecord``).
+from .ask_records import AskDecision, AskKind, AskRecord  # noqa: F401
 from .records import (  # noqa: F401
     ApprovalDecision,
     ApprovalRecord,
@@ -360,10 +361,34 @@ class Store(Protocol):
         mark them fired, in one transaction; the ones this call fired. Each follow-up is fired by
         exactly one call, across instances and restarts."""
 
+    async def prune_follow_ups(self, *, older_than: float) -> int:
+        """Delete fired and cancelled follow-ups that fired or were cancelled before ``older_than``
+        (pending ones are never touched), in bounded batches; how many."""
+
     async def pending_follow_up_count(self) -> int:
         """How many follow-ups are pending across the install (``/metrics``)."""
 
     async def follow_up_counts(self) -> dict[FollowUpState, int]:
         """How many follow-ups are in each state."""
+
+    # -- asks: questions and approvals the agent asked itself (issue 24) ------------
+    async def open_ask(self, ask: AskRecord) -> None:
+        """Record an open ask (its card is posted after, through the task's journal)."""
+
+    async def get_ask(self, ask_id: str) -> AskRecord | None: ...
+
+    async def open_asks(self, task_id: str) -> list[AskRecord]:
+        """The task's undecided asks, oldest first."""
+
+    async def set_ask_card(self, ask_id: str, card_ts: str) -> None: ...
+
+    async def decide_ask(
+        self, ask_id: str, *, decision: AskDecision, answer: str, user_id: str, payload: str, now: float
+    ) -> bool:
+        """Decide an open ask and (unless ``payload`` is empty) append ``payload`` to its task's
+        inbox, in one transaction; True for the one call that decided it, across instances."""
+
+    async def expired_asks(self, *, before: float, limit: int = 100) -> list[AskRecord]:
+        """Open asks created before ``before``, oldest first."""
 
     async def stats(self) -> StoreStats: ...

@@ -78,6 +78,12 @@ REFUSE_FOLLOW_UP: Final = Statement(
 FIRED_FOLLOW_UPS: Final = Statement(
     f"SELECT {FOLLOW_UP_COLUMNS} FROM follow_ups WHERE fire_id = :fire_id ORDER BY due_at, follow_up"
 )
+#: Fired and cancelled follow-ups older than ``:cutoff``, one bounded batch (``prune_follow_ups``).
+PRUNE_FOLLOW_UPS: Final = Statement(
+    "DELETE FROM follow_ups WHERE follow_up IN (SELECT follow_up FROM follow_ups"
+    " WHERE state <> 'pending' AND COALESCE(fired_at, cancelled_at, created_at) < :cutoff"
+    " LIMIT :batch{skip_locked})"
+)
 COUNT_PENDING: Final = Statement("SELECT COUNT(*) AS n FROM follow_ups WHERE state = 'pending'")
 FOLLOW_UP_COUNTS: Final = Statement("SELECT state, COUNT(*) AS n FROM follow_ups GROUP BY state")
 

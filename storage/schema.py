@@ -1,10 +1,9 @@
 """Versioned schema for both backends.
 
-Each migration is a numbered list of statements per dialect. ``migrate()`` applies
-the versions above the highest one recorded in ``schema_version``, in order, inside
-one transaction that also records them, so a crash mid-way leaves the old version.
-Append new migrations; never edit an applied one. The statements the store runs on these tables
-live in ``statements.py``; :func:`migration` is the one runner both backends drive.
+Each migration is a numbered list of statements per dialect. ``migrate()`` applies the versions
+above the highest one recorded in ``schema_version``, in order, in one transaction that also records
+them (a crash mid-way leaves the old version). Append migrations; never edit an applied one. The
+store's statements are in ``statements.py``; :func:`migration` is the runner both backends drive.
 
 Tables (same shape on both dialects):
 
@@ -27,7 +26,7 @@ Tables (same shape on both dialects):
 - ``approvals`` (v8): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
-- ``follow_ups`` (v10): what tasks scheduled for themselves; DDL in ``follow_up_statements.py``.
+- ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people (issue 24).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from .ask_statements import ASKS_POSTGRES, ASKS_SQLITE
 from .follow_up_statements import FOLLOW_UPS_DDL
 from .sql import Dialect, DialectName, Script, Statement
 from .statements import PROCEDURES, RECORD_VERSION, SCHEMA_VERSION
@@ -350,8 +350,7 @@ _V8_POSTGRES: Final[tuple[str, ...]] = (
     *_V8_SQLITE[1:],
 )
 
-#: v9 (issue 18): ``leases.token`` names one acquisition (a run's writes are fenced by it),
-#: ``tasks.run_open`` marks a run checkpointed mid-way, ``effects.call_id`` the tool call of a write.
+#: v9 (issue 18): ``leases.token`` (fences a run's writes), ``tasks.run_open`` (checkpointed mid-way).
 _V9: Final[tuple[str, ...]] = (
     "ALTER TABLE leases ADD COLUMN token TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE tasks ADD COLUMN run_open BOOLEAN NOT NULL DEFAULT FALSE",
@@ -370,6 +369,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (8, {"sqlite": _V8_SQLITE, "postgres": _V8_POSTGRES}),
     (9, {"sqlite": _V9, "postgres": _V9}),
     (10, {"sqlite": FOLLOW_UPS_DDL, "postgres": FOLLOW_UPS_DDL}),
+    (11, {"sqlite": ASKS_SQLITE, "postgres": ASKS_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]  # MIGRATIONS: ``(version, {dialect: statements})``

@@ -37,6 +37,7 @@ from .base import (
 from .crashpoints import crash_point
 from .schema import migration
 from .sqlcore import new_id
+from .sqlstore_asks import AskMethods
 from .sqlstore_follow_ups import FollowUpMethods
 from .sqlstore_people import PeopleMethods
 
@@ -44,7 +45,7 @@ from .sqlstore_people import PeopleMethods
 _PRUNE_BATCH = 10_000
 
 
-class SqlStore(PeopleMethods, FollowUpMethods):
+class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
     """Every Store method over the backend's four primitives (module doc)."""
 
     # -- lifecycle -------------------------------------------------------------------

@@ -12,6 +12,8 @@ from .sqlcore import SqlCore, new_id
 
 #: ``pending_follow_ups`` without ``before``: every pending one (due before the year 5000).
 _FOREVER = 95_617_584_000.0
+#: Most fired or cancelled follow-ups one prune statement deletes.
+_PRUNE_BATCH = 5_000
 
 
 class FollowUpMethods(SqlCore):
@@ -68,6 +70,14 @@ class FollowUpMethods(SqlCore):
         if not int(row["fired"]):
             return []
         return [follow_up_from_row(r) for r in await self._fetch(sql.FIRED_FOLLOW_UPS, {"fire_id": fire_id})]
+
+    async def prune_follow_ups(self, *, older_than: float) -> int:
+        deleted = 0
+        while True:  # bounded batches, each its own transaction
+            count = await self._execute(sql.PRUNE_FOLLOW_UPS, {"cutoff": older_than, "batch": _PRUNE_BATCH})
+            deleted += count
+            if count < _PRUNE_BATCH:
+                return deleted
 
     async def pending_follow_up_count(self) -> int:
         row = await self._one(sql.COUNT_PENDING)

@@ -23,6 +23,7 @@ from .approval_statements import (  # noqa: F401
     START_EXECUTION,
     TASK_APPROVALS,
 )
+from .ask_statements import DECIDE_ASK
 from .follow_up_statements import FIRE_FOLLOW_UPS
 from .lease_statements import (  # noqa: F401
     ACQUIRE_LEASE,
@@ -349,4 +350,4 @@ STATS: Final = Statement(
 )
 
 #: Every procedure; ``migrate()`` creates their Postgres functions.
-PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS)
+PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS, DECIDE_ASK)

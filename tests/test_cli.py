@@ -414,6 +414,33 @@ async def test_run_accepts_a_channel_name_found_on_a_later_page(
         assert len(slack.bot_messages("C9999")) == 1
 
 
+async def test_run_into_a_thread_that_does_not_exist_is_one_line_before_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--thread` naming no thread in the channel exits 2 with one line, before any model request or post;
+    a thread that exists is answered in."""
+    async with FakeSlack() as slack, FakeOpenAI() as llm:
+        slack.add_channel("C1", "general")
+        root = slack.add_message("C1", "the release thread", user="U1")
+        env = run_env(slack, tmp_path, llm.base_url)
+        code = await run_in_process(
+            monkeypatch, tmp_path, env, "--channel", "C1", "--thread", "1732900000.123456", "hi"
+        )
+        assert (code, llm.requests, slack.count("chat.postMessage")) == (2, [], 0)
+        assert capsys.readouterr().err == (
+            "threadbound: no thread 1732900000.123456 in C1: check the ts (its link ends "
+            "p1732900000123456), or leave out --thread to start a new one\n"
+        )
+        code = await run_in_process(
+            monkeypatch, tmp_path, env, "--channel", "C1", "--thread", "yesterday", "hi"
+        )
+        assert code == 2 and "is not a message ts" in capsys.readouterr().err
+        code = await run_in_process(monkeypatch, tmp_path, env, "--channel", "C1", "--thread", root, "hi")
+        assert code == 0
+        [reply] = slack.bot_messages("C1")
+        assert reply.get("thread_ts") == root
+
+
 # -- help ------------------------------------------------------------------------------------------
 
 

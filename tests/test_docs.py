@@ -157,3 +157,18 @@ def test_agent_example_is_valid() -> None:
     for entry in (*agent.tools, *agent.approval):
         assert entry in CATALOG or entry.startswith(mcp_prefixes), entry
     assert (ROOT / agent.mcp[0].command[-1]).is_file()
+
+
+def test_every_command_is_in_the_command_tables() -> None:
+    """Every subcommand of ``python -m app`` has a row in the README's Commands table and in the
+    operations page's, so a new command cannot ship undocumented."""
+    import argparse
+
+    from app.__main__ import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    commands = set(sub.choices)
+    for path, heading in ((ROOT / "README.md", "Commands"), (DOCS / "operations.md", None)):
+        text = _read(path) if heading is None else _section(_read(path), heading)
+        listed = set(re.findall(r"^\| `python -m app ([a-z-]+)", text, re.M))
+        assert commands <= listed, f"{path.name} lacks {sorted(commands - listed)}"

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from app.agent.agent_file import AgentFile
+from app.agent.runtime import build_agent
+from app.runs.run import RunExecutor
 from app.runs.scheduler import Scheduler
-from storage.base import Fence, LeaseMoved, Store
+from channel.contract import Origin
+from channel.fake import FakeAdapter
+from channel.selection import select_tools
+from channel.skills import SkillLibrary
+from storage import open_store
+from storage.base import Fence, InboxItem, LeaseMoved, Store
 from storage.sqlite import SQLiteStore
+from tests.support.models import Turn, call, scripted
 
 T0 = 1_700_000_000.0
 
@@ -162,5 +172,57 @@ async def test_an_owner_is_judged_dead_only_after_its_lock_stays_missing_for_the
         assert await scheduler.take_over() == 1
         lease = await store.get_lease(task_id)
         assert lease is not None and lease.expires_at <= clock[0]
+    finally:
+        await store.close()
+
+
+async def test_a_run_whose_lease_moved_mid_run_commits_nothing_more_and_posts_nothing_more(
+    tmp_path: Path,
+) -> None:
+    """A new owner takes the lease while the model works (no guard says so): the old run's next
+    checkpoint is refused by the store, the run stops without posting or saving, and its inbox item
+    stays for the new owner."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "question")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    try:
+        outcome = await store.claim_message(
+            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
+            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
+        )  # fmt: skip
+        assert outcome.task_id is not None
+        task_id = outcome.task_id
+        items = await store.pending_inbox(task_id)
+        fence = await store.take_lease(task_id, owner="A", ttl=10, now=T0)
+        assert fence is not None
+
+        requests: list[Turn] = []
+
+        async def script(turn: Turn) -> list[Any]:
+            requests.append(turn)
+            if len(requests) == 1:
+                assert await store.take_lease(task_id, owner="B", ttl=10, now=T0 + 11)
+                return [call("channel_reply", text="the old owner's reply")]
+            return [""]
+
+        executor = RunExecutor(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(scripted(script)),
+            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
+            agent_file=AgentFile(),
+            data_dir=tmp_path / "data",
+        )
+
+        async def inbox() -> list[InboxItem]:
+            return []
+
+        result = await executor.run_inbox(task_id, items, [], inbox, fence=fence)
+        assert result.status == "stopped"
+        assert [m.text for m in adapter.thread(Origin("general", root.ts))] == ["question"]
+        assert [i.item_id for i in await store.pending_inbox(task_id)] == [i.item_id for i in items]
+        task = await store.get_task(task_id)
+        assert task is not None and task.transcript == b"" and not task.run_open
     finally:
         await store.close()

@@ -6,21 +6,27 @@ import asyncio
 import io
 import json
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from app.ops.follow_ups_report import follow_ups_command
-from app.playground import GENERAL, Playground
+from app.playground import GENERAL, Playground, demo_model
+from app.runs import follow_ups as follow_ups_module
 from app.runs.follow_ups import Access, FollowUpSweep
 from channel.session import ChannelSession
 from storage import FollowUpRecord
 from tests.support import events
-from tests.support.harness import AppHarness
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, scripted
+from tests.support.process import ServerProcess
 from tests.support.sessions import SessionEnv, slack_session
+from tests.support.waiting import eventually
 from tests.test_playground import _conversation as conversation
 from tests.test_playground import _live as live
 from tests.test_playground import _session as pg_session
@@ -351,3 +357,161 @@ async def test_the_playground_shows_follow_ups_under_their_thread_and_fast_forwa
         )
         assert state["clock"]["offset"] >= 1190
     assert len(agent.fired) == 1
+
+
+async def test_the_demo_model_schedules_a_follow_up_that_fast_forward_fires(tmp_path: Path) -> None:
+    """In --demo, asking to be reminded schedules a follow-up; fast-forward makes it come back as a turn."""
+    settings = pg_settings(tmp_path)
+    async with Playground(settings, model=demo_model()) as pg, pg_session(pg.page_token) as http:
+        stream = live(http, pg.url)
+        async with http.post(
+            f"{pg.url}api/messages",
+            json={"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me to stretch"},
+        ) as response:
+            assert response.status == 200
+        state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        # The note is what Bob wrote, not the prompt's JSON row around it.
+        assert (
+            conversation(state, GENERAL)["follow_ups"][0]["note"]
+            == "Follow up on: @threadbound remind me to stretch"
+        )
+        await until(stream, lambda s: "scheduled a follow-up for" in json.dumps(s))
+        async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
+            assert response.status == 200
+        await until(stream, lambda s: "Follow-up you scheduled" in json.dumps(s))
+
+
+async def test_every_due_follow_up_is_access_checked_before_any_fires(
+    env: SessionEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more due than one fire batch, none of a no-longer-allowed person's runs as a model turn."""
+    monkeypatch.setattr(follow_ups_module, "FIRE_BATCH", 2)
+    for n in range(5):
+        await env.session.call("channel_follow_up", {"after": f"{n + 2}m", "note": f"n{n}"})
+    access = Access(allowed_users=frozenset({"U2"}))
+    sweep = FollowUpSweep(env.store, clock=lambda: time.time() + 3600, access=access)
+    assert len(await sweep.fire()) == 5
+    items = await env.store.pending_inbox(env.task.task_id)
+    assert len(items) == 5 and all("refused" in json.loads(i.payload) for i in items)
+
+
+def _tools_called(request: dict[str, Any]) -> list[str]:
+    """Names of the tool calls the model made so far in this request's messages, in order."""
+    return [
+        str(c["function"]["name"])
+        for m in request.get("messages") or []
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or []
+    ]
+
+
+def _remind_script(request: dict[str, Any]) -> Reply:
+    """Over the OpenAI wire: schedule a follow-up when asked to remind; answer it once it comes back."""
+    text = last_user_text(request)
+    called = _tools_called(request)
+    last_role = (request.get("messages") or [{}])[-1].get("role")
+    if "Follow-up you scheduled" in text:
+        if last_role == "tool":
+            return FakeOpenAI.text("")
+        late = "late" if '"late"' in text else "on time"
+        return FakeOpenAI.tool_call("channel_reply", {"text": f"deploy is green ({late})"})
+    if last_role != "tool":
+        return FakeOpenAI.tool_call("tool_search", {"query": "schedule a follow-up reminder", "limit": 3})
+    if called[-1] == "tool_search":
+        return FakeOpenAI.tool_call("channel_follow_up", {"after": "20m", "note": "check the deploy"})
+    return FakeOpenAI.text("I will check in 20 minutes." if called[-1] == "channel_follow_up" else "")
+
+
+@pytest.mark.process
+async def test_a_follow_up_survives_sigkill_and_downtime_and_fires_once_late(tmp_path: Path) -> None:
+    """Scheduled, SIGKILL, two hours down: the restarted server fires it once, with the late note."""
+    async with FakeSlack() as slack, FakeOpenAI(_remind_script) as llm, aiohttp.ClientSession() as http:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SLACK_API_URL": slack.api_url,
+            "DATA_DIR": str(tmp_path / "data"),
+            "MODEL": "openai-chat:fake",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "x",
+            "STREAM": "off",
+        }
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server1.log")
+        await first.start()
+        root = slack.add_message("C1", "<@UBOT> remind me to check the deploy", user="U1")
+        mention = events.app_mention("C1", "U1", "<@UBOT> remind me to check the deploy", root)
+        assert (
+            await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        await eventually(lambda: any("I will check" in m["text"] for m in slack.bot_messages("C1")))
+        first.kill()
+        await first.wait()
+        # Two hours of downtime: the follow-up fell due while no process was running.
+        due = time.time() - 7200
+        with sqlite3.connect(tmp_path / "data" / "threadbound.db") as db:
+            moved = db.execute(
+                "UPDATE follow_ups SET due_at = ?, payload = json_set(payload, '$.at', ?)"
+                " WHERE state = 'pending'",
+                (due, due),
+            )
+            assert moved.rowcount == 1
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server2.log")
+        await second.start()
+        try:
+            await eventually(lambda: any("deploy is green" in m["text"] for m in slack.bot_messages("C1")))
+        finally:
+            await second.stop()  # SIGTERM: a second firing would run before it exits
+        answers = [m["text"] for m in slack.bot_messages("C1") if "deploy is green" in m["text"]]
+    assert answers == ["deploy is green (late)"]
+
+
+async def test_in_the_playground_a_follow_up_scheduled_after_a_fast_forward_waits_its_time(
+    tmp_path: Path,
+) -> None:
+    """After a fast-forward, a new follow-up due in 20 minutes is scheduled by the demo clock too: it waits
+    (shown "in 20 min") instead of firing at once because the demo clock is already past it."""
+    agent = Agent()
+    async with (
+        Playground(pg_settings(tmp_path), model=scripted(agent)) as pg,
+        pg_session(pg.page_token) as http,
+    ):
+        stream = live(http, pg.url)
+        remind = {"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me about the deploy"}
+        async with http.post(f"{pg.url}api/messages", json=remind) as response:
+            assert response.status == 200
+        await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        async with http.post(f"{pg.url}api/fast-forward", json={}) as response:
+            assert response.status == 200
+        await until(stream, lambda s: not conversation(s, GENERAL)["follow_ups"] and len(agent.fired) == 1)
+        async with http.post(
+            f"{pg.url}api/messages", json=remind | {"text": "@threadbound remind me"}
+        ) as response:
+            assert response.status == 200
+        state = await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+        [shown] = conversation(state, GENERAL)["follow_ups"]
+        assert shown["in"] == "in 20 min"
+        assert pg.service is not None and pg.service.follow_ups is not None
+        assert await pg.service.follow_ups.fire() == []  # the sweep's own look: not due yet
+    assert len(agent.fired) == 1
+
+
+async def test_a_restarted_playground_forgets_the_follow_ups_of_its_earlier_session(tmp_path: Path) -> None:
+    """The playground's workspace starts empty while its store is kept: follow-ups scheduled before a
+    restart are cancelled at start (their threads are gone), not shown under no thread or fired to fail."""
+    agent = Agent()
+    async with (
+        Playground(pg_settings(tmp_path), model=scripted(agent)) as pg,
+        pg_session(pg.page_token) as http,
+    ):
+        stream = live(http, pg.url)
+        remind = {"as": "U0BOB", "channel": GENERAL, "text": "@threadbound remind me about the deploy"}
+        async with http.post(f"{pg.url}api/messages", json=remind) as response:
+            assert response.status == 200
+        await until(stream, lambda s: conversation(s, GENERAL)["follow_ups"])
+    async with Playground(pg_settings(tmp_path), model=scripted(agent)) as pg:
+        assert pg.service is not None and pg.service.follow_ups is not None
+        assert await pg.service.store.pending_follow_ups() == []
+        assert await pg.service.follow_ups.fire(now=time.time() + 3600) == []  # nothing left to fire
+    assert len(agent.fired) == 0

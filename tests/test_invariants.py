@@ -153,7 +153,11 @@ async def test_schemas_sent_to_the_model_are_closed_and_unaddressed(tmp_path: Pa
         for tool in turn.info.function_tools:
             offered[tool.name] = tool.parameters_json_schema
         if requests == 1:
-            return [call("tool_search", query="edit retract fetch attach document", limit=10)]
+            return [
+                call("tool_search", query="edit retract fetch attach document", limit=10),
+                call("tool_search", query="ask approval", limit=10),
+                call("tool_search", query="follow-up", limit=10),
+            ]
         if requests == 2:
             return [call("channel_reply", text="all seen")]
         return [""]
@@ -236,6 +240,13 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 "channel_post_document": {"title": "Plan", "markdown": "# Plan"},
                 "tool_search": {"query": "edit"},
                 "skills": {"name": "triage"},
+                "channel_ask": {"question": "Where?", "options": ["staging", "prod"]},
+                "channel_request_approval": {"action": "Archive the tickets"},
+                "channel_check_approval": {"approval": "ap_AAAAAAAAAAAAAAAAAAAAAA"},
+                "no_reply": {},
+                "channel_follow_up": {"after": "2h", "note": "check the deploy"},
+                "channel_follow_ups": {},
+                "channel_cancel_follow_up": {"follow_up": "fu_AAAAAAAAAAAAAAAAAAAAAA"},
             }
             yield Env(fake, session, valid)
 

@@ -114,7 +114,7 @@ def test_features_follow_the_scopes() -> None:
     """The adapter's features follow the scope table: any one history scope turns reading on."""
     assert features_from_scopes([]).enabled() == frozenset()
     assert features_from_scopes(["im:history"]).enabled() == {"read"}
-    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract", "status", "stream"}
+    assert features_from_scopes(["chat:write"]).enabled() == {"edit", "retract", "status", "stream", "ask"}
 
 
 def test_missing_scopes_name_the_tools_they_disable() -> None:

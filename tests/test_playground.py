@@ -18,7 +18,7 @@ from app.__main__ import main
 from app.intake.interactions import Action
 from app.playground import GENERAL, Playground, demo_model
 from app.playground.guard import TOKEN_HEADER
-from app.playground.view import markdown_html, slack_to_markdown
+from app.playground.view import markdown_html, mrkdwn_html, slack_to_markdown
 from app.settings import Settings
 from tests.support.models import Turn, call, echo_model, scripted
 
@@ -309,6 +309,15 @@ def test_message_text_is_rendered_without_letting_markup_through() -> None:
     )
 
 
+def test_a_date_token_shows_its_time_as_slack_does() -> None:
+    """``<!date^TS^…|fallback>`` (an approval or question card's "open until") shows the time, not the
+    fallback meant for clients that cannot render dates."""
+    token = "open until <!date^1796137822^{date_short_pretty} at {time}|in a while>"
+    assert slack_to_markdown(token, {}) == "open until Dec 1, 2026 at 15:10 UTC"
+    assert slack_to_markdown("<!date^soon^{time}|in a while>", {}) == "in a while"
+    assert "Dec 1, 2026 at 15:10 UTC" in mrkdwn_html(token, {})
+
+
 def test_mrkdwn_is_rendered_as_slack_shows_it() -> None:
     """mrkdwn (people's messages, cards' sections): *bold*, _italic_, ~strike~, ``` blocks mid-line,
     :emoji:, a date's fallback text; Markdown's **bold** stays bold; code is left alone."""
@@ -316,7 +325,8 @@ def test_mrkdwn_is_rendered_as_slack_shows_it() -> None:
 
     text = "*Approved* by _Bob_ ~maybe~ :white_check_mark: <!date^1700000000^{date_short}|just now> **x**"
     assert mrkdwn_html(text, {}) == (
-        "<p><strong>Approved</strong> by <em>Bob</em> <s>maybe</s> ✅ just now <strong>x</strong></p>\n"
+        "<p><strong>Approved</strong> by <em>Bob</em> <s>maybe</s> ✅ Nov 14, 2023 at 22:13 UTC "
+        "<strong>x</strong></p>\n"
     )
     assert mrkdwn_html('Run with:```{\n  "a": "*b*"\n}```', {}) == (
         "<p>Run with:</p>\n<pre><code>{\n  &quot;a&quot;: &quot;*b*&quot;\n}\n</code></pre>\n"

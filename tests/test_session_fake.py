@@ -153,7 +153,9 @@ async def test_features_decide_which_tools_exist(tmp_path: Path) -> None:
     try:
         adapter = FakeAdapter(files_dir=tmp_path / "provider", features=ChannelFeatures(read=True))
         host = await bind(tmp_path, store, adapter)
-        assert [s.name for s in host.session.active_specs()] == ["channel_reply", "channel_read"]
+        # no_reply and the deferred follow-up and ask tools need no feature (so tool_search is offered).
+        offered = [s.name for s in host.session.active_specs()]
+        assert offered == ["channel_reply", "channel_read", "no_reply", "tool_search"]
         row: dict[str, Any] = (await host.session.call("channel_read", {}))["messages"][0]
         result = await host.session.call("channel_react", {"message": row["message"], "emoji": "eyes"})
         assert result["error"]["code"] == "unsupported" and adapter.count("react") == 0

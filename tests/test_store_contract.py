@@ -1048,3 +1048,16 @@ async def test_concurrent_firers_fire_each_follow_up_once(store_factory: StoreFa
     assert sorted(fired) == sorted(set(fired)) and len(fired) == 20
     for task_id in tasks:
         assert len(await first.pending_inbox(task_id)) == 1
+
+
+async def test_pruning_follow_ups_keeps_pending_and_recent_ones(store: Store) -> None:
+    """Prune drops fired and cancelled follow-ups done before the cutoff; pending ones always stay."""
+    task_id = await new_task(store)
+    for n, due in enumerate([T0 + 100, T0 + 200, T0 + 10_000]):
+        await schedule(store, follow_up(task_id, f"fu_aaaaaaaa{n}", due_at=due))
+    await store.fire_follow_ups(now=T0 + 150)  # the first fires at T0 + 150
+    await store.cancel_follow_up(task_id, "fu_aaaaaaaa1", now=T0 + 300)
+    assert await store.prune_follow_ups(older_than=T0 + 200) == 1
+    assert await store.get_follow_up(task_id, "fu_aaaaaaaa0") is None
+    assert await store.prune_follow_ups(older_than=T0 + 1_000_000) == 1
+    assert [f.follow_up for f in await store.pending_follow_ups()] == ["fu_aaaaaaaa2"]

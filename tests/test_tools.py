@@ -32,7 +32,7 @@ from tests.support.sessions import SessionEnv, slack_session
 from threadbound_emulator import DEFAULT_SCOPES, FakeSlack
 
 DEFERRED = [s.name for s in CHANNEL_TOOLS if s.starts == "deferred"]
-ACTIVE = ["channel_reply", "channel_read", "channel_react", "tool_search"]
+ACTIVE = ["channel_reply", "channel_read", "channel_react", "no_reply", "tool_search"]
 FORGED = "msg_AAAAAAAAAAAAAAAAAAAAAA"
 # Provider ids of the fake workspace: none may reach the model outside a permalink.
 RAW_IDS = re.compile(r"\b(C1|C2|D1|U1|U2|UBOT|BBOT|T1|F1)\b|\d{10}\.\d{6}")
@@ -686,7 +686,7 @@ def test_select_tools_follows_features_and_the_agent_file() -> None:
     everything = select_tools(features, None, SkillLibrary([]))
     follow_ups = ["channel_follow_up", "channel_follow_ups", "channel_cancel_follow_up"]  # need no feature
     assert [s.name for s in everything.channel_tools] == [
-        "channel_reply", "channel_read", "channel_edit", *follow_ups
+        "channel_reply", "channel_read", "channel_edit", *follow_ups, "no_reply"
     ]  # fmt: skip
     narrowed = select_tools(
         features, ["channel_read", "channel_edit", "channel_read", "tool_search"], SkillLibrary([])

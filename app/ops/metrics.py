@@ -96,6 +96,9 @@ class Metrics:
         self.feedback = Counter(
             "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
         )
+        self.silent_turns = Counter(
+            "threadbound_silent_turns", "Turns the model ended with no_reply (nothing posted).", registry=r
+        )
 
         self.follow_ups_pending = Gauge(
             "threadbound_follow_ups_pending", "Follow-ups scheduled and not yet fired.", registry=r

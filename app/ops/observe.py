@@ -88,6 +88,8 @@ class Observer:
         seconds = time.perf_counter() - run.started
         self.metrics.runs_finished.labels(outcome=status).inc()
         self.metrics.run_duration.observe(seconds)
+        if session.silent:
+            self.metrics.silent_turns.inc()
         logs.event(
             log,
             "run finished",
@@ -97,6 +99,7 @@ class Observer:
             tools=run.tools,
             tool_errors=run.tool_errors,
             replied=session.replied,
+            silent=session.silent,
             requests=run.requests,
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,

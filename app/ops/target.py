@@ -1,11 +1,13 @@
 """Which conversation ``python -m app run`` acts in: a channel ID or ``#name``, checked before a task exists.
 
 Slack's refusals become one line saying what to do: a name the bot cannot see, an ID that does not
-exist (or names a private channel the bot was never invited to), a channel the bot is not in.
+exist (or names a private channel the bot was never invited to), a channel the bot is not in, a
+``--thread`` ts that names no thread there.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from channel.errors import ChannelError
@@ -14,6 +16,8 @@ from channel.slack.errors import slack_call
 
 # Slack's advice for conversations.list: at most 200 per page.
 _PAGE = 200
+#: A message ts: seconds, a dot, microseconds.
+_TS = re.compile(r"^\d{9,11}\.\d{6}$")
 
 
 class TargetError(Exception):
@@ -32,6 +36,31 @@ async def resolve_target(adapter: SlackAdapter, channel: str) -> str:
         bot = adapter.identity.bot_name or adapter.identity.user_id
         raise TargetError(f"the bot is not in {label}: invite it there with /invite @{bot}, then run again")
     return channel_id
+
+
+async def resolve_thread(adapter: SlackAdapter, channel_id: str, thread_ts: str) -> str:
+    """``thread_ts`` once Slack shows a thread there, checked before a task exists (and before the model
+    is asked anything): a ts that names no message would only fail at the reply."""
+    thread_ts = thread_ts.strip()
+    if not _TS.match(thread_ts):
+        raise TargetError(
+            f"--thread {thread_ts!r} is not a message ts: use the thread's first message's ts, e.g. "
+            "1732900000.123456 (its link ends p1732900000123456)"
+        )
+    try:
+        async with slack_call("conversations.replies"):
+            await adapter.reads.conversations_replies(channel=channel_id, ts=thread_ts, limit=1)
+    except ChannelError as exc:
+        code = exc.provider_code or exc.code
+        if code == "thread_not_found":
+            raise TargetError(
+                f"no thread {thread_ts} in {channel_id}: check the ts (its link ends "
+                f"p{thread_ts.replace('.', '')}), or leave out --thread to start a new one"
+            ) from exc
+        if code == "missing_scope":
+            return thread_ts  # without the history scope the thread cannot be checked here
+        raise _refusal(exc, channel_id, "reading the thread") from exc
+    return thread_ts
 
 
 async def _find_by_name(adapter: SlackAdapter, name: str) -> str:
@@ -89,4 +118,4 @@ def _refusal(exc: ChannelError, channel: str, doing: str) -> TargetError:
     return TargetError(f"cannot use {channel}: Slack answered {code} while {doing}")
 
 
-__all__ = ["TargetError", "resolve_target"]
+__all__ = ["TargetError", "resolve_target", "resolve_thread"]

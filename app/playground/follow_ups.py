@@ -3,8 +3,9 @@
 The app keeps follow-ups in its store; :class:`FollowUpBoard` reads the pending ones about twice a
 second and the page shows them under their thread. The board's :class:`DemoClock` is the follow-up
 sweep's clock in the playground: **fast-forward** moves it to just past the next due follow-up and
-nudges the sweep, so a person sees one fire without waiting (the time the run is told and the
-timestamps of messages stay real).
+nudges the sweep, so a person sees one fire without waiting. Follow-ups are scheduled by the same
+clock (``RunExecutor.follow_up_clock``), so one asked for after a fast-forward waits its whole time;
+the time the run is told and the timestamps of messages stay real.
 """
 
 from __future__ import annotations
@@ -62,6 +63,20 @@ class FollowUpBoard:
             ]
         snapshot["clock"] = {"offset": round(self.clock.offset), "now": _utc(self.clock.now())}
         return snapshot
+
+
+async def cancel_earlier(store: Store, now: float) -> int:
+    """Cancel the follow-ups an earlier playground session left pending; how many. The store is kept
+    across restarts but the workspace starts empty, so their threads are gone: fired, they could only
+    fail (``thread_not_found``) and show under no thread."""
+    cancelled = 0
+    while True:
+        done = 0
+        for record in await store.pending_follow_ups(limit=500):
+            done += await store.cancel_follow_up(record.task_id, record.follow_up, now=now)
+        cancelled += done
+        if not done:
+            return cancelled
 
 
 def _utc(at: float) -> str:

@@ -34,7 +34,7 @@ from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
-from .follow_ups import FollowUpBoard
+from .follow_ups import FollowUpBoard, cancel_earlier
 from .guard import Guard
 from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
@@ -105,8 +105,17 @@ class Playground:
         slack.on_handled(self._after_call)
         settings = playground_settings(self.settings, slack, self.secret)
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
+        # Before the sweep starts (it starts with the page's app): the workspace is new, the store is not.
+        if forgotten := await cancel_earlier(self.service.store, time.time()):
+            log.info(
+                "playground: cancelled %d follow-ups of an earlier session (their threads are gone)",
+                forgotten,
+            )
         if self.service.follow_ups is not None:
-            self.service.follow_ups.clock = self.board.clock.now  # fast-forward moves it
+            # Fast-forward moves the demo clock: the sweep fires by it and follow-ups are scheduled by
+            # it, so one asked for in 20 minutes after a fast-forward still waits 20 (demo) minutes.
+            self.service.follow_ups.clock = self.board.clock.now
+            self.service.runner.executor.follow_up_clock = self.board.clock.now
         self._watch = asyncio.create_task(self._watch_follow_ups(), name="playground-follow-ups")
         self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
         self._http = aiohttp.ClientSession()

@@ -14,6 +14,7 @@ import html
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -101,6 +102,16 @@ class ViewState:
     retractions: list[Retraction] = field(default_factory=list)
 
 
+def _date(target: str, fallback: str) -> str:
+    """``<!date^TS^FORMAT|fallback>`` as Slack shows it, its time (UTC here) rather than the fallback,
+    which only clients that cannot render dates show (a card's "open until in a while")."""
+    try:
+        when = datetime.fromtimestamp(int(target.split("^")[1]), UTC)
+    except (IndexError, ValueError, OverflowError, OSError):
+        return fallback
+    return f"{when:%b} {when.day}, {when:%Y} at {when:%H:%M} UTC"
+
+
 def slack_to_markdown(text: str, names: Mapping[str, str]) -> str:
     """Slack's ``<…>`` constructs as Markdown people read (``@name``, ``[label](url)``), entities
     unescaped in the same pass so an escaped ``&lt;@U1&gt;`` stays literal."""
@@ -118,7 +129,9 @@ def slack_to_markdown(text: str, names: Mapping[str, str]) -> str:
             special = target[1:].split("^")[0]
             if special in ("here", "channel", "everyone", "subteam"):
                 return f"@{label or special}"
-            return label or special  # <!date^…|fallback>: the fallback text
+            if special == "date":
+                return _date(target, label)
+            return label or special
         if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", target):
             return f"[{label}]({target})" if label else f"<{target}>"
         return match.group(0)

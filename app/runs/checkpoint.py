@@ -82,6 +82,8 @@ class Checkpoints:
         self.feedback_upto = feedback_upto
         #: A summary compaction made this run (saved with the first checkpoint or save).
         self.summary: str | None = None
+        #: Items a checkpoint consumed already (the next one sends only the newer ones).
+        self._done: set[int] = set()
 
     def transcript(self, messages: Sequence[ModelMessage]) -> bytes:
         return ModelMessagesTypeAdapter.dump_json(list(messages[self.prefix :]))
@@ -92,14 +94,16 @@ class Checkpoints:
 
     async def save(self, messages: Sequence[ModelMessage]) -> None:
         """Checkpoint ``messages`` (the run's whole history so far) with what the run consumed."""
+        fresh = [i for i in self.consumed if i not in self._done]
         await self.store.checkpoint(
             self.task_id,
             transcript=self.transcript(messages),
-            consumed=list(self.consumed),
+            consumed=fresh,
             fence=self.fence,
             feedback_upto=self.take_feedback(),
             summary=self.summary,
         )
+        self._done.update(fresh)
 
 
 def mark_answer(messages: list[ModelMessage], text: str, effects: Sequence[str]) -> str:

@@ -37,10 +37,15 @@ log = logging.getLogger(__name__)
 
 #: Seconds between the sweep's looks for due follow-ups.
 POLL_INTERVAL = 1.0
+#: Seconds between prunes of fired and cancelled follow-ups, and how long they are kept.
+PRUNE_INTERVAL = 3600.0
+KEEP_DONE = 30 * 86_400.0
 #: Polls between counts of the pending follow-ups (for ``/metrics``).
 PENDING_EVERY = 10
 #: Most follow-ups one fire call moves (a backlog goes in several short transactions).
 FIRE_BATCH = 500
+#: Most due follow-ups the access check reads at once (far above any FOLLOW_UPS_MAX in use).
+CHECK_LIMIT = 1_000_000
 #: A follow-up fired more than this many seconds after it was due counts (and is shown) as late.
 LATE_AFTER = 60.0
 
@@ -160,7 +165,8 @@ class FollowUpSweep:
         """Fire every follow-up due at ``now`` whose task is free; the ones this call fired."""
         now = self.clock() if now is None else now
         if self.access.restricted:
-            for record in await self.store.pending_follow_ups(before=now, limit=FIRE_BATCH):
+            # Every due one is checked before any fires: a batch skips tasks that are running.
+            for record in await self.store.pending_follow_ups(before=now, limit=CHECK_LIMIT):
                 why = self.access.refusal(record)
                 if why is not None:
                     refused = {
@@ -198,6 +204,10 @@ class FollowUpSweep:
                     await self.fire()
                 if self.on_pending is not None and polls % PENDING_EVERY == 0:
                     self.on_pending(await self.store.pending_follow_up_count())
+                if (
+                    polls % max(1, round(PRUNE_INTERVAL / self.poll_interval)) == 0
+                ):  # hourly, the first poll too
+                    await self.store.prune_follow_ups(older_than=time.time() - KEEP_DONE)
             except Exception:
                 log.exception("firing follow-ups failed")
             polls += 1

@@ -36,9 +36,17 @@ async def run_instructions(session: ChannelSession, tools: ToolSelection, agent_
 
 
 async def time_note(session: ChannelSession) -> str:
-    """Now, and the requester's time zone with its current offset (when the adapter can tell it)."""
+    """Today's date, and the requester's time zone with its offset (when the adapter can tell it).
+
+    Only the date: the instructions are the cached prefix of every request, so they change at most
+    once a day (a time to the minute would make the provider's prompt cache miss on most turns).
+    ``after`` needs no clock, and ``at`` comes back resolved to UTC in the tool's result."""
     now = datetime.fromtimestamp(session.clock(), UTC)
-    lines = [f"Now it is {now:%A %Y-%m-%d %H:%M} UTC."]
+    lines = [
+        "A follow-up you scheduled comes back as a line with `follow_up` (its handle) and `text` (your "
+        "note); `late` is there when it fired late. Do then what the note says.",
+        f"Today is {now:%A %Y-%m-%d} (UTC).",
+    ]
     zone = ""
     look_up = getattr(session.adapter, "time_zone", None)
     if session.requester and look_up is not None:
@@ -54,7 +62,7 @@ async def time_note(session: ChannelSession) -> str:
         offset = local.strftime("%z")
         lines.append(
             f"The person you are answering is in time zone {zone} (UTC{offset[:3]}:{offset[3:]}, "
-            f"{local:%A %H:%M} there now): a time they name, such as 'tomorrow at 9', is in that zone; "
+            f"{local:%A %Y-%m-%d} there): a time they name, such as 'tomorrow at 9', is in that zone; "
             "give channel_follow_up's `at` with that offset."
         )
     else:

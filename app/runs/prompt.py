@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.agent.approvals import Approvals, is_decision
+from app.agent.asks import answer_row, is_answer
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
@@ -47,6 +48,10 @@ async def render_prompt(
             raw = json.loads(item.payload)
         except ValueError:
             raw = None
+        if is_answer(raw):  # "Alice answered q_…: staging" (app.agent.asks)
+            assert isinstance(raw, dict)
+            lines.append(_line(await session.asks.row(session, raw) if session.asks else answer_row(raw, "")))
+            continue
         if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
             # Checked against the conversation it was claimed for: never a handle to another one.
             log.warning("inbound message %s does not belong to its conversation; not shown", item.ts)
@@ -58,7 +63,11 @@ async def render_prompt(
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
             lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
             continue
-        lines.append(_line(prompt_row(row)))
+        shown = prompt_row(row)
+        if session.asks is not None and isinstance(raw.get("user"), str):
+            # The next message from an allowed person answers an open free-text question.
+            shown = await session.asks.free_text(session, raw["user"], shown, item.created_at) or shown
+        lines.append(_line(shown))
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]
     return "\n".join(lines)
@@ -92,7 +101,12 @@ def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
             raw = json.loads(item.payload)
         except ValueError:
             continue
-        if isinstance(raw, dict) and not is_decision(item) and (raw.get("user") or not is_follow_up(item)):
+        if (
+            isinstance(raw, dict)
+            and not is_decision(item)
+            and not is_answer(raw)
+            and (raw.get("user") or not is_follow_up(item))
+        ):
             return raw
     return None
 

@@ -1,23 +1,18 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
-The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module
-does one run for a session it is given. Beside it: the prompt (``prompt.py``: inbound messages and
-notes about effects a crashed run left open), the history (``history.py``), the agent's steps with
-steering, budgets and streaming (``steps.py``), checkpoints and resuming (``checkpoint.py``), the
-budget refusal (``refusal.py``) and the outcome, hooks and fixed notes (``outcome.py``).
+The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module does
+one run. Beside it: ``prompt.py``, ``history.py``, ``steps.py`` (steering, budgets, streaming, the
+turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and ``outcome.py`` (outcome and hooks).
 
-- cost: budgets are checked first (past one, a short note and no model call); usage is stored
-  per response; a run crossing a budget or ``max_requests_per_run`` stops with a short note;
-- checkpoints: the transcript is saved after every model response that calls tools and before
-  the final answer is posted, with the inbox items shown so far, so a crash resumes from there;
-- the end: the final text is posted when the model did not reply; a failure apologises in the
-  thread; the transcript is saved, the run closed and the rest of its inbox consumed in one
-  transaction;
-- approvals (``app.agent.approvals``): gated calls are recorded, saved, and their cards posted; a
-  task with an undecided approval does not run; the decisions resume it as ``deferred_tool_results``;
-- the lease: a ``guard`` (the scheduler's lease check) is awaited before every write and model
-  request, and the lease's fence goes with every durable write; when either says the lease has
-  moved the run ends at once, without posting or saving, leaving the task to its new owner.
+- cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
+  crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
+  saved (with the items shown so far) after each response calling tools and before the answer;
+- the end: the final text is posted unless the model replied or chose ``no_reply``; a failure
+  apologises; transcript saved, run closed, inbox consumed in one transaction; approvals
+  (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task with an
+  undecided approval does not run; the decisions resume it (``deferred_tool_results``);
+- the lease: awaited (``guard``) before every write and model request, its fence on every durable
+  write; once the lease moved the run ends without posting or saving.
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ from channel import task_files
 from channel.contract import ChannelAdapter, Origin
 from channel.journal import CALL_ID, WriteGuard
 from channel.selection import ToolSelection
-from channel.session import ChannelSession
+from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
 from storage.base import (
     EffectRecord,
@@ -94,6 +89,7 @@ class RunExecutor:
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
         approvals: Approvals | None = None,
+        asks: AskHost | None = None,
         budgets: Budgets | None = None,
         compactor: Compactor | None = None,
         usage_footer: bool = False,
@@ -106,13 +102,9 @@ class RunExecutor:
         """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
         self.store = store
         self.approvals = approvals
-        self.adapter = adapter
-        self.agent = agent
-        self.tools = tools
-        self.agent_file = agent_file
-        self.data_dir = data_dir
-        self.run_timeout = run_timeout
-        self.history_limit = history_limit
+        self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
+        self.adapter, self.agent, self.tools, self.agent_file = adapter, agent, tools, agent_file
+        self.data_dir, self.run_timeout, self.history_limit = data_dir, run_timeout, history_limit
         self.hooks = hooks or RunHooks()
         self.clock = clock
         self.budgets = budgets or Budgets(store, clock=clock)
@@ -123,8 +115,8 @@ class RunExecutor:
         self.feedback = feedback
         self.files_max_bytes = files_max_bytes
         self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
-        #: Runs in progress right now, by task id (for tests and benchmarks).
-        self.active_runs: set[str] = set()
+        self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
+        self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
 
     async def waiting(self, task_id: str) -> bool:
         """The task waits for a decision on an approval (its inbox waits with it)."""
@@ -139,7 +131,7 @@ class RunExecutor:
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
     ) -> ChannelSession:
-        return ChannelSession(
+        session = ChannelSession(
             adapter=self.adapter,
             store=self.store,
             task=task,
@@ -151,8 +143,10 @@ class RunExecutor:
             guard=guard,
             fence=fence,
             files_max_bytes=self.files_max_bytes,
-            follow_ups_max=self.follow_ups_max,
         )
+        session.asks, session.follow_ups_max = self.asks, self.follow_ups_max
+        session.follow_up_clock = self.follow_up_clock or self.clock  # the sweep's (playground: demo)
+        return session
 
     async def run_prompt(
         self,
@@ -202,7 +196,7 @@ class RunExecutor:
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
         shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
-        prompt = await self.prompt(session, shown, notes)
+        prompt = await render_prompt(session, shown, notes)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
@@ -211,12 +205,6 @@ class RunExecutor:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         person = newest_author(shown)  # charged for the run's model requests
         return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
-
-    async def prompt(
-        self, session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
-    ) -> str:
-        """The inbound messages as the model's user prompt (:func:`app.runs.prompt.render_prompt`)."""
-        return await render_prompt(session, items, notes)
 
     async def execute(
         self,

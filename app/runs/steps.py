@@ -67,6 +67,7 @@ class AgentSteps:
         # Streaming: each model request and tool step is driven through node.stream(), its events
         # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
         feed = EventFeed(session) if session.streaming else None
+        session.requester = meter.person
         async with self.agent.iter(
             prompt or None,  # a run resumed only by decisions brings no new prompt
             message_history=history,
@@ -88,6 +89,10 @@ class AgentSteps:
                             # (its calls answered from the journal), the items shown so far consumed.
                             await checkpoint(run.all_messages())
                     elif Agent.is_model_request_node(node):
+                        if session.turn_end:
+                            # no_reply, or it asked someone: the turn ends here, with no more text.
+                            said = "(no reply)" if session.silent else "(waiting for the answer)"
+                            return [*run.all_messages(), node.request, _said(said)], None, ""
                         crash_point("model.request")
                     # Steering: before each model request (and before a final answer is accepted),
                     # show messages that arrived mid-run. Other nodes need no look at the inbox.
@@ -113,7 +118,7 @@ class AgentSteps:
                             steering = await render_prompt(session, shown)
                             run.enqueue(steering, priority="asap")
                             steered.append(steering)
-                            meter.person = newest_author(shown) or meter.person
+                            meter.person = session.requester = newest_author(shown) or meter.person
                         for item in fresh:
                             seen.add(item.item_id)
                             consumed.append(item.item_id)
@@ -138,3 +143,7 @@ class AgentSteps:
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output, ""
+
+
+def _said(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(text)])

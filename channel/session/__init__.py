@@ -19,10 +19,12 @@ The modules, one concern each (each part is a base of :class:`ChannelSession`):
 - ``offer``: which tools are offered now, ``tool_search``/``mcp_search`` and ``skills``;
 - ``replies``: posting replies, footers, reactions, edits and retractions;
 - ``files``: fetching, attaching and posting documents;
+- ``asking``: questions and approvals (the host's cards) and ``no_reply``;
 - ``core``: :class:`ChannelSession` itself: streaming the answer and dispatching a call.
 """
 
+from .asking import AskHost
 from .core import ChannelSession
 from .state import Result
 
-__all__ = ["ChannelSession", "Result"]
+__all__ = ["AskHost", "ChannelSession", "Result"]

@@ -15,6 +15,7 @@ from ..contract import Step
 from ..errors import ChannelError
 from ..streaming import FLUSH_INTERVAL, AnswerStream
 from ..tools import CATALOG, MCP_SEARCH
+from .asking import Asking
 from .files import Files
 from .follow_ups import FollowUpTools
 from .offer import Offer
@@ -24,7 +25,7 @@ from .state import CALL_ID, Result
 log = logging.getLogger(__name__)
 
 
-class ChannelSession(Replies, Files, Offer, FollowUpTools):
+class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
     """The channel tools bound to one task's conversation (see :mod:`channel.session`)."""
 
     @cached_property
@@ -44,6 +45,10 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools):
             "tool_search": self._tool_search,
             "mcp_search": self._tool_search,
             "skills": self._skills,
+            "channel_ask": self._ask,
+            "channel_request_approval": self._request_approval,
+            "channel_check_approval": self._check_approval,
+            "no_reply": self._no_reply,
         }
 
     # -- streaming ----------------------------------------------------------------------
@@ -72,7 +77,7 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools):
     def stream_text(self, source: str, text: str) -> None:
         """What ``source`` wrote so far: ``text:…`` a model response's text (shown until the session
         replied), ``call:<id>`` a channel_reply call's ``text`` argument."""
-        if not self._streaming or (self.replied and not source.startswith("call:")):
+        if not self._streaming or self.silent or (self.replied and not source.startswith("call:")):
             return
         if not text and self.answer is None:
             return

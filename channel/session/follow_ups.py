@@ -24,7 +24,7 @@ class FollowUpTools(SessionState):
 
     async def _follow_up(self, args: FollowUpArgs) -> Result:
         store = self._follow_up_store()
-        now = self.clock()
+        now = self.follow_up_clock()
         due = fu.due_time(at=args.at, after=args.after, now=now)
         record = FollowUpRecord(
             follow_up=fu.new_follow_up_handle(),

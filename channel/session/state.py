@@ -57,6 +57,9 @@ class SessionState:
         self.task_dir = task_dir
         self.files_max_bytes = files_max_bytes
         self.clock = clock
+        #: The clock follow-ups are scheduled by: ``clock``, except where the host's follow-up sweep
+        #: runs on another (the playground's demo clock, which fast-forward moves).
+        self.follow_up_clock = clock
         self.follow_ups_max = follow_ups_max
         #: The person whose message led to this run ("" for none); the host sets it when the run starts.
         self.requester = ""

@@ -39,6 +39,7 @@ FEATURE_SCOPES: dict[str, tuple[str, ...]] = {
     # assistant.threads.setStatus accepts chat:write since 2026-03-05 (assistant:write is being dropped).
     "status": ("chat:write",),
     "stream": ("chat:write",),
+    "ask": ("chat:write",),
 }
 
 #: Scopes no feature flag stands for, with what they are for.

@@ -1,0 +1,38 @@
+"""The record of a question (``q_…``) or approval (``ap_…``) the agent asked in a thread (issue 24)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AskKind = Literal["question", "approval"]
+#: ``answered`` (a question), ``approved``/``denied`` (an approval), ``expired`` (either).
+AskDecision = Literal["answered", "approved", "denied", "expired"]
+
+
+@dataclass(frozen=True, slots=True)
+class AskRecord:
+    """One ask and, once made, its answer or decision."""
+
+    ask_id: str
+    task_id: str
+    kind: AskKind
+    #: The question, or the action the model intends to take (Markdown).
+    text: str
+    #: An approval's details (Markdown), ``""`` when none.
+    details: str
+    #: A question's option labels; empty for a free-text question (and an approval).
+    options: tuple[str, ...]
+    #: Only the requester (and ``APPROVERS``) may answer; else anyone in the conversation.
+    only_requester: bool
+    requester: str
+    channel: str
+    thread_ts: str
+    #: ts of the posted card; ``""`` until it is posted.
+    card_ts: str
+    created_at: float
+    decision: AskDecision | None = None
+    #: The chosen option or free text (a question's answer).
+    answer: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None

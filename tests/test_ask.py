@@ -1,0 +1,355 @@
+"""The agent asks the thread (issue 24): questions with options or free text, approvals it requests
+itself, and no_reply — end to end against the emulator over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from pydantic_ai.messages import ToolReturnPart
+
+from app.agent.ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS
+from channel.tools import CATALOG
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
+
+
+class AskScript:
+    """On the person's first message: enable the ask tools, then call ``tool`` with ``args`` (the
+    turn ends there). On any later prompt: record it, and reply ``got: <prompt rows>``."""
+
+    def __init__(self, tool: str = "channel_ask", later: list[Any] | None = None, **args: Any) -> None:
+        self.tool = tool
+        self.args = args
+        self.later = later
+        self.asked: list[Any] = []
+        self.prompts: list[str] = []
+        self.results: list[tuple[str, Any]] = []
+        self.after_ask: list[Turn] = []
+
+    def __call__(self, turn: Turn) -> list[Any]:
+        self.results += turn.results
+        for message in turn.messages:  # the ask's result is seen by the next run, in its history
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart) and part.tool_name == self.tool:
+                    content = part.content
+                    self.asked.append(json.loads(content) if isinstance(content, str) else content)
+        if turn.prompt and "please ask" in turn.prompt:
+            return [call("tool_search", query=self.tool.removeprefix("channel_"), limit=3)]
+        if any(name == "tool_search" for name, _ in turn.results):
+            return [call(self.tool, **self.args)]
+        if any(name == self.tool for name, _ in turn.results):
+            self.after_ask.append(turn)  # never reached: the turn ended with the ask
+            return ["should not be posted"]
+        if turn.prompt:
+            self.prompts.append(turn.prompt)
+            if self.later is not None:
+                return self.later
+            return [call("channel_reply", text="got it")]
+        return [""]
+
+    @property
+    def handle(self) -> str:
+        result = self.asked[-1]
+        return str(result.get("question") or result.get("approval"))
+
+
+def _cards(slack: FakeSlack) -> list[dict[str, Any]]:
+    return [m for m in slack.bot_messages("C1") if _is_card(m)]
+
+
+def _card(slack: FakeSlack, ts: str) -> dict[str, Any]:
+    return next(m for m in slack.bot_messages("C1") if m["ts"] == ts)
+
+
+def _buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for b in card.get("blocks", []) if b["type"] == "actions" for e in b["elements"]]
+
+
+def _click(card: dict[str, Any], user: str, button: dict[str, Any], root: str) -> dict[str, Any]:
+    return events.block_actions(
+        channel="C1",
+        user=user,
+        message_ts=card["ts"],
+        thread_ts=root,
+        action_id=button["action_id"],
+        value=button["value"],
+    )
+
+
+async def _settle(app: AppHarness) -> None:
+    assert app.service is not None and app.service.approvals is not None
+    await app.idle()
+    await app.service.approvals.idle()
+    await app.idle()
+
+
+async def _start(app: AppHarness, slack: FakeSlack, text: str = "<@UBOT> please ask") -> str:
+    root = slack.add_message("C1", text, user="U1")
+    assert (await app.deliver(events.app_mention("C1", "U1", text, root))).status == 200
+    await _settle(app)
+    return root
+
+
+async def _say(app: AppHarness, slack: FakeSlack, user: str, text: str, root: str) -> None:
+    ts = slack.add_message("C1", text, user=user, thread_ts=root)
+    assert (await app.deliver(events.message("C1", user, text, ts, thread_ts=root))).status == 200
+    await _settle(app)
+
+
+def _is_card(message: dict[str, Any]) -> bool:
+    blocks = json.dumps(message.get("blocks", []))
+    return "*Question*" in blocks or "*Approval requested*" in blocks
+
+
+def _replies(slack: FakeSlack) -> list[str]:
+    return [m["text"] for m in slack.bot_messages("C1") if not _is_card(m)]
+
+
+async def test_a_question_with_options_is_answered_by_a_click_once(slack: FakeSlack, tmp_path: Path) -> None:
+    """channel_ask with options posts a card with one button per option and ends the turn; the
+    requester's click resumes the task with "Alice answered q_…: staging"; the card then shows who
+    answered what without buttons, and a second click changes nothing."""
+    script = AskScript(question="Deploy **where**?", options=["staging", "production"])
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        assert card["thread_ts"] == root
+        assert [b["text"]["text"] for b in _buttons(card)] == ["staging", "production"]
+        assert script.after_ask == []
+        assert _replies(slack) == [] and script.prompts == []  # the turn ended with the question
+        assert app.service is not None and not app.service.runner.executor.active_runs
+
+        staging = _buttons(card)[0]
+        assert (await app.click(_click(card, "U1", staging, root))).status == 200
+        await _settle(app)
+        assert (await app.click(_click(card, "U1", _buttons(card)[1], root))).status == 200
+        await _settle(app)
+    [prompt] = script.prompts
+    assert script.handle.startswith("q_") and script.asked[-1]["status"] == "asked"
+    assert f"Alice answered {script.handle}: staging" in prompt
+    assert _replies(slack) == ["got it"]
+    updated = _card(slack, card["ts"])
+    assert _buttons(updated) == [] and "<@U1> answered *staging*" in json.dumps(updated["blocks"])
+    assert "already answered" in slack.ephemerals[-1][3]
+
+
+async def test_a_click_by_someone_not_allowed_gets_an_ephemeral_note(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    """Only the requester (or APPROVERS) may answer by default: anyone else is told privately and
+    nothing changes; with only_requester false anyone in the conversation may answer."""
+    script = AskScript(question="Which one?", options=["a", "b"])
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        assert (await app.click(_click(card, "U2", _buttons(card)[1], root))).status == 200
+        await _settle(app)
+        assert slack.ephemerals[-1][:2] == ("C1", "U2") and "Only <@U1>" in slack.ephemerals[-1][3]
+        assert script.prompts == [] and _buttons(_card(slack, card["ts"]))
+    anyone = AskScript(question="Which one?", options=["a", "b"], only_requester=False)
+    async with AppHarness(slack, model=scripted(anyone), data_dir=tmp_path / "b") as app:
+        root = await _start(app, slack)
+        card = _cards(slack)[-1]
+        assert (await app.click(_click(card, "U2", _buttons(card)[1], root))).status == 200
+        await _settle(app)
+    assert "Bob answered" in anyone.prompts[0] and ": b" in anyone.prompts[0]
+
+
+async def test_a_free_text_question_is_answered_by_the_next_message(slack: FakeSlack, tmp_path: Path) -> None:
+    """Without options the card has no buttons; the next message in the thread from the requester
+    is the answer (someone else's message is just a message)."""
+    script = AskScript(question="What should the release be called?")
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        assert _buttons(card) == [] and "Reply in this thread" in json.dumps(card["blocks"])
+        await _say(app, slack, "U2", "I would call it Bob", root)
+        await _say(app, slack, "U1", "Call it Zephyr", root)
+    first, second = script.prompts
+    assert "answered" not in first and "I would call it Bob" in first
+    assert f"Alice answered {script.handle}: Call it Zephyr" in second
+    assert "<@U1> answered *Call it Zephyr*" in json.dumps(_card(slack, card["ts"])["blocks"])
+
+
+async def test_an_approval_requested_is_decided_after_a_restart_and_resumes_once(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    """channel_request_approval posts an Approve/Deny card and returns ap_… pending; while it is
+    open, channel_check_approval says pending; approved after a restart, the task resumes once."""
+    checks: list[Any] = []
+
+    def later(turn: Turn) -> list[Any]:
+        return []
+
+    script = AskScript(
+        tool="channel_request_approval", action="Archive **40** tickets", details="All closed before May."
+    )
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        assert [b["action_id"] for b in _buttons(card)] == [ASK_APPROVE, ASK_DENY]
+    handle = _buttons(card)[0]["value"]
+    assert handle.startswith("ap_")
+
+    def check_script(turn: Turn) -> list[Any]:
+        checks.extend(r for n, r in turn.results if n == "channel_check_approval")
+        if turn.prompt and "status?" in turn.prompt:
+            return [call("channel_check_approval", approval=handle)]
+        if any(name == "channel_check_approval" for name, _ in turn.results):
+            return [call("channel_reply", text="still waiting")]
+        if turn.results:
+            return [""]
+        if turn.prompt:
+            script.prompts.append(turn.prompt)
+            return [call("channel_reply", text="archiving")]
+        return [""]
+
+    async with AppHarness(slack, model=scripted(check_script), data_dir=tmp_path) as app:
+        await _say(app, slack, "U1", "status?", root)
+        assert checks == [{"status": "pending"}]
+        assert (await app.click(_click(card, "U1", _buttons(card)[0], root))).status == 200
+        await _settle(app)
+        assert (await app.click(_click(card, "U1", _buttons(card)[0], root))).status == 200
+        await _settle(app)
+        await _say(app, slack, "U1", "status?", root)
+    [resumed] = script.prompts
+    assert f"Alice approved {handle}" in resumed
+    assert _replies(slack) == ["still waiting", "archiving", "still waiting"]
+    assert checks[1]["status"] == "approved" and checks[1]["by"] == "Alice" and "T" in checks[1]["at"]
+    assert "Approved* by <@U1>" in json.dumps(_card(slack, card["ts"])["blocks"])
+
+
+async def test_an_unanswered_ask_expires_and_resumes_the_model(slack: FakeSlack, tmp_path: Path) -> None:
+    """Unanswered after APPROVAL_TTL the sweep decides it expired (the clock is moved, nothing
+    sleeps): the model is resumed with 'expired', the card says so, and a late click changes nothing."""
+    script = AskScript(question="Which?", options=["a", "b"])
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, approval_ttl=600) as app:
+        assert app.service is not None and app.service.approvals is not None
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        app.service.approvals.clock = lambda: time.time() + 601
+        assert await app.service.runner.sweep() is not None
+        await _settle(app)
+        assert (await app.click(_click(card, "U1", _buttons(card)[0], root))).status == 200
+        await _settle(app)
+    [prompt] = script.prompts
+    assert f"Nobody answered {script.handle} in time: expired" in prompt
+    assert "Expired" in json.dumps(_card(slack, card["ts"])["blocks"])
+    assert "already answered" in slack.ephemerals[-1][3]
+
+
+@pytest.mark.parametrize("stream", ["auto", "off"])
+async def test_no_reply_posts_nothing_even_when_streaming(
+    slack: FakeSlack, tmp_path: Path, stream: str
+) -> None:
+    """A turn ended with no_reply posts nothing (text streamed before it is removed, nothing after it
+    is written), and it is counted as a silent turn in /metrics."""
+    calls = 0
+
+    def script(turn: Turn) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        if turn.prompt:
+            return ["This is not for me, I think", call("no_reply")]
+        return ["final text that must not be posted"]
+
+    async with AppHarness(slack, model=scripted(script, chunk=4), data_dir=tmp_path, stream=stream) as app:
+        root = slack.add_message("C1", "<@UBOT> hi", user="U1")
+        await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", root))
+        ts = slack.add_message("C1", "talking to Bob", user="U1", thread_ts=root)
+        await app.deliver(events.message("C1", "U1", "talking to Bob", ts, thread_ts=root))
+        await _settle(app)
+        assert app.service is not None
+        metrics = app.service.observer.metrics.render().decode()
+    assert calls == 1
+    assert slack.bot_messages("C1") == []
+    assert slack.statuses and slack.statuses[-1].status == ""  # the status cleared
+    assert "threadbound_silent_turns_total 1.0" in metrics
+
+
+def test_option_actions_are_distinct() -> None:
+    """Each option position has its own action id (Slack wants them unique within a card)."""
+    assert len(set(OPTION_ACTIONS)) == 5
+
+
+async def test_two_instances_an_answer_clicked_on_one_resumes_the_task_once(
+    tmp_path: Path, database_url: str
+) -> None:
+    """Two instances on one Postgres: the question is asked through one; the same click delivered to
+    both at once is decided once and the task resumes once, with the answer."""
+    script = AskScript(question="Deploy where?", options=["staging", "production"])
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        common: dict[str, Any] = {"database_url": database_url, "model": scripted(script)}
+        async with (
+            AppHarness(slack, data_dir=tmp_path / "a", owner="instance-a", **common) as a,
+            AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
+        ):
+            root = await _start(a, slack)
+            [card] = _cards(slack)
+            click = _click(card, "U1", _buttons(card)[1], root)
+            responses = await asyncio.gather(b.click(click), a.click(click), b.click(click))
+            assert all(r.status == 200 for r in responses)
+            for _ in range(50):
+                await asyncio.gather(_settle(a), _settle(b))
+                if script.prompts:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.gather(_settle(a), _settle(b))
+    [prompt] = script.prompts
+    assert f"Alice answered {script.handle}: production" in prompt
+    assert _replies(slack) == ["got it"]
+    assert slack.ephemerals == []  # the same click again is no news to its clicker
+
+
+async def test_handles_are_task_scoped(slack: FakeSlack, tmp_path: Path) -> None:
+    """channel_check_approval refuses an approval of another conversation, and a question handle."""
+    script = AskScript(tool="channel_request_approval", action="Archive the tickets")
+    checks: list[Any] = []
+    handles: list[str] = []
+
+    def other(turn: Turn) -> list[Any]:
+        checks.extend(r for n, r in turn.results if n == "channel_check_approval")
+        if turn.prompt and "check" in turn.prompt:
+            return [call("tool_search", query="check approval", limit=1)]
+        if any(n == "tool_search" for n, _ in turn.results):
+            return [call("channel_check_approval", approval=h) for h in handles]
+        return [""]
+
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        await _start(app, slack)
+        [card] = _cards(slack)
+        handles += [_buttons(card)[0]["value"], "ap_" + "A" * 22]
+    async with AppHarness(slack, model=scripted(other), data_dir=tmp_path) as app:
+        await _start(app, slack, "<@UBOT> please check")
+    assert [c["error"]["code"] for c in checks] == ["invalid_handle", "invalid_handle"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("channel_ask", {"question": "Which?", "options": ["only one"]}),
+        ("channel_ask", {"question": "Which?", "options": ["a", "b", "c", "d", "e", "f"]}),
+        ("channel_ask", {"question": "Which?", "options": ["a", "x" * 76]}),
+        ("channel_ask", {"question": "q" * 2001}),
+        ("channel_ask", {"question": ""}),
+        ("channel_request_approval", {"action": "a" * 2001}),
+        ("channel_request_approval", {"action": "archive", "details": "d" * 2001}),
+        ("channel_check_approval", {"approval": "q_AAAAAAAAAAAAAAAAAAAAAA"}),
+        ("no_reply", {"why": "because"}),
+    ],
+)
+def test_every_input_is_bounded(tool: str, args: dict[str, Any]) -> None:
+    """Questions, options, actions and details have bounds; a handle must be an ap_… one; no_reply
+    takes nothing: anything else is refused by the tool's own model before any host call."""
+    with pytest.raises(ValidationError):
+        CATALOG[tool].args.model_validate(args)

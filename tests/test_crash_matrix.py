@@ -1,0 +1,353 @@
+"""The crash-point matrix (invariant 13): the app is SIGKILLed at every named point and restarted.
+
+Each row runs one conversation in a real server process with ``THREADBOUND_CRASH_AT=<point>``
+(``storage/crashpoints.py``): the process kills itself when it passes the point; a second process on
+the same store then takes the conversation over. The thread must end with the answer exactly once and
+no partial or temporary message, the model must not be asked the conversation afresh once a step
+was checkpointed, and the task must answer a follow-up. Rows run on SQLite, and on Postgres when
+``TEST_DATABASE_URL`` is set. A crash point the code names but no row covers fails
+:func:`test_the_matrix_covers_every_crash_point`.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import os
+import re
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+
+from channel.slack.outbound import CRASH_KINDS
+from storage import open_store
+from storage.crashpoints import POINTS, SLACK_WRITES
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
+from tests.support.harness import SIGNING_SECRET
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
+
+pytestmark = pytest.mark.process
+ROOT = Path(__file__).resolve().parents[1]
+
+ASK = "please help"
+FOLLOW_UP = "and again?"
+ANSWER = "FINAL ANSWER"
+SECOND = "SECOND ANSWER"
+WITHIN_S = 40.0
+
+#: The rows: a crash point (``name`` or ``name:n``, the n-th pass) and the conversation that passes
+#: it. "steps" makes every kind of write but the streamed ones (STREAM=off) and replies with a tool
+#: call; "plain" reads, then answers with its final text (posted by the host); "stream" streams it.
+STEPS = "steps"
+PLAIN = "plain"
+STREAM = "stream"
+_STREAMED = {"startStream", "appendStream", "stopStream"}
+ROWS: list[tuple[str, str]] = [
+    *((point, STREAM if point.split(".")[1] in _STREAMED else STEPS) for point in sorted(POINTS)),
+    # Later passes: the answer's post and journal entries, the checkpoints before it.
+    ("slack.post.before:2", STEPS),
+    ("slack.post.after:2", STEPS),
+    ("store.checkpoint.after:8", STEPS),
+    ("store.journal_open.after:6", STEPS),
+    ("store.journal_close.before:6", STEPS),
+    ("model.request:8", STEPS),
+    # A final answer the host posts: checkpointed before it is posted, posted once.
+    ("model.request:2", PLAIN),
+    ("store.checkpoint.after:2", PLAIN),
+    ("slack.post.before", PLAIN),
+    ("slack.post.after", PLAIN),
+    ("store.journal_close.before", PLAIN),
+    ("store.save.before", PLAIN),
+    ("model.request:2", STREAM),
+    ("store.checkpoint.after:2", STREAM),
+    ("store.journal_close.before:2", STREAM),
+]
+IDS = [f"{scenario}-{point}" for point, scenario in ROWS]
+#: Writes that change no message of an answer (statuses, titles, prompts, ephemeral notes, canvases).
+NOT_ANSWER_WRITES = {
+    "assistant.threads.setStatus",
+    "assistant.threads.setSuggestedPrompts",
+    "assistant.threads.setTitle",
+    "chat.postEphemeral",
+    "canvases.create",
+    "canvases.access.set",
+}
+
+
+class Conversation:
+    """The scripted model: what it does next depends only on the history it is sent, so a restarted
+    run that lost a step would make it again (and the thread would show it twice)."""
+
+    def __init__(self, scenario: str, data_dir: Path) -> None:
+        self.scenario = scenario
+        self.data_dir = data_dir
+        self.requests: list[dict[str, Any]] = []
+
+    def fresh_starts(self) -> int:
+        """Requests that ask the conversation from its start (no assistant message after the ask)."""
+        return sum(1 for r in self.requests if not _since_ask(r["messages"])[1:] and _asks(r))
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        self.requests.append(request)
+        messages = request["messages"]
+        if FOLLOW_UP in last_user_text(request) and messages[-1].get("role") == "user":
+            return FakeOpenAI.text(SECOND)
+        turn = _since_ask(messages)
+        done = [
+            c["function"]["name"]
+            for m in turn
+            if m.get("role") == "assistant"
+            for c in m.get("tool_calls") or []
+        ]
+        results = {m.get("tool_call_id"): message_text(m) for m in turn if m.get("role") == "tool"}
+        if self.scenario in (STREAM, PLAIN):
+            if not done:
+                # Streamed, the read opens the message (its step) and the answer is appended to it.
+                return Reply(
+                    text=None if self.scenario == STREAM else "Let me look that up for you, one moment. ",
+                    tool_calls=(FakeOpenAI.tool_call("channel_read").tool_calls[0],),
+                )
+            return FakeOpenAI.text(f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6)
+        ask = message_text(turn[0]) if turn else ""
+        calls = [c for m in turn if m.get("role") == "assistant" for c in m.get("tool_calls") or []]
+
+        def result(tool: str, text: str = "") -> str | None:
+            """The result of the first ``tool`` call (with ``text``); None when never called."""
+            for call in calls:
+                args = json.loads(call["function"]["arguments"] or "{}")
+                if call["function"]["name"] == tool and (not text or args.get("text") == text):
+                    return results.get(call["id"], "")
+            return None
+
+        def handle(found: str | None, key: str = "message") -> str:
+            value = 'msg_[^"]+' if key == "message" else '[^"]+'
+            match = re.search(rf'"{key}":\s*"({value})"', found or "")
+            return match.group(1) if match else ""
+
+        if result("channel_react") is None:
+            asked = re.search(r"\"message\": \"(msg_[^\"]+)\"", ask)
+            return FakeOpenAI.tool_call(
+                "channel_react", {"message": asked.group(1) if asked else "", "emoji": "eyes"}
+            )
+        if result("tool_search") is None:
+            query = "edit or retract my message, download a file, upload a file"
+            return FakeOpenAI.tool_call("tool_search", {"query": query, "limit": 6})
+        temp = result("channel_reply", "working on it")
+        if temp is None:
+            return FakeOpenAI.tool_call("channel_reply", {"text": "working on it"})
+        if handle(temp) and result("channel_edit") is None:
+            return FakeOpenAI.tool_call(
+                "channel_edit", {"message": handle(temp), "text": "still working on it"}
+            )
+        if handle(temp) and result("channel_retract") is None:
+            return FakeOpenAI.tool_call("channel_retract", {"message": handle(temp)})
+        fetched = result("channel_fetch_file")
+        if fetched is None:
+            attached = re.search(r"\"file\": \"(file_[^\"]+)\"", ask)
+            return FakeOpenAI.tool_call("channel_fetch_file", {"file": attached.group(1) if attached else ""})
+        if handle(fetched, "path") and result("channel_attach") is None:
+            return FakeOpenAI.tool_call(
+                "channel_attach", {"path": handle(fetched, "path"), "title": "report"}
+            )
+        # The answer, until a result says it was posted (a reply cut off before Slack took it is not).
+        answers = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
+        if any(handle(a) for a in answers):
+            return FakeOpenAI.text("done")
+        return FakeOpenAI.tool_call("channel_reply", {"text": ANSWER})
+
+
+def _asks(request: dict[str, Any]) -> bool:
+    return any(m.get("role") == "user" and ASK in message_text(m) for m in request["messages"])
+
+
+def _since_ask(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages from the person's ask on (the first turn)."""
+    for i, message in enumerate(messages):
+        if message.get("role") == "user" and ASK in message_text(message):
+            return messages[i:]
+    return []
+
+
+def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: str | None) -> dict[str, str]:
+    env = {
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "SLACK_FILE_ORIGINS": slack.files_origin,
+        "DATA_DIR": str(data_dir),
+        "MODEL": "openai-chat:fake",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "x",
+        "LEASE_TTL": "600",
+        "SWEEP_INTERVAL": "3600",
+        "PROGRESS": "off",
+        "STREAM": "auto" if scenario == STREAM else "off",
+    }
+    if url:
+        env["DATABASE_URL"] = url
+    return env
+
+
+async def _run_open(data_dir: Path, url: str | None) -> bool:
+    """Whether the killed process left a checkpointed run (then the model is never asked afresh)."""
+    store = open_store(url or f"sqlite:///{data_dir / 'threadbound.db'}")
+    try:
+        task_id = await store.find_task("C1", _ROOT[0])
+        task = await store.get_task(task_id) if task_id else None
+        return bool(task and task.run_open)
+    finally:
+        await store.close()
+
+
+_ROOT = [""]
+
+
+async def _settled(data_dir: Path, url: str | None) -> None:
+    """Wait until the conversation's run is over: saved (not open), its inbox and journal empty."""
+    store = open_store(url or f"sqlite:///{data_dir / 'threadbound.db'}")
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WITHIN_S
+        while True:
+            task_id = await store.find_task("C1", _ROOT[0])
+            task = await store.get_task(task_id) if task_id else None
+            if task_id and task and not task.run_open:
+                if not await store.pending_inbox(task_id) and not await store.open_effects(task_id):
+                    return
+            assert loop.time() < deadline, "the conversation's run never ended"
+            await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+
+
+async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> None:
+    data_dir = tmp_path / "data"
+    model = Conversation(scenario, data_dir)
+    async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_file("F1", "report.txt", "text/plain", b"the report\n" * 10)
+        files = [slack.file_object("F1")]
+        env = _env(slack, llm, data_dir, scenario, url)
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+        )
+        await doomed.start()
+        root = _ROOT[0] = slack.add_message("C1", f"<@UBOT> {ASK}", user="U1", files=files)
+        mention = events.app_mention("C1", "U1", f"<@UBOT> {ASK}", root, files=files)
+        try:
+            response = await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
+            assert response.status == 200
+            unanswered = False
+        except aiohttp.ClientError:
+            unanswered = True  # killed before its 200: Slack delivers the event again
+        await eventually(
+            lambda: (
+                doomed.proc is not None
+                and (doomed.proc.returncode is not None or "run finished" in doomed.tail(200))
+            ),
+            within=WITHIN_S,
+        )
+        try:
+            code = await doomed.wait(within=2.0)
+        except TimeoutError:
+            await doomed.stop()
+            pytest.fail(f"{point} was never passed: {doomed.tail()}")
+        assert code == -signal.SIGKILL, doomed.tail()
+        checkpointed = await _run_open(data_dir, url)
+        survivor = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log")
+        await survivor.start()
+        try:
+            if unanswered:
+                retry = await events.deliver(
+                    http, f"{survivor.url}/slack/events", mention, SIGNING_SECRET, retry_num=1
+                )
+                assert retry.status == 200
+            await eventually(
+                lambda: any(ANSWER in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
+            )
+            # The follow-up goes to the next run (one steered into this one would find it replied).
+            await _settled(data_dir, url)
+            follow = slack.add_message("C1", FOLLOW_UP, user="U1", thread_ts=root)
+            envelope = events.message("C1", "U1", FOLLOW_UP, follow, thread_ts=root)
+            assert (
+                await events.deliver(http, f"{survivor.url}/slack/events", envelope, SIGNING_SECRET)
+            ).status == 200
+            await eventually(
+                lambda: any(SECOND in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
+            )
+        finally:
+            await survivor.stop()
+            (tmp_path / "requests.json").write_text(json.dumps(model.requests, indent=1))
+        texts = [m.get("text", "") for m in slack.bot_messages("C1") if m.get("text")]
+        answers = [t for t in texts if ANSWER in t]
+        assert len(answers) == 1, texts
+        assert answers[0].startswith(ANSWER) and (scenario == STEPS or answers[0].rstrip().endswith("say."))
+        assert sum(SECOND in t for t in texts) == 1, texts
+        assert not [t for t in texts if "working" in t or "look that up" in t], texts  # nothing partial left
+        uploads = [m for m in slack.bot_messages("C1") if m.get("files")]
+        assert len(uploads) <= 1  # an upload cut off in flight is reported, never repeated
+        reactions = [r for m in slack.messages("C1") if m.get("ts") == root for r in m.get("reactions") or []]
+        # A reaction cut off before Slack took it is reported as not done (this model goes on): never two.
+        assert [(r["name"], r.get("count", 1)) for r in reactions] in ([], [("eyes", 1)])
+        if checkpointed:
+            assert model.fresh_starts() == 1, "the resumed run asked the model the conversation afresh"
+
+
+@pytest.mark.parametrize(("point", "scenario"), ROWS, ids=IDS)
+async def test_a_crash_at_any_point_answers_exactly_once_on_sqlite(
+    tmp_path: Path, point: str, scenario: str
+) -> None:
+    """SQLite: killed at the point and restarted, the thread holds the answer once, nothing partial,
+    the model is not asked afresh after a checkpoint, and a follow-up is answered."""
+    await _row(tmp_path, point, scenario, None)
+
+
+@pytest.mark.parametrize(("point", "scenario"), ROWS, ids=IDS)
+async def test_a_crash_at_any_point_answers_exactly_once_on_postgres(
+    tmp_path: Path, point: str, scenario: str
+) -> None:
+    """Postgres: the same, the conversation taken over by a second process on the shared store."""
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set")
+    schema = f"tb_matrix_{uuid.uuid4().hex[:12]}"
+    try:
+        await _row(tmp_path, point, scenario, f"{base}{'&' if '?' in base else '?'}schema={schema}")
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+def test_the_matrix_covers_every_crash_point() -> None:
+    """Every crash point the code can pass has a row, every conversation write has a point, and no
+    code names a point the registry does not know."""
+    assert {point.split(":")[0] for point, _ in ROWS} == set(POINTS)
+    assert set(CRASH_KINDS.values()) == set(SLACK_WRITES)
+    written = set()
+    for path in (ROOT / "channel" / "slack").rglob("*.py"):
+        written |= set(re.findall(r'\.write\(\s*"([a-zA-Z_.0-9]+)"', path.read_text()))
+    assert written, "no Slack writes found"
+    assert written - set(CRASH_KINDS) <= NOT_ANSWER_WRITES, written - set(CRASH_KINDS) - NOT_ANSWER_WRITES
+    for path in [
+        *(ROOT / "app").rglob("*.py"),
+        *(ROOT / "channel").rglob("*.py"),
+        *(ROOT / "storage").rglob("*.py"),
+    ]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "crash_point" and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant):
+                    assert arg.value in POINTS, f"{path}: unknown crash point {arg.value!r}"

@@ -1,0 +1,124 @@
+"""Failover on Postgres: every database session ends at once (a restart, a failover, a terminated
+backend) while two instances are mid-run; both recover without running a conversation twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.harness import SIGNING_SECRET
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
+
+pytestmark = pytest.mark.process
+
+WITHIN_S = 30.0
+
+
+class _Held:
+    """A model whose first request of each conversation waits until released; then it replies once."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.first: list[str] = []
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        messages = request.get("messages") or [{}]
+        if messages[-1].get("role") == "tool":
+            return FakeOpenAI.text("")
+        asked = last_user_text(request)
+        if not any(m.get("role") == "assistant" for m in messages):
+            self.first.append(asked)
+            if "hold" in asked:
+                await self.release.wait()
+        return FakeOpenAI.tool_call("channel_reply", {"text": f"answer to: {asked.split(': ')[-1]}"})
+
+
+async def test_both_instances_recover_when_every_backend_is_terminated_mid_run(tmp_path: Path) -> None:
+    """Two instances each mid-run when every Postgres backend is terminated: each conversation is
+    answered once by a single run (none is judged dead and run again), and both instances answer new
+    conversations afterwards."""
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set")
+    schema = f"tb_failover_{uuid.uuid4().hex[:12]}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    model = _Held()
+    try:
+        async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
+            slack.add_channel("C1", "general")
+            slack.add_user("U1", "alice", display_name="Alice")
+            env = {
+                "SLACK_BOT_TOKEN": slack.token,
+                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+                "SLACK_API_URL": slack.api_url,
+                "MODEL": "openai-chat:fake",
+                "OPENAI_BASE_URL": llm.base_url,
+                "OPENAI_API_KEY": "x",
+                "LEASE_TTL": "600",
+                "SWEEP_INTERVAL": "3600",
+                "PROGRESS": "off",
+                "STREAM": "off",
+                "DATABASE_URL": url,
+            }
+            servers = [
+                ServerProcess(
+                    {**env, "DATA_DIR": str(tmp_path / name)}, cwd=tmp_path, log_path=tmp_path / f"{name}.log"
+                )
+                for name in ("a", "b")
+            ]
+            for server in servers:
+                await server.start()
+
+            async def ask(server: ServerProcess, text: str) -> str:
+                root = slack.add_message("C1", f"<@UBOT> {text}", user="U1")
+                envelope = events.app_mention("C1", "U1", f"<@UBOT> {text}", root)
+                response = await events.deliver(http, f"{server.url}/slack/events", envelope, SIGNING_SECRET)
+                assert response.status == 200
+                return root
+
+            def answers(root: str) -> list[str]:
+                return [m["text"] for m in slack.bot_messages("C1") if m.get("thread_ts") == root]
+
+            try:
+                roots = [await ask(servers[0], "hold one"), await ask(servers[1], "hold two")]
+                await eventually(lambda: len(model.first) == 2, within=WITHIN_S)
+                conn = await asyncpg.connect(base)
+                try:
+                    await conn.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                finally:
+                    await conn.close()
+                # Past the liveness grace: every instance has re-registered and looked at the others.
+                await asyncio.sleep(14)
+                model.release.set()
+                for root in roots:
+                    await eventually(lambda root=root: bool(answers(root)), within=WITHIN_S)
+                later = [await ask(servers[0], "new three"), await ask(servers[1], "new four")]
+                for root in later:
+                    await eventually(lambda root=root: bool(answers(root)), within=WITHIN_S)
+            finally:
+                model.release.set()
+                for server in servers:
+                    await server.stop()
+            for root in [*roots, *later]:
+                assert len(answers(root)) == 1, answers(root)
+            assert len(model.first) == 4, model.first  # no conversation was run a second time
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
