@@ -134,7 +134,7 @@ class Conversation:
             return match.group(1) if match else ""
 
         if result("channel_react") is None:
-            asked = re.search(r"\((msg_[A-Za-z0-9_-]+)\)", ask)
+            asked = re.search(r"\"message\": \"(msg_[^\"]+)\"", ask)
             return FakeOpenAI.tool_call(
                 "channel_react", {"message": asked.group(1) if asked else "", "emoji": "eyes"}
             )
@@ -152,7 +152,7 @@ class Conversation:
             return FakeOpenAI.tool_call("channel_retract", {"message": handle(temp)})
         fetched = result("channel_fetch_file")
         if fetched is None:
-            attached = re.search(r"attached (file_[A-Za-z0-9_-]+)", ask)
+            attached = re.search(r"\"file\": \"(file_[^\"]+)\"", ask)
             return FakeOpenAI.tool_call("channel_fetch_file", {"file": attached.group(1) if attached else ""})
         if handle(fetched, "path") and result("channel_attach") is None:
             return FakeOpenAI.tool_call(
