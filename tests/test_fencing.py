@@ -268,3 +268,42 @@ async def test_a_wake_up_during_the_drivers_last_look_is_not_lost(tmp_path: Path
         assert runs == [[first], late]
     finally:
         await store.close()
+
+
+async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Path) -> None:
+    """A conversation look-up that never answers ends the run at RUN_TIMEOUT (an apology, the
+    message consumed) instead of holding the conversation and its slot forever."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "question")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    try:
+        outcome = await store.claim_message(
+            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
+            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
+        )  # fmt: skip
+        assert outcome.task_id is not None
+
+        async def never(origin: Origin) -> Any:
+            await asyncio.Event().wait()
+
+        adapter.describe = never  # type: ignore[method-assign]
+        executor = RunExecutor(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(scripted(lambda turn: [""])),
+            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
+            agent_file=AgentFile(),
+            data_dir=tmp_path / "data",
+            run_timeout=0.5,
+        )
+
+        async def inbox() -> list[InboxItem]:
+            return []
+
+        items = await store.pending_inbox(outcome.task_id)
+        result = await asyncio.wait_for(executor.run_inbox(outcome.task_id, items, [], inbox), 30)
+        assert result.status == "failed"
+        assert await store.pending_inbox(outcome.task_id) == []
+    finally:
+        await store.close()
