@@ -70,8 +70,9 @@ class Settings(BaseSettings):
     #: Most transcript messages sent to the model (older turns are dropped at a prompt boundary).
     history_limit: int = Field(default=400, ge=1)
     #: Tokens of history (about 4 characters each) past which older turns are summarised once by the
-    #: model and sent as that summary (``app/compaction.py``); 0 turns compaction off.
-    compact_after_tokens: int = Field(default=60_000, ge=0)
+    #: model and sent as that summary (``app/runs/compaction.py``); 0 (the default, as the contract says:
+    #: none) turns compaction off and leaves HISTORY_LIMIT as the only bound.
+    compact_after_tokens: int = Field(default=0, ge=0)
     #: Input plus output tokens per UTC day: per requesting person, and for the whole install (0: none).
     user_daily_token_budget: int = Field(default=0, ge=0)
     daily_token_budget: int = Field(default=0, ge=0)

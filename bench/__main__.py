@@ -38,6 +38,7 @@ MODULES = (
     "burst",
     "follow_ups",
     "recovery",
+    "takeover",
 )
 #: Where a run writes unless asked: untracked, so trying the benchmarks never dirties the checkout.
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.local.json"

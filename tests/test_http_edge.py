@@ -117,3 +117,40 @@ async def test_readyz_tells_callers_only_ok_or_not_and_the_log_why(tmp_path: Pat
                 down = await app.get("/readyz")
             assert down.status == 503 and await down.json() == {"ok": False}
         assert any("store" in line["message"] for line in captured.lines())
+
+
+async def test_a_client_that_hangs_up_before_its_answer_still_has_its_delivery_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slack hanging up while the 200 is written loses nothing: the claim is saved, the delivery is
+    counted and its run starts (no ERROR line, no traceback), and Slack's retry is deduped."""
+    from aiohttp import web
+
+    real_write_eof = web.Response.write_eof
+    hung_up: list[bool] = []
+
+    async def hang_up_once(self: web.Response, data: bytes = b"") -> None:
+        request = getattr(self, "_req", None)  # the emulator answers through web.Response too
+        if not hung_up and request is not None and request.path == "/slack/events":
+            hung_up.append(True)
+            raise ConnectionResetError("client went away")
+        await real_write_eof(self, data)
+
+    monkeypatch.setattr(web.Response, "write_eof", hang_up_once)
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        envelope = events.app_mention("C1", "U1", "<@UBOT> hi", slack.add_message("C1", "<@UBOT> hi", "U1"))
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            with logs.capture(app.settings, level=logging.DEBUG) as captured:
+                try:
+                    await app.deliver(envelope)
+                except Exception:  # the client side sees the hang-up its own way
+                    pass
+                assert (await app.deliver(envelope, retry_num=1)).status == 200
+                await app.idle()
+        assert hung_up
+        outcomes = [line.get("outcome") for line in captured.lines() if "outcome" in line]
+        assert outcomes[:2] == ["claimed", "duplicate"], outcomes  # both deliveries logged and counted
+        assert [line for line in captured.lines() if line["level"] in ("ERROR", "CRITICAL")] == []
+        assert "Traceback" not in captured.text
+        assert len(slack.bot_messages()) == 1

@@ -343,7 +343,11 @@ class Approvals:
         task.add_done_callback(self._updates.discard)
 
     async def _show_decision(self, approval_id: str) -> None:
-        approval = await self.store.get_approval(approval_id)
+        try:
+            approval = await self.store.get_approval(approval_id)
+        except StoreError as exc:  # the decision is stored; only the card keeps its buttons
+            log.warning("could not read approval %s to update its card: %s", approval_id, exc)
+            return
         if approval is None or not approval.card_ts:
             return
         text, blocks = decided_card(approval)

@@ -292,7 +292,11 @@ class Asks:
         task.add_done_callback(self._updates.discard)
 
     async def _show_decision(self, ask_id: str) -> None:
-        ask = await self.store.get_ask(ask_id)
+        try:
+            ask = await self.store.get_ask(ask_id)
+        except StoreError as exc:  # the answer is stored; only the card keeps its buttons
+            log.warning("could not read question %s to update its card: %s", ask_id, exc)
+            return
         if ask is None or not ask.card_ts:
             return
         text, blocks = decided_card(ask)

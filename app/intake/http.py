@@ -222,8 +222,13 @@ class HttpEdge:
                 log.warning("a signed request on /slack/events is nested too deeply to handle")
                 return web.Response(status=400, text="malformed request body"), None
             response = web.Response(status=status, text=text)
-            await response.prepare(request)
-            await response.write_eof()
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionResetError:
+                # Slack hung up before reading the answer: the claim is saved (Slack's retry dedupes),
+                # so the delivery still counts; only the answer went nowhere.
+                log.info("the client hung up before its answer was written")
             return response, finish
         try:
             # Bolt parses the body eagerly: bad JSON, bad form data, bad UTF-8, a body that is not
