@@ -11,6 +11,7 @@ import pytest
 
 from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
+from app.runs.outcome import RunOutcome
 from app.runs.run import RunExecutor
 from app.runs.scheduler import Scheduler
 from channel.contract import Origin
@@ -224,5 +225,85 @@ async def test_a_run_whose_lease_moved_mid_run_commits_nothing_more_and_posts_no
         assert [i.item_id for i in await store.pending_inbox(task_id)] == [i.item_id for i in items]
         task = await store.get_task(task_id)
         assert task is not None and task.transcript == b"" and not task.run_open
+    finally:
+        await store.close()
+
+
+async def test_a_wake_up_during_the_drivers_last_look_is_not_lost(tmp_path: Path) -> None:
+    """A message claimed while the driver's last look at the inbox runs (on Postgres that look may
+    read a snapshot older than the message) is still run by that driver, not left for the sweep."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    try:
+        first = await _claim(store, "900.000001")
+        task_id = await store.find_task("C1", "900.000001")
+        assert task_id is not None
+        runs: list[list[int]] = []
+
+        class Executor:
+            async def run_inbox(
+                self, task_id: str, items: Any, effects: Any, inbox: Any, **_: Any
+            ) -> RunOutcome:
+                runs.append([i.item_id for i in items])
+                await store.save_run(task_id, transcript=b"", consumed=[i.item_id for i in items])
+                return RunOutcome(task_id, "ok", True)
+
+            async def waiting(self, task_id: str) -> bool:
+                return False
+
+        scheduler = Scheduler(store=store, executor=cast(Any, Executor()), owner="A")
+        look = store.pending_inbox
+        late: list[int] = []
+
+        async def pending_inbox(task_id: str) -> list[InboxItem]:
+            found = await look(task_id)
+            if not found and not late and await store.get_lease(task_id) is None:
+                late.append(await _claim(store, "900.000002"))  # after this look read the inbox
+                scheduler.notify(task_id)
+            return found
+
+        store.pending_inbox = pending_inbox  # type: ignore[method-assign]
+        scheduler.notify(task_id)
+        await scheduler.idle()
+        assert runs == [[first], late]
+    finally:
+        await store.close()
+
+
+async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Path) -> None:
+    """A conversation look-up that never answers ends the run at RUN_TIMEOUT (an apology, the
+    message consumed) instead of holding the conversation and its slot forever."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "question")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    try:
+        outcome = await store.claim_message(
+            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
+            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
+        )  # fmt: skip
+        assert outcome.task_id is not None
+
+        async def never(origin: Origin) -> Any:
+            await asyncio.Event().wait()
+
+        adapter.describe = never  # type: ignore[method-assign]
+        executor = RunExecutor(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(scripted(lambda turn: [""])),
+            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
+            agent_file=AgentFile(),
+            data_dir=tmp_path / "data",
+            run_timeout=0.5,
+        )
+
+        async def inbox() -> list[InboxItem]:
+            return []
+
+        items = await store.pending_inbox(outcome.task_id)
+        result = await asyncio.wait_for(executor.run_inbox(outcome.task_id, items, [], inbox), 30)
+        assert result.status == "failed"
+        assert await store.pending_inbox(outcome.task_id) == []
     finally:
         await store.close()
