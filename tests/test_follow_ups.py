@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import re
 import sqlite3
 import time
@@ -515,3 +516,56 @@ async def test_a_restarted_playground_forgets_the_follow_ups_of_its_earlier_sess
         assert await pg.service.store.pending_follow_ups() == []
         assert await pg.service.follow_ups.fire(now=time.time() + 3600) == []  # nothing left to fire
     assert len(agent.fired) == 0
+
+
+class TextAgent(Agent):
+    """Answers a fired follow-up with its final text rather than a tool call."""
+
+    def __call__(self, turn: Turn) -> list[Any]:
+        found = super().__call__(turn)
+        return ["deploy is green"] if "Follow-up you scheduled" in turn.prompt else found
+
+
+def _delete_thread(slack: FakeSlack, root: str) -> None:
+    stored = slack.stored("C1")
+    stored[:] = [m for m in stored if root not in (m["ts"], m.get("thread_ts"))]
+
+
+async def test_a_follow_up_whose_thread_was_deleted_ends_politely_once(
+    slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its thread is gone when it fires: one warning naming Slack's refusal, no traceback, not retried."""
+    agent = TextAgent()
+    async with _app(slack, tmp_path, agent) as app:
+        root = await _ask(app, slack, "<@UBOT> remind me to check the deploy in 20 minutes")
+        [scheduled] = await _pending(app)
+        _delete_thread(slack, root)
+        caplog.clear()
+        caplog.set_level(logging.WARNING)
+        assert len(await _sweep(app).fire(now=scheduled.due_at + 1)) == 1
+        await app.idle()
+        assert app.service is not None
+        assert await app.service.store.pending_inbox(scheduled.task_id) == []
+        await _ask(app, slack, "<@UBOT> remind me to check the deploy in 20 minutes")  # still usable
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+    assert [r.getMessage() for r in caplog.records if "thread no longer exists" in r.getMessage()]
+    assert len(agent.fired) == 1 and len(_replies(slack, "I will check at")) == 1
+
+
+async def test_a_message_whose_thread_vanishes_mid_run_ends_politely(
+    slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The thread is deleted while the model works: the run ends with one warning and no traceback."""
+
+    def agent(turn: Turn) -> list[Any]:
+        if not turn.results:
+            _delete_thread(slack, root)
+        return ["here you go"]
+
+    async with AppHarness(slack, model=scripted(agent), data_dir=tmp_path) as app:
+        caplog.set_level(logging.WARNING)
+        root = slack.add_message("C1", "<@UBOT> hello", user="U1")
+        assert (await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hello", root))).status == 200
+        await app.idle()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+    assert slack.bot_messages("C1") == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem, LeaseMoved, UsageRecord
 
@@ -13,6 +14,9 @@ RUNAWAY = (
     "Sorry, I stopped after {limit} model requests without finishing, to keep this from running away. "
     "Ask again (perhaps more narrowly) and I'll continue."
 )
+
+#: Slack refusals saying the conversation itself is gone or closed to the bot: no apology would reach it.
+GONE = frozenset({"thread_not_found", "channel_not_found", "is_archived", "not_in_channel"})
 
 #: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
 Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
@@ -60,3 +64,27 @@ def stopped(exc: BaseException) -> bool:
         if current.__cause__ is not None:
             pending.append(current.__cause__)
     return False
+
+
+def slack_refusal(exc: BaseException) -> ChannelError | None:
+    """The Slack refusal ``exc`` is or wraps (Slack answered no, for sure: not a transport failure,
+    not an answer that leaves it unknown, not a rate limit), or None. A run ending on one is no bug:
+    it ends with a warning naming the reason, not a traceback."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if (
+            isinstance(current, ChannelError)
+            and current.provider_code
+            and not current.ambiguous
+            and current.code != "rate_limited"
+        ):
+            return current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        if current.__cause__ is not None:
+            pending.append(current.__cause__)
+    return None

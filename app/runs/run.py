@@ -62,7 +62,7 @@ from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
 from .instructions import run_instructions
-from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, stopped
+from .outcome import APOLOGY, GONE, Inbox, RunHooks, RunOutcome, RunStopped, slack_refusal, stopped
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .steps import AgentSteps
@@ -330,21 +330,32 @@ class RunExecutor:
             except Exception as exc:
                 if stopped(exc):
                     raise RunStopped(str(exc)) from exc
-                run_status = "failed"
-                log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
+                run_status, refused, apology = "failed", slack_refusal(exc), APOLOGY
+                if refused is None:
+                    log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
+                else:  # Slack said no (the thread was deleted, say): no bug, no traceback, no retry
+                    run_status = "refused"
+                    log.warning("run of task %s ended: Slack refused: %s", task.task_id, refused.message)
+                    if refused.provider_code in GONE:
+                        apology = f"(Not posted, the conversation is gone: {refused.message})"
                 try:
-                    await session.drop_answer()
-                    await session.post_markdown(APOLOGY, feedback=False)
+                    if apology is APOLOGY:
+                        await session.drop_answer()
+                        await session.post_markdown(APOLOGY, feedback=False)
                 except RunStopped:
                     raise
-                except Exception:
-                    log.warning("could not post the apology for task %s", task.task_id, exc_info=True)
+                except Exception as failed:
+                    log.warning(
+                        "could not post the apology for task %s",
+                        task.task_id,
+                        exc_info=not slack_refusal(failed),
+                    )
                 # The steered messages are consumed with this run: they must stay part of the task.
                 # Calls left pending by a failed resume are closed out (they never run).
                 messages = [
                     *repair_messages(history or [*prefix, *transcript]),
                     ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
-                    ModelResponse(parts=[TextPart(APOLOGY)]),
+                    ModelResponse(parts=[TextPart(apology)]),
                 ]
             await session.journal.check()  # saving consumes the inbox: only the lease's holder may
             if requests is not None and self.approvals is not None:
