@@ -90,7 +90,7 @@ async def run(scale: Scale) -> list[Row]:
             round(per, 1),
             None,
             "KiB/conversation",
-            "<= 150 KiB",
+            "<= 100 KiB",
             also={"every conversation waiting": waiting >= WARM + n},
             note=note,
         )

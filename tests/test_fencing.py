@@ -11,7 +11,8 @@ import pytest
 
 from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
-from app.runs.outcome import RunOutcome
+from app.runs.lease import Lease
+from app.runs.outcome import RunOutcome, RunStopped
 from app.runs.run import RunExecutor
 from app.runs.scheduler import Scheduler
 from channel.contract import Origin
@@ -307,3 +308,19 @@ async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Pat
         assert await store.pending_inbox(outcome.task_id) == []
     finally:
         await store.close()
+
+
+async def test_a_lease_check_asks_the_store_after_a_few_seconds_not_half_a_lease(store: Store) -> None:
+    """With a long LEASE_TTL, a check four seconds after the store last confirmed the lease asks the
+    store again and finds it moved (not after half the TTL): the run stops before its next write."""
+    task_id = await _task(store)
+    fence = await store.take_lease(task_id, owner="A", ttl=600, now=T0)
+    assert fence is not None
+    clock = [T0]
+    lease = Lease(store, task_id, owner="A", ttl=600, clock=lambda: clock[0], fence=fence)
+    await lease.check()  # just confirmed: no store trip needed
+    await store.expire_leases("A", now=T0 + 1)  # judged dead (wrongly), its lease taken
+    assert await store.take_lease(task_id, owner="B", ttl=600, now=T0 + 1)
+    clock[0] = T0 + 4
+    with pytest.raises(RunStopped):
+        await lease.check()
