@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from pydantic import ValidationError
 from pydantic_ai.messages import ToolReturnPart
@@ -16,8 +18,11 @@ from pydantic_ai.messages import ToolReturnPart
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS
 from channel.tools import CATALOG
 from tests.support import events
-from tests.support.harness import AppHarness
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, scripted
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
 
@@ -353,3 +358,78 @@ def test_every_input_is_bounded(tool: str, args: dict[str, Any]) -> None:
     takes nothing: anything else is refused by the tool's own model before any host call."""
     with pytest.raises(ValidationError):
         CATALOG[tool].args.model_validate(args)
+
+
+def _ask_script(request: dict[str, Any]) -> Reply:
+    """Over the OpenAI wire: on "please ask", find and call channel_ask; once answered, say so."""
+    text = last_user_text(request)
+    messages = request.get("messages") or [{}]
+    called = [
+        str(c["function"]["name"])
+        for m in messages
+        if m.get("role") == "assistant"
+        for c in m.get("tool_calls") or []
+    ]
+    if "answered q_" in text:
+        return FakeOpenAI.text("deploying to " + ("staging" if "staging" in text else "?"))
+    if messages[-1].get("role") != "tool":
+        return FakeOpenAI.tool_call("tool_search", {"query": "ask a question", "limit": 3})
+    if called[-1] == "tool_search":
+        return FakeOpenAI.tool_call("channel_ask", {"question": "Which one?", "options": ["staging", "prod"]})
+    return FakeOpenAI.text("should not be posted")
+
+
+def _settled(db_path: Path) -> bool:
+    """No journal entry is open and no run is left open (the restart settled the interrupted one)."""
+    with sqlite3.connect(db_path) as db:
+        effects = db.execute("SELECT count(*) FROM effects WHERE state = 'open'").fetchone()[0]
+        runs = db.execute("SELECT count(*) FROM tasks WHERE run_open").fetchone()[0]
+    return effects == 0 and runs == 0
+
+
+@pytest.mark.process
+async def test_an_ask_killed_after_its_card_is_posted_posts_it_once_and_its_answer_resumes(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL right after the card is posted, before its result is recorded: the restart finds the card
+    by its effect id (no second card, no "result unavailable"), and a click on it resumes the task."""
+    async with FakeSlack() as slack, FakeOpenAI(_ask_script) as llm, aiohttp.ClientSession() as http:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_API_URL": slack.api_url,
+            "DATA_DIR": str(tmp_path / "data"),
+            "MODEL": "openai-chat:fake",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "x",
+            "STREAM": "off",
+        }
+        first = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": "slack.post.after"}, cwd=tmp_path, log_path=tmp_path / "s1.log"
+        )
+        await first.start()
+        root = slack.add_message("C1", "<@UBOT> please ask", user="U1")
+        mention = events.app_mention("C1", "U1", "<@UBOT> please ask", root)
+        assert (
+            await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        assert await first.wait() == -9  # killed right after the card was posted
+        assert len(_cards(slack)) == 1
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "s2.log")
+        await second.start()
+        try:
+            asked = len(llm.requests)
+            await eventually(lambda: _settled(tmp_path / "data" / "threadbound.db"))  # the resumed run ended
+            [card] = _cards(slack)
+            staging = next(b for b in _buttons(card) if "staging" in json.dumps(b))
+            click = _click(card, "U1", staging, root)
+            assert (
+                await events.deliver_interaction(http, f"{second.url}/slack/events", click, SIGNING_SECRET)
+            ).status == 200
+            await eventually(lambda: "deploying to staging" in _replies(slack))
+        finally:
+            await second.stop()
+    assert len(_cards(slack)) == 1 and "should not be posted" not in _replies(slack)
+    results = [m for r in llm.requests[asked:] for m in r["messages"] if m.get("role") == "tool"]
+    assert all("unavailable" not in m["content"] and "interrupted" not in m["content"] for m in results)

@@ -26,14 +26,15 @@ import datetime
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.clicks import Action
+from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from channel.tools import AskArgs, RequestApprovalArgs
-from storage.base import AskDecision, AskKind, AskRecord, StoreError
+from storage.base import AskDecision, AskKind, AskRecord, EffectRecord, StoreError
 
 from .approvals import Approvals
 from .ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS, decided_card, open_card
@@ -116,10 +117,21 @@ class Asks:
         )
         await session.journal.check()
         await self.store.open_ask(record)
-        fallback, blocks = open_card(record, self.approvals.ttl)
         effect_id = await session.journal.open(tool, {"ask": record.ask_id})
+        return await self._post_card(session, record, effect_id, [])
+
+    async def _post_card(
+        self, session: ChannelSession, record: AskRecord, effect_id: str, found: Sequence[Posted]
+    ) -> Result:
+        """Post the ask's card under ``effect_id`` (or take it as ``found``, posted before a crash)
+        and close the effect with the call's result."""
         try:
-            posted = await self.adapter.post_blocks(session.origin, fallback, blocks, effect_id=effect_id)
+            if found:
+                posted = found[0]
+            else:
+                fallback, blocks = open_card(record, self.approvals.ttl)
+                where = Origin(record.channel, record.thread_ts)
+                posted = await self.adapter.post_blocks(where, fallback, blocks, effect_id=effect_id)
         except ChannelError as exc:
             await session.journal.close(effect_id, exc.as_result())
             # Nobody can answer a card that was never posted: withdrawn, resuming nothing.
@@ -130,11 +142,26 @@ class Asks:
         await self.store.set_ask_card(record.ask_id, posted.ref.rpartition(":")[2])
         result: Result = (
             {"question": record.ask_id, "status": "asked"}
-            if kind == "question"
+            if record.kind == "question"
             else {"approval": record.ask_id, "status": "pending"}
         )
         await session.journal.close(effect_id, result)
         return result
+
+    async def settle(self, session: ChannelSession, effect: EffectRecord) -> None:
+        """Settle an ask whose run died between journalling its card and recording the result: the
+        card is found in the thread by the effect id it carries (else posted now), so it is posted
+        once and the resumed run reads the call's own result from the journal."""
+        record = await self.store.get_ask(str(json.loads(effect.args).get("ask") or ""))
+        if record is None:
+            gone = ChannelError("not_found", "the interrupted question was not recorded; ask again")
+            await session.journal.close(effect.effect_id, gone.as_result())
+            return
+        found = await self.adapter.find_posted(Origin(record.channel, record.thread_ts), effect.effect_id)
+        try:
+            await self._post_card(session, record, effect.effect_id, found)
+        except ChannelError as exc:
+            log.warning("could not post the card of interrupted ask %s: %s", record.ask_id, exc.message)
 
     async def check_approval(self, session: ChannelSession, handle: str) -> Result:
         ask = await self.store.get_ask(handle)

@@ -38,6 +38,7 @@ from pydantic_ai.messages import (
 from channel.errors import ChannelError
 from channel.journal import CALL_ID
 from channel.session import ChannelSession
+from channel.session.asking import ASK_TOOLS
 from storage.base import EffectRecord, Fence, Store, TaskRecord
 
 from .history import load_history
@@ -209,6 +210,20 @@ async def finish_answer(store: Store, session: ChannelSession, answer: OpenAnswe
     )
 
 
+def asked(transcript: bytes) -> bool:
+    """Whether the transcript ends with a card's call answered (``channel_ask``, ``channel_request_approval``
+    posted): the turn waits for the answer."""
+    history = load_history(transcript)
+    last = history[-1] if history else None
+    return isinstance(last, ModelRequest) and any(
+        isinstance(p, ToolReturnPart)
+        and p.tool_name in ASK_TOOLS
+        and isinstance(p.content, dict)
+        and "error" not in p.content
+        for p in last.parts
+    )
+
+
 def replied_since_prompt(transcript: bytes) -> bool:
     """Whether the run the transcript ends with posted a reply since the person's last prompt (a
     resumed run does not post its final text as a second answer)."""
@@ -232,6 +247,8 @@ async def resume_open_run(store: Store, session: ChannelSession, fresh: bool, fe
     session.task, answer = await resume(store, session.task)
     session.replied = not fresh and replied_since_prompt(session.task.transcript)
     if answer is None:
+        if not fresh and asked(session.task.transcript):
+            session.turn_end = "waiting"  # as the interrupted run would have: its card waits for an answer
         return False
     if feedback:
         session.feedback = session.task.task_id

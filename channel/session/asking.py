@@ -8,13 +8,18 @@ validates the call, hands it over, and records that the turn ends at the next mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, Protocol
+
+from storage.base import EffectRecord
 
 from ..errors import ChannelError
 from ..tools import AskArgs, CheckApprovalArgs, NoReplyArgs, RequestApprovalArgs
 from .state import Result, SessionState
 
 TurnEnd = Literal["", "waiting", "silent"]
+#: Tools that post a card and end the turn waiting for its answer (their journal tool names too).
+ASK_TOOLS = frozenset({"channel_ask", "channel_request_approval"})
 
 
 class AskHost(Protocol):
@@ -25,6 +30,10 @@ class AskHost(Protocol):
     async def request_approval(self, session: Any, args: RequestApprovalArgs) -> Result: ...
 
     async def check_approval(self, session: Any, handle: str) -> Result: ...
+
+    async def settle(self, session: Any, effect: EffectRecord) -> None:
+        """Settle an ask's card effect a crash left open (found by its effect id, else posted),
+        closing it with the call's result."""
 
     async def row(self, session: Any, payload: dict[str, Any]) -> Result:
         """An answer's inbox item as the prompt shows it ("Alice answered q_…: staging")."""
@@ -46,6 +55,17 @@ class Asking(SessionState):
     def silent(self) -> bool:
         """The model ended its turn with ``no_reply``: nothing more of it is posted."""
         return self.turn_end == "silent"
+
+    async def settle_asks(self, effects: Sequence[EffectRecord]) -> list[EffectRecord]:
+        """Settle the asks' card effects among ``effects`` a crash left open (the host finds the card
+        by its effect id, so it is posted once); the others, for the journal's reconcile."""
+        rest = []
+        for effect in effects:
+            if effect.tool in ASK_TOOLS and self.asks is not None:
+                await self.asks.settle(self, effect)
+            else:
+                rest.append(effect)
+        return rest
 
     def _host(self) -> AskHost:
         if self.asks is None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
 
-from storage.base import LeaseMoved, StoreError
+from storage.base import EffectRecord, LeaseMoved, StoreError
 
 from ..contract import Step
 from ..errors import ChannelError
@@ -50,6 +50,12 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
             "channel_check_approval": self._check_approval,
             "no_reply": self._no_reply,
         }
+
+    async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
+        """Settle effects a crashed run left open: the asks' cards through the ask host (found by
+        their effect id, so posted once), the rest by the journal (``channel.journal.reconcile``)."""
+        rest = await self.settle_asks(effects)
+        return await super().reconcile(rest) if rest else []
 
     # -- streaming ----------------------------------------------------------------------
     def stream_answers(
