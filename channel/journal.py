@@ -78,11 +78,12 @@ class EffectJournal:
         if self._guard is not None:
             await self._guard()
 
-    async def open(self, tool: str, args: Result) -> str:
-        """Record that ``tool`` is about to write with ``args``; returns the new effect's id.
-        The guard runs first: a write the host forbids is neither recorded nor made."""
+    async def open(self, tool: str, args: Result, *, effect_id: str = "") -> str:
+        """Record that ``tool`` is about to write with ``args``; returns the new effect's id (``effect_id``
+        when given: one a restart can look up). The guard runs first: a write the host forbids is
+        neither recorded nor made."""
         await self.check()
-        effect_id = uuid.uuid4().hex
+        effect_id = effect_id or uuid.uuid4().hex
         await self._store.open_effect(
             effect_id=effect_id,
             task_id=self._task_id,
@@ -93,6 +94,9 @@ class EffectJournal:
             fence=self.fence,
         )
         return effect_id
+
+    async def get(self, effect_id: str) -> EffectRecord | None:
+        return await self._store.get_effect(effect_id)
 
     async def close(self, effect_id: str, result: Result) -> None:
         await self._store.close_effect(effect_id, result=json.dumps(result), fence=self.fence)

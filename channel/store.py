@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from storage.base import Fence, HandleKind, HandleRecord
+from storage.base import EffectRecord, Fence, HandleKind, HandleRecord
 
 
 class SessionStore(Protocol):
@@ -46,6 +46,9 @@ class SessionStore(Protocol):
 
     async def close_effect(self, effect_id: str, *, result: str, fence: Fence | None = None) -> None:
         """Record a journalled write's result (JSON); fenced like ``open_effect``."""
+
+    async def get_effect(self, effect_id: str) -> EffectRecord | None:
+        """One journalled write, open or closed, or None."""
 
     async def record_root(self, *, channel: str, ts: str, task_id: str) -> None:
         """Route a thread root the bot posted to this task."""

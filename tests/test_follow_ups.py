@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -569,3 +570,53 @@ async def test_a_message_whose_thread_vanishes_mid_run_ends_politely(
         await app.idle()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
     assert slack.bot_messages("C1") == []
+
+
+@pytest.mark.process
+async def test_a_refused_follow_ups_note_is_posted_once_across_a_sigkill_after_it(tmp_path: Path) -> None:
+    """Killed right after posting a refused follow-up's note: the restarted server does not post it again."""
+    async with FakeSlack() as slack, FakeOpenAI(_remind_script) as llm, aiohttp.ClientSession() as http:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = {
+            "SLACK_BOT_TOKEN": slack.token,
+            "SLACK_API_URL": slack.api_url,
+            "DATA_DIR": str(tmp_path / "data"),
+            "MODEL": "openai-chat:fake",
+            "OPENAI_BASE_URL": llm.base_url,
+            "OPENAI_API_KEY": "x",
+            "STREAM": "off",
+        }
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "server1.log")
+        await first.start()
+        root = slack.add_message("C1", "<@UBOT> remind me to check the deploy", user="U1")
+        mention = events.app_mention("C1", "U1", "<@UBOT> remind me to check the deploy", root)
+        assert (
+            await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        await eventually(lambda: any("I will check" in m["text"] for m in slack.bot_messages("C1")))
+        await first.stop()
+        scheduling = len(llm.requests)
+        db_path = tmp_path / "data" / "threadbound.db"
+        with sqlite3.connect(db_path) as db:
+            db.execute("UPDATE follow_ups SET due_at = ? WHERE state = 'pending'", (time.time() - 5,))
+        refused = {**env, "ALLOWED_USERS": "U2"}  # its requester is no longer allowed
+        crashing = {**refused, "THREADBOUND_CRASH_AT": "slack.post.after"}
+        second = ServerProcess(crashing, cwd=tmp_path, log_path=tmp_path / "server2.log")
+        with contextlib.suppress(RuntimeError):  # it may be killed before it says it is listening
+            await second.start()
+        assert await second.wait() == -9  # killed right after the note was posted
+        third = ServerProcess(refused, cwd=tmp_path, log_path=tmp_path / "server3.log")
+        await third.start()
+
+        def inbox_empty() -> bool:
+            with sqlite3.connect(db_path) as db:
+                return db.execute("SELECT count(*) FROM inbox").fetchone()[0] == 0
+
+        try:
+            await eventually(inbox_empty)
+        finally:
+            await third.stop()
+        notes = [m for m in slack.bot_messages("C1") if "did not run" in m["text"]]
+    assert len(notes) == 1
+    assert len(llm.requests) == scheduling  # the refused follow-up made no model call

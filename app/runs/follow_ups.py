@@ -80,8 +80,8 @@ async def follow_up_row(session: ChannelSession, item: InboxItem) -> dict[str, A
     refused: the short note is posted in the thread here instead, and no model call follows for it)."""
     found = fu.parse(item.payload) or {}
     if found.get("refused"):
-        try:
-            await session.post_markdown(str(found["refused"]), feedback=False)
+        try:  # by the follow-up's own effect id: a crash after it does not post it twice
+            await session.post_note_once(f"note_{found.get('follow_up')}", str(found["refused"]))
         except ChannelError as exc:
             log.warning("could not post the note of a refused follow-up: %s", exc.message)
         return None

@@ -43,7 +43,8 @@ async def refuse(
         on_budget(session, hit.kind)
     note = hit.note()
     try:
-        await session.post_markdown(note, feedback=False)
+        # By an effect id of its own (its inbox items'): a crash before the save does not post it twice.
+        await session.post_note_once(f"budget_{task.task_id}_{consumed[0]}_{consumed[-1]}", note)
     except RunStopped:
         return RunOutcome(task.task_id, "stopped", False, "", [])
     except ChannelError as exc:

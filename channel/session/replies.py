@@ -16,6 +16,9 @@ from .state import CALL_ID, Result, SessionState
 
 log = logging.getLogger(__name__)
 
+#: Journal tool of a host note posted once by its own effect id (:meth:`Replies.post_note_once`).
+NOTE_EFFECT = "host_note"
+
 
 class Replies(SessionState):
     async def _reply(self, args: ReplyArgs) -> Result:
@@ -76,6 +79,25 @@ class Replies(SessionState):
         if bridge_error:
             result["bridge_error"] = bridge_error
         return result
+
+    async def post_note_once(self, effect_id: str, markdown: str) -> None:
+        """Post a short host note (no feedback buttons) at most once across crashes: ``effect_id`` is
+        the note's own, so a restart that finds its effect closed, or its post in the thread, does
+        not post it again. The run's reconcile leaves these effects to this method (``NOTE_EFFECT``)."""
+        known = await self.journal.get(effect_id)
+        if known is not None and known.result is not None:
+            return
+        found = await self.adapter.find_posted(self.origin, effect_id) if known is not None else []
+        if known is None:
+            args = {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts}
+            await self.journal.open(NOTE_EFFECT, args, effect_id=effect_id)
+        try:
+            posted = found[0] if found else await self.post_once(strip_mass_mentions(markdown), effect_id)
+        except ChannelError as exc:
+            await self.journal.close(effect_id, exc.as_result())
+            raise
+        await self.journal.close(effect_id, {"message": await self.record_post(posted)})
+        self.replied = True
 
     async def add_footer(self, footer: str) -> None:
         """Show ``footer`` (e.g. the run's usage) under this run's newest post, keeping its text and
