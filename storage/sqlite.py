@@ -1,6 +1,6 @@
 """The embedded store: one SQLite file, driven by the standard ``sqlite3`` module on one thread.
 
-The store owns one connection and one daemon thread (:class:`_DatabaseThread`) that alone uses
+The store owns one connection and one daemon thread (``storage.sqlite_thread.DatabaseThread``) that alone uses
 it. Each operation is one plain function queued to that thread: its statements, transaction
 included, run back to back there, so the hop between threads is paid once per operation, not once
 per statement, and operations of this process never interleave on the connection (the thread runs
@@ -9,18 +9,18 @@ saves) and migrations run in ``BEGIN IMMEDIATE`` transactions, taking SQLite's w
 (another store on the same file waits up to ``busy_timeout`` instead of failing on a read-to-write
 upgrade); every other operation is one statement, its own transaction.
 
-Procedure calls are group-committed: calls made while a batch is on the thread queue up, and the
-next batch (at most ``_BATCH``) commits in one transaction, one WAL sync for all of them
-(``synchronous = FULL`` makes that sync the cost of a claim).
+Writes are group-committed: procedure calls, and every single statement that writes (a run's
+lease, handles, effect journal, usage), made while a batch is on the thread queue up, and the next
+batch (at most ``_BATCH``) commits in one transaction, one WAL sync for all of them
+(``synchronous = FULL`` makes that sync the cost of a write). Fifty conversations' turns thus
+share their syncs instead of queueing one per statement; a write is answered only once committed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -30,81 +30,17 @@ from typing import Any, ClassVar, TypeVar
 from .base import StoreError
 from .liveness import FileLiveness
 from .sql import SQLITE, Procedure, Row, Script, Statement
+from .sqlite_thread import DatabaseThread, Db
 from .sqlstore import SqlStore
 
 T = TypeVar("T")
-Db = sqlite3.Connection
-Call = tuple[Procedure, Mapping[str, Any]]
+#: A procedure and its parameters, or one write statement's work (a function of the connection).
+Call = tuple[Procedure, Mapping[str, Any]] | Callable[[Db], Any]
+#: SQL that only reads, by its first word; anything else writes (INSERT, UPDATE, DELETE, a WITH …).
+_READS = ("SELECT",)
 
 #: Most procedure calls committed in one transaction: bounds how long one batch holds the write lock.
 _BATCH = 64
-
-
-class _DatabaseThread:
-    """One daemon thread that opens the connection on its first job and runs jobs in order.
-
-    Daemon: a store never closed cannot keep the process from exiting (every commit is durable
-    when it returns; an interrupted transaction is rolled back by SQLite on the next open).
-    """
-
-    def __init__(self, opener: Callable[[], Db], name: str) -> None:
-        self._opener = opener
-        self._db: Db | None = None
-        self._jobs: queue.SimpleQueue[tuple[Callable[[Db], Any], asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[[Db], T]) -> asyncio.Future[T]:
-        """Queue ``fn(connection)``; the future is settled on the caller's loop."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._jobs.put((fn, future))
-        return future
-
-    async def stop(self) -> None:
-        """Close the connection after the jobs queued so far, then end the thread."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._jobs.put((self._close, future))
-        self._jobs.put(None)
-        try:
-            await future
-        finally:
-            await asyncio.to_thread(self._thread.join)  # returns at once: the thread is past its last job
-
-    def _close(self, db: Db) -> None:
-        self._db = None
-        db.close()
-
-    def _main(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, future = job
-            try:
-                if self._db is None:
-                    if fn == self._close:
-                        _settle(future, None, None)
-                        continue
-                    self._db = self._opener()
-                result, error = fn(self._db), None
-            except BaseException as exc:  # handed to the caller, whatever it is
-                result, error = None, exc
-            _settle(future, result, error)
-        if self._db is not None:  # stop() without its close job having run (cannot happen; cheap)
-            self._db.close()
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    def settle() -> None:
-        if future.done():  # its caller was cancelled
-            return
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-
-    # The caller's loop may be closed already (a store never closed, at exit): nobody is waiting.
-    with contextlib.suppress(RuntimeError):
-        future.get_loop().call_soon_threadsafe(settle)
 
 
 # -- functions run on the database thread ------------------------------------------------
@@ -132,8 +68,11 @@ def _fetch(db: Db, statement: Statement, params: Mapping[str, Any]) -> list[sqli
     return db.execute(SQLITE.sql(statement), params).fetchall()
 
 
-def _procedure(db: Db, call: Call) -> sqlite3.Row:
-    """One procedure inside the caller's transaction: its writes, then its result row."""
+def _procedure(db: Db, call: Call) -> Any:
+    """One call inside the caller's transaction: a procedure's writes, then its result row; or a
+    write statement's work."""
+    if callable(call):
+        return call(db)
     procedure, params = call
     *writes, read = procedure.steps
     for statement in writes:
@@ -143,7 +82,7 @@ def _procedure(db: Db, call: Call) -> sqlite3.Row:
     return row
 
 
-def _run_batch(db: Db, calls: Sequence[Call]) -> list[sqlite3.Row | sqlite3.Error]:
+def _run_batch(db: Db, calls: Sequence[Call]) -> list[Any]:
     """Each call's result row or error. All calls go in one transaction, in order, so a later one
     sees an earlier one's writes (two deliveries of one message: one claimed, one duplicate). If a
     call or the commit fails, the batch is rolled back and every call rerun in a transaction of its
@@ -154,7 +93,7 @@ def _run_batch(db: Db, calls: Sequence[Call]) -> list[sqlite3.Row | sqlite3.Erro
     except sqlite3.Error as exc:
         return [exc] * len(calls)
     try:
-        results: list[sqlite3.Row | sqlite3.Error] = [_procedure(db, call) for call in calls]
+        results: list[Any] = [_procedure(db, call) for call in calls]
         db.execute("COMMIT")
         return results
     except sqlite3.Error as exc:
@@ -194,7 +133,7 @@ def _store_error(exc: BaseException) -> StoreError:
     return error
 
 
-def _answer(futures: Sequence[asyncio.Future[Row]], results: Sequence[Row | BaseException]) -> None:
+def _answer(futures: Sequence[asyncio.Future[Any]], results: Sequence[Any]) -> None:
     for future, result in zip(futures, results, strict=True):
         if future.done():  # its caller was cancelled
             continue
@@ -213,10 +152,10 @@ class SQLiteStore(SqlStore):
         self._path = str(path)
         self._busy_timeout = busy_timeout
         #: Started on first use; None again once closed.
-        self._thread: _DatabaseThread | None = None
+        self._thread: DatabaseThread | None = None
         self._closed = False
         #: Calls waiting for the next batch; whether a caller or the backlog task is committing.
-        self._calls: list[tuple[Call, asyncio.Future[Row]]] = []
+        self._calls: list[tuple[Call, asyncio.Future[Any]]] = []
         self._committing = False
         #: Tasks kept referenced while they run: the backlog's, and answers of cancelled batches.
         self._committer: asyncio.Task[None] | None = None
@@ -267,7 +206,7 @@ class SQLiteStore(SqlStore):
         if self._closed:
             raise StoreError("store is closed")
         if self._thread is None:
-            self._thread = _DatabaseThread(self._open, name=f"threadbound-sqlite:{self._path}")
+            self._thread = DatabaseThread(self._open, name=f"threadbound-sqlite:{self._path}")
         try:
             return await self._thread.submit(fn)
         except (sqlite3.Error, OSError) as exc:
@@ -275,17 +214,28 @@ class SQLiteStore(SqlStore):
 
     # -- the four primitives -------------------------------------------------------
     async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
-        return await self._run(lambda db: _fetch(db, statement, params))
+        text = SQLITE.sql(statement)
+        if text.lstrip().split(None, 1)[0].upper() in _READS:
+            return await self._run(lambda db: db.execute(text, params).fetchall())
+        rows: list[sqlite3.Row] = await self._batch(lambda db: db.execute(text, params).fetchall())
+        return rows
 
     async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
-        return await self._run(lambda db: db.execute(SQLITE.sql(statement), params).rowcount)
+        text = SQLITE.sql(statement)
+        count: int = await self._batch(lambda db: db.execute(text, params).rowcount)
+        return count
 
     async def _script(self, make: Callable[[], Script]) -> Any:
         return await self._run(lambda db: _immediate(db, lambda db: _drive(db, make())))
 
     async def _call(self, procedure: Procedure, params: Mapping[str, Any]) -> Row:
-        future: asyncio.Future[Row] = asyncio.get_running_loop().create_future()
-        self._calls.append(((procedure, params), future))
+        row: Row = await self._batch((procedure, params))
+        return row
+
+    async def _batch(self, call: Call) -> Any:
+        """``call``'s result, committed in the next batch (module docstring)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls.append((call, future))
         if not self._committing:
             # Nobody is committing: this caller does, in its own task (a lone call pays no extra
             # task), until its own call is answered; a backlog left then goes to a task.
@@ -325,7 +275,7 @@ class SQLiteStore(SqlStore):
         del self._calls[:_BATCH]
         calls = [call for call, _ in batch]
         futures = [future for _, future in batch]
-        done: list[Sequence[Row | BaseException]] = []
+        done: list[Sequence[Any]] = []
 
         def commit(db: Db) -> None:
             try:
@@ -347,9 +297,7 @@ class SQLiteStore(SqlStore):
                 return
         _answer(futures, done[0])
 
-    async def _answer_when_done(
-        self, futures: list[asyncio.Future[Row]], done: list[Sequence[Row | BaseException]]
-    ) -> None:
+    async def _answer_when_done(self, futures: list[asyncio.Future[Any]], done: list[Sequence[Any]]) -> None:
         # The thread runs jobs in order: once this no-op has run, so has the batch before it.
         with contextlib.suppress(StoreError):
             await self._run(lambda db: None)

@@ -1,0 +1,82 @@
+"""The SQLite store's database thread: one daemon thread that alone uses the connection and runs
+the store's jobs in order, each settling its caller's future on the caller's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+Db = sqlite3.Connection
+
+
+class DatabaseThread:
+    """One daemon thread that opens the connection on its first job and runs jobs in order.
+
+    Daemon: a store never closed cannot keep the process from exiting (every commit is durable
+    when it returns; an interrupted transaction is rolled back by SQLite on the next open).
+    """
+
+    def __init__(self, opener: Callable[[], Db], name: str) -> None:
+        self._opener = opener
+        self._db: Db | None = None
+        self._jobs: queue.SimpleQueue[tuple[Callable[[Db], Any], asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[Db], T]) -> asyncio.Future[T]:
+        """Queue ``fn(connection)``; the future is settled on the caller's loop."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((fn, future))
+        return future
+
+    async def stop(self) -> None:
+        """Close the connection after the jobs queued so far, then end the thread."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._jobs.put((self._close, future))
+        self._jobs.put(None)
+        try:
+            await future
+        finally:
+            await asyncio.to_thread(self._thread.join)  # returns at once: the thread is past its last job
+
+    def _close(self, db: Db) -> None:
+        self._db = None
+        db.close()
+
+    def _main(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            try:
+                if self._db is None:
+                    if fn == self._close:
+                        _settle(future, None, None)
+                        continue
+                    self._db = self._opener()
+                result, error = fn(self._db), None
+            except BaseException as exc:  # handed to the caller, whatever it is
+                result, error = None, exc
+            _settle(future, result, error)
+        if self._db is not None:  # stop() without its close job having run (cannot happen; cheap)
+            self._db.close()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    def settle() -> None:
+        if future.done():  # its caller was cancelled
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    # The caller's loop may be closed already (a store never closed, at exit): nobody is waiting.
+    with contextlib.suppress(RuntimeError):
+        future.get_loop().call_soon_threadsafe(settle)
