@@ -272,6 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command in ("serve", "run"):
+        from app.ops.preflight import missing_before_start
+
+        missing = missing_before_start(settings, webhook=args.command == "serve")
+        if missing is not None:  # named before the service's heavy imports
+            print(f"threadbound: cannot start: {missing}", file=sys.stderr)
+            return 2
     if args.command == "serve":
         from app.service import StartupError
 

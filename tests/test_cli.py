@@ -114,6 +114,34 @@ def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.process
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_missing_settings_are_reported_before_the_service_is_imported(tmp_path: Path, command: str) -> None:
+    """A missing setting is refused before pydantic-ai, MCP or Bolt are imported, in the same words."""
+    argv = [command] if command == "serve" else [command, "--channel", "C1", "hi"]
+    script = (
+        "import sys\n"
+        "from app.__main__ import main\n"
+        f"code = main({argv!r})\n"
+        "print([m for m in ('app.service', 'pydantic_ai', 'fastmcp', 'slack_bolt') if m in sys.modules])\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=clean_env(tmp_path, SLACK_SIGNING_SECRET="s", MODEL="openai-chat:gpt-4o-mini"),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert proc.returncode == 2 and proc.stdout == "[]\n", proc.stderr
+    assert proc.stderr.splitlines()[:2] == [
+        "threadbound: cannot start: 2 required settings are not set:",
+        "  SLACK_BOT_TOKEN  the Bot User OAuth Token (xoxb-…) on your Slack app's OAuth & Permissions page",
+    ]
+
+
 def test_run_needs_no_signing_secret(here: Callable[..., str]) -> None:
     """`run` serves no webhook, so with nothing set it asks only for the token and the model."""
     assert here("run", "--channel", "C1", "hi").splitlines() == [
