@@ -388,11 +388,12 @@ def _settled(db_path: Path) -> bool:
 
 
 @pytest.mark.process
-async def test_an_ask_killed_after_its_card_is_posted_posts_it_once_and_its_answer_resumes(
-    tmp_path: Path,
+@pytest.mark.parametrize("point", ["slack.post.after", "slack.post.before"])
+async def test_an_ask_killed_around_its_card_posts_it_once_and_its_answer_resumes(
+    tmp_path: Path, point: str
 ) -> None:
-    """SIGKILL right after the card is posted, before its result is recorded: the restart finds the card
-    by its effect id (no second card, no "result unavailable"), and a click on it resumes the task."""
+    """SIGKILL right after the card is posted (or right before), its result unrecorded: the restart finds
+    the card by its effect id or posts it (one card, no "result unavailable"); a click resumes the task."""
     async with FakeSlack() as slack, FakeOpenAI(_ask_script) as llm, aiohttp.ClientSession() as http:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
@@ -406,7 +407,7 @@ async def test_an_ask_killed_after_its_card_is_posted_posts_it_once_and_its_answ
             "STREAM": "off",
         }
         first = ServerProcess(
-            {**env, "THREADBOUND_CRASH_AT": "slack.post.after"}, cwd=tmp_path, log_path=tmp_path / "s1.log"
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "s1.log"
         )
         await first.start()
         root = slack.add_message("C1", "<@UBOT> please ask", user="U1")
@@ -414,8 +415,8 @@ async def test_an_ask_killed_after_its_card_is_posted_posts_it_once_and_its_answ
         assert (
             await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
         ).status == 200
-        assert await first.wait() == -9  # killed right after the card was posted
-        assert len(_cards(slack)) == 1
+        assert await first.wait() == -9  # killed right after (or before) the card was posted
+        assert len(_cards(slack)) == (1 if point.endswith("after") else 0)
         second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "s2.log")
         await second.start()
         try:
