@@ -130,7 +130,7 @@ def test_readme_starts_with_the_two_commands() -> None:
     """The README's first code block is the install-and-serve command, then the install-and-test command."""
     serve, test = readme_commands()[:2]
     assert serve.endswith("pip install -e . && python -m app serve")
-    assert test.endswith("pip install -e '.[test]' && python -m pytest -q -rs")
+    assert test.endswith("pip install -e '.[test]' && python -m pytest -q -rs -n 4 --dist worksteal")
 
 
 def test_ci_runs_the_readme_test_command() -> None:
