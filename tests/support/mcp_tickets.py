@@ -1,7 +1,7 @@
 """A small ticket-tracker MCP server built with fastmcp, for tests and the README's example.
 
-Run it over stdio (``python -m testing.mcp_tickets``) or Streamable HTTP
-(``python -m testing.mcp_tickets --http PORT``, served at ``/mcp`` on 127.0.0.1).
+Run it over stdio (``python tests/support/mcp_tickets.py``) or Streamable HTTP
+(``python tests/support/mcp_tickets.py --http PORT``, served at ``/mcp`` on 127.0.0.1).
 Besides its ticket tools it has a few tools tests use to make trouble on purpose or
 to look inside: ``hang`` never answers, ``exit_server`` kills the process,
 ``environment`` and ``request_headers`` report what the server was given.
