@@ -18,6 +18,7 @@ from app.agent.approval_cards import APPROVE, DENY
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
+from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
 _HANDLE = re.compile(r'"message": "(msg_[A-Za-z0-9_-]+)"')
@@ -440,6 +441,8 @@ async def test_the_same_click_on_two_instances_runs_the_call_once(
         AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
     ):
         root = await _ask(a, slack)
+        # Either instance may run the conversation (both watch the shared inbox): wait for its card.
+        await eventually(lambda: len(_cards(slack)) == 1)
         [card] = _cards(slack)
         click = _click(card, "U1", APPROVE, root)
         responses = await asyncio.gather(a.click(click), b.click(click), a.click(click))
