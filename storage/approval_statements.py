@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from .sql import Procedure, SqlType, Statement
+from .card_statements import decide_card, expired_cards, get_card, set_card
+from .sql import Procedure, Statement, typed
 
 APPROVAL_COLUMNS = (
     "approval_id, task_id, tool_call_id, tool, args, requester, channel, thread_ts, card_effect, card_ts,"
@@ -15,20 +16,11 @@ APPROVAL_COLUMNS = (
 #: ``Store.open_approval``: the approval and the journal entry of its card, in one transaction.
 OPEN_APPROVAL: Final = Procedure(
     name="open_approval",
-    params=(
-        ("approval_id", SqlType.TEXT),
-        ("task_id", SqlType.TEXT),
-        ("tool_call_id", SqlType.TEXT),
-        ("tool", SqlType.TEXT),
-        ("args", SqlType.TEXT),
-        ("requester", SqlType.TEXT),
-        ("channel", SqlType.TEXT),
-        ("thread_ts", SqlType.TEXT),
-        ("card_effect", SqlType.TEXT),
-        ("card_args", SqlType.TEXT),
-        ("now", SqlType.REAL),
+    params=typed(
+        "approval_id task_id tool_call_id tool args requester channel thread_ts card_effect card_args"
+        " now:real"
     ),
-    returns=(("opened", SqlType.BOOL),),
+    returns=typed("opened:bool"),
     steps=(
         Statement(
             "INSERT INTO approvals (approval_id, task_id, tool_call_id, tool, args, requester, channel,"
@@ -43,21 +35,15 @@ OPEN_APPROVAL: Final = Procedure(
     ),
 )
 
-GET_APPROVAL: Final = Statement(f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE approval_id = :approval_id")
+GET_APPROVAL: Final = get_card("approvals", "approval_id", APPROVAL_COLUMNS)
 TASK_APPROVALS: Final = Statement(
     f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE task_id = :task_id ORDER BY created_at, approval_id"
 )
 HAS_OPEN_APPROVAL: Final = Statement(
     "SELECT EXISTS (SELECT 1 FROM approvals WHERE task_id = :task_id AND decision IS NULL) AS waiting"
 )
-SET_APPROVAL_CARD: Final = Statement(
-    "UPDATE approvals SET card_ts = :card_ts WHERE approval_id = :approval_id RETURNING approval_id"
-)
-#: Open approvals created before ``:before`` (the expiry sweep), oldest first.
-EXPIRED_APPROVALS: Final = Statement(
-    f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE decision IS NULL AND created_at < :before"
-    " ORDER BY created_at LIMIT :limit"
-)
+SET_APPROVAL_CARD: Final = set_card("approvals", "approval_id")
+EXPIRED_APPROVALS: Final = expired_cards("approvals", APPROVAL_COLUMNS)
 #: Marks an approved call as started; a row comes back only for the first caller.
 START_EXECUTION: Final = Statement(
     "UPDATE approvals SET executed_at = :now"
@@ -65,33 +51,5 @@ START_EXECUTION: Final = Statement(
     " RETURNING approval_id"
 )
 
-#: ``Store.decide_approval``: the first decision wins. ``decision_id`` is fresh per call and marks
-#: the decision this call set, so only that call appends the inbox item that resumes the task; on
-#: Postgres a concurrent decider waits on the row and then finds it decided.
-DECIDE: Final = Procedure(
-    name="decide_approval",
-    params=(
-        ("approval_id", SqlType.TEXT),
-        ("decision", SqlType.TEXT),
-        ("user_id", SqlType.TEXT),
-        ("now", SqlType.REAL),
-        ("payload", SqlType.TEXT),
-        ("decision_id", SqlType.TEXT),
-    ),
-    returns=(("won", SqlType.BOOL),),
-    steps=(
-        Statement(
-            "UPDATE approvals SET decision = :decision, decided_by = :user_id, decided_at = :now,"
-            " decision_id = :decision_id WHERE approval_id = :approval_id AND decision IS NULL"
-        ),
-        Statement(
-            "INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)"
-            " SELECT task_id, channel, card_ts, thread_ts, :payload, :now FROM approvals"
-            " WHERE approval_id = :approval_id AND decision_id = :decision_id"
-        ),
-        Statement(
-            "SELECT EXISTS (SELECT 1 FROM approvals"
-            " WHERE approval_id = :approval_id AND decision_id = :decision_id) AS won"
-        ),
-    ),
-)
+#: ``Store.decide_approval``: the first decision wins; only the call that made it resumes the task.
+DECIDE: Final = decide_card("decide_approval", "approvals", "approval_id")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from .sql import Procedure, SqlType, Statement
+from .card_statements import decide_card, expired_cards, get_card, set_card
+from .sql import Statement
 
 _ASKS: Final = """CREATE TABLE asks (
         ask_id TEXT PRIMARY KEY,
@@ -48,46 +49,16 @@ OPEN_ASK: Final = Statement(
     " channel, thread_ts, created_at) VALUES (:ask_id, :task_id, :kind, :text, :details, :options,"
     " :only_requester, :requester, :channel, :thread_ts, :now) RETURNING ask_id"
 )
-GET_ASK: Final = Statement(f"SELECT {ASK_COLUMNS} FROM asks WHERE ask_id = :ask_id")
+GET_ASK: Final = get_card("asks", "ask_id", ASK_COLUMNS)
 #: The task's open asks, oldest first.
 OPEN_TASK_ASKS: Final = Statement(
     f"SELECT {ASK_COLUMNS} FROM asks WHERE task_id = :task_id AND decision IS NULL"
     " ORDER BY created_at, ask_id"
 )
-SET_ASK_CARD: Final = Statement("UPDATE asks SET card_ts = :card_ts WHERE ask_id = :ask_id RETURNING ask_id")
-#: Open asks created before ``:before`` (the expiry sweep), oldest first.
-EXPIRED_ASKS: Final = Statement(
-    f"SELECT {ASK_COLUMNS} FROM asks WHERE decision IS NULL AND created_at < :before"
-    " ORDER BY created_at LIMIT :limit"
-)
+SET_ASK_CARD: Final = set_card("asks", "ask_id")
+EXPIRED_ASKS: Final = expired_cards("asks", ASK_COLUMNS)
 
 #: ``Store.decide_ask``: the first decision wins (``decision_id`` marks the call that set it); that
 #: call alone appends ``payload`` to the task's inbox (none when ``payload`` is empty: a free-text
 #: answer is itself the inbox item).
-DECIDE_ASK: Final = Procedure(
-    name="decide_ask",
-    params=(
-        ("ask_id", SqlType.TEXT),
-        ("decision", SqlType.TEXT),
-        ("answer", SqlType.TEXT),
-        ("user_id", SqlType.TEXT),
-        ("now", SqlType.REAL),
-        ("payload", SqlType.TEXT),
-        ("decision_id", SqlType.TEXT),
-    ),
-    returns=(("won", SqlType.BOOL),),
-    steps=(
-        Statement(
-            "UPDATE asks SET decision = :decision, answer = :answer, decided_by = :user_id,"
-            " decided_at = :now, decision_id = :decision_id WHERE ask_id = :ask_id AND decision IS NULL"
-        ),
-        Statement(
-            "INSERT INTO inbox (task_id, channel, ts, thread_ts, payload, created_at)"
-            " SELECT task_id, channel, card_ts, thread_ts, :payload, :now FROM asks"
-            " WHERE ask_id = :ask_id AND decision_id = :decision_id AND :payload <> ''"
-        ),
-        Statement(
-            "SELECT EXISTS (SELECT 1 FROM asks WHERE ask_id = :ask_id AND decision_id = :decision_id) AS won"
-        ),
-    ),
-)
+DECIDE_ASK: Final = decide_card("decide_ask", "asks", "ask_id", answer=True, optional_payload=True)

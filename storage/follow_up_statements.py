@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .sql import Procedure, SqlType, Statement
+from .sql import Procedure, Statement, typed
 
 #: Migration v10. ``DOUBLE PRECISION`` is a float8 on Postgres and REAL affinity on SQLite.
 FOLLOW_UPS_DDL: Final[tuple[str, ...]] = (
@@ -93,8 +93,8 @@ FOLLOW_UP_COUNTS: Final = Statement("SELECT state, COUNT(*) AS n FROM follow_ups
 #: re-checked after a wait is no longer ``pending``: each follow-up is fired by exactly one call.
 FIRE_FOLLOW_UPS: Final = Procedure(
     name="fire_follow_ups",
-    params=(("now", SqlType.REAL), ("limit", SqlType.BIGINT), ("fire_id", SqlType.TEXT)),
-    returns=(("fired", SqlType.BIGINT),),
+    params=typed("now:real limit:bigint fire_id"),
+    returns=typed("fired:bigint"),
     steps=(
         Statement(
             "UPDATE follow_ups SET state = 'fired', fired_at = :now, fire_id = :fire_id"

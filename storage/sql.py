@@ -60,6 +60,13 @@ class SqlType(Enum):
     IDS = "bigint[]"
 
 
+def typed(names: str) -> tuple[tuple[str, SqlType], ...]:
+    """Procedure parameters or result columns, in order, from ``"task_id now:real created:bool"``:
+    each name is ``TEXT`` unless ``:kind`` names another :class:`SqlType` (``real``, ``bool``…)."""
+    pairs = (name.partition(":") for name in names.split())
+    return tuple((name, SqlType[kind.upper()] if kind else SqlType.TEXT) for name, _, kind in pairs)
+
+
 @dataclass(frozen=True, slots=True)
 class Statement:
     """One SQL statement with ``:name`` parameters and optional dialect fields (module doc)."""

@@ -39,7 +39,7 @@ from .lease_statements import (  # noqa: F401
     RENEW_LEASE,
     fenced,
 )
-from .sql import Procedure, SqlType, Statement
+from .sql import Procedure, Statement, typed
 from .usage_statements import (  # noqa: F401
     FEEDBACK_COLUMNS,
     MARK_FEEDBACK_SHOWN,
@@ -86,22 +86,8 @@ _OURS_MESSAGE = (
 #: ``no_task`` writes nothing; a ``duplicate`` records only its event id.
 CLAIM: Final = Procedure(
     name="claim",
-    params=(
-        ("event_id", SqlType.TEXT),
-        ("channel", SqlType.TEXT),
-        ("ts", SqlType.TEXT),
-        ("thread_ts", SqlType.TEXT),
-        ("create", SqlType.BOOL),
-        ("payload", SqlType.TEXT),
-        ("now", SqlType.REAL),
-        ("claim_id", SqlType.TEXT),
-    ),
-    returns=(
-        ("status", SqlType.TEXT),
-        ("task_id", SqlType.TEXT),
-        ("item_id", SqlType.BIGINT),
-        ("created", SqlType.BOOL),
-    ),
+    params=typed("event_id channel ts thread_ts create:bool payload now:real claim_id"),
+    returns=typed("status task_id item_id:bigint created:bool"),
     steps=(
         # The event id, unless the claim would be a no_task (which records nothing).
         Statement(
@@ -180,21 +166,9 @@ PRUNE: Final = (
 #: already mapped (then that task is the result); ``""`` always makes a new, unmapped task.
 CREATE_TASK: Final = Procedure(
     name="create_task",
-    params=(
-        ("channel", SqlType.TEXT),
-        ("thread_ts", SqlType.TEXT),
-        ("now", SqlType.REAL),
-        ("task_id", SqlType.TEXT),
-    ),
-    returns=(
-        ("task_id", SqlType.TEXT),
-        ("channel", SqlType.TEXT),
-        ("thread_ts", SqlType.TEXT),
-        ("transcript", SqlType.BYTES),
-        ("enabled_tools", SqlType.TEXTS),
-        ("created_at", SqlType.REAL),
-        ("summary", SqlType.TEXT),
-        ("run_open", SqlType.BOOL),
+    params=typed("channel thread_ts now:real task_id"),
+    returns=typed(
+        "task_id channel thread_ts transcript:bytes enabled_tools:texts created_at:real summary run_open:bool"
     ),
     steps=(
         Statement(
@@ -235,19 +209,11 @@ RECORD_ROOT: Final = Statement(
 #: feedback shown with it (clicked up to ``:feedback_upto``, NULL: none); all of it fenced.
 SAVE_RUN: Final = Procedure(
     name="save_run",
-    params=(
-        ("task_id", SqlType.TEXT),
-        ("transcript", SqlType.BYTES),
-        ("tools", SqlType.TEXTS),
-        ("consumed", SqlType.IDS),
-        ("summary", SqlType.TEXT),
-        ("run_open", SqlType.BOOL),
-        ("close_id", SqlType.TEXT),
-        ("close_result", SqlType.TEXT),
-        ("feedback_upto", SqlType.REAL),
-        ("fence", SqlType.TEXT),
+    params=typed(
+        "task_id transcript:bytes tools:texts consumed:ids summary run_open:bool close_id close_result"
+        " feedback_upto:real fence"
     ),
-    returns=(("saved", SqlType.BOOL), ("fenced", SqlType.BOOL)),
+    returns=typed("saved:bool fenced:bool"),
     steps=(
         Statement(
             "UPDATE tasks SET transcript = :transcript, enabled_tools = COALESCE(:tools, enabled_tools),"
