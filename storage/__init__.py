@@ -21,7 +21,7 @@ Where things are
 - ``sqlstore.py``: every Store method, once, over four primitives a backend supplies.
 - ``sqlite.py`` / ``postgres.py``: the backends, connection plumbing only (a database thread with
   group commit; an asyncpg pool).
-- ``_rows.py``: result rows to records.
+- ``_rows.py``: result rows to records (``from_row``: columns named like the record's fields).
 
 Adding a table and its statements
 ---------------------------------
@@ -33,7 +33,7 @@ Adding a table and its statements
    result row); add it to ``PROCEDURES`` so ``migrate()`` creates its Postgres function.
 3. ``base.py``: declare the method on :class:`Store` (with its contract in the docstring);
    ``sqlstore.py``: implement it once with ``self._one`` / ``self._fetch`` / ``self._execute`` /
-   ``self._call``; ``_rows.py``: a converter if it returns a record.
+   ``self._call``; a record it returns is read with ``_rows.from_row`` (its columns named like its fields).
 4. ``tests/test_store_contract.py``: test it there; it runs on both backends.
 Neither backend module changes unless the database needs something new from its driver.
 """

@@ -1,103 +1,35 @@
 """Rows → records, shared by both backends.
 
 A row is whatever the driver returns (``sqlite3.Row``, ``asyncpg.Record``): both are read by
-column name. Each converter reads the matching ``*_COLUMNS`` list of ``statements.py``.
+column name. :func:`from_row` fills a record's fields from the columns of the same names (the
+``*_COLUMNS`` lists of the statements), each read by its field's type: SQLite's 0/1 as a bool, a
+list of strings from JSON text (SQLite, and the ``asks.options`` column) or an array (Postgres),
+``None`` kept where the field allows it. A field with a default may be missing from the row (a
+sum of usage has no task or model).
 """
 
 from __future__ import annotations
 
 import json
+import types
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from .base import (
-    ApprovalRecord,
-    ClaimOutcome,
-    EffectRecord,
-    FollowUpRecord,
-    HandleRecord,
-    InboxItem,
-    LeaseRecord,
-    StoreStats,
-    TaskRecord,
-    UsageRecord,
-)
+from .records import StoreStats
 from .sql import Row
 
-
-def task_from_row(row: Row) -> TaskRecord:
-    tools = row["enabled_tools"]
-    return TaskRecord(
-        task_id=row["task_id"],
-        channel=row["channel"],
-        thread_ts=row["thread_ts"],
-        transcript=bytes(row["transcript"]),
-        enabled_tools=tuple(json.loads(tools) if isinstance(tools, str) else tools),
-        created_at=float(row["created_at"]),
-        summary=str(row["summary"]),
-        run_open=bool(row["run_open"]),
-    )
+R = TypeVar("R")
+_Read = Callable[[Any], Any]
 
 
-def usage_from_row(row: Row) -> UsageRecord:
-    return UsageRecord(
-        day=str(row["day"]),
-        person=str(row["person"]),
-        channel=str(row["channel"]),
-        input_tokens=int(row["input_tokens"]),
-        output_tokens=int(row["output_tokens"]),
-        cache_read_tokens=int(row["cache_read_tokens"]),
-        cache_write_tokens=int(row["cache_write_tokens"]),
-        requests=int(row["requests"]),
-    )
-
-
-def inbox_from_row(row: Row) -> InboxItem:
-    return InboxItem(
-        item_id=int(row["item_id"]),
-        task_id=row["task_id"],
-        channel=row["channel"],
-        ts=row["ts"],
-        thread_ts=row["thread_ts"],
-        payload=row["payload"],
-        created_at=float(row["created_at"]),
-    )
-
-
-def lease_from_row(row: Row) -> LeaseRecord:
-    return LeaseRecord(task_id=row["task_id"], owner=row["owner"], expires_at=float(row["expires_at"]))
-
-
-def handle_from_row(row: Row) -> HandleRecord:
-    return HandleRecord(
-        handle=row["handle"],
-        task_id=row["task_id"],
-        kind=row["kind"],
-        ref=row["ref"],
-        authored=bool(row["authored"]),
-        data=row["data"],
-    )
-
-
-def effect_from_row(row: Row) -> EffectRecord:
-    return EffectRecord(
-        effect_id=row["effect_id"],
-        task_id=row["task_id"],
-        tool=row["tool"],
-        args=row["args"],
-        state=row["state"],
-        result=row["result"],
-        created_at=float(row["created_at"]),
-        call_id=str(row["call_id"]),
-    )
-
-
-def claim_from_row(row: Row) -> ClaimOutcome:
-    item_id = row["item_id"]
-    return ClaimOutcome(
-        row["status"],
-        task_id=row["task_id"],
-        item_id=None if item_id is None else int(item_id),
-        created=bool(row["created"]),
-    )
+def from_row(record: type[R], row: Row) -> R:
+    """``record`` built from the row's columns of the same names as its fields (module doc)."""
+    columns = set(row.keys())
+    values = {
+        name: read(row[name]) for name, read, required in _readers(record) if required or name in columns
+    }
+    return record(**values)
 
 
 def stats_from_row(row: Row) -> StoreStats:
@@ -105,38 +37,32 @@ def stats_from_row(row: Row) -> StoreStats:
     return StoreStats(tasks=values.pop("tasks"), pending_inbox=values.pop("pending_inbox"), extra=values)
 
 
-def approval_from_row(row: Row) -> ApprovalRecord:
-    decided_at, executed_at = row["decided_at"], row["executed_at"]
-    return ApprovalRecord(
-        approval_id=row["approval_id"],
-        task_id=row["task_id"],
-        tool_call_id=row["tool_call_id"],
-        tool=row["tool"],
-        args=row["args"],
-        requester=row["requester"],
-        channel=row["channel"],
-        thread_ts=row["thread_ts"],
-        card_effect=row["card_effect"],
-        card_ts=row["card_ts"],
-        created_at=float(row["created_at"]),
-        decision=row["decision"],
-        decided_by=row["decided_by"],
-        decided_at=None if decided_at is None else float(decided_at),
-        executed_at=None if executed_at is None else float(executed_at),
+#: Each record's fields with their readers and whether the row must hold them, built once.
+_READERS: dict[type[Any], tuple[tuple[str, _Read, bool], ...]] = {}
+
+
+def _readers(record: type[Any]) -> tuple[tuple[str, _Read, bool], ...]:
+    hints = get_type_hints(record)
+    return tuple(
+        (f.name, _reader(hints[f.name]), f.default is MISSING and f.default_factory is MISSING)
+        for f in fields(record)
     )
 
 
-def follow_up_from_row(row: Row) -> FollowUpRecord:
-    fired_at = row["fired_at"]
-    return FollowUpRecord(
-        follow_up=row["follow_up"],
-        task_id=row["task_id"],
-        requester=row["requester"],
-        channel=row["channel"],
-        thread_ts=row["thread_ts"],
-        note=row["note"],
-        due_at=float(row["due_at"]),
-        created_at=float(row["created_at"]),
-        state=row["state"],
-        fired_at=None if fired_at is None else float(fired_at),
-    )
+def _reader(hint: Any) -> _Read:
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType) and type(None) in args:
+        [inner] = [arg for arg in args if arg is not type(None)]
+        read = _reader(inner)
+        return lambda value: None if value is None else read(value)
+    if origin is Literal:
+        return str
+    if origin is tuple:
+        return _texts
+    return {str: str, int: int, float: float, bool: bool, bytes: bytes}[hint]
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    """A list of strings: JSON text (``""`` or NULL: none) or a Postgres array."""
+    items = json.loads(value or "[]") if isinstance(value, str | None) else value
+    return tuple(str(item) for item in items)

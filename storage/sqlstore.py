@@ -12,15 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import statements as sql
-from ._rows import (
-    claim_from_row,
-    effect_from_row,
-    handle_from_row,
-    inbox_from_row,
-    lease_from_row,
-    stats_from_row,
-    task_from_row,
-)
+from ._rows import from_row, stats_from_row
 from .base import (
     ClaimOutcome,
     EffectRecord,
@@ -83,7 +75,7 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
             "claim_id": new_id(),
         }
         crash_point("store.claim.before")
-        outcome = claim_from_row(await self._call(sql.CLAIM, params))
+        outcome = from_row(ClaimOutcome, await self._call(sql.CLAIM, params))
         crash_point("store.claim.after")
         return outcome
 
@@ -103,11 +95,11 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
     # -- tasks -------------------------------------------------------------------------
     async def create_task(self, *, channel: str, thread_ts: str, now: float) -> TaskRecord:
         params = {"channel": channel, "thread_ts": thread_ts, "now": now, "task_id": new_id()}
-        return task_from_row(await self._call(sql.CREATE_TASK, params))
+        return from_row(TaskRecord, await self._call(sql.CREATE_TASK, params))
 
     async def get_task(self, task_id: str) -> TaskRecord | None:
         row = await self._one(sql.GET_TASK, task_id=task_id)
-        return None if row is None else task_from_row(row)
+        return None if row is None else from_row(TaskRecord, row)
 
     async def set_task_thread(self, task_id: str, thread_ts: str) -> None:
         if await self._one(sql.SET_TASK_THREAD, task_id=task_id, thread_ts=thread_ts) is None:
@@ -189,7 +181,7 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
 
     # -- inbox ---------------------------------------------------------------------------
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:
-        return [inbox_from_row(r) for r in await self._fetch(sql.PENDING_INBOX, {"task_id": task_id})]
+        return [from_row(InboxItem, r) for r in await self._fetch(sql.PENDING_INBOX, {"task_id": task_id})]
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:
         return [str(r["task_id"]) for r in await self._fetch(sql.TASKS_NEEDING_A_RUN, {"now": now})]
@@ -217,7 +209,7 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
 
     async def get_lease(self, task_id: str) -> LeaseRecord | None:
         row = await self._one(sql.GET_LEASE, task_id=task_id)
-        return None if row is None else lease_from_row(row)
+        return None if row is None else from_row(LeaseRecord, row)
 
     # -- instances -----------------------------------------------------------------------
     #: Seconds an owner's liveness lock must be missing before it counts as dead (``Store`` doc).
@@ -267,15 +259,15 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
             sql.MINT_HANDLE, task_id=task_id, handle=handle, kind=kind, ref=ref, authored=authored, data=data
         )
         assert row is not None  # an upsert with RETURNING yields the inserted or updated row
-        return handle_from_row(row)
+        return from_row(HandleRecord, row)
 
     async def resolve_handle(self, task_id: str, handle: str) -> HandleRecord | None:
         row = await self._one(sql.RESOLVE_HANDLE, task_id=task_id, handle=handle)
-        return None if row is None else handle_from_row(row)
+        return None if row is None else from_row(HandleRecord, row)
 
     async def find_handle(self, task_id: str, kind: HandleKind, ref: str) -> HandleRecord | None:
         row = await self._one(sql.FIND_HANDLE, task_id=task_id, kind=kind, ref=ref)
-        return None if row is None else handle_from_row(row)
+        return None if row is None else from_row(HandleRecord, row)
 
     # -- effect journal --------------------------------------------------------------------
     async def open_effect(
@@ -315,14 +307,14 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
             raise StoreError(f"unknown effect {effect_id!r}")
 
     async def call_effects(self, task_id: str) -> list[EffectRecord]:
-        return [effect_from_row(r) for r in await self._fetch(sql.CALL_EFFECTS, {"task_id": task_id})]
+        return [from_row(EffectRecord, r) for r in await self._fetch(sql.CALL_EFFECTS, {"task_id": task_id})]
 
     async def open_effects(self, task_id: str) -> list[EffectRecord]:
-        return [effect_from_row(r) for r in await self._fetch(sql.OPEN_EFFECTS, {"task_id": task_id})]
+        return [from_row(EffectRecord, r) for r in await self._fetch(sql.OPEN_EFFECTS, {"task_id": task_id})]
 
     async def get_effect(self, effect_id: str) -> EffectRecord | None:
         row = await self._one(sql.GET_EFFECT, effect_id=effect_id)
-        return None if row is None else effect_from_row(row)
+        return None if row is None else from_row(EffectRecord, row)
 
     async def stats(self) -> StoreStats:
         row = await self._one(sql.STATS)

@@ -5,8 +5,10 @@ Mixed into :class:`~storage.sqlstore.SqlStore`, over the same four primitives (`
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from . import follow_up_statements as sql
-from ._rows import follow_up_from_row
+from ._rows import from_row
 from .base import FollowUpRecord, FollowUpState
 from .sqlcore import SqlCore, new_id
 
@@ -22,30 +24,21 @@ class FollowUpMethods(SqlCore):
     async def schedule_follow_up(
         self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
     ) -> str:
-        params = {
-            "follow_up": record.follow_up,
-            "task_id": record.task_id,
-            "requester": record.requester,
-            "channel": record.channel,
-            "thread_ts": record.thread_ts,
-            "note": record.note,
-            "payload": payload,
-            "due_at": record.due_at,
-            "now": record.created_at,
-            "per_task": per_task,
-            "install_max": install_max,
-        }
+        bounds = {"per_task": per_task, "install_max": install_max}
+        params = {**asdict(record), "payload": payload, "now": record.created_at, **bounds}
         if await self._one(sql.SCHEDULE_FOLLOW_UP, **params) is not None:
             return "scheduled"
         row = await self._one(sql.COUNT_TASK_PENDING, task_id=record.task_id)
         return "task_full" if row is not None and int(row["n"]) >= per_task else "install_full"
 
     async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]:
-        return [follow_up_from_row(r) for r in await self._fetch(sql.TASK_FOLLOW_UPS, {"task_id": task_id})]
+        return [
+            from_row(FollowUpRecord, r) for r in await self._fetch(sql.TASK_FOLLOW_UPS, {"task_id": task_id})
+        ]
 
     async def get_follow_up(self, task_id: str, follow_up: str) -> FollowUpRecord | None:
         row = await self._one(sql.GET_FOLLOW_UP, task_id=task_id, follow_up=follow_up)
-        return None if row is None else follow_up_from_row(row)
+        return None if row is None else from_row(FollowUpRecord, row)
 
     async def cancel_follow_up(self, task_id: str, follow_up: str, *, now: float) -> bool:
         row = await self._one(sql.CANCEL_FOLLOW_UP, task_id=task_id, follow_up=follow_up, now=now)
@@ -55,7 +48,7 @@ class FollowUpMethods(SqlCore):
         self, *, before: float | None = None, limit: int = 1000
     ) -> list[FollowUpRecord]:
         params = {"before": _FOREVER if before is None else before, "limit": limit}
-        return [follow_up_from_row(r) for r in await self._fetch(sql.PENDING_FOLLOW_UPS, params)]
+        return [from_row(FollowUpRecord, r) for r in await self._fetch(sql.PENDING_FOLLOW_UPS, params)]
 
     async def next_follow_up_due(self) -> float | None:
         row = await self._one(sql.NEXT_FOLLOW_UP_DUE)
@@ -69,7 +62,9 @@ class FollowUpMethods(SqlCore):
         row = await self._call(sql.FIRE_FOLLOW_UPS, {"now": now, "limit": limit, "fire_id": fire_id})
         if not int(row["fired"]):
             return []
-        return [follow_up_from_row(r) for r in await self._fetch(sql.FIRED_FOLLOW_UPS, {"fire_id": fire_id})]
+        return [
+            from_row(FollowUpRecord, r) for r in await self._fetch(sql.FIRED_FOLLOW_UPS, {"fire_id": fire_id})
+        ]
 
     async def prune_follow_ups(self, *, older_than: float) -> int:
         deleted = 0

@@ -6,9 +6,10 @@ Mixed into :class:`~storage.sqlstore.SqlStore`, over the same four primitives (`
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 from . import statements as sql
-from ._rows import approval_from_row, usage_from_row
+from ._rows import from_row
 from .base import ApprovalDecision, ApprovalRecord, FeedbackRecord, StoreError, UsageRecord
 from .sqlcore import SqlCore, new_id
 
@@ -18,29 +19,14 @@ class PeopleMethods(SqlCore):
 
     # -- model usage ---------------------------------------------------------------------
     async def record_usage(self, usage: UsageRecord) -> None:
-        await self._execute(
-            sql.RECORD_USAGE,
-            {
-                "task_id": usage.task_id,
-                "person": usage.person,
-                "channel": usage.channel,
-                "model": usage.model,
-                "day": usage.day,
-                "at": usage.at,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cache_read_tokens": usage.cache_read_tokens,
-                "cache_write_tokens": usage.cache_write_tokens,
-                "requests": usage.requests,
-            },
-        )
+        await self._execute(sql.RECORD_USAGE, asdict(usage))
 
     async def tokens_spent(self, day: str, person: str | None = None) -> int:
         row = await self._one(sql.TOKENS_SPENT, day=day, person=person)
         return int(row["spent"]) if row else 0
 
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
-        return [usage_from_row(r) for r in await self._fetch(sql.USAGE_BY_DAY, {"since": since})]
+        return [from_row(UsageRecord, r) for r in await self._fetch(sql.USAGE_BY_DAY, {"since": since})]
 
     # -- approvals -------------------------------------------------------------------------
     async def open_approval(
@@ -74,10 +60,12 @@ class PeopleMethods(SqlCore):
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         row = await self._one(sql.GET_APPROVAL, approval_id=approval_id)
-        return None if row is None else approval_from_row(row)
+        return None if row is None else from_row(ApprovalRecord, row)
 
     async def task_approvals(self, task_id: str) -> list[ApprovalRecord]:
-        return [approval_from_row(r) for r in await self._fetch(sql.TASK_APPROVALS, {"task_id": task_id})]
+        return [
+            from_row(ApprovalRecord, r) for r in await self._fetch(sql.TASK_APPROVALS, {"task_id": task_id})
+        ]
 
     async def has_open_approval(self, task_id: str) -> bool:
         row = await self._one(sql.HAS_OPEN_APPROVAL, task_id=task_id)
@@ -102,7 +90,7 @@ class PeopleMethods(SqlCore):
 
     async def expired_approvals(self, *, before: float, limit: int = 100) -> list[ApprovalRecord]:
         rows = await self._fetch(sql.EXPIRED_APPROVALS, {"before": before, "limit": limit})
-        return [approval_from_row(r) for r in rows]
+        return [from_row(ApprovalRecord, r) for r in rows]
 
     async def start_execution(self, approval_id: str, *, now: float) -> bool:
         return await self._one(sql.START_EXECUTION, approval_id=approval_id, now=now) is not None
@@ -125,17 +113,7 @@ class PeopleMethods(SqlCore):
 
     async def pending_feedback(self, task_id: str) -> list[FeedbackRecord]:
         rows = await self._fetch(sql.PENDING_FEEDBACK, {"task_id": task_id})
-        return [
-            FeedbackRecord(
-                task_id=str(r["task_id"]),
-                message=str(r["message"]),
-                user_id=str(r["user_id"]),
-                user_name=str(r["user_name"]),
-                kind="positive" if r["kind"] == "positive" else "negative",
-                clicked_at=float(r["clicked_at"]),
-            )
-            for r in rows
-        ]
+        return [from_row(FeedbackRecord, r) for r in rows]
 
     async def mark_feedback_shown(self, task_id: str, *, upto: float) -> None:
         await self._execute(sql.MARK_FEEDBACK_SHOWN, {"task_id": task_id, "upto": upto})

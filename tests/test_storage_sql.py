@@ -15,6 +15,8 @@ import pytest
 
 import storage.schema
 from storage import Store
+from storage._rows import from_row
+from storage.base import ClaimOutcome, TaskRecord, UsageRecord
 from storage.postgres import PostgresStore
 from storage.sql import POSTGRES, SQLITE, SqlType, Statement, typed
 from storage.sqlite import SQLiteStore, _procedure
@@ -217,3 +219,27 @@ def test_a_sqlite_claim_costs_the_same_however_many_tasks_exist() -> None:
         claim(n)
     many = steps_of_one_claim(2_000)
     assert many < few * 1.2, (few, many)
+
+
+def test_a_record_is_read_from_the_columns_named_like_its_fields() -> None:
+    """``from_row``: SQLite's 0/1 becomes a bool, a list of strings comes as JSON text or an array,
+    NULL stays None where the field allows it, and a field with a default may be missing."""
+    row = {
+        "task_id": "t1",
+        "channel": "C1",
+        "thread_ts": "",
+        "transcript": memoryview(b"[]"),
+        "enabled_tools": '["a", "b"]',
+        "created_at": 5,
+        "summary": "",
+        "run_open": 1,
+    }
+    task = from_row(TaskRecord, row)
+    assert task == TaskRecord("t1", "C1", "", b"[]", ("a", "b"), 5.0, "", True)
+    assert from_row(TaskRecord, {**row, "enabled_tools": ["c"]}).enabled_tools == ("c",)
+    usage = from_row(UsageRecord, {"day": "2026-12-01", "person": "U1", "channel": "C1", "requests": 2})
+    assert usage == UsageRecord("2026-12-01", "U1", "C1", requests=2)
+    claim = from_row(ClaimOutcome, {"status": "no_task", "task_id": None, "item_id": None, "created": 0})
+    assert claim == ClaimOutcome("no_task")
+    with pytest.raises(KeyError):
+        from_row(TaskRecord, {"task_id": "t1"})
