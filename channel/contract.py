@@ -124,6 +124,19 @@ class Step:
     status: StepStatus
 
 
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """What a streamed reply starts with (:meth:`ChannelAdapter.open_stream`)."""
+
+    markdown: str
+    steps: tuple[Step, ...]
+    #: The journal entry of the reply (:meth:`ChannelAdapter.post` carries its own the same way).
+    effect_id: str
+    #: The inbound message (as :meth:`ChannelAdapter.view` takes it) the answer is for; a provider
+    #: may need its author.
+    recipient: Mapping[str, Any] | None = None
+
+
 class LiveMessage(Protocol):
     """A message being streamed (from :meth:`ChannelAdapter.open_stream`). Text is only ever
     appended; the provider may close the stream early (time, size), after which the message keeps
@@ -183,18 +196,9 @@ class ChannelAdapter(Protocol):
         buttons whose clicks report that key back (an answer's last message). Never retried
         automatically once the request may have reached the provider."""
 
-    async def open_stream(
-        self,
-        origin: Origin,
-        markdown: str,
-        steps: tuple[Step, ...],
-        *,
-        effect_id: str,
-        recipient: Mapping[str, Any] | None,
-    ) -> LiveMessage:
-        """Start a streamed reply in the origin's thread holding ``markdown`` and ``steps``.
-        ``recipient`` is the inbound message (as :meth:`view` takes it) the answer is for; a
-        provider may need its author. ``unsupported`` when this conversation cannot stream."""
+    async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
+        """Start a streamed reply in the origin's thread holding ``start``'s Markdown and steps.
+        ``unsupported`` when this conversation cannot stream."""
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         """The posts carrying ``effect_id`` in the origin, oldest first (empty if none)."""
@@ -288,15 +292,7 @@ class AdapterBase:
     async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         raise _unsupported("status")
 
-    async def open_stream(
-        self,
-        origin: Origin,
-        markdown: str,
-        steps: tuple[Step, ...],
-        *,
-        effect_id: str,
-        recipient: Mapping[str, Any] | None,
-    ) -> LiveMessage:
+    async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
         raise _unsupported("streaming")
 
 

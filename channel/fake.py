@@ -42,7 +42,7 @@ from .contract import (
     Origin,
     OriginInfo,
     Posted,
-    Step,
+    StreamStart,
     Uploaded,
 )
 from .errors import ChannelError
@@ -254,22 +254,16 @@ class FakeAdapter(AdapterBase):
         message.feedback = feedback
         return self._posted(message)
 
-    async def open_stream(
-        self,
-        origin: Origin,
-        markdown: str,
-        steps: tuple[Step, ...],
-        *,
-        effect_id: str,
-        recipient: Mapping[str, Any] | None,
-    ) -> LiveMessage:
+    async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
         self._enter("open_stream", origin.channel, "stream")
         if not origin.thread_ts:
             raise ChannelError("unsupported", "The fake adapter streams only into a thread.")
-        message = self._store(origin, markdown, author=self.bot_name, is_bot=True, is_you=True, files=[])
+        message = self._store(
+            origin, start.markdown, author=self.bot_name, is_bot=True, is_you=True, files=[]
+        )
         message.streaming = True
         live = FakeLive(self, message)
-        live.steps.extend(steps)
+        live.steps.extend(start.steps)
         return live
 
     def close_streams(self) -> int:

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from .contract import Step
+from .contract import Step, StreamStart
 from .errors import ChannelError, StreamClosed
 from .journal import STREAM_EFFECT
 from .markdown import split_markdown, strip_mass_mentions
@@ -275,9 +275,8 @@ class AnswerStream:
         effect_id = await journal.open("channel_reply", {**where, "part": k, "stream": True, "after": after})
         steps = tuple(self._take_steps())
         try:
-            live = await session.adapter.open_stream(
-                session.origin, rest, steps, effect_id=effect_id, recipient=self._recipient
-            )
+            start = StreamStart(rest, steps, effect_id, self._recipient)
+            live = await session.adapter.open_stream(session.origin, start)
         except ChannelError as exc:
             if exc.ambiguous:
                 # Slack may have started it and nobody could tell: left open, so the message is

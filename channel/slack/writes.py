@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from channel.contract import LiveMessage, Origin, Posted, Step
+from channel.contract import LiveMessage, Origin, Posted, StreamStart
 
 from .link import split_ref
 from .lookback import Lookback, shown_text
@@ -146,16 +146,8 @@ class Writes(Lookback):
 
         await self.once("chat.delete", send, check)
 
-    async def open_stream(
-        self,
-        origin: Origin,
-        markdown: str,
-        steps: tuple[Step, ...],
-        *,
-        effect_id: str,
-        recipient: Mapping[str, Any] | None,
-    ) -> LiveMessage:
-        return await SlackLiveMessage.start(self, origin, markdown, steps, recipient)
+    async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
+        return await SlackLiveMessage.start(self, origin, start.markdown, start.steps, start.recipient)
 
     async def set_title(self, origin: Origin, title: str) -> None:
         """Name a DM thread in Slack's agent view (``assistant.threads.setTitle``)."""
