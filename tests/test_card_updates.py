@@ -38,7 +38,7 @@ async def test_a_store_failure_while_updating_a_card_is_logged_and_contained(
     updater = approvals if kind == "approval" else Asks(approvals)
     caplog.set_level(logging.WARNING)
     updater._update_card("ap_1" if kind == "approval" else "q_1")
-    tasks = list(approvals._updates)
+    tasks = list(approvals.cards._tasks)
     await approvals.idle()
     assert all(t.done() and t.exception() is None for t in tasks)
     assert any("to update its card" in r.getMessage() for r in caplog.records)

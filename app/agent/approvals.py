@@ -27,7 +27,6 @@ The flow, and what keeps each step safe:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -48,6 +47,7 @@ from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxIt
 
 from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
 from .approval_gate import ApprovalGate, decision_result, gated, newest_approval, open_calls
+from .cards import CardDesk, CardSlack
 
 __all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
@@ -61,16 +61,12 @@ _UNPOSTABLE = frozenset({"unsupported", "not_found"})
 DECISION_KIND = "approval_decision"
 
 
-class CardAdapter(Protocol):
+class CardAdapter(CardSlack, Protocol):
     """What approvals need of the Slack adapter beyond the channel contract."""
 
     async def post_blocks(
         self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
     ) -> Posted: ...
-
-    async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None: ...
-
-    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None: ...
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]: ...
 
@@ -114,8 +110,8 @@ class Approvals:
         self.ttl = ttl
         self.wake = wake
         self.clock = clock
-        # Card updates after a click run here, so the click's 200 never waits on Slack.
-        self._updates: set[asyncio.Task[None]] = set()
+        # Card updates and notes after a click run here, so the click's 200 never waits on Slack.
+        self.cards = CardDesk(adapter)
 
     @classmethod
     def from_settings(cls, store: Store, adapter: CardAdapter, settings: Settings) -> Approvals:
@@ -323,38 +319,11 @@ class Approvals:
         return self.approval_by != "approvers" and bool(user_id) and user_id == approval.requester
 
     def tell(self, action: Action, text: str) -> None:
-        """Tell the clicker ``text`` privately, in the background: a click is answered (200) before
-        any Slack call, well inside Slack's 3 seconds (``idle()`` waits for it)."""
-        task = asyncio.create_task(self._tell_now(action, text), name=f"approval-note:{action.user_id}")
-        self._updates.add(task)
-        task.add_done_callback(self._updates.discard)
-
-    async def _tell_now(self, action: Action, text: str) -> None:
-        try:
-            await self.adapter.tell_privately(
-                action.channel, action.user_id, text, thread_ts=action.thread_ts
-            )
-        except ChannelError as exc:
-            log.warning("could not tell %s privately: %s", action.user_id, exc.message)
+        """Tell the clicker ``text`` privately, in the background (``app.agent.cards``)."""
+        self.cards.tell(action, text)
 
     def _update_card(self, approval_id: str) -> None:
-        task = asyncio.create_task(self._show_decision(approval_id), name=f"approval-card:{approval_id}")
-        self._updates.add(task)
-        task.add_done_callback(self._updates.discard)
-
-    async def _show_decision(self, approval_id: str) -> None:
-        try:
-            approval = await self.store.get_approval(approval_id)
-        except StoreError as exc:  # the decision is stored; only the card keeps its buttons
-            log.warning("could not read approval %s to update its card: %s", approval_id, exc)
-            return
-        if approval is None or not approval.card_ts:
-            return
-        text, blocks = decided_card(approval)
-        try:
-            await self.adapter.update_blocks(f"{approval.channel}:{approval.card_ts}", text, blocks)
-        except ChannelError as exc:
-            log.warning("could not update approval card %s: %s", approval_id, exc.message)
+        self.cards.redraw(approval_id, self.store.get_approval, decided_card)
 
     # -- expiry ------------------------------------------------------------------------------------
     async def sweep(self) -> int:
@@ -375,9 +344,8 @@ class Approvals:
         return decided
 
     async def idle(self) -> None:
-        """Wait for card updates in flight (tests, shutdown)."""
-        while self._updates:
-            await asyncio.gather(*list(self._updates), return_exceptions=True)
+        """Wait for card updates and notes in flight, the asks' too (tests, shutdown)."""
+        await self.cards.idle()
 
     def register(self, on: Callable[[str, Callable[[Action], Awaitable[None]]], None]) -> None:
         """Route the two buttons' clicks here (``Interactions.on``)."""

@@ -21,7 +21,6 @@ An approval the model requested unlocks nothing by itself: it is the model's own
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import logging
@@ -80,8 +79,6 @@ class Asks:
         self.store = approvals.store
         self.adapter = approvals.adapter
         self.name_of = name_of
-        # Shared with the approvals: their ``idle()`` (tests, shutdown) waits for these card updates too.
-        self._updates: set[asyncio.Task[None]] = approvals._updates
 
     # -- asking (the session's tools) ---------------------------------------------------------
     async def ask(self, session: ChannelSession, args: AskArgs) -> Result:
@@ -314,23 +311,7 @@ class Asks:
             return user
 
     def _update_card(self, ask_id: str) -> None:
-        task = asyncio.create_task(self._show_decision(ask_id), name=f"ask-card:{ask_id}")
-        self._updates.add(task)
-        task.add_done_callback(self._updates.discard)
-
-    async def _show_decision(self, ask_id: str) -> None:
-        try:
-            ask = await self.store.get_ask(ask_id)
-        except StoreError as exc:  # the answer is stored; only the card keeps its buttons
-            log.warning("could not read question %s to update its card: %s", ask_id, exc)
-            return
-        if ask is None or not ask.card_ts:
-            return
-        text, blocks = decided_card(ask)
-        try:
-            await self.adapter.update_blocks(f"{ask.channel}:{ask.card_ts}", text, blocks)
-        except ChannelError as exc:
-            log.warning("could not update the card of %s: %s", ask_id, exc.message)
+        self.approvals.cards.redraw(ask_id, self.store.get_ask, decided_card)
 
 
 def _iso(ts: float) -> str:

@@ -1,0 +1,96 @@
+"""What follows a decision on a card, shared by the operator's approvals (``approval_cards``) and the
+agent's own asks (``ask_cards``): both are cards decided once — the store lets the first answer win,
+across instances and restarts — after which the card is redrawn without its buttons, and a clicker
+whose click changed nothing is told why, privately.
+
+Both Slack calls run in the background (:class:`CardDesk`): a click is answered (200) before any of
+them, well inside Slack's 3 seconds. ``idle()`` waits for those in flight (tests, shutdown). A
+failure in one is logged: the decision is already stored; only the card keeps its buttons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+from app.clicks import Action
+from channel.errors import ChannelError
+from storage.base import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class Card(Protocol):
+    """A decided record whose card can be redrawn: where the card is (``card_ts`` "" before it is posted)."""
+
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def card_ts(self) -> str: ...
+
+
+R = TypeVar("R", bound=Card)
+#: ``(fallback text, blocks)`` of a card.
+Drawn = tuple[str, Sequence[Mapping[str, Any]]]
+
+
+class CardSlack(Protocol):
+    """What the desk needs of the Slack adapter beyond the channel contract."""
+
+    async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None: ...
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None: ...
+
+
+class CardDesk:
+    """The background Slack calls after clicks on decided-once cards (module doc)."""
+
+    def __init__(self, adapter: CardSlack) -> None:
+        self.adapter = adapter
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def tell(self, action: Action, text: str) -> None:
+        """Tell the clicker ``text`` privately, in the thread of the card they clicked."""
+        self._spawn(self._tell(action, text), f"card-note:{action.user_id}")
+
+    def redraw(
+        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Drawn]
+    ) -> None:
+        """Redraw the card of ``card_id`` as ``draw`` shows its record, read back by ``load`` (decided)."""
+        self._spawn(self._redraw(card_id, load, draw), f"card:{card_id}")
+
+    async def idle(self) -> None:
+        """Wait for the calls in flight, and for those they start."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _tell(self, action: Action, text: str) -> None:
+        try:
+            where = action.thread_ts
+            await self.adapter.tell_privately(action.channel, action.user_id, text, thread_ts=where)
+        except ChannelError as exc:
+            log.warning("could not tell %s privately: %s", action.user_id, exc.message)
+
+    async def _redraw(
+        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Drawn]
+    ) -> None:
+        try:
+            record = await load(card_id)
+        except StoreError as exc:
+            log.warning("could not read %s to update its card: %s", card_id, exc)
+            return
+        if record is None or not record.card_ts:
+            return
+        text, blocks = draw(record)
+        try:
+            await self.adapter.update_blocks(f"{record.channel}:{record.card_ts}", text, blocks)
+        except ChannelError as exc:
+            log.warning("could not update the card of %s: %s", card_id, exc.message)
