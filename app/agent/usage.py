@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -29,6 +29,22 @@ log = logging.getLogger(__name__)
 BudgetKind = Literal["user", "install"]
 #: Called with each request's stored usage (the observer: metrics and the run's totals).
 UsageListener = Callable[[UsageRecord], None]
+#: Token kinds as providers report them (``<kind>_tokens`` of a :class:`UsageRecord`); input includes
+#: cache reads and writes.
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+#: What a usage row counts and a sum adds up: its tokens by kind, then its requests.
+COUNTS = (*(f"{kind}_tokens" for kind in TOKEN_KINDS), "requests")
+
+
+def counts(record: UsageRecord) -> dict[str, int]:
+    """``record``'s :data:`COUNTS`, by name (a log line's or a JSON report's fields)."""
+    return {name: getattr(record, name) for name in COUNTS}
+
+
+def added(total: UsageRecord, record: UsageRecord) -> UsageRecord:
+    """``total`` with ``record``'s counts added (its day the newest)."""
+    sums = {name: n + getattr(record, name) for name, n in counts(total).items()}
+    return replace(total, day=record.day, **sums)
 
 
 def utc_day(at: float) -> str:
@@ -126,17 +142,7 @@ class UsageMeter:
             model=response.model_name or model,
             at=now,
         )
-        t = self.total
-        self.total = UsageRecord(
-            day=record.day,
-            person=t.person,
-            channel=t.channel,
-            input_tokens=t.input_tokens + record.input_tokens,
-            output_tokens=t.output_tokens + record.output_tokens,
-            cache_read_tokens=t.cache_read_tokens + record.cache_read_tokens,
-            cache_write_tokens=t.cache_write_tokens + record.cache_write_tokens,
-            requests=t.requests + 1,
-        )
+        self.total = added(self.total, record)
         try:
             await self.store.record_usage(record)
         except Exception:

@@ -32,6 +32,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from app import logs, traces
+from app.agent.usage import TOKEN_KINDS, added, counts
 from app.intake.ingress import IngressResult
 from app.runs.ack_gate import AckGate
 from app.runs.follow_ups import LATE_AFTER
@@ -52,11 +53,8 @@ class _Run:
     trace: traces.RunSpan
     tools: int = 0
     tool_errors: int = 0
-    requests: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    #: The run's model usage so far: its requests and tokens.
+    usage: UsageRecord = field(default_factory=lambda: UsageRecord(day="", person="", channel=""))
 
 
 @dataclass
@@ -90,40 +88,27 @@ class Observer:
         self.metrics.run_duration.observe(seconds)
         if session.silent:
             self.metrics.silent_turns.inc()
-        logs.event(
-            log,
+        _ended(
             "run finished",
-            level=logging.INFO if status == "ok" else logging.WARNING,
-            outcome=status,
-            duration_ms=round(seconds * 1000),
+            status,
+            seconds,
             tools=run.tools,
             tool_errors=run.tool_errors,
             replied=session.replied,
             silent=session.silent,
-            requests=run.requests,
-            input_tokens=run.input_tokens,
-            output_tokens=run.output_tokens,
-            cache_read_tokens=run.cache_read_tokens,
-            cache_write_tokens=run.cache_write_tokens,
+            **counts(run.usage),
         )
         traces.end_run(run.trace, status)
         logs.close_scope(run.scope)
 
     # -- model usage -------------------------------------------------------------------------
     def usage(self, session: ChannelSession, record: UsageRecord) -> None:
-        m = self.metrics
-        m.model_requests.inc(record.requests)
-        m.model_tokens.labels(kind="input").inc(record.input_tokens)
-        m.model_tokens.labels(kind="output").inc(record.output_tokens)
-        m.model_tokens.labels(kind="cache_read").inc(record.cache_read_tokens)
-        m.model_tokens.labels(kind="cache_write").inc(record.cache_write_tokens)
+        self.metrics.model_requests.inc(record.requests)
+        for kind in TOKEN_KINDS:
+            self.metrics.model_tokens.labels(kind=kind).inc(getattr(record, f"{kind}_tokens"))
         run = self._runs.get(session)
         if run is not None:
-            run.requests += record.requests
-            run.input_tokens += record.input_tokens
-            run.output_tokens += record.output_tokens
-            run.cache_read_tokens += record.cache_read_tokens
-            run.cache_write_tokens += record.cache_write_tokens
+            run.usage = added(run.usage, record)
 
     def budget_hit(self, session: ChannelSession, budget: str) -> None:
         self.metrics.budget_hits.labels(budget=budget).inc()
@@ -137,14 +122,7 @@ class Observer:
         self.metrics.tool_calls.labels(tool=tool, outcome=outcome).inc()
         if tool == "channel_cancel_follow_up" and outcome == "ok":
             self.metrics.follow_ups_cancelled.inc()
-        logs.event(
-            log,
-            "tool call",
-            level=logging.INFO if outcome == "ok" else logging.WARNING,
-            tool=tool,
-            outcome=outcome,
-            duration_ms=round(seconds * 1000),
-        )
+        _ended("tool call", outcome, seconds, tool=tool)
 
     def follow_ups_fired(self, fired: Sequence[FollowUpRecord]) -> None:
         """Follow-ups the sweep fired; those more than LATE_AFTER past due count as late too."""
@@ -177,6 +155,12 @@ class Observer:
 
     def model_request(self, seconds: float, outcome: str) -> None:
         self.metrics.model_latency.labels(outcome=outcome).observe(seconds)
+
+
+def _ended(message: str, outcome: str, seconds: float, **fields: Any) -> None:
+    """The log line of something that ended: INFO when its ``outcome`` is ``ok``, else WARNING."""
+    level = logging.INFO if outcome == "ok" else logging.WARNING
+    logs.event(log, message, level=level, outcome=outcome, duration_ms=round(seconds * 1000), **fields)
 
 
 #: Most seconds a model request waits for a moment without deliveries waiting for their 200.

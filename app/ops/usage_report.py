@@ -12,9 +12,10 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Any, TextIO
 
-from app.agent.usage import utc_day
+from app.agent.usage import added, counts, utc_day
 from app.settings import Settings
 from channel.contract import Origin
 from channel.errors import ChannelError
@@ -107,12 +108,12 @@ async def _adapter(settings: Settings) -> SlackAdapter | None:
         return None
 
 
-def _counts(row: UsageRecord) -> tuple[int, ...]:
-    return (row.input_tokens, row.output_tokens, row.cache_read_tokens, row.cache_write_tokens, row.requests)
+def _cells(row: UsageRecord) -> tuple[str, ...]:
+    return tuple(f"{n:,}" for n in counts(row).values())
 
 
-def _total(rows: list[UsageRecord]) -> tuple[int, ...]:
-    return tuple(sum(c) for c in zip(*(_counts(r) for r in rows), strict=True)) if rows else (0,) * 5
+def _total(report: list[tuple[UsageRecord, str, str]]) -> UsageRecord:
+    return reduce(added, (r for r, _, _ in report), UsageRecord(day="", person="", channel=""))
 
 
 def _text(report: list[tuple[UsageRecord, str, str]], since: str, days: int) -> str:
@@ -120,8 +121,8 @@ def _text(report: list[tuple[UsageRecord, str, str]], since: str, days: int) -> 
     if not report:
         return f"{title}: none recorded."
     table: list[tuple[str, ...]] = [("day", "person", "channel", *_COLUMNS)]
-    table += [(r.day, person, channel, *(f"{n:,}" for n in _counts(r))) for r, person, channel in report]
-    table.append(("total", "", "", *(f"{n:,}" for n in _total([r for r, _, _ in report]))))
+    table += [(r.day, person, channel, *_cells(r)) for r, person, channel in report]
+    table.append(("total", "", "", *_cells(_total(report))))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     lines = [title + ":"]
     for line in table:
@@ -135,7 +136,6 @@ def _text(report: list[tuple[UsageRecord, str, str]], since: str, days: int) -> 
 def _json(
     report: list[tuple[UsageRecord, str, str]], since: str, days: int, *, names_resolved: bool
 ) -> dict[str, Any]:
-    keys = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
     return {
         "since": since,
         "days": days,
@@ -145,9 +145,9 @@ def _json(
                 "day": r.day,
                 "person": {"id": r.person, "name": person},
                 "channel": {"id": r.channel, "name": channel},
-                **dict(zip(keys, _counts(r), strict=True)),
+                **counts(r),
             }
             for r, person, channel in report
         ],
-        "total": dict(zip(keys, _total([r for r, _, _ in report]), strict=True)),
+        "total": counts(_total(report)),
     }
