@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from channel.errors import ChannelError
@@ -48,34 +48,33 @@ class RunOutcome:
     consumed: list[int] = field(default_factory=list)
 
 
-def stopped(exc: BaseException) -> bool:
-    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped` or the store's
-    refusal of a fenced write (``LeaseMoved``): either way the run may no longer act."""
-    pending, seen = [exc], set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue  # chains can loop
-        seen.add(id(current))
-        if isinstance(current, RunStopped | LeaseMoved):
-            return True
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        if current.__cause__ is not None:
-            pending.append(current.__cause__)
-    return False
-
-
-def slack_refusal(exc: BaseException) -> ChannelError | None:
-    """The Slack refusal ``exc`` is or wraps (Slack answered no, for sure: not a transport failure,
-    not an answer that leaves it unknown, not a rate limit), or None. A run ending on one is no bug:
-    it ends with a warning naming the reason, not a traceback."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it wraps: the members of exception groups and the causes, each once
+    (chains can loop)."""
     pending, seen = [exc], set()
     while pending:
         current = pending.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        if current.__cause__ is not None:
+            pending.append(current.__cause__)
+
+
+def stopped(exc: BaseException) -> bool:
+    """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped` or the store's
+    refusal of a fenced write (``LeaseMoved``): either way the run may no longer act."""
+    return any(isinstance(current, RunStopped | LeaseMoved) for current in _chain(exc))
+
+
+def slack_refusal(exc: BaseException) -> ChannelError | None:
+    """The Slack refusal ``exc`` is or wraps (Slack answered no, for sure: not a transport failure,
+    not an answer that leaves it unknown, not a rate limit), or None. A run ending on one is no bug:
+    it ends with a warning naming the reason, not a traceback."""
+    for current in _chain(exc):
         if (
             isinstance(current, ChannelError)
             and current.provider_code
@@ -83,8 +82,4 @@ def slack_refusal(exc: BaseException) -> ChannelError | None:
             and current.code != "rate_limited"
         ):
             return current
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-        if current.__cause__ is not None:
-            pending.append(current.__cause__)
     return None
