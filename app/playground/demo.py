@@ -62,30 +62,32 @@ def _turn_prompt(messages: list[ModelMessage]) -> str:
     return ""
 
 
-def _newest_handle(prompt: str) -> str:
-    """The handle of the newest message in the prompt (one JSON object per message, as the app
-    writes them; else the last handle-shaped word)."""
+def _newest_row(prompt: str, key: str) -> str | None:
+    """``key`` of the newest message in the prompt that has it as text (one JSON object per message,
+    as the app writes them); None when no line has it."""
     for line in reversed(prompt.splitlines()):
         try:
             row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict) and isinstance(row.get("message"), str):
-            return str(row["message"])
+        if isinstance(row, dict) and isinstance(row.get(key), str):
+            return str(row[key])
+    return None
+
+
+def _newest_handle(prompt: str) -> str:
+    """The handle of the newest message in the prompt (else the last handle-shaped word)."""
+    found = _newest_row(prompt, "message")
+    if found is not None:
+        return found
     handles = _HANDLE.findall(prompt)
     return handles[-1] if handles else ""
 
 
 def _newest_text(prompt: str) -> str:
     """The text of the newest message in the prompt (its JSON row's ``text``; else the whole prompt)."""
-    for line in reversed(prompt.splitlines()):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("text"), str):
-            return str(row["text"])
-    return prompt
+    found = _newest_row(prompt, "text")
+    return prompt if found is None else found
 
 
 #: What the demo asks for when a message says so: (trigger, tool, its arguments).
