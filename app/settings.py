@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -31,6 +32,11 @@ def _csv(value: object) -> object:
     if isinstance(value, str):
         return tuple(v.strip() for v in value.split(",") if v.strip())
     return value
+
+
+def _if_present(default: Path, present: Callable[[Path], bool]) -> Path | None:
+    """``default`` when ``present`` finds it there (a conventional file or folder), else None."""
+    return default if present(default) else None
 
 
 class Settings(BaseSettings):
@@ -190,17 +196,13 @@ class Settings(BaseSettings):
 
     @property
     def resolved_agent_file(self) -> Path | None:
-        if self.agent_file is not None:
-            return self.agent_file
-        default = Path("agent.toml")
-        return default if default.is_file() else None
+        """``AGENT_FILE``, else ``./agent.toml`` when there is one."""
+        return self.agent_file or _if_present(Path("agent.toml"), Path.is_file)
 
     @property
     def resolved_skills_dir(self) -> Path | None:
-        if self.skills_dir is not None:
-            return self.skills_dir
-        default = Path("skills")
-        return default if default.is_dir() else None
+        """``SKILLS_DIR``, else ``./skills`` when there is one."""
+        return self.skills_dir or _if_present(Path("skills"), Path.is_dir)
 
 
 def model_key_missing(model: str, settings: Settings) -> str | None:

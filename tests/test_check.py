@@ -274,3 +274,25 @@ async def test_a_bad_app_token_fails_the_check(
     assert code == 1
     [line] = lines_of(lines, "FAIL", "app token")
     assert expected in line and token not in line
+
+
+def test_the_agent_file_and_skills_folder_default_to_the_conventional_names_when_present(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``./agent.toml`` (a file) and ``./skills`` (a folder) are used when present and nothing else is
+    set; a setting wins; a folder named agent.toml or a file named skills is not taken."""
+    monkeypatch.delenv("AGENT_FILE", raising=False)
+    monkeypatch.delenv("SKILLS_DIR", raising=False)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.resolved_agent_file is None and settings.resolved_skills_dir is None
+    (tmp_path / "agent.toml").mkdir()
+    (tmp_path / "skills").write_text("")
+    assert settings.resolved_agent_file is None and settings.resolved_skills_dir is None
+    (tmp_path / "agent.toml").rmdir()
+    (tmp_path / "skills").unlink()
+    (tmp_path / "agent.toml").write_text("")
+    (tmp_path / "skills").mkdir()
+    assert settings.resolved_agent_file == Path("agent.toml")
+    assert settings.resolved_skills_dir == Path("skills")
+    chosen = Settings(_env_file=None, agent_file=tmp_path / "a.toml", skills_dir=tmp_path / "s")  # type: ignore[call-arg]
+    assert chosen.resolved_agent_file == tmp_path / "a.toml" and chosen.resolved_skills_dir == tmp_path / "s"
