@@ -8,7 +8,10 @@ later one answers with ``channel_reply``. ``LEASE_TTL`` is ten minutes, so no an
 bound can come from a lease expiring.
 
 Measurement. From the SIGKILL of the instance running the conversation to the survivor's reply in
-the thread; ``ROUNDS`` rounds (one with ``--tiny``), the row is the median, the spread in the note.
+the thread. The survivor starts after the doomed instance, so its first look sees it alive under its
+own liveness lock, as in any deployment whose instances have been up for more than a second
+(``app.runs.takeover``; a survivor that had not would wait out the 12 s grace). ``ROUNDS`` rounds
+(one with ``--tiny``), the row is the median, the spread in the note.
 (``recovery_seconds``, a restart on SQLite, is ``bench.recovery``.)
 """
 

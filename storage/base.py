@@ -48,6 +48,7 @@ from .records import (  # noqa: F401
     HandleKind,
     HandleRecord,
     InboxItem,
+    InstanceLook,
     LeaseMoved,
     LeaseRecord,
     StoreError,
@@ -200,9 +201,9 @@ class Store(Protocol):
     async def get_lease(self, task_id: str) -> LeaseRecord | None: ...
 
     # -- instances ----------------------------------------------------------------
-    #: Seconds an owner's liveness lock must be seen missing before the owner counts as dead: 0 where
-    #: only the process's death ends it (SQLite's file lock), more where a database restart ends every
-    #: instance's lock at once and they take it again within seconds (Postgres).
+    #: Seconds an owner's liveness lock must be seen missing before it counts as dead (unless seen
+    #: alive under the looker's unbroken lock, ``app.runs.takeover``): 0 where only the process's death
+    #: ends it (SQLite's file lock), more where a database restart ends every lock at once (Postgres).
     liveness_grace: float
 
     async def register_instance(self, owner: str, *, now: float) -> bool:
@@ -215,6 +216,10 @@ class Store(Protocol):
 
     async def dead_owners(self, *, now: float) -> list[str]:
         """Registered owners of unexpired leases whose liveness has ended (their process is gone)."""
+
+    async def look_at_instances(self, owner: str, *, now: float) -> InstanceLook:
+        """Which registered owners' liveness locks are held and which lease holders' are not, and
+        whether ``owner``'s own lock (registered through this store) is held at that moment."""
 
     async def expire_leases(self, owner: str, *, now: float) -> int:
         """End every lease of ``owner`` (a dead instance's) now and forget the instance, so its

@@ -50,10 +50,10 @@ REGISTER_INSTANCE: Final = Statement(
     "INSERT INTO instances (owner, lock_key, started_at) VALUES (:owner, :lock_key, :now)"
     " ON CONFLICT (owner) DO UPDATE SET lock_key = excluded.lock_key, started_at = excluded.started_at"
 )
-#: Registered owners that hold unexpired leases, with the key of their liveness lock.
-REGISTERED_LEASE_OWNERS: Final = Statement(
-    "SELECT DISTINCT i.owner, i.lock_key FROM instances i JOIN leases l ON l.owner = i.owner"
-    " WHERE l.expires_at > :now"
+#: Every registered owner, the key of its liveness lock, and whether it holds unexpired leases.
+REGISTERED_INSTANCES: Final = Statement(
+    "SELECT i.owner, i.lock_key, CASE WHEN EXISTS (SELECT 1 FROM leases l WHERE l.owner = i.owner"
+    " AND l.expires_at > :now) THEN 1 ELSE 0 END AS leasing FROM instances i"
 )
 EXPIRE_LEASES: Final = Statement(
     "UPDATE leases SET expires_at = :now WHERE owner = :owner AND expires_at > :now"

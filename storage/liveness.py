@@ -52,9 +52,18 @@ class FileLiveness:
         return await asyncio.to_thread(self._dead, owners)
 
     def _dead(self, owners: Sequence[str]) -> list[str]:
-        found = []
+        return [owner for owner, alive in self._states(owners).items() if not alive]
+
+    async def states(self, owners: Sequence[str]) -> dict[str, bool]:
+        """Whether each of ``owners`` is alive (its lock held, by this process or another) or dead
+        (its lock file free); owners without a lock file are left out (never registered here)."""
+        return await asyncio.to_thread(self._states, owners)
+
+    def _states(self, owners: Sequence[str]) -> dict[str, bool]:
+        found: dict[str, bool] = {}
         for owner in owners:
             if owner in self._held:
+                found[owner] = True
                 continue
             path = self._path(owner)
             if not path.exists():
@@ -62,11 +71,12 @@ class FileLiveness:
             try:
                 fd = self._lock(path)
             except BlockingIOError:
-                continue  # alive
+                found[owner] = True
+                continue
             except OSError:
                 continue
             os.close(fd)
-            found.append(owner)
+            found[owner] = False
         return found
 
     async def gone(self, owners: Sequence[str]) -> list[str]:

@@ -97,7 +97,8 @@ class PostgresStore(SqlStore):
     dialect: ClassVar = POSTGRES
     #: A database restart, a failover or a terminated backend ends every instance's liveness session
     #: at once; each takes its lock again on its next takeover pass (``app.runs.scheduler``). An owner
-    #: counts as dead only once its lock has been missing this long (``Store.liveness_grace``).
+    #: not seen alive under the looker's current lock counts as dead only once its lock has been
+    #: missing this long (``Store.liveness_grace``, ``app.runs.takeover``).
     liveness_grace: float = 12.0
 
     def __init__(
@@ -247,9 +248,18 @@ class PostgresStore(SqlStore):
         return key, True
 
     async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        _, held = await self._lock_states("", owners)
+        return [owner for owner, alive in held.items() if not alive]
+
+    async def _lock_states(
+        self, owner: str, owners: Sequence[tuple[str, int]]
+    ) -> tuple[int | None, dict[str, bool]]:
+        # One pg_locks read: a consistent snapshot of every lock, ours included.
         rows = await self._transact(lambda conn: conn.fetch(_LIVE_KEYS, _LIVENESS_LOCK_CLASS))
         live = {int(r["key"]) for r in rows}
-        return [owner for owner, key in owners if key not in live]
+        ours = self._liveness_of
+        session = ours[1] if ours is not None and ours[0] == owner and ours[1] in live else None
+        return session, {name: key in live for name, key in owners}
 
     # -- lifecycle ---------------------------------------------------------------
     async def close(self) -> None:

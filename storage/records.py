@@ -151,6 +151,20 @@ class LeaseRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceLook:
+    """One look at the liveness locks of registered instances (``Store.look_at_instances``): every
+    lock as one snapshot of the database (Postgres) or of the lock files (SQLite) shows it."""
+
+    #: The key of the looking instance's own lock when that snapshot shows it held; None when it
+    #: does not (lost since ``register_instance``: a database restart may have ended every lock).
+    session: int | None
+    #: Registered owners whose lock was held.
+    live: frozenset[str]
+    #: Registered owners of unexpired leases whose lock was not held (their process may be gone).
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class UsageRecord:
     """What model requests cost: one request's usage when recorded, a sum in ``usage_by_day``."""
 

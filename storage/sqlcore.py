@@ -46,6 +46,13 @@ class SqlCore(ABC):
     async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         """Which of ``(owner, lock key)`` no longer hold their liveness lock."""
 
+    @abstractmethod
+    async def _lock_states(
+        self, owner: str, owners: Sequence[tuple[str, int]]
+    ) -> tuple[int | None, dict[str, bool]]:
+        """One snapshot of the liveness locks: the key of ``owner``'s own lock if held (None: not),
+        and for each of ``owners`` ``(owner, lock key)`` whose liveness can be told, whether it is held."""
+
     async def _gone(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         """Which of ``owners`` have ended, cleanly or not (pruning: they hold no lease)."""
         return await self._dead(owners)

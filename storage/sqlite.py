@@ -322,6 +322,15 @@ class SQLiteStore(SqlStore):
             return []
         return await self._liveness.dead([owner for owner, _ in owners])
 
+    async def _lock_states(
+        self, owner: str, owners: Sequence[tuple[str, int]]
+    ) -> tuple[int | None, dict[str, bool]]:
+        if self._liveness is None:
+            return None, {}
+        # A file lock ends only with its process: ours is held while this store is open.
+        session = 0 if self._liveness.holds(owner) else None
+        return session, await self._liveness.states([name for name, _ in owners])
+
     async def _gone(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         if self._liveness is None:
             return []

@@ -20,6 +20,7 @@ from .base import (
     HandleKind,
     HandleRecord,
     InboxItem,
+    InstanceLook,
     LeaseMoved,
     LeaseRecord,
     StoreError,
@@ -222,10 +223,15 @@ class SqlStore(PeopleMethods, FollowUpMethods, AskMethods):
         return fresh
 
     async def dead_owners(self, *, now: float) -> list[str]:
-        rows = await self._fetch(sql.REGISTERED_LEASE_OWNERS, {"now": now})
-        if not rows:
-            return []
-        return await self._dead([(str(r["owner"]), int(r["lock_key"])) for r in rows])
+        return list((await self.look_at_instances("", now=now)).missing)
+
+    async def look_at_instances(self, owner: str, *, now: float) -> InstanceLook:
+        rows = await self._fetch(sql.REGISTERED_INSTANCES, {"now": now})
+        keys = [(str(r["owner"]), int(r["lock_key"])) for r in rows]
+        session, held = await self._lock_states(owner, keys)
+        leasing = [str(r["owner"]) for r in rows if r["leasing"]]
+        live = frozenset(o for o, alive in held.items() if alive)
+        return InstanceLook(session, live, tuple(o for o in leasing if held.get(o) is False))
 
     async def expire_leases(self, owner: str, *, now: float) -> int:
         ended = await self._execute(sql.EXPIRE_LEASES, {"owner": owner, "now": now})

@@ -34,7 +34,7 @@ from .lease_statements import (  # noqa: F401
     IDLE_INSTANCES,
     LEASE_COLUMNS,
     REGISTER_INSTANCE,
-    REGISTERED_LEASE_OWNERS,
+    REGISTERED_INSTANCES,
     RELEASE_LEASE,
     RENEW_LEASE,
     fenced,

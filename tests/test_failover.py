@@ -122,3 +122,89 @@ async def test_both_instances_recover_when_every_backend_is_terminated_mid_run(t
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             await conn.close()
+
+
+class _StuckOnce:
+    """The first request of the conversation never returns (its instance is killed meanwhile);
+    every later one replies once."""
+
+    def __init__(self) -> None:
+        self.first = asyncio.Event()
+        self.release = asyncio.Event()
+        self.asked = 0
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        messages = request.get("messages") or [{}]
+        if messages[-1].get("role") == "tool":
+            return FakeOpenAI.text("")
+        self.asked += 1
+        if not self.first.is_set():
+            self.first.set()
+            await self.release.wait()
+            return FakeOpenAI.text("")
+        return FakeOpenAI.tool_call("channel_reply", {"text": f"answer to: {last_user_text(request)}"})
+
+
+async def test_a_killed_instances_conversation_is_taken_over_without_waiting_out_the_grace(
+    tmp_path: Path,
+) -> None:
+    """Two instances; the one running a conversation is SIGKILLed mid-run. The survivor, which saw
+    it alive under its own unbroken liveness lock, judges it dead as soon as its lock is gone (the
+    log names that rule, not the grace), and the conversation is answered once."""
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set")
+    schema = f"tb_takeover_{uuid.uuid4().hex[:12]}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    model = _StuckOnce()
+    try:
+        async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
+            slack.add_channel("C1", "general")
+            slack.add_user("U1", "alice", display_name="Alice")
+            env = {
+                "SLACK_BOT_TOKEN": slack.token,
+                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+                "SLACK_API_URL": slack.api_url,
+                "MODEL": "openai-chat:fake",
+                "OPENAI_BASE_URL": llm.base_url,
+                "OPENAI_API_KEY": "x",
+                "LEASE_TTL": "600",
+                "SWEEP_INTERVAL": "3600",
+                "PROGRESS": "off",
+                "STREAM": "off",
+                "DATABASE_URL": url,
+            }
+            doomed, survivor = (
+                ServerProcess(
+                    {**env, "DATA_DIR": str(tmp_path / name)}, cwd=tmp_path, log_path=tmp_path / f"{name}.log"
+                )
+                for name in ("doomed", "survivor")
+            )
+            await doomed.start()
+            await survivor.start()
+            try:
+                root = slack.add_message("C1", "<@UBOT> anyone there", user="U1")
+                envelope = events.app_mention("C1", "U1", "<@UBOT> anyone there", root)
+                response = await events.deliver(http, f"{doomed.url}/slack/events", envelope, SIGNING_SECRET)
+                assert response.status == 200
+                await asyncio.wait_for(model.first.wait(), WITHIN_S)
+                doomed.kill()
+                await doomed.wait()
+
+                def answers() -> list[str]:
+                    return [m["text"] for m in slack.bot_messages("C1") if m.get("thread_ts") == root]
+
+                await eventually(lambda: bool(answers()), within=WITHIN_S)
+            finally:
+                model.release.set()
+                await survivor.stop()
+            assert len(answers()) == 1 and "anyone there" in answers()[0], answers()
+            log = (tmp_path / "survivor.log").read_text()
+            assert "is gone (its liveness lock ended while ours held); taking over its 1 conversations" in log
+            assert "stayed missing" not in log
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()

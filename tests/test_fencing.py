@@ -15,12 +15,13 @@ from app.runs.lease import Lease
 from app.runs.outcome import RunOutcome, RunStopped
 from app.runs.run import RunExecutor
 from app.runs.scheduler import Scheduler
+from app.runs.takeover import CONFIRM_S
 from channel.contract import Origin
 from channel.fake import FakeAdapter
 from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from storage import open_store
-from storage.base import Fence, InboxItem, LeaseMoved, Store
+from storage.base import Fence, InboxItem, InstanceLook, LeaseMoved, Store
 from storage.sqlite import SQLiteStore
 from tests.support.models import Turn, call, scripted
 
@@ -144,21 +145,23 @@ async def test_an_owner_is_judged_dead_only_after_its_lock_stays_missing_for_the
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where a database restart ends every instance's liveness lock at once (Postgres), an owner
-    whose lock is missing is taken over only when it has not taken it again within the grace."""
+    whose lock is missing, and which this instance never saw alive under its own lock, is taken
+    over only when it has not taken its lock again within the grace."""
     store = SQLiteStore(tmp_path / "db.sqlite")
     await store.migrate()
     try:
         clock = [T0]
-        scheduler = Scheduler(store=store, executor=cast(Any, None), owner="A", clock=lambda: clock[0])
         task_id = await _task(store)
         assert await store.take_lease(task_id, owner="B", ttl=600, now=T0)
         missing = ["B"]
 
-        async def dead_owners(*, now: float) -> list[str]:
-            return list(missing)
+        async def look_at_instances(owner: str, *, now: float) -> InstanceLook:
+            assert owner == "A"
+            return InstanceLook(7, frozenset(["A"]), tuple(missing))
 
-        monkeypatch.setattr(store, "dead_owners", dead_owners)
+        monkeypatch.setattr(store, "look_at_instances", look_at_instances)
         monkeypatch.setattr(store, "liveness_grace", 12.0)
+        scheduler = Scheduler(store=store, executor=cast(Any, None), owner="A", clock=lambda: clock[0])
         assert await scheduler.take_over() == 0  # missing since T0: B may be re-registering
         clock[0] = T0 + 6
         missing.clear()  # B took its lock again
@@ -171,6 +174,38 @@ async def test_an_owner_is_judged_dead_only_after_its_lock_stays_missing_for_the
         lease = await store.get_lease(task_id)
         assert lease is not None and lease.owner == "B" and lease.expires_at > clock[0]
         clock[0] = T0 + 25
+        assert await scheduler.take_over() == 1
+        lease = await store.get_lease(task_id)
+        assert lease is not None and lease.expires_at <= clock[0]
+    finally:
+        await store.close()
+
+
+async def test_an_owner_seen_alive_under_our_own_lock_is_dead_once_its_lock_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner this instance saw alive while holding its own lock, whose lock then goes while ours
+    stays held (so the database did not end every session), is taken over at the confirming look,
+    well inside the grace."""
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    try:
+        clock = [T0]
+        task_id = await _task(store)
+        assert await store.take_lease(task_id, owner="B", ttl=600, now=T0)
+        looks = [InstanceLook(7, frozenset(["A", "B"]), ())]
+
+        async def look_at_instances(owner: str, *, now: float) -> InstanceLook:
+            return looks[-1]
+
+        monkeypatch.setattr(store, "look_at_instances", look_at_instances)
+        monkeypatch.setattr(store, "liveness_grace", 12.0)
+        scheduler = Scheduler(store=store, executor=cast(Any, None), owner="A", clock=lambda: clock[0])
+        assert await scheduler.take_over() == 0
+        looks.append(InstanceLook(7, frozenset(["A"]), ("B",)))  # B was SIGKILLed
+        clock[0] = T0 + 1
+        assert await scheduler.take_over() == 0  # first seen missing: confirmed at the next look
+        clock[0] = T0 + 1 + CONFIRM_S
         assert await scheduler.take_over() == 1
         lease = await store.get_lease(task_id)
         assert lease is not None and lease.expires_at <= clock[0]

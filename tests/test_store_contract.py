@@ -725,6 +725,8 @@ async def test_a_killed_instances_leases_are_taken_over_before_they_expire(
             break
         await asyncio.sleep(0.05)
     assert dead == ["A"]
+    look = await store.look_at_instances("B", now=T0 + 1)
+    assert look.missing == ("A",) and "B" in look.live and look.session is not None
     assert not await store.acquire_lease(task_id, owner="B", ttl=60, now=T0 + 1)
     assert await store.expire_leases("A", now=T0 + 1) == 1
     assert await store.acquire_lease(task_id, owner="B", ttl=60, now=T0 + 1)
@@ -743,6 +745,42 @@ async def test_live_instances_are_never_dead(store_factory: StoreFactory) -> Non
     assert await second.acquire_lease(await new_task(second, "2.2"), owner="B", ttl=600, now=T0)
     assert await first.dead_owners(now=T0 + 1) == []
     assert await second.dead_owners(now=T0 + 1) == []
+
+
+async def test_a_look_shows_our_own_lock_held_and_every_live_instance(store_factory: StoreFactory) -> None:
+    """look_at_instances, from the store an owner registered through: its own lock held (the
+    session), every registered owner alive, none missing; an owner registered elsewhere has no
+    session here. On Postgres, once our own session is ended, the look says so (no session)."""
+    first, second = await store_factory(), await store_factory()
+    await first.register_instance("A", now=T0)
+    await second.register_instance("B", now=T0)
+    assert await second.acquire_lease(await new_task(second, "2.2"), owner="B", ttl=600, now=T0)
+    look = await first.look_at_instances("A", now=T0 + 1)
+    assert look.session is not None and look.live == {"A", "B"} and look.missing == ()
+    assert (await first.look_at_instances("B", now=T0 + 1)).session is None
+    if isinstance(first, PostgresStore):
+        import asyncpg
+
+        conn = await asyncpg.connect(store_factory.url.split("?")[0])
+        try:
+            ended = await conn.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND objsubid = 2 AND classid::bigint = $1 AND objid::bigint = $2",
+                0x7469,
+                look.session,
+            )
+        finally:
+            await conn.close()
+        assert ended == 1
+        for _ in range(100):  # the backend ends once it handles the signal
+            look = await first.look_at_instances("A", now=T0 + 2)
+            if look.session is None:
+                break
+            await asyncio.sleep(0.05)
+        assert look.session is None and "A" not in look.live and "B" in look.live
+        assert await first.register_instance("A", now=T0 + 3)  # taken anew, under a new key
+        again = await first.look_at_instances("A", now=T0 + 3)
+        assert again.session is not None and again.live == {"A", "B"}
 
 
 async def test_registering_again_is_harmless(store_factory: StoreFactory) -> None:

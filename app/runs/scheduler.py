@@ -18,13 +18,12 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.lease``): a driver that lost it stops its run and lets go of the task.
 - A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and at once
-  on start) the store names registered owners whose process is gone (their
-  liveness lock ended, see ``Store.register_instance``); their leases are ended
-  and their conversations driven here. ``LEASE_TTL`` only covers a hung process.
-  Where a database restart ends every instance's lock at once (Postgres), an owner
-  counts as dead only once its lock has been missing for ``Store.liveness_grace``
-  seconds (every live instance takes its lock again within one pass); a false
-  judgement is harmless anyway: the old owner's writes are fenced (``Store.take_lease``).
+  on start) the store shows which registered owners' liveness locks are held
+  (``Store.look_at_instances``); the owners judged dead (``app.runs.takeover``: at once
+  when seen alive earlier under our own unbroken lock, else after ``Store.liveness_grace``,
+  since a database restart ends every lock at once) have their leases ended and their
+  conversations driven here. ``LEASE_TTL`` only covers a hung process. A false judgement
+  is harmless: the old owner's writes are fenced (``Store.take_lease``).
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 
 from storage.base import Fence, Store, TaskRecord
@@ -43,13 +43,15 @@ from .ack_gate import AckGate
 from .lease import Lease
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
+from .takeover import CONFIRM_S, Judge
 
 log = logging.getLogger(__name__)
 
 #: Seconds between prunes of old claim keys by the sweep.
 PRUNE_INTERVAL = 3600.0
-#: Seconds between looks for dead instances whose conversations to take over.
-TAKEOVER_INTERVAL = 5.0
+#: Seconds between looks for dead instances whose conversations to take over (a look is two
+#: sub-millisecond queries and a ping of the liveness session).
+TAKEOVER_INTERVAL = 1.0
 #: Most seconds run start-ups wait for a moment without acknowledgements in flight.
 START_PATIENCE = 0.25
 #: Drivers started at once when patience ran out during a sustained burst.
@@ -90,8 +92,8 @@ class Scheduler:
         self._drivers: dict[str, asyncio.Task[None]] = {}
         #: Tasks woken while their driver ran: it looks at the inbox again before it ends.
         self._again: set[str] = set()
-        #: Owners whose liveness lock was seen missing, and since when (``Store.liveness_grace``).
-        self._suspects: dict[str, float] = {}
+        #: Which owners whose liveness lock is missing count as dead (``app.runs.takeover``).
+        self._judge = Judge(getattr(store, "liveness_grace", 0.0))
         self._accepting = True
         #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate
@@ -187,15 +189,12 @@ class Scheduler:
         # Our own liveness first: a database restart ends the session holding it, and then every
         # other instance would take our conversations every few seconds.
         await self.store.register_instance(self.owner, now=self.clock())
-        missing = [o for o in await self.store.dead_owners(now=self.clock()) if o != self.owner]
-        now = self.clock()
-        self._suspects = {o: self._suspects.get(o, now) for o in missing}
-        grace = getattr(self.store, "liveness_grace", 0.0)
-        dead = [o for o, since in self._suspects.items() if now - since >= grace]
-        for owner in dead:
-            del self._suspects[owner]
+        look = await self.store.look_at_instances(self.owner, now=self.clock())
+        missing = tuple(o for o in look.missing if o != self.owner)
+        dead = self._judge.dead(replace(look, missing=missing), self.clock())
+        for owner, reason in dead.items():
             ended = await self.store.expire_leases(owner, now=self.clock())
-            log.warning("instance %s is gone; taking over its %d conversations", owner, ended)
+            log.warning("instance %s is gone (%s); taking over its %d conversations", owner, reason, ended)
         if dead:
             await self.sweep()
         return len(dead)
@@ -206,7 +205,8 @@ class Scheduler:
                 await self.take_over()
             except Exception:
                 log.exception("looking for dead instances failed")
-            await asyncio.sleep(interval)
+            # An owner seen alive went missing: its confirming look comes sooner.
+            await asyncio.sleep(min(interval, CONFIRM_S) if self._judge.confirming else interval)
 
     async def prune_claims(self) -> int | None:
         """Drop claim keys older than ``claim_retention``, at most once per ``PRUNE_INTERVAL``

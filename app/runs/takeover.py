@@ -1,0 +1,71 @@
+"""When a lease owner whose liveness lock is missing counts as dead (the scheduler's takeover).
+
+Every instance holds a liveness lock that ends with its process (``Store.register_instance``); a
+missing lock usually means the process is gone. On Postgres it can also mean that the database
+restarted, failed over or terminated every session: then every instance's lock ended at once and
+each takes it again on its next look. The rule, for one looking instance:
+
+- A look that does not show our own lock held judges nobody (every lock may just have ended).
+- An owner whose lock we saw held under our current lock, and which has been missing from our
+  looks for ``CONFIRM_S`` since, while our own lock stayed held, is dead at once. An event that
+  ends every session would have ended ours too (a new lock, so a new memory of who was seen); the
+  confirmation covers a restart caught while it ends the sessions one by one.
+- Any other missing owner (one we never saw held since our lock was taken: we just started, or
+  re-registered after a restart) counts as dead once it has been missing for the store's
+  ``liveness_grace``, long enough for every live instance to have taken its lock again.
+- Where only the process's death ends a lock (``liveness_grace`` 0, SQLite's file locks), a
+  missing owner is dead at once.
+
+A wrong judgement (only one instance's session was ended, say by ``pg_terminate_backend``) is
+harmless: the old owner's writes are fenced by its lease (``Store.take_lease``).
+"""
+
+from __future__ import annotations
+
+from storage.base import InstanceLook
+
+#: Seconds an owner seen alive must stay missing (while our lock holds) before it counts as dead.
+CONFIRM_S = 0.5
+
+
+class Judge:
+    """Remembers, across looks, who was seen alive under our own lock and since when who is missing."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        #: Our own lock's key the memory below belongs to (None: no look showed it held yet).
+        self._session: int | None = None
+        #: Owners whose lock a look under ``_session`` showed held.
+        self._seen: set[str] = set()
+        #: Missing owners and the time they were first seen missing.
+        self._suspects: dict[str, float] = {}
+
+    @property
+    def confirming(self) -> bool:
+        """Whether a missing owner seen alive waits for its confirming look (look again soon)."""
+        return any(owner in self._seen for owner in self._suspects)
+
+    def dead(self, look: InstanceLook, now: float) -> dict[str, str]:
+        """The owners of ``look.missing`` that count as dead now, each with the reason (for the log)."""
+        if self.grace <= 0:
+            return {owner: "its liveness lock is free" for owner in look.missing}
+        if look.session is None or look.session != self._session:
+            # Our own lock ended (or is new): every lock may have ended with it, so who we saw alive
+            # says nothing now, and the grace counts from our new lock on.
+            self._seen.clear()
+            self._suspects.clear()
+            self._session = look.session
+            if look.session is None:
+                return {}
+        self._suspects = {owner: self._suspects.get(owner, now) for owner in look.missing}
+        dead: dict[str, str] = {}
+        for owner, since in self._suspects.items():
+            if owner in self._seen and now - since >= CONFIRM_S:
+                dead[owner] = "its liveness lock ended while ours held"
+            elif now - since >= self.grace:
+                dead[owner] = f"its liveness lock stayed missing for {self.grace:g} s"
+        for owner in dead:
+            del self._suspects[owner]
+            self._seen.discard(owner)
+        self._seen |= look.live
+        return dead
