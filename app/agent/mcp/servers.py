@@ -18,6 +18,10 @@ gets the file's ``headers`` and nothing else, only on its own origin
 What leaves a server is bounded: each answer while it is read (``http``, ``stdio_cap``), tool
 descriptions and schemas (``bounds``). Reasons shown in logs, ``check`` and to the model never
 carry the URL's query or password, nor any expanded ``${VAR}`` or header value.
+
+fastmcp and the MCP SDK are imported when a server is first opened, not with this module: a
+process whose agent file names no MCP server never loads them (they are about half of what
+``import app.service`` costs; ``tests/test_lazy_imports.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -28,12 +32,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from fastmcp.client import Client
-from fastmcp.client.transports import ClientTransport, StdioTransport, StreamableHttpTransport
-from fastmcp.exceptions import McpError, ToolError
-from pydantic_ai.mcp import MCPToolset
+from typing import TYPE_CHECKING, Any
 
 from app.agent.mcp.bounds import bounded_description, bounded_schema
 from app.agent.mcp.config import McpServerConfig
@@ -41,6 +40,11 @@ from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
 from app.agent.mcp.stdio_cap import install as cap_stdio_answers
 from app.logs import add_secrets
 from channel.errors import bounded
+
+if TYPE_CHECKING:
+    from fastmcp.client.transports import ClientTransport
+    from fastmcp.exceptions import McpError
+    from pydantic_ai.mcp import MCPToolset
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +186,8 @@ class McpServer:
         return tools
 
     def _transport(self) -> ClientTransport:
+        from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+
         if self.config.command:
             program, *args = self.config.command
             return StdioTransport(
@@ -202,6 +208,9 @@ class McpServer:
         )
 
     async def _open(self) -> MCPToolset[Any]:
+        from fastmcp.client import Client
+        from pydantic_ai.mcp import MCPToolset
+
         client: Client[Any] = Client(
             self._transport(), name="threadbound", init_timeout=self.config.startup_timeout
         )
@@ -227,6 +236,8 @@ class McpServer:
     # -- calls --------------------------------------------------------------------------
     async def call(self, tool: McpTool, args: dict[str, Any]) -> Any:
         """Call ``tool``; its result as pydantic-ai maps it (text, JSON, BinaryContent or a list)."""
+        from fastmcp.exceptions import McpError, ToolError
+
         toolset = await self._ready()
         self._too_large = False
         try:
@@ -253,6 +264,8 @@ class McpServer:
 
     async def _ready(self) -> MCPToolset[Any]:
         """The open toolset, reopened first when the last call broke it or a stdio server died."""
+        from fastmcp.exceptions import McpError
+
         toolset = self._toolset
         if toolset is not None and not self._broken and self.config.command:
             try:

@@ -19,7 +19,6 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import mcp.client.stdio as sdk_stdio
 from anyio.streams.text import TextReceiveStream
 
 from .http import MAX_ANSWER_BYTES
@@ -94,4 +93,6 @@ class CappedLines:
 
 def install() -> None:
     """Read every stdio MCP server through :class:`CappedLines` (idempotent)."""
+    import mcp.client.stdio as sdk_stdio  # here, not above: only a process with MCP servers loads the SDK
+
     sdk_stdio.TextReceiveStream = CappedLines  # type: ignore[misc,assignment]
