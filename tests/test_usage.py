@@ -382,14 +382,17 @@ class _Spent:
 
 
 class _Thread:
-    """Session stand-in that records the notes posted."""
+    """Session stand-in that records the notes posted, by effect id (posted once per id)."""
 
     def __init__(self) -> None:
         self.notes: list[str] = []
+        self.effects: list[str] = []
+        self.task = type("Task", (), {"task_id": "t"})()
 
-    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> dict[str, Any]:
-        self.notes.append(markdown)
-        return {}
+    async def post_note_once(self, effect_id: str, markdown: str) -> None:
+        if effect_id not in self.effects:
+            self.effects.append(effect_id)
+            self.notes.append(markdown)
 
 
 def _item(n: int, user: str) -> InboxItem:
@@ -409,5 +412,36 @@ async def test_a_run_shows_only_the_messages_of_authors_within_their_budget() ->
     shown = await screen.screen(items)
     assert [i.item_id for i in shown] == [2] and newest_author(shown) == "U1"
     assert len(thread.notes) == 1 and "500 of your 100" in thread.notes[0]
+    assert thread.effects == ["budget_t_U2_1"]  # its own effect id: a restart finds it, posts it once
     only_bob = [_item(4, "U2"), _item(5, "U2")]
     assert await BudgetScreen(budgets, _Thread()).screen(only_bob) == only_bob  # type: ignore[arg-type]
+
+
+async def test_a_budget_note_for_someone_else_does_not_drop_the_final_text_answer(tmp_path: Path) -> None:
+    """Bob's budget note is the host's, no reply: Alice's answer, given as final text, is still posted."""
+    held = asyncio.Event()
+    proceed = asyncio.Event()
+
+    async def brain(turn: Turn) -> list[Any]:
+        held.set()
+        await proceed.wait()
+        return ["answer as text"]
+
+    async with FakeSlack() as slack:
+        workspace(slack)
+        async with AppHarness(
+            slack, model=scripted(brain), data_dir=tmp_path, stream="off", user_daily_token_budget=100
+        ) as app:
+            assert app.service is not None
+            spent = UsageRecord(day=utc_day(time.time()), person="U2", channel="C1", input_tokens=500)
+            await app.service.store.record_usage(spent)
+            root = slack.add_message("C1", "<@UBOT> alice asks", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> alice asks", root))
+            await held.wait()
+            ts = slack.add_message("C1", "bob says", user="U2", thread_ts=root)
+            await app.deliver(events.message("C1", "U2", "bob says", ts, thread_ts=root))
+            proceed.set()
+            await app.idle()
+        texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
+    assert sum("500 of your 100 daily model tokens" in t for t in texts) == 1
+    assert texts.count("answer as text") == 1

@@ -4,9 +4,11 @@ A run answers every message in its inbox, and messages steered into it mid-run. 
 checked against its own author's ``USER_DAILY_TOKEN_BUDGET`` before the model sees it: a message
 whose author has used up their budget is not shown to the model (so posting after someone else no
 longer gets an over-budget person an answer); it is consumed with the run, and its author gets the
-budget's short note in the thread, once per run. Model requests are charged to the author of the
-newest message shown (see :func:`newest_author`). A run whose messages are *all* over budget is
-refused as a whole (``app.runs.refusal``), with the same note.
+budget's short note in the thread, once per run. The note is journalled under an effect id of its own
+(the task, the person, their first message left out): a crash after it was posted, before the run
+consumed the message, finds it on restart instead of posting it again. Model requests are charged
+to the author of the newest message shown (see :func:`newest_author`). A run whose messages are
+*all* over budget is refused as a whole (``app.runs.refusal``), with the same note.
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ class BudgetScreen:
                 continue
             self._told.add(person)
             log.warning("a message from a person past their daily token budget was not shown to the model")
+            first = min(i.item_id for i in items if author(i) == person)
             try:
-                await self.session.post_markdown(over[person].note(), feedback=False)
+                effect_id = f"budget_{self.session.task.task_id}_{person}_{first}"
+                await self.session.post_note_once(effect_id, over[person].note())
             except (ChannelError, RunStopped) as exc:
                 log.warning("could not post the budget note: %s", exc)
         return kept

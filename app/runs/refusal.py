@@ -45,6 +45,7 @@ async def refuse(
     try:
         # By an effect id of its own (its inbox items'): a crash before the save does not post it twice.
         await session.post_note_once(f"budget_{task.task_id}_{consumed[0]}_{consumed[-1]}", note)
+        session.replied = True  # the note is this run's whole answer
     except RunStopped:
         return RunOutcome(task.task_id, "stopped", False, "", [])
     except ChannelError as exc:

@@ -44,7 +44,6 @@ from channel.contract import ChannelAdapter, Origin
 from channel.journal import CALL_ID, WriteGuard
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
-from channel.session.replies import NOTE_EFFECT
 from channel.streaming import FLUSH_INTERVAL
 from storage.base import (
     EffectRecord,
@@ -182,7 +181,7 @@ class RunExecutor:
         thread_ts = items[-1].thread_ts if items else task.thread_ts
         session = self.session(task, Origin(task.channel, thread_ts), guard=guard, fence=fence)
         cards = [e for e in effects if e.tool == CARD_EFFECT]
-        effects = [e for e in effects if e.tool not in (CARD_EFFECT, NOTE_EFFECT)]  # settled apart
+        effects = [e for e in effects if e.tool != CARD_EFFECT]  # settled apart
         try:
             notes = await session.reconcile(effects) if effects else []
             if self.approvals is not None:

@@ -53,8 +53,9 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
 
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
         """Settle effects a crashed run left open: the asks' cards through the ask host (found by
-        their effect id, so posted once), the rest by the journal (``channel.journal.reconcile``)."""
-        rest = await self.settle_asks(effects)
+        their effect id, so posted once), host notes finished once, the rest by the journal
+        (``channel.journal.reconcile``)."""
+        rest = await self.settle_notes(await self.settle_asks(effects))
         return await super().reconcile(rest) if rest else []
 
     # -- streaming ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
@@ -81,15 +82,17 @@ class Replies(SessionState):
         return result
 
     async def post_note_once(self, effect_id: str, markdown: str) -> None:
-        """Post a short host note (no feedback buttons) at most once across crashes: ``effect_id`` is
+        """Post a short host note (no feedback buttons) exactly once across crashes: ``effect_id`` is
         the note's own, so a restart that finds its effect closed, or its post in the thread, does
-        not post it again. The run's reconcile leaves these effects to this method (``NOTE_EFFECT``)."""
+        not post it again. Its text is journalled with it: a note a crash left open is finished by
+        the next run's reconcile (:meth:`settle_notes`) whether or not that run would post it again.
+        A note is no reply: the run's answer is still posted after it."""
         known = await self.journal.get(effect_id)
         if known is not None and known.result is not None:
             return
         found = await self.adapter.find_posted(self.origin, effect_id) if known is not None else []
         if known is None:
-            args = {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts}
+            args = {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "text": markdown}
             await self.journal.open(NOTE_EFFECT, args, effect_id=effect_id)
         try:
             posted = found[0] if found else await self.post_once(strip_mass_mentions(markdown), effect_id)
@@ -97,7 +100,30 @@ class Replies(SessionState):
             await self.journal.close(effect_id, exc.as_result())
             raise
         await self.journal.close(effect_id, {"message": await self.record_post(posted)})
-        self.replied = True
+
+    async def settle_notes(self, effects: Sequence[EffectRecord]) -> list[EffectRecord]:
+        """Finish the host notes among ``effects`` a crash left open (found in the thread by their
+        effect id, else posted); the others, for the journal's reconcile."""
+        rest = []
+        for effect in effects:
+            if effect.tool != NOTE_EFFECT:
+                rest.append(effect)
+                continue
+            text = json.loads(effect.args).get("text")
+            try:
+                if isinstance(text, str) and text.strip():
+                    await self.post_note_once(effect.effect_id, text)
+                elif found := await self.adapter.find_posted(self.origin, effect.effect_id):
+                    await self.journal.close(effect.effect_id, {"message": await self.record_post(found[0])})
+                else:  # journalled without its text (an older version): not found, not posted
+                    error = ChannelError("not_found", "the interrupted note is not in the conversation")
+                    await self.journal.close(effect.effect_id, error.as_result())
+            except ChannelError as exc:
+                log.warning("could not finish an interrupted note: %s", exc.message)
+                left = await self.journal.get(effect.effect_id)
+                if left is not None and left.result is None:  # settled, never retried run after run
+                    await self.journal.close(effect.effect_id, exc.as_result())
+        return rest
 
     async def add_footer(self, footer: str) -> None:
         """Show ``footer`` (e.g. the run's usage) under this run's newest post, keeping its text and

@@ -1,0 +1,185 @@
+"""Exactly once across a SIGKILL for what the crash matrix's conversation does not pass: the host's
+own notes (a per-person budget note) and what a prompt shows once (feedback on earlier answers).
+
+Real server processes, like ``tests/test_crash_matrix.py``: one is killed at a named crash point
+(``THREADBOUND_CRASH_AT``), a second on the same store takes the conversation over. On SQLite, and
+on Postgres when ``TEST_DATABASE_URL`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+
+from app.agent.usage import utc_day
+from storage import UsageRecord, open_store
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI, Reply, message_text
+from tests.support.harness import SIGNING_SECRET
+from tests.support.process import ServerProcess
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
+
+pytestmark = pytest.mark.process
+
+WITHIN_S = 40.0
+BACKENDS = ["sqlite", "postgres"]
+
+
+@contextlib.asynccontextmanager
+async def _database(tmp_path: Path, backend: str) -> AsyncIterator[str]:
+    """The ``DATABASE_URL`` of a fresh store: a SQLite file, or a Postgres schema dropped after."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'data' / 'threadbound.db'}"
+        return
+    base = os.environ.get("TEST_DATABASE_URL", "")
+    if not base:
+        pytest.skip("TEST_DATABASE_URL not set")
+    schema = f"tb_notes_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    finally:
+        conn = await asyncpg.connect(base)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+
+def _env(slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
+    return {
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "DATA_DIR": str(tmp_path / "data"),
+        "DATABASE_URL": url,
+        "MODEL": "openai-chat:fake",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "x",
+        "LEASE_TTL": "600",
+        "SWEEP_INTERVAL": "3600",
+        "PROGRESS": "off",
+        "STREAM": "off",
+        **extra,
+    }
+
+
+async def _killed(doomed: ServerProcess) -> None:
+    """Wait for the process to kill itself at its crash point."""
+    try:
+        code = await doomed.wait(within=WITHIN_S)
+    except TimeoutError:
+        await doomed.stop()
+        pytest.fail(f"the crash point was never passed: {doomed.tail()}")
+    assert code == -signal.SIGKILL, doomed.tail()
+
+
+async def _settled(url: str, channel: str, root: str) -> None:
+    """Wait until the conversation's run is over: saved, its inbox and journal empty."""
+    store = open_store(url)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WITHIN_S
+        while True:
+            task_id = await store.find_task(channel, root)
+            task = await store.get_task(task_id) if task_id else None
+            if task_id and task and not task.run_open:
+                if not await store.pending_inbox(task_id) and not await store.open_effects(task_id):
+                    return
+            assert loop.time() < deadline, "the conversation's run never ended"
+            await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+
+
+# -- a per-person budget note -----------------------------------------------------------------
+
+ALICE_ASKS = "alice asks for help"
+BOB_SAYS = "bob says hello"
+ALICE_ANSWER = "ANSWER FOR ALICE"
+#: Bob's spend today, far past USER_DAILY_TOKEN_BUDGET (Alice's requests stay well within it).
+BOB_SPENT = 900_000
+BUDGET = "100000"
+
+
+class _HeldUntilBob:
+    """The model: its first request waits until Bob's message is in the thread (so it is steered into
+    Alice's run); it answers with final text. Records what each request showed."""
+
+    def __init__(self) -> None:
+        self.bob_delivered = asyncio.Event()
+        self.requests: list[dict[str, Any]] = []
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        self.requests.append(request)
+        await self.bob_delivered.wait()
+        return FakeOpenAI.text(ALICE_ANSWER)
+
+
+@pytest.mark.parametrize("point", ["slack.post.before", "slack.post.after"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
+    tmp_path: Path, backend: str, point: str
+) -> None:
+    """Bob, past his daily budget, writes into Alice's running conversation: his message is not shown
+    to the model and he gets the budget note. Killed right before or right after that note's post
+    (before the run consumed his message), the restarted server shows the thread the note exactly
+    once (finished from the journal, found by its effect id, not posted again when his message is
+    screened anew) and Alice gets her answer once."""
+    model = _HeldUntilBob()
+    async with (
+        _database(tmp_path, backend) as url,
+        FakeSlack() as slack,
+        FakeOpenAI(model) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        env = _env(slack, llm, tmp_path, url, USER_DAILY_TOKEN_BUDGET=BUDGET)
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+        )
+        await doomed.start()
+        store = open_store(url)
+        try:
+            spent = UsageRecord(day=utc_day(time.time()), person="U2", channel="C1", input_tokens=BOB_SPENT)
+            await store.record_usage(spent)
+        finally:
+            await store.close()
+        root = slack.add_message("C1", f"<@UBOT> {ALICE_ASKS}", user="U1")
+        mention = events.app_mention("C1", "U1", f"<@UBOT> {ALICE_ASKS}", root)
+        url_events = f"{doomed.url}/slack/events"
+        assert (await events.deliver(http, url_events, mention, SIGNING_SECRET)).status == 200
+        await eventually(lambda: bool(model.requests), within=WITHIN_S)  # Alice's run is under way
+        bob = slack.add_message("C1", BOB_SAYS, user="U2", thread_ts=root)
+        said = events.message("C1", "U2", BOB_SAYS, bob, thread_ts=root)
+        assert (await events.deliver(http, url_events, said, SIGNING_SECRET)).status == 200
+        model.bob_delivered.set()
+        await _killed(doomed)
+        survivor = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log")
+        await survivor.start()
+        try:
+            await eventually(
+                lambda: any(ALICE_ANSWER in m.get("text", "") for m in slack.bot_messages("C1")),
+                within=WITHIN_S,
+            )
+            await _settled(url, "C1", root)
+        finally:
+            await survivor.stop()
+        texts = [m.get("text", "") for m in slack.messages("C1", root) if m.get("bot_id")]
+    assert sum("of your 100,000 daily model tokens" in t for t in texts) == 1, texts
+    assert sum(ALICE_ANSWER in t for t in texts) == 1, texts
+    shown = [message_text(m) for r in model.requests for m in r["messages"] if m.get("role") == "user"]
+    assert not any(BOB_SAYS in s for s in shown)  # his message never reached the model
