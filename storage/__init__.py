@@ -13,12 +13,13 @@ failures surface as :class:`StoreError` from that first call.
 
 Where things are
 ----------------
-- ``base.py``: the :class:`Store` protocol and its records, the contract every caller relies on.
+- ``base.py``: the vocabulary, :class:`Store` and the records every caller relies on.
 - ``schema.py``: the tables, as numbered migrations per dialect, and the one migration runner.
 - ``statements.py``: every statement and procedure the store runs, written once for both dialects.
 - ``sql.py``: how one statement becomes each dialect's SQL (placeholders, the few spellings that
   differ) and how a procedure becomes a Postgres function.
-- ``sqlstore.py``: every Store method, once, over four primitives a backend supplies.
+- ``sqlstore.py``: every Store method, once, over four primitives a backend supplies (in the
+  ``sqlstore_*.py`` mixins, each method's docstring its contract).
 - ``sqlite.py`` / ``postgres.py``: the backends, connection plumbing only (a database thread with
   group commit; an asyncpg pool).
 - ``_rows.py``: result rows to records (``from_row``: columns named like the record's fields).
@@ -31,9 +32,9 @@ Adding a table and its statements
 2. ``statements.py``: write each statement once with ``:named`` parameters. A write that needs
    several statements in one transaction is a ``Procedure`` (writes first, then one query for the
    result row); add it to ``PROCEDURES`` so ``migrate()`` creates its Postgres function.
-3. ``base.py``: declare the method on :class:`Store` (with its contract in the docstring);
-   ``sqlstore.py``: implement it once with ``self._one`` / ``self._fetch`` / ``self._execute`` /
-   ``self._call``; a record it returns is read with ``_rows.from_row`` (its columns named like its fields).
+3. a ``sqlstore_*.py`` mixin: write the method once, its contract in its docstring, with
+   ``self._one`` / ``self._fetch`` / ``self._execute`` / ``self._call``; a record it returns is
+   read with ``_rows.from_row`` (its columns named like its fields).
 4. ``tests/test_store_contract.py``: test it there; it runs on both backends.
 Neither backend module changes unless the database needs something new from its driver.
 """
@@ -43,47 +44,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from .base import (
-    ApprovalDecision,
-    ApprovalRecord,
-    ClaimOutcome,
-    ClaimStatus,
-    EffectRecord,
-    EffectState,
-    FeedbackRecord,
-    FollowUpRecord,
-    HandleKind,
-    HandleRecord,
-    InboxItem,
-    LeaseRecord,
-    Store,
-    StoreError,
-    StoreStats,
-    TaskRecord,
-    UsageRecord,
-)
-
-__all__ = [
-    "ApprovalDecision",
-    "ApprovalRecord",
-    "ClaimOutcome",
-    "ClaimStatus",
-    "EffectRecord",
-    "EffectState",
-    "FeedbackRecord",
-    "FollowUpRecord",
-    "HandleKind",
-    "HandleRecord",
-    "InboxItem",
-    "LeaseRecord",
-    "Store",
-    "StoreError",
-    "StoreStats",
-    "TaskRecord",
-    "UsageRecord",
-    "open_store",
-    "sqlite_path",
-]
+from .base import *  # noqa: F403 (the Store and every record)
+from .base import Store
 
 _SQLITE_PREFIX = "sqlite:///"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+__all__ = ["AskDecision", "AskKind", "AskRecord"]
+
 AskKind = Literal["question", "approval"]
 #: ``answered`` (a question), ``approved``/``denied`` (an approval), ``expired`` (either).
 AskDecision = Literal["answered", "approved", "denied", "expired"]

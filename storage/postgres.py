@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from .base import StoreError
+from .records import StoreError
 from .sql import POSTGRES, Procedure, Row, Script, Statement
 from .sqlstore import SqlStore
 

@@ -6,6 +6,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ClaimOutcome",
+    "ClaimStatus",
+    "EffectRecord",
+    "EffectState",
+    "FeedbackRecord",
+    "Fence",
+    "FollowUpRecord",
+    "FollowUpState",
+    "HandleKind",
+    "HandleRecord",
+    "InboxItem",
+    "InstanceLook",
+    "LeaseMoved",
+    "LeaseRecord",
+    "StoreError",
+    "StoreStats",
+    "TaskRecord",
+    "UsageRecord",
+]
+
 HandleKind = Literal["msg", "file"]
 ClaimStatus = Literal["claimed", "duplicate", "no_task"]
 EffectState = Literal["open", "done"]

@@ -7,11 +7,21 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from .records import Fence, StoreError
 from .sql import Dialect, Procedure, Row, Script, Statement
 
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+def fence_token(task_id: str, fence: Fence | None) -> str | None:
+    """The token a fenced write of ``task_id`` carries (None: unfenced)."""
+    if fence is None:
+        return None
+    if fence.task_id != task_id:
+        raise StoreError(f"a fence of task {fence.task_id!r} cannot guard a write of task {task_id!r}")
+    return fence.token
 
 
 class SqlCore(ABC):
@@ -66,7 +76,8 @@ class SqlCore(ABC):
         return ()
 
     @abstractmethod
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
 
     async def _one(self, statement: Statement, **params: Any) -> Row | None:
         rows = await self._fetch(statement, params)

@@ -27,8 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .base import StoreError
 from .liveness import FileLiveness
+from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
 from .sqlite_thread import DatabaseThread, Db
 from .sqlstore import SqlStore

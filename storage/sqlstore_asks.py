@@ -15,6 +15,7 @@ class AskMethods(SqlCore):
     """Questions and approvals the agent asked, written once over SQL."""
 
     async def open_ask(self, ask: AskRecord) -> None:
+        """Record an open ask (its card is posted after, through the task's journal)."""
         options = json.dumps(list(ask.options), ensure_ascii=False)
         await self._fetch(sql.OPEN_ASK, {**asdict(ask), "options": options, "now": ask.created_at})
 
@@ -23,6 +24,7 @@ class AskMethods(SqlCore):
         return None if row is None else from_row(AskRecord, row)
 
     async def open_asks(self, task_id: str) -> list[AskRecord]:
+        """The task's undecided asks, oldest first."""
         return [from_row(AskRecord, r) for r in await self._fetch(sql.OPEN_TASK_ASKS, {"task_id": task_id})]
 
     async def set_ask_card(self, ask_id: str, card_ts: str) -> None:
@@ -31,6 +33,8 @@ class AskMethods(SqlCore):
     async def decide_ask(
         self, ask_id: str, *, decision: AskDecision, answer: str, user_id: str, payload: str, now: float
     ) -> bool:
+        """Decide an open ask and (unless ``payload`` is empty) append ``payload`` to its task's
+        inbox, in one transaction; True for the one call that decided it, across instances."""
         params = {
             "ask_id": ask_id,
             "decision": decision,
@@ -43,5 +47,6 @@ class AskMethods(SqlCore):
         return bool((await self._call(sql.DECIDE_ASK, params))["won"])
 
     async def expired_asks(self, *, before: float, limit: int = 100) -> list[AskRecord]:
+        """Open asks created before ``before``, oldest first."""
         rows = await self._fetch(sql.EXPIRED_ASKS, {"before": before, "limit": limit})
         return [from_row(AskRecord, r) for r in rows]

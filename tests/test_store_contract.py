@@ -466,9 +466,9 @@ async def test_prune_claims_in_batches_and_concurrently(
     store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backlog larger than one batch is deleted in full, also by two stores pruning at once."""
-    import storage.sqlstore
+    import storage.sqlstore_tasks
 
-    monkeypatch.setattr(storage.sqlstore, "_PRUNE_BATCH", 2)
+    monkeypatch.setattr(storage.sqlstore_tasks, "_PRUNE_BATCH", 2)
     first, second = await store_factory(), await store_factory()
     for i in range(7):
         assert (await claim(first, event_id=f"Ev{i}", ts=f"100.{i}", now=T0 + i)).status == "claimed"
