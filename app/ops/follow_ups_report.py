@@ -18,7 +18,7 @@ from channel.contract import Origin
 from channel.errors import ChannelError
 from storage.base import FollowUpRecord
 
-from .usage_report import _adapter
+from .reports import read_store, slack_lookups
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +34,11 @@ def first_words(note: str, words: int = FIRST_WORDS) -> str:
 async def follow_ups_command(
     settings: Settings, *, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    from app.service import StartupError, open_ready_store
-
-    try:
-        store = await open_ready_store(settings)
-    except StartupError as exc:
-        print(f"threadbound: {exc}", file=err)
+    pending = await read_store(settings, lambda store: store.pending_follow_ups(limit=100_000), err)
+    if pending is None:
         return 2
-    try:
-        pending = await store.pending_follow_ups(limit=100_000)
-    finally:
-        await store.close()
     links: dict[tuple[str, str], str] = {}
-    adapter = await _adapter(settings) if pending else None
-    if pending and adapter is None:
-        print(f"threadbound: Slack is not reachable at {settings.slack_api_url}: no permalinks", file=err)
-    try:
+    async with slack_lookups(settings, err, "no permalinks", wanted=bool(pending)) as adapter:
         for record in pending:
             key = (record.channel, record.thread_ts)
             if adapter is not None and key not in links:
@@ -58,9 +47,6 @@ async def follow_ups_command(
                 except ChannelError as exc:
                     log.debug("no permalink for a follow-up's thread: %s", exc.message)
                     links[key] = ""
-    finally:
-        if adapter is not None:
-            await adapter.close()
     rows = [_row(r, links.get((r.channel, r.thread_ts), "")) for r in pending]
     if as_json:
         print(json.dumps({"pending": len(rows), "follow_ups": rows}, indent=2, ensure_ascii=False), file=out)

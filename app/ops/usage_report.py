@@ -8,7 +8,6 @@ IDs and names for scripts.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from channel.errors import ChannelError
 from channel.slack import SlackAdapter
 from storage.base import UsageRecord
 
-log = logging.getLogger(__name__)
+from .reports import read_store, slack_lookups
 
 _COLUMNS = ("input", "output", "cache read", "cache write", "requests")
 #: How a usage row with no person (the `run` command) is shown.
@@ -63,49 +62,18 @@ class Names:
 async def usage_command(
     settings: Settings, *, days: int, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr
 ) -> int:
-    from app.service import StartupError, open_ready_store
-
-    try:
-        store = await open_ready_store(settings)
-    except StartupError as exc:
-        print(f"threadbound: {exc}", file=err)
+    since = utc_day(time.time() - (days - 1) * 86_400)
+    rows = await read_store(settings, lambda store: store.usage_by_day(since), err)
+    if rows is None:
         return 2
-    try:
-        since = utc_day(time.time() - (days - 1) * 86_400)
-        rows = await store.usage_by_day(since)
-    finally:
-        await store.close()
-    adapter = await _adapter(settings)
-    if adapter is None:
-        print(
-            f"threadbound: Slack is not reachable at {settings.slack_api_url}: people and channels "
-            "are shown by ID",
-            file=err,
-        )
-    try:
+    async with slack_lookups(settings, err, "people and channels are shown by ID") as adapter:
         names = Names(adapter)
         report = [(row, await names.person(row.person), await names.channel(row.channel)) for row in rows]
-    finally:
-        if adapter is not None:
-            await adapter.close()
     if as_json:
         print(json.dumps(_json(report, since, days, names_resolved=adapter is not None), indent=2), file=out)
     else:
         print(_text(report, since, days), file=out)
     return 0
-
-
-async def _adapter(settings: Settings) -> SlackAdapter | None:
-    token = settings.slack_bot_token.get_secret_value()
-    if not token:
-        return None
-    try:
-        return await SlackAdapter.connect(
-            token=token, api_url=settings.slack_api_url, file_origins=settings.slack_file_origins
-        )
-    except Exception as exc:  # any failure only costs the names
-        log.debug("no Slack for usage names: %s", exc)
-        return None
 
 
 def _cells(row: UsageRecord) -> tuple[str, ...]:
