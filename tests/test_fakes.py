@@ -58,6 +58,15 @@ async def test_auth_test_reports_bot_identity_and_scopes(slack: FakeSlack, clien
     assert slack.count("auth.test") == 1
 
 
+async def test_another_install_identity_reaches_auth_test_and_socket_mode() -> None:
+    """FakeSlack takes the workspace's identity keywords: auth.test and Socket Mode's app id use them."""
+    async with FakeSlack(bot_user_id="U9", bot_id="B9", team_id="T9", app_id="A9", bot_name="helper") as fake:
+        resp = await AsyncWebClient(token="xoxb-test", base_url=fake.api_url).auth_test()
+        identity = (resp["user_id"], resp["bot_id"], resp["team_id"], resp["user"])
+        assert identity == ("U9", "B9", "T9", "helper")
+        assert fake.socket.app_id == "A9"
+
+
 async def test_wrong_token_is_invalid_auth(slack: FakeSlack) -> None:
     """A call with the wrong bearer token fails with invalid_auth."""
     bad = AsyncWebClient(token="xoxb-wrong", base_url=slack.api_url)

@@ -53,25 +53,14 @@ class FakeSlack(Workspace):
         scopes: Iterable[str] | None = None,
         *,
         app_token: str = "xapp-1-A1-1-test",
-        bot_user_id: str = "UBOT",
-        bot_id: str = "BBOT",
-        team_id: str = "T1",
-        app_id: str = "A1",
-        bot_name: str = "threadbound",
+        **identity: str,
     ) -> None:
-        super().__init__(
-            token,
-            scopes,
-            bot_user_id=bot_user_id,
-            bot_id=bot_id,
-            team_id=team_id,
-            app_id=app_id,
-            bot_name=bot_name,
-        )
+        """``identity``: the bot's and the install's IDs and the bot's name, as ``Workspace`` takes them."""
+        super().__init__(token, scopes, **identity)
         #: The app-level token (``xapp-…``) ``apps.connections.open`` takes.
         self.app_token = app_token
         #: Socket Mode: ``apps.connections.open``'s WebSocket and the envelopes sent over it.
-        self.socket = SocketMode(app_id)
+        self.socket = SocketMode(self.app_id)
         self.calls: list[Call] = []
         self._observers: list[Callable[[Call], object]] = []
         self._after: list[Callable[[Call], object]] = []
