@@ -22,7 +22,7 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -60,31 +60,23 @@ _JOURNALLED = frozenset(
 )
 
 
+@dataclass(eq=False)
 class Checkpoints:
     """One run's checkpoints; ``consumed`` is the run's own list (steered items are appended to it)."""
 
-    def __init__(
-        self,
-        store: Store,
-        task_id: str,
-        *,
-        fence: Fence | None,
-        prefix: int,
-        consumed: list[int],
-        feedback_upto: float | None = None,
-    ) -> None:
-        self.store = store
-        self.task_id = task_id
-        self.fence = fence
-        #: Messages at the start of the history that are the summary (stored apart, never saved).
-        self.prefix = prefix
-        self.consumed = consumed
-        #: Feedback shown by the prompt, marked shown with the first checkpoint or save.
-        self.feedback_upto = feedback_upto
-        #: A summary compaction made this run (saved with the first checkpoint or save).
-        self.summary: str | None = None
-        #: Items a checkpoint consumed already (the next one sends only the newer ones).
-        self._done: set[int] = set()
+    store: Store
+    task_id: str
+    _: KW_ONLY
+    fence: Fence | None
+    #: Messages at the start of the history that are the summary (stored apart, never saved).
+    prefix: int
+    consumed: list[int]
+    #: Feedback shown by the prompt, marked shown with the first checkpoint or save.
+    feedback_upto: float | None = None
+    #: A summary compaction made this run (saved with the first checkpoint or save).
+    summary: str | None = field(default=None, init=False)
+    #: Items a checkpoint consumed already (the next one sends only the newer ones).
+    _done: set[int] = field(default_factory=set, init=False)
 
     def transcript(self, messages: Sequence[ModelMessage]) -> bytes:
         return ModelMessagesTypeAdapter.dump_json(list(messages[self.prefix :]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from storage.base import Fence, Store, StoreError
 
@@ -29,32 +30,28 @@ log = logging.getLogger(__name__)
 CONFIRM_AFTER = 3.0
 
 
+@dataclass(eq=False)
 class Lease:
-    def __init__(
-        self,
-        store: Store,
-        task_id: str,
-        *,
-        owner: str,
-        ttl: float,
-        clock: Callable[[], float],
-        fence: Fence | None = None,
-    ) -> None:
-        self.store = store
-        #: The acquisition this lease is (its writes carry it); None: renewals check the owner only.
-        self.fence = fence
-        self.task_id = task_id
-        self.owner = owner
-        self.ttl = ttl
-        self._clock = clock
-        #: Set once this process may no longer act for the task.
-        self.lost = asyncio.Event()
+    """The lease of ``task_id`` this process acquired (module doc); ``clock`` the store's time."""
+
+    store: Store
+    task_id: str
+    _: KW_ONLY
+    owner: str
+    ttl: float
+    clock: Callable[[], float]
+    #: The acquisition this lease is (its writes carry it); None: renewals check the owner only.
+    fence: Fence | None = None
+    #: Set once this process may no longer act for the task.
+    lost: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
         # The moment the store last confirmed the lease (acquired just before this object is made).
-        self._confirmed = clock()
+        self._confirmed = self.clock()
 
     async def renew(self) -> bool:
         """Extend the lease in the store; False (and ``lost`` set) when it is someone else's now."""
-        now = self._clock()
+        now = self.clock()
         if await self.store.renew_lease(
             self.task_id, owner=self.owner, ttl=self.ttl, now=now, fence=self.fence
         ):
@@ -71,17 +68,17 @@ class Lease:
                 await self.renew()
             except StoreError:
                 log.exception("lease heartbeat failed for task %s", self.task_id)
-                if self._clock() - self._confirmed >= self.ttl:
+                if self.clock() - self._confirmed >= self.ttl:
                     self._lose("no renewal for a whole lease")
 
     async def check(self) -> None:
         """Raise ``RunStopped`` unless this process still holds the lease. Free while the store
         confirmed it within :data:`CONFIRM_AFTER` seconds; later it asks the store."""
-        if not self.lost.is_set() and self._clock() - self._confirmed >= min(CONFIRM_AFTER, self.ttl / 2):
+        if not self.lost.is_set() and self.clock() - self._confirmed >= min(CONFIRM_AFTER, self.ttl / 2):
             try:
                 await self.renew()
             except StoreError:
-                if self._clock() - self._confirmed >= self.ttl:
+                if self.clock() - self._confirmed >= self.ttl:
                     self._lose("no renewal for a whole lease")
         if self.lost.is_set():
             raise RunStopped(f"lost the lease of task {self.task_id}")
