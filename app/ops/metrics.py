@@ -44,76 +44,62 @@ _RUN_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.deliveries_received = Counter(
-            "threadbound_deliveries_received", "Event deliveries received from Slack.", registry=r
+        self.deliveries_received = self._counter(
+            "deliveries_received", "Event deliveries received from Slack."
         )
-        self.deliveries = Counter(
-            "threadbound_deliveries", "Event deliveries by outcome.", ["outcome"], registry=r
-        )
-        self.runs_started = Counter("threadbound_runs_started", "Agent runs started.", registry=r)
-        self.runs_finished = Counter(
-            "threadbound_runs_finished", "Agent runs finished, by outcome.", ["outcome"], registry=r
-        )
+        self.deliveries = self._counter("deliveries", "Event deliveries by outcome.", "outcome")
+        self.runs_started = self._counter("runs_started", "Agent runs started.")
+        self.runs_finished = self._counter("runs_finished", "Agent runs finished, by outcome.", "outcome")
         self.run_duration = Histogram(
-            "threadbound_run_duration_seconds", "Duration of agent runs.", buckets=_RUN_BUCKETS, registry=r
+            "threadbound_run_duration_seconds",
+            "Duration of agent runs.",
+            buckets=_RUN_BUCKETS,
+            registry=self.registry,
         )
-        self.tool_calls = Counter(
-            "threadbound_tool_calls",
-            "Channel tool calls by tool and outcome.",
-            ["tool", "outcome"],
-            registry=r,
+        self.tool_calls = self._counter(
+            "tool_calls", "Channel tool calls by tool and outcome.", "tool", "outcome"
         )
-        self.slack_calls = Counter(
-            "threadbound_slack_api_calls",
-            "Slack Web API calls by method and outcome.",
-            ["method", "outcome"],
-            registry=r,
+        self.slack_calls = self._counter(
+            "slack_api_calls", "Slack Web API calls by method and outcome.", "method", "outcome"
         )
         self.model_latency = Histogram(
             "threadbound_model_request_duration_seconds",
             "Time per model request.",
             ["outcome"],
             buckets=_MODEL_BUCKETS,
-            registry=r,
+            registry=self.registry,
         )
 
-        self.model_tokens = Counter(
-            "threadbound_model_tokens",
+        self.model_tokens = self._counter(
+            "model_tokens",
             "Model tokens by kind (input includes cache reads and writes, as providers report it).",
-            ["kind"],
-            registry=r,
+            "kind",
         )
-        self.model_requests = Counter(
-            "threadbound_model_requests", "Model requests whose usage was recorded.", registry=r
+        self.model_requests = self._counter("model_requests", "Model requests whose usage was recorded.")
+        self.budget_hits = self._counter(
+            "budget_hits", "Requests refused and runs stopped by a daily token budget.", "budget"
         )
-        self.budget_hits = Counter(
-            "threadbound_budget_hits",
-            "Requests refused and runs stopped by a daily token budget.",
-            ["budget"],
-            registry=r,
-        )
-        self.feedback = Counter(
-            "threadbound_feedback", "Clicks on answers' feedback buttons, by kind.", ["kind"], registry=r
-        )
-        self.silent_turns = Counter(
-            "threadbound_silent_turns", "Turns the model ended with no_reply (nothing posted).", registry=r
+        self.feedback = self._counter("feedback", "Clicks on answers' feedback buttons, by kind.", "kind")
+        self.silent_turns = self._counter(
+            "silent_turns", "Turns the model ended with no_reply (nothing posted)."
         )
 
         self.follow_ups_pending = Gauge(
-            "threadbound_follow_ups_pending", "Follow-ups scheduled and not yet fired.", registry=r
+            "threadbound_follow_ups_pending",
+            "Follow-ups scheduled and not yet fired.",
+            registry=self.registry,
         )
-        self.follow_ups_fired = Counter(
-            "threadbound_follow_ups_fired", "Follow-ups fired into their task's inbox.", registry=r
+        self.follow_ups_fired = self._counter("follow_ups_fired", "Follow-ups fired into their task's inbox.")
+        self.follow_ups_cancelled = self._counter(
+            "follow_ups_cancelled", "Follow-ups cancelled before they fired."
         )
-        self.follow_ups_cancelled = Counter(
-            "threadbound_follow_ups_cancelled", "Follow-ups cancelled before they fired.", registry=r
+        self.follow_ups_late = self._counter(
+            "follow_ups_late", "Follow-ups fired more than a minute after they were due."
         )
-        self.follow_ups_late = Counter(
-            "threadbound_follow_ups_late",
-            "Follow-ups fired more than a minute after they were due.",
-            registry=r,
-        )
+
+    def _counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        """``threadbound_<name>_total`` in this registry, labelled by ``labels``."""
+        return Counter(f"threadbound_{name}", documentation, labels, registry=self.registry)
 
     def render(self) -> bytes:
         """The registry in the Prometheus text format (``CONTENT_TYPE_LATEST``)."""
