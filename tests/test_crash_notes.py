@@ -25,7 +25,7 @@ import pytest
 from app.agent.usage import utc_day
 from storage import UsageRecord, open_store
 from tests.support import events
-from tests.support.fake_model import FakeOpenAI, Reply, message_text
+from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
 from tests.support.process import ServerProcess
 from tests.support.waiting import eventually
@@ -183,3 +183,110 @@ async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
     assert sum(ALICE_ANSWER in t for t in texts) == 1, texts
     shown = [message_text(m) for r in model.requests for m in r["messages"] if m.get("role") == "user"]
     assert not any(BOB_SAYS in s for s in shown)  # his message never reached the model
+
+
+# -- feedback on an earlier answer, shown once ------------------------------------------------
+
+QUESTIONS = {1: "question one", 2: "question two", 3: "question three"}
+FEEDBACK_LINE = "marked your answer"
+
+
+def _feedback_script(request: dict[str, Any]) -> Reply:
+    """Every turn reads the thread, then answers "ANSWER <n>" with final text (posted by the host)."""
+    asked = last_user_text(request)
+    turn = next(n for n, words in QUESTIONS.items() if words in asked)
+    if request["messages"][-1].get("role") == "user":
+        return FakeOpenAI.tool_call("channel_read", {})
+    return FakeOpenAI.text(f"ANSWER {turn}")
+
+
+def _shown(request: dict[str, Any]) -> int:
+    """How many times the request shows the model a feedback note (its whole history counted)."""
+    return sum(message_text(m).count(FEEDBACK_LINE) for m in request["messages"] if m.get("role") == "user")
+
+
+@pytest.mark.parametrize("point", ["store.checkpoint.before", "model.request:2"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_feedback_note_survives_a_sigkill_and_is_shown_once(
+    tmp_path: Path, backend: str, point: str
+) -> None:
+    """Alice marks the first answer not helpful. The next turn's prompt shows the model that note; the
+    server is killed after the model was shown it, before the run finished — before the checkpoint
+    that marks it shown, or after it. The restarted server's run shows the model the note (from its
+    prompt again, or from the checkpointed history) exactly once, and so does every later turn: the
+    note is neither lost nor duplicated."""
+    async with (
+        _database(tmp_path, backend) as url,
+        FakeSlack() as slack,
+        FakeOpenAI(_feedback_script) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = _env(slack, llm, tmp_path, url)
+        root = slack.add_message("C1", f"<@UBOT> {QUESTIONS[1]}", user="U1")
+
+        def answered(n: int) -> bool:
+            return any(f"ANSWER {n}" in m.get("text", "") for m in slack.bot_messages("C1"))
+
+        async def say(server: ServerProcess, n: int) -> None:
+            ts = slack.add_message("C1", QUESTIONS[n], user="U1", thread_ts=root)
+            said = events.message("C1", "U1", QUESTIONS[n], ts, thread_ts=root)
+            assert (
+                await events.deliver(http, f"{server.url}/slack/events", said, SIGNING_SECRET)
+            ).status == 200
+
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "first.log") as first:
+            mention = events.app_mention("C1", "U1", f"<@UBOT> {QUESTIONS[1]}", root)
+            assert (
+                await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
+            ).status == 200
+            await eventually(lambda: answered(1), within=WITHIN_S)
+            await _settled(url, "C1", root)
+            [answer] = [m for m in slack.bot_messages("C1") if "ANSWER 1" in m.get("text", "")]
+            [buttons] = [e for b in answer["blocks"] if b["type"] == "context_actions" for e in b["elements"]]
+            click = events.block_actions(
+                channel="C1",
+                user="U1",
+                message_ts=answer["ts"],
+                thread_ts=root,
+                action_id=buttons["action_id"],
+                value=buttons["negative_button"]["value"],
+                element="feedback_buttons",
+            )
+            response = await events.deliver_interaction(
+                http, f"{first.url}/slack/events", click, SIGNING_SECRET
+            )
+            assert response.status == 200
+            store = open_store(url)
+            try:
+                task_id = await store.find_task("C1", root)
+                assert task_id is not None
+                for _ in range(int(WITHIN_S / 0.05)):
+                    if await store.pending_feedback(task_id):
+                        break
+                    await asyncio.sleep(0.05)
+                assert await store.pending_feedback(task_id), "the click was never stored"
+            finally:
+                await store.close()
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+        )
+        await doomed.start()
+        await say(doomed, 2)
+        await _killed(doomed)
+        shown_before = [r for r in llm.requests if QUESTIONS[2] in last_user_text(r)]
+        assert shown_before and _shown(shown_before[0]) == 1  # the model was shown the note, then killed
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log") as survivor:
+            await eventually(lambda: answered(2), within=WITHIN_S)
+            await _settled(url, "C1", root)
+            await say(survivor, 3)
+            await eventually(lambda: answered(3), within=WITHIN_S)
+            await _settled(url, "C1", root)
+        texts = [m.get("text", "") for m in slack.bot_messages("C1")]
+        requests = list(llm.requests)
+    assert [sum(f"ANSWER {n}" in t for t in texts) for n in QUESTIONS] == [1, 1, 1], texts
+    later = [r for r in requests[requests.index(shown_before[-1]) + 1 :]]
+    assert later, "the restarted server asked the model nothing"
+    # Every request after the restart shows the note exactly once: turn 2's resumed run and turn 3's.
+    assert [_shown(r) for r in later] == [1] * len(later)
