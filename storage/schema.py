@@ -50,140 +50,95 @@ SCHEMA_VERSION_DDL: Final[dict[DialectName, str]] = {
     ),
 }
 
-_V1_SQLITE: Final[tuple[str, ...]] = (
+#: v1, written once: its column types and table options are the fields each dialect fills in
+#: (:data:`_V1_SPELLING`).
+_V1: Final[tuple[str, ...]] = (
     """CREATE TABLE tasks (
         task_id TEXT PRIMARY KEY,
         channel TEXT NOT NULL,
         thread_ts TEXT NOT NULL,
-        transcript BLOB NOT NULL DEFAULT x'',
-        enabled_tools TEXT NOT NULL DEFAULT '[]',
-        created_at REAL NOT NULL
+        transcript {bytes},
+        enabled_tools {texts},
+        created_at {real} NOT NULL
     )""",
     """CREATE TABLE conversations (
         channel TEXT NOT NULL,
         thread_ts TEXT NOT NULL,
         task_id TEXT NOT NULL REFERENCES tasks (task_id) DEFERRABLE INITIALLY DEFERRED,
         PRIMARY KEY (channel, thread_ts)
-    ) WITHOUT ROWID""",
+    ){rowid}""",
     """CREATE TABLE event_claims (
         event_id TEXT PRIMARY KEY,
         channel TEXT NOT NULL,
         ts TEXT NOT NULL,
-        claimed_at REAL NOT NULL
-    ) WITHOUT ROWID""",
+        claimed_at {real} NOT NULL
+    ){rowid}""",
     # task_id is NULL only inside the claiming transaction (the claim is taken before the task is known).
     """CREATE TABLE message_claims (
         channel TEXT NOT NULL,
         ts TEXT NOT NULL,
         event_id TEXT NOT NULL,
         task_id TEXT REFERENCES tasks (task_id),
-        claimed_at REAL NOT NULL,
+        claimed_at {real} NOT NULL,
         PRIMARY KEY (channel, ts)
-    ) WITHOUT ROWID""",
+    ){rowid}""",
     """CREATE TABLE inbox (
-        item_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        item_id {serial},
         task_id TEXT NOT NULL REFERENCES tasks (task_id),
         channel TEXT NOT NULL,
         ts TEXT NOT NULL,
         thread_ts TEXT NOT NULL,
         payload TEXT NOT NULL,
-        created_at REAL NOT NULL
+        created_at {real} NOT NULL
     )""",
     "CREATE INDEX inbox_task ON inbox (task_id, item_id)",
     """CREATE TABLE leases (
         task_id TEXT PRIMARY KEY,
         owner TEXT NOT NULL,
-        expires_at REAL NOT NULL
-    ) WITHOUT ROWID""",
+        expires_at {real} NOT NULL
+    ){rowid}""",
     """CREATE TABLE handles (
         task_id TEXT NOT NULL REFERENCES tasks (task_id),
         handle TEXT NOT NULL,
         kind TEXT NOT NULL CHECK (kind IN ('msg', 'file')),
         ref TEXT NOT NULL,
-        authored INTEGER NOT NULL DEFAULT 0,
-        data TEXT NOT NULL DEFAULT '{}',
+        authored {flag},
+        data TEXT NOT NULL DEFAULT '{{}}',
         PRIMARY KEY (task_id, handle),
         UNIQUE (task_id, kind, ref)
-    ) WITHOUT ROWID""",
+    ){rowid}""",
     """CREATE TABLE effects (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        seq {serial},
         effect_id TEXT NOT NULL UNIQUE,
         task_id TEXT NOT NULL REFERENCES tasks (task_id),
         tool TEXT NOT NULL,
         args TEXT NOT NULL,
         state TEXT NOT NULL CHECK (state IN ('open', 'done')),
         result TEXT,
-        created_at REAL NOT NULL
+        created_at {real} NOT NULL
     )""",
     "CREATE INDEX effects_open ON effects (task_id, seq) WHERE state = 'open'",
 )
-
-_V1_POSTGRES: Final[tuple[str, ...]] = (
-    """CREATE TABLE tasks (
-        task_id TEXT PRIMARY KEY,
-        channel TEXT NOT NULL,
-        thread_ts TEXT NOT NULL,
-        transcript BYTEA NOT NULL DEFAULT '\\x',
-        enabled_tools TEXT[] NOT NULL DEFAULT '{}',
-        created_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE TABLE conversations (
-        channel TEXT NOT NULL,
-        thread_ts TEXT NOT NULL,
-        task_id TEXT NOT NULL REFERENCES tasks (task_id) DEFERRABLE INITIALLY DEFERRED,
-        PRIMARY KEY (channel, thread_ts)
-    )""",
-    """CREATE TABLE event_claims (
-        event_id TEXT PRIMARY KEY,
-        channel TEXT NOT NULL,
-        ts TEXT NOT NULL,
-        claimed_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE TABLE message_claims (
-        channel TEXT NOT NULL,
-        ts TEXT NOT NULL,
-        event_id TEXT NOT NULL,
-        task_id TEXT REFERENCES tasks (task_id),
-        claimed_at DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (channel, ts)
-    )""",
-    """CREATE TABLE inbox (
-        item_id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        task_id TEXT NOT NULL REFERENCES tasks (task_id),
-        channel TEXT NOT NULL,
-        ts TEXT NOT NULL,
-        thread_ts TEXT NOT NULL,
-        payload TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL
-    )""",
-    "CREATE INDEX inbox_task ON inbox (task_id, item_id)",
-    """CREATE TABLE leases (
-        task_id TEXT PRIMARY KEY,
-        owner TEXT NOT NULL,
-        expires_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE TABLE handles (
-        task_id TEXT NOT NULL REFERENCES tasks (task_id),
-        handle TEXT NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ('msg', 'file')),
-        ref TEXT NOT NULL,
-        authored BOOLEAN NOT NULL DEFAULT FALSE,
-        data TEXT NOT NULL DEFAULT '{}',
-        PRIMARY KEY (task_id, handle),
-        UNIQUE (task_id, kind, ref)
-    )""",
-    """CREATE TABLE effects (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        effect_id TEXT NOT NULL UNIQUE,
-        task_id TEXT NOT NULL REFERENCES tasks (task_id),
-        tool TEXT NOT NULL,
-        args TEXT NOT NULL,
-        state TEXT NOT NULL CHECK (state IN ('open', 'done')),
-        result TEXT,
-        created_at DOUBLE PRECISION NOT NULL
-    )""",
-    "CREATE INDEX effects_open ON effects (task_id, seq) WHERE state = 'open'",
-)
+_V1_SPELLING: Final[dict[DialectName, dict[str, str]]] = {
+    "sqlite": {
+        "real": "REAL",
+        "bytes": "BLOB NOT NULL DEFAULT x''",
+        "texts": "TEXT NOT NULL DEFAULT '[]'",
+        "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "flag": "INTEGER NOT NULL DEFAULT 0",
+        "rowid": " WITHOUT ROWID",
+    },
+    "postgres": {
+        "real": "DOUBLE PRECISION",
+        "bytes": "BYTEA NOT NULL DEFAULT '\\x'",
+        "texts": "TEXT[] NOT NULL DEFAULT '{}'",
+        "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "flag": "BOOLEAN NOT NULL DEFAULT FALSE",
+        "rowid": "",
+    },
+}
+_V1_SQLITE: Final = tuple(text.format_map(_V1_SPELLING["sqlite"]) for text in _V1)
+_V1_POSTGRES: Final = tuple(text.format_map(_V1_SPELLING["postgres"]) for text in _V1)
 
 #: v2 (dropped again by v3): a claim in one round trip on Postgres, written in plpgsql. Inside a plpgsql
 #: function each statement takes a fresh snapshot (READ COMMITTED), so after ``ON CONFLICT`` waited

@@ -3,6 +3,7 @@ and the upgrade of an existing database to the one claim definition (schema v3).
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import subprocess
 import sys
@@ -243,3 +244,31 @@ def test_a_record_is_read_from_the_columns_named_like_its_fields() -> None:
     assert claim == ClaimOutcome("no_task")
     with pytest.raises(KeyError):
         from_row(TaskRecord, {"task_id": "t1"})
+
+
+#: What every applied migration says, per dialect (sha256 of its statements, first 16 digits).
+_APPLIED = {
+    1: ("ea5478a83cdcaac7", "bd335970c708fcaa"),
+    2: ("e3b0c44298fc1c14", "e7dd95f15af85f9a"),
+    3: ("3045dc676130bc48", "5de04edc0e9a923b"),
+    4: ("076013613613ad97", "076013613613ad97"),
+    5: ("0f2449b335d83089", "0f2449b335d83089"),
+    6: ("738e136b3e0abb41", "3b50ffe98b683dc6"),
+    7: ("d98466e27b9ac387", "1510847cb3b4657a"),
+    8: ("fee37674db4bbe73", "b817a19d2a9f1b06"),
+    9: ("25a491ec751beb22", "25a491ec751beb22"),
+    10: ("555eb563ade26142", "555eb563ade26142"),
+    11: ("a95ddabf33adcc67", "cc80d49d121ef46d"),
+}
+
+
+def test_applied_migrations_are_never_edited() -> None:
+    """However a migration is written down (v1 once for both dialects, with their spellings as
+    fields), the statements it runs stay those every existing database ran. A new migration is
+    appended here with its digests."""
+
+    def digest(statements: tuple[str, ...]) -> str:
+        return hashlib.sha256("\n;\n".join(statements).encode()).hexdigest()[:16]
+
+    migrations = storage.schema.MIGRATIONS
+    assert {v: (digest(s["sqlite"]), digest(s["postgres"])) for v, s in migrations} == _APPLIED
