@@ -266,15 +266,17 @@ class PostgresStore(SqlStore):
         liveness, self._liveness = self._liveness, None
         if liveness is not None:
             # Closing the session releases the lock; a clean stop released its leases already.
-            try:
-                await asyncio.wait_for(liveness.close(), _CLOSE_TIMEOUT)
-            except (TimeoutError, *_DRIVER_ERRORS):
-                liveness.terminate()
+            await _close(liveness)
         async with self._pool_lock:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), _CLOSE_TIMEOUT)
-            except (TimeoutError, *_DRIVER_ERRORS):
-                pool.terminate()
+            await _close(pool)
+
+
+async def _close(closable: asyncpg.Connection | asyncpg.Pool) -> None:
+    """Close a connection or the pool politely, or terminate it when that fails or takes too long."""
+    try:
+        await asyncio.wait_for(closable.close(), _CLOSE_TIMEOUT)
+    except (TimeoutError, *_DRIVER_ERRORS):
+        closable.terminate()

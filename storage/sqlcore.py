@@ -79,6 +79,11 @@ class SqlCore(ABC):
     async def close(self) -> None:
         """Release connections. The store is unusable afterwards."""
 
+    async def _decide(self, procedure: Procedure, **params: Any) -> bool:
+        """Run a card's decision (``card_statements.decide_card``) under a fresh ``decision_id``:
+        True for the one call whose decision won."""
+        return bool((await self._call(procedure, {**params, "decision_id": new_id()}))["won"])
+
     async def _one(self, statement: Statement, **params: Any) -> Row | None:
         rows = await self._fetch(statement, params)
         return rows[0] if rows else None

@@ -8,7 +8,7 @@ from dataclasses import asdict
 from . import ask_statements as sql
 from ._rows import from_row
 from .ask_records import AskDecision, AskRecord
-from .sqlcore import SqlCore, new_id
+from .sqlcore import SqlCore
 
 
 class AskMethods(SqlCore):
@@ -35,16 +35,8 @@ class AskMethods(SqlCore):
     ) -> bool:
         """Decide an open ask and (unless ``payload`` is empty) append ``payload`` to its task's
         inbox, in one transaction; True for the one call that decided it, across instances."""
-        params = {
-            "ask_id": ask_id,
-            "decision": decision,
-            "answer": answer,
-            "user_id": user_id,
-            "now": now,
-            "payload": payload,
-            "decision_id": new_id(),
-        }
-        return bool((await self._call(sql.DECIDE_ASK, params))["won"])
+        decided = {"decision": decision, "user_id": user_id, "now": now, "payload": payload}
+        return await self._decide(sql.DECIDE_ASK, ask_id=ask_id, answer=answer, **decided)
 
     async def expired_asks(self, *, before: float, limit: int = 100) -> list[AskRecord]:
         """Open asks created before ``before``, oldest first."""

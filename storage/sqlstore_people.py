@@ -11,7 +11,7 @@ from dataclasses import asdict
 from . import statements as sql
 from ._rows import from_row
 from .records import ApprovalDecision, ApprovalRecord, FeedbackRecord, StoreError, UsageRecord
-from .sqlcore import SqlCore, new_id
+from .sqlcore import SqlCore
 
 
 class PeopleMethods(SqlCore):
@@ -88,15 +88,8 @@ class PeopleMethods(SqlCore):
         """Decide an open approval and append ``payload`` to its task's inbox, in one transaction.
         True for the one call that decided it; False when it was decided before or is unknown.
         Atomic across instances: of concurrent deciders exactly one gets True."""
-        params = {
-            "approval_id": approval_id,
-            "decision": decision,
-            "user_id": user_id,
-            "now": now,
-            "payload": payload,
-            "decision_id": new_id(),
-        }
-        return bool((await self._call(sql.DECIDE, params))["won"])
+        decided = {"decision": decision, "user_id": user_id, "now": now, "payload": payload}
+        return await self._decide(sql.DECIDE, approval_id=approval_id, **decided)
 
     async def expired_approvals(self, *, before: float, limit: int = 100) -> list[ApprovalRecord]:
         """Open approvals created before ``before``, oldest first."""
