@@ -55,6 +55,8 @@ def _reader(hint: Any) -> _Read:
         [inner] = [arg for arg in args if arg is not type(None)]
         read = _reader(inner)
         return lambda value: None if value is None else read(value)
+    if isinstance(hint, TypeVar):  # a generic record's field (a card's decision): its bound
+        return _reader(hint.__bound__)
     if origin is Literal:
         return str
     if origin is tuple:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from .records import CardRecord
+
 __all__ = ["AskDecision", "AskKind", "AskRecord"]
 
 AskKind = Literal["question", "approval"]
@@ -12,12 +14,11 @@ AskKind = Literal["question", "approval"]
 AskDecision = Literal["answered", "approved", "denied", "expired"]
 
 
-@dataclass(frozen=True, slots=True)
-class AskRecord:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskRecord(CardRecord[AskDecision]):
     """One ask and, once made, its answer or decision."""
 
     ask_id: str
-    task_id: str
     kind: AskKind
     #: The question, or the action the model intends to take (Markdown).
     text: str
@@ -27,14 +28,5 @@ class AskRecord:
     options: tuple[str, ...]
     #: Only the requester (and ``APPROVERS``) may answer; else anyone in the conversation.
     only_requester: bool
-    requester: str
-    channel: str
-    thread_ts: str
-    #: ts of the posted card; ``""`` until it is posted.
-    card_ts: str
-    created_at: float
-    decision: AskDecision | None = None
     #: The chosen option or free text (a question's answer).
     answer: str | None = None
-    decided_by: str | None = None
-    decided_at: float | None = None

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 __all__ = [
     "ApprovalDecision",
     "ApprovalRecord",
+    "CardRecord",
     "ClaimOutcome",
     "ClaimStatus",
     "EffectRecord",
@@ -101,33 +102,44 @@ class EffectRecord:
     call_id: str = ""
 
 
+#: A card's decision: ``ApprovalDecision`` or ``storage.ask_records.AskDecision``.
+D = TypeVar("D", bound=str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardRecord(Generic[D]):
+    """What an approval and an ask share: a card posted in the task's thread for a requester,
+    decided once (``card_statements.py``). Its fields are passed by name."""
+
+    task_id: str
+    #: The user whose message led to the card (``""`` when none, e.g. the ``run`` command).
+    requester: str
+    channel: str
+    thread_ts: str
+    #: ts of the posted card; ``""`` until it is posted.
+    card_ts: str
+    created_at: float
+    #: ``None`` while open.
+    decision: D | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+
+
 ApprovalDecision = Literal["approved", "denied", "expired", "void", "failed"]
 
 
-@dataclass(frozen=True, slots=True)
-class ApprovalRecord:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRecord(CardRecord[ApprovalDecision]):
     """A gated tool call (``approval`` in agent.toml) and, once made, the decision on it."""
 
     approval_id: str
-    task_id: str
     #: The pydantic-ai tool call id in the task's transcript.
     tool_call_id: str
     tool: str
     #: JSON text of the call's arguments.
     args: str
-    #: The user whose message led to the call (``""`` when none, e.g. the ``run`` command).
-    requester: str
-    channel: str
-    thread_ts: str
     #: The effect id under which the card is posted (journalled like any post).
     card_effect: str
-    #: ts of the posted card; ``""`` until it is posted.
-    card_ts: str
-    created_at: float
-    #: ``None`` while open.
-    decision: ApprovalDecision | None = None
-    decided_by: str | None = None
-    decided_at: float | None = None
     #: When an approved call started running (set once).
     executed_at: float | None = None
 

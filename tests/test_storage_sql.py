@@ -17,7 +17,7 @@ import pytest
 import storage.schema
 from storage import Store
 from storage._rows import from_row
-from storage.base import ClaimOutcome, TaskRecord, UsageRecord
+from storage.base import ApprovalRecord, AskRecord, CardRecord, ClaimOutcome, TaskRecord, UsageRecord
 from storage.postgres import PostgresStore
 from storage.sql import POSTGRES, SQLITE, SqlType, Statement, typed
 from storage.sqlite import SQLiteStore, _procedure
@@ -272,3 +272,22 @@ def test_applied_migrations_are_never_edited() -> None:
 
     migrations = storage.schema.MIGRATIONS
     assert {v: (digest(s["sqlite"]), digest(s["postgres"])) for v, s in migrations} == _APPLIED
+
+
+def test_approvals_and_asks_are_cards_read_by_name() -> None:
+    """Both records share CardRecord's fields (its decision typed by the record); a card row reads
+    into either, the decision through its TypeVar's bound."""
+    card = {"task_id": "t1", "requester": "U1", "channel": "C1", "thread_ts": "1.0", "card_ts": ""}
+    card |= {"created_at": 1, "decision": "approved", "decided_by": "U2", "decided_at": 2}
+    approval = {
+        "approval_id": "a1",
+        "tool_call_id": "c1",
+        "tool": "deploy",
+        "args": "{}",
+        "card_effect": "e1",
+    }
+    ask = {"ask_id": "q1", "kind": "question", "text": "?", "details": "", "options": '["x"]'}
+    read = from_row(ApprovalRecord, {**card, **approval, "executed_at": None})
+    assert isinstance(read, CardRecord) and read.decision == "approved" and read.decided_at == 2.0
+    asked = from_row(AskRecord, {**card, **ask, "only_requester": 1, "answer": "x"})
+    assert isinstance(asked, CardRecord) and asked.options == ("x",) and asked.only_requester is True
