@@ -171,3 +171,31 @@ def test_one_person_sending_every_delivery_is_not_capped_by_user_max_runs(tmp_pa
     server = our_server(slack, "http://127.0.0.1:9/v1", tmp_path / "data", tmp_path / "log")
     most = max(max(*scale.turn_concurrency, scale.conversations) for scale in SCALES.values())
     assert int(server.env["USER_MAX_RUNS"]) >= most
+
+
+def test_recovery_counts_the_answer_only_once_its_message_is_finished() -> None:
+    """A stream cut off by the crash can already show the whole text (the fake model answers at
+    once, and the first append carries all of it): recovery_seconds must wait for a finished
+    message, not time the restart alone."""
+    from bench.recovery import ANSWER, answered_once
+    from threadbound_emulator import FakeSlack
+    from threadbound_emulator.api.streams import start_stream, stop_stream
+
+    slack = FakeSlack()
+    slack.add_channel("C1", "general")
+    slack.add_user("U1", "alice")
+    root = slack.add_message("C1", "<@UBOT> what did we decide?", user="U1")
+    started = start_stream(
+        slack,
+        {
+            "channel": "C1",
+            "thread_ts": root,
+            "recipient_user_id": "U1",
+            "recipient_team_id": "T1",
+            "markdown_text": ANSWER,
+        },
+    )
+    assert [m["text"].strip() for m in slack.bot_messages("C1")] == [ANSWER.strip()]
+    assert not answered_once(slack)  # what the crash leaves: the text, unfinished
+    stop_stream(slack, {"channel": "C1", "ts": started["ts"]})
+    assert answered_once(slack)

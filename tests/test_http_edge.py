@@ -154,3 +154,23 @@ async def test_a_client_that_hangs_up_before_its_answer_still_has_its_delivery_r
         assert [line for line in captured.lines() if line["level"] in ("ERROR", "CRITICAL")] == []
         assert "Traceback" not in captured.text
         assert len(slack.bot_messages()) == 1
+
+
+async def test_building_the_bolt_app_does_not_walk_the_call_stack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bolt names an unnamed app after its caller's file through ``inspect.stack()``, which reads
+    the source of every frame and maps each loaded module to its file: a tenth of a second or more
+    of every start (a restart that recovers a crashed run waits for it too). The app is named."""
+    import inspect
+
+    from app.intake.http import build_bolt
+    from app.settings import Settings
+
+    def no_stack(*args: object, **kwargs: object) -> list[inspect.FrameInfo]:
+        raise AssertionError("inspect.stack() called while building the Bolt app")
+
+    monkeypatch.setattr(inspect, "stack", no_stack)
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, slack_bot_token="xoxb-1", slack_signing_secret="secret"
+    )
+    bolt = build_bolt(settings, ingress=object())  # type: ignore[arg-type]
+    assert bolt.name == "threadbound"

@@ -139,8 +139,11 @@ def build_bolt(
     # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
     # (or SLACK_BOT_TOKEN env variable) will be ignored", which reads as if the user's token were.
     # Bolt's authorization never runs anyway: _Ingest answers every event and interaction before
-    # it, and url_verification and ssl_check need none.
+    # it, and url_verification and ssl_check need none. The name is given: without it Bolt takes its
+    # caller's file name from inspect.stack(), which reads the source of every frame and maps every
+    # loaded module to its file (0.1-0.2 s of each start, the restart that recovers a run included).
     return AsyncApp(
+        name="threadbound",
         token=settings.slack_bot_token.get_secret_value(),
         signing_secret=settings.slack_signing_secret.get_secret_value(),
         before_authorize=_Ingest(handle, interactions),
