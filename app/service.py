@@ -26,6 +26,7 @@ from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
+from app.intake.edge_thread import EdgeThread, MainLoop
 from app.intake.external import ExternalNotice
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
 from app.intake.ingress import Ingress
@@ -120,6 +121,8 @@ class Service:
     #: The HTTP edge (``app.intake.http``) and its aiohttp app.
     http: HttpEdge = field(init=False)
     web_app: web.Application = field(init=False)
+    #: The loop the service was made on; ``serve`` runs the HTTP edge on a thread of its own.
+    main: MainLoop = field(init=False, default_factory=MainLoop)
     _background: list[asyncio.Task[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -317,6 +320,7 @@ class Service:
             slack_events=self.settings.http_events,
             socket_connected=(lambda: socket.connected) if socket is not None else None,
             events=event_acker(self.ingress, self.agent_view),
+            main=self.main,
         )
         return self.http.app
 
@@ -363,16 +367,13 @@ async def serve(
 ) -> None:
     """Run the HTTP server until SIGTERM/SIGINT, then drain within ``SHUTDOWN_GRACE`` and exit."""
     service = await Service.create(settings, model=model)
-    runner = web.AppRunner(service.web_app, handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host=settings.host, port=settings.port, shutdown_timeout=HTTP_WAIT)
+    edge = EdgeThread(service.http, service.ingress, service.store, service.agent_view, service.main)
     try:
-        await site.start()
+        await edge.start(settings.host, settings.port, HTTP_WAIT)  # acks on a loop of their own
     except OSError as exc:
-        await runner.cleanup()
         await service.adapter.close()
         await service.store.close()
-        raise StartupError(_listen_error(settings, exc)) from exc
+        raise StartupError(listen_error(settings.host, settings.port, exc)) from exc
     log.info("listening on %s port %s", settings.host, settings.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -387,14 +388,10 @@ async def serve(
     # Whatever stalls, the process is gone SHUTDOWN_GRACE + SHUTDOWN_MARGIN seconds from now.
     watchdog = Watchdog(settings.shutdown_grace + SHUTDOWN_MARGIN).start()
     deadline = Deadline(settings.shutdown_grace + SHUTDOWN_MARGIN)
-    await site.stop()  # stop accepting first
-    await bounded(runner.cleanup(), deadline.left(reserve=3.0), "draining")  # on_shutdown → drain
+    # Stop accepting, drain (on_shutdown, run here on the main loop), close the connections.
+    await bounded(edge.stop(), deadline.left(reserve=3.0), "draining")
     await bounded(service.mcp.stop(), min(2.0, deadline.left(reserve=2.0)), "stopping MCP servers")
     await bounded(service.adapter.close(), min(1.0, deadline.left(reserve=1.5)), "closing the Slack session")
     await bounded(service.store.close(), deadline.left(reserve=0.5), "closing the store")
     watchdog.cancel()
     log.info("stopped after %.1fs", time.monotonic() - started)
-
-
-def _listen_error(settings: Settings, exc: OSError) -> str:
-    return listen_error(settings.host, settings.port, exc)

@@ -59,6 +59,10 @@ _LIVE_KEYS = (
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 _TX_ATTEMPTS = 3
+#: Connections of a store made by ``for_another_loop`` (the HTTP edge's claims), and the seconds its
+#: close waits for them before dropping them (it runs inside the shutdown's drain step).
+SIBLING_POOL = 4
+SIBLING_CLOSE_TIMEOUT = 1.0
 _CLOSE_TIMEOUT = 10.0
 
 
@@ -130,10 +134,26 @@ class PostgresStore(SqlStore):
         #: and the owner and key it holds it for.
         self._liveness: asyncpg.Connection | None = None
         self._liveness_of: tuple[str, int] | None = None
+        self._close_timeout = _CLOSE_TIMEOUT
 
     @property
     def schema(self) -> str | None:
         return self._schema
+
+    def for_another_loop(self) -> PostgresStore:
+        """The same database and schema through a pool of its own (at most ``SIBLING_POOL``
+        connections), created on first use on the calling loop."""
+        sibling = PostgresStore(
+            self._dsn,
+            schema=self._schema,
+            min_size=1,
+            max_size=SIBLING_POOL,
+            connect_timeout=self._connect_timeout,
+            command_timeout=self._command_timeout,
+            acquire_timeout=self._acquire_timeout,
+        )
+        sibling._close_timeout = SIBLING_CLOSE_TIMEOUT
+        return sibling
 
     # -- connection plumbing ---------------------------------------------------
     async def _get_pool(self) -> asyncpg.Pool:
@@ -271,12 +291,12 @@ class PostgresStore(SqlStore):
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
-            await _close(pool)
+            await _close(pool, self._close_timeout)
 
 
-async def _close(closable: asyncpg.Connection | asyncpg.Pool) -> None:
+async def _close(closable: asyncpg.Connection | asyncpg.Pool, within: float = _CLOSE_TIMEOUT) -> None:
     """Close a connection or the pool politely, or terminate it when that fails or takes too long."""
     try:
-        await asyncio.wait_for(closable.close(), _CLOSE_TIMEOUT)
+        await asyncio.wait_for(closable.close(), within)
     except (TimeoutError, *_DRIVER_ERRORS):
         closable.terminate()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -162,6 +163,17 @@ class SQLiteStore(SqlStore):
         self._stragglers: set[asyncio.Task[None]] = set()
         #: Lock files of registered instances (none for an in-memory database: no other process sees it).
         self._liveness = FileLiveness(self._path) if self._path != ":memory:" else None
+        #: The store whose database thread this one uses (``for_another_loop``); None: its own.
+        self._parent: SQLiteStore | None = None
+        self._thread_lock = threading.Lock()
+
+    def for_another_loop(self) -> SQLiteStore:
+        """The same database, batched on the calling loop, through this store's database thread
+        (so its operations and this store's still run one at a time, in order)."""
+        sibling = SQLiteStore(self._path, busy_timeout=self._busy_timeout)
+        sibling._parent = self
+        sibling._liveness = None  # instances register through the main store only
+        return sibling
 
     @property
     def path(self) -> str:
@@ -201,14 +213,24 @@ class SQLiteStore(SqlStore):
                     raise
             time.sleep(0.02)
 
+    def _database_thread(self) -> DatabaseThread:
+        """The thread running this store's jobs (the parent's for a sibling), started on first use."""
+        if self._parent is not None:
+            if self._parent._closed:
+                raise StoreError("store is closed")
+            return self._parent._database_thread()
+        with self._thread_lock:  # a sibling on another thread may be first
+            if self._thread is None:
+                self._thread = DatabaseThread(self._open, name=f"threadbound-sqlite:{self._path}")
+            return self._thread
+
     async def _run(self, fn: Callable[[Db], T]) -> T:
         """``fn`` on the database thread; driver failures surface as StoreError."""
         if self._closed:
             raise StoreError("store is closed")
-        if self._thread is None:
-            self._thread = DatabaseThread(self._open, name=f"threadbound-sqlite:{self._path}")
+        thread = self._database_thread()
         try:
-            return await self._thread.submit(fn)
+            return await thread.submit(fn)
         except (sqlite3.Error, OSError) as exc:
             raise _store_error(exc) from exc
 
@@ -346,11 +368,18 @@ class SQLiteStore(SqlStore):
     async def close(self) -> None:
         if self._closed:
             return
+        if self._parent is not None:
+            # The database thread is the parent's; the writes queued here are answered first.
+            while self._committer is not None and not self._committer.done():
+                await asyncio.gather(self._committer, return_exceptions=True)
+            self._closed = True
+            return
         self._closed = True
         if self._liveness is not None:
             with contextlib.suppress(OSError):
                 await self._liveness.release()
-        thread, self._thread = self._thread, None
+        with self._thread_lock:
+            thread, self._thread = self._thread, None
         if thread is not None:
             # Jobs already queued finish first (the queue is FIFO); then the thread ends.
             with contextlib.suppress(sqlite3.Error):

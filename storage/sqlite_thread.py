@@ -28,20 +28,29 @@ class DatabaseThread:
         self._jobs: queue.SimpleQueue[tuple[Callable[[Db], Any], asyncio.Future[Any]] | None] = (
             queue.SimpleQueue()
         )
+        #: Set by ``stop``: jobs submitted afterwards (from another loop's thread) fail at once.
+        self._stopping = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[[Db], T]) -> asyncio.Future[T]:
-        """Queue ``fn(connection)``; the future is settled on the caller's loop."""
+        """Queue ``fn(connection)``; the future is settled on the caller's loop (any thread's)."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._jobs.put((fn, future))
+        with self._lock:
+            if self._stopping:
+                future.set_exception(sqlite3.ProgrammingError("the database thread has stopped"))
+            else:
+                self._jobs.put((fn, future))
         return future
 
     async def stop(self) -> None:
         """Close the connection after the jobs queued so far, then end the thread."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._jobs.put((self._close, future))
-        self._jobs.put(None)
+        with self._lock:
+            self._stopping = True
+            self._jobs.put((self._close, future))
+            self._jobs.put(None)
         try:
             await future
         finally:

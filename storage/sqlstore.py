@@ -38,6 +38,13 @@ class SqlStore(TaskMethods, LeaseMethods, SessionMethods, PeopleMethods, FollowU
         """Raise :class:`StoreError` unless the database answers a trivial query."""
         await self._fetch(sql.PING, {})
 
+    def for_another_loop(self) -> SqlStore:
+        """A store on the same database for one other event loop (the HTTP edge's thread): its own
+        write batching (SQLite, sharing this store's database thread) or its own small pool
+        (Postgres, whose connections belong to one loop). Use it and close it on that loop only;
+        closing it leaves this store open, and closing this store ends it too."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be used from another loop")
+
     async def stats(self) -> StoreStats:
         """Counts for readiness probes and benchmarks."""
         row = await self._one(sql.STATS)

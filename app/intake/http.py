@@ -24,7 +24,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -44,6 +44,7 @@ from .interactions import Interactions
 from .signature import unsigned_reason
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 #: At most one warning line per this many seconds about refused requests (the rest are counted).
 REFUSAL_LOG_INTERVAL = 60.0
 
@@ -99,18 +100,28 @@ def event_handler(
     return handle
 
 
+class OnMain(Protocol):
+    """Runs a call on the service's main loop (``app.intake.edge_thread.MainLoop``)."""
+
+    def call(self, make: Callable[[], Awaitable[T]]) -> Awaitable[T]: ...
+
+
 #: An ``event_callback`` body → ``(status, reason, finish)``: the claim is durable when it returns;
 #: ``finish()`` (logging, metrics) runs after the answer was written.
 EventAcker = Callable[[dict[str, Any]], Awaitable[tuple[int, str, Callable[[], None]]]]
 
 
-def event_acker(ingress: Ingress, agent_view: AgentView | None) -> EventAcker:
-    """What an ``event_callback`` body becomes over HTTP, its bookkeeping left for after the 200."""
+def event_acker(ingress: Ingress, agent_view: AgentView | None, main: OnMain | None = None) -> EventAcker:
+    """What an ``event_callback`` body becomes over HTTP, its bookkeeping left for after the 200.
+    ``main`` runs the agent view's calls on the loop its adapter belongs to (``app.intake.edge_thread``)."""
 
     async def accept(body: dict[str, Any]) -> tuple[int, str, Callable[[], None]]:
         event = body.get("event")
         if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
-            await agent_view.event(event)
+            if main is None:
+                await agent_view.event(event)
+            else:
+                await main.call(lambda: agent_view.event(event))
         result, finish = await ingress.accept(body)
         return result.status, "" if result.status == 200 else result.reason, finish
 
@@ -171,12 +182,17 @@ class HttpEdge:
         slack_events: bool = True,
         socket_connected: Callable[[], bool] | None = None,
         events: EventAcker | None = None,
+        main: OnMain | None = None,
     ) -> None:
         """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
         ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
         :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz. ``events`` takes
-        signed JSON ``event_callback`` bodies past Bolt (:func:`event_acker`)."""
-        self._events_acker = events
+        signed JSON ``event_callback`` bodies past Bolt (:func:`event_acker`). ``main``: when the app is
+        served from another thread (``app.intake.edge_thread``), Bolt, ``ping`` and the start-up and
+        shutdown hooks run on the main loop through it."""
+        #: Replaced while served from the edge's thread by one claiming on that thread's loop.
+        self.events = events
+        self._main = main
         self._slack_events = slack_events
         self._socket_connected = socket_connected
         self.bolt = bolt
@@ -216,7 +232,7 @@ class HttpEdge:
         if reason is not None:
             self._refuse(reason)
             return web.Response(status=401, text="invalid request"), None
-        acker = self._events_acker
+        acker = self.events
         body = _event_callback(raw, request.content_type) if acker is not None else None
         if body is not None and acker is not None:
             try:
@@ -243,7 +259,8 @@ class HttpEdge:
         except (ValueError, RecursionError, AttributeError, TypeError):
             return web.Response(status=400, text="malformed request body"), None
         try:
-            return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request)), None
+            answer = await self._on_main(lambda: self.bolt.async_dispatch(bolt_request))
+            return await to_aiohttp_response(answer), None
         except RecursionError:  # parsed, but nested too deep for what walks it next
             log.warning("a signed request on /slack/events is nested too deeply to handle")
             return web.Response(status=400, text="malformed request body"), None
@@ -265,9 +282,12 @@ class HttpEdge:
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
+    def _on_main(self, make: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        return make() if self._main is None else self._main.call(make)
+
     async def _readyz(self, _: web.Request) -> web.Response:
         try:
-            await self._ping()
+            await self._on_main(self._ping)
         except StoreError as exc:
             # Callers learn only that it is not ready; what failed (a database host, say) goes to the log.
             log.warning("readyz: the store is unreachable: %s", exc)
@@ -283,10 +303,10 @@ class HttpEdge:
         return web.Response(body=self._render_metrics(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _on_startup(self, _: web.Application) -> None:
-        await self._startup()
+        await self._on_main(self._startup)
 
     async def _on_shutdown(self, _: web.Application) -> None:
-        await self._shutdown()
+        await self._on_main(self._shutdown)
 
 
 def listen_error(host: str, port: int, exc: OSError) -> str:

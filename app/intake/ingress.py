@@ -59,6 +59,10 @@ class IngressResult:
     task_id: str | None = None
 
 
+def _now(fn: Callable[..., None], *args: Any) -> None:
+    fn(*args)
+
+
 class Ingress:
     def __init__(
         self,
@@ -81,6 +85,24 @@ class Ingress:
         self.on_result = on_result
         self.on_external = on_external
         self._ignored: OrderedDict[str, None] = OrderedDict()
+        #: Runs a wake-up or a note where the scheduler and the adapter live (``on_loop``).
+        self._soon: Callable[..., None] = _now
+
+    def on_loop(self, store: Store, soon: Callable[..., None]) -> Ingress:
+        """This ingress for another event loop (the HTTP edge's thread): claims through ``store``
+        (one made for that loop), wake-ups and external-user notes handed to ``soon(fn, *args)``,
+        which runs them on the loop of the scheduler and the adapter."""
+        other = Ingress(
+            store=store,
+            scheduler=self.scheduler,
+            bot=self.bot,
+            settings=self.settings,
+            clock=self.clock,
+            on_result=self.on_result,
+            on_external=self.on_external,
+        )
+        other._soon = soon
+        return other
 
     async def handle(self, body: dict[str, Any]) -> IngressResult:
         """Claim the delivery, then log it and count it."""
@@ -143,7 +165,7 @@ class Ingress:
         decision = classify(event, self.bot, self.settings)
         if decision.action == "ignore":
             if decision.external and self.on_external is not None:
-                self.on_external(decision)
+                self._soon(self.on_external, decision)
             return IngressResult(200, "ignored", decision.reason)
         # An edit that adds the bot's mention is answered as the message now reads.
         message = edited_message(event) if event.get("subtype") == "message_changed" else event
@@ -167,5 +189,5 @@ class Ingress:
         if outcome.status == "duplicate":
             return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
         assert outcome.task_id is not None
-        self.scheduler.notify(outcome.task_id)
+        self._soon(self.scheduler.notify, outcome.task_id)
         return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -21,6 +21,7 @@ import aiohttp
 from aiohttp import web
 from pydantic_ai.models import Model
 
+from app.intake.edge_thread import EdgeThread
 from app.runs.run import RunHooks
 from app.service import Service
 from app.settings import Settings
@@ -68,11 +69,16 @@ class AppHarness:
         owner: str | None = None,
         model_name: str | None = None,
         socket_mode: bool = False,
+        edge_thread: bool = False,
         **overrides: Any,
     ) -> None:
         """``model`` drives the agent in-process; with ``model=None`` the service builds the model
         from ``model_name`` (a MODEL value such as ``openai-chat:NAME``) as production does.
-        ``socket_mode`` sets SLACK_APP_TOKEN to the emulator's app token (no signing secret)."""
+        ``socket_mode`` sets SLACK_APP_TOKEN to the emulator's app token (no signing secret).
+        ``edge_thread`` serves HTTP from a thread of its own as ``serve`` does
+        (``app.intake.edge_thread``); otherwise on the test's loop."""
+        self.edge_thread = edge_thread
+        self._edge: EdgeThread | None = None
         self.slack = slack
         self.model = model
         if model_name is not None:
@@ -100,12 +106,20 @@ class AppHarness:
         if socket is not None:
             socket.ping_interval = SOCKET_PING_INTERVAL  # a dropped socket is replaced within a second
             opened = self.slack.socket.opened + 1
-        self._runner = web.AppRunner(self.service.web_app, handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        # aiohttp exposes the OS-chosen port only through the runner's bound addresses.
-        self.port = int(self._runner.addresses[0][1])
+        if self.edge_thread:
+            service = self.service
+            self._edge = EdgeThread(
+                service.http, service.ingress, service.store, service.agent_view, service.main
+            )
+            await self._edge.start("127.0.0.1", 0, 2.0)
+            self.port = self._edge.port
+        else:
+            self._runner = web.AppRunner(self.service.web_app, handle_signals=False, access_log=None)
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            # aiohttp exposes the OS-chosen port only through the runner's bound addresses.
+            self.port = int(self._runner.addresses[0][1])
         self._http = aiohttp.ClientSession()
         if socket is not None:
             async with asyncio.timeout(10):
@@ -119,6 +133,9 @@ class AppHarness:
         if self._runner is not None:
             await self._runner.cleanup()  # on_shutdown drains the runner
             self._runner = None
+        if self._edge is not None:
+            await self._edge.stop()  # the same, the drain on this loop
+            self._edge = None
         if self.service is not None:
             await self.service.close()
             self.service = None

@@ -1,0 +1,171 @@
+"""The HTTP edge on a thread and event loop of its own, so an acknowledgement never waits behind run work.
+
+Under ``serve`` the aiohttp app of :class:`~app.intake.http.HttpEdge` runs here, not on the main
+loop that runs the agent (pydantic-ai's steps, the model client, prompt building, Slack writes).
+A delivery's whole ack path stays on this loop: the signature check, the parse, the router, the
+durable claim and inbox append (through a store of its own, ``Store.for_another_loop``: on
+SQLite the same database thread, on Postgres a small pool of its own) and the 200. What it hands
+on crosses to the main loop with ``call_soon_threadsafe`` (:class:`MainLoop`): the scheduler's
+wake-up, the external-user note. What needs the main loop's objects is awaited there: Bolt
+(``url_verification``, clicks, other payloads), the agent view's events, ``/readyz``'s ping,
+start-up and the drain on shutdown. Both loops share one GIL: a ready ack waits for the
+interpreter's switch interval (5 ms), not for every run callback queued before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from storage.base import Store
+
+from .agent_view import AgentView
+from .http import HttpEdge, event_acker
+from .ingress import Ingress
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class MainLoop:
+    """Calls into the loop a :class:`MainLoop` was made on (the service's), from any thread; on
+    that loop itself they are plain calls."""
+
+    def __init__(self) -> None:
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None  # made outside a loop: every call is a plain call
+
+    def here(self) -> bool:
+        """Whether the caller runs on the main loop (or there is no other)."""
+        if self.loop is None:
+            return True
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
+    async def call(self, make: Callable[[], Awaitable[T]]) -> T:
+        """``await make()`` on the main loop; cancelling the caller cancels it there."""
+        if self.here():
+            return await make()
+        assert self.loop is not None
+
+        async def run() -> T:
+            return await make()
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self.loop))
+
+    def soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` on the main loop, without waiting for it."""
+        if self.here():
+            fn(*args)
+            return
+        assert self.loop is not None
+        with contextlib.suppress(RuntimeError):  # the main loop is closed: the process is ending
+            self.loop.call_soon_threadsafe(fn, *args)
+
+
+class EdgeThread:
+    """Serves ``edge.app`` on ``host:port`` from a daemon thread with its own event loop.
+
+    :meth:`start` returns once it listens (or raises the ``OSError`` of listening); the app's
+    start-up hooks have run by then. :meth:`stop` stops accepting, runs the app's shutdown hooks
+    (the drain, on the main loop) and closes the connections, then ends the thread."""
+
+    def __init__(
+        self, edge: HttpEdge, ingress: Ingress, store: Store, agent_view: AgentView | None, main: MainLoop
+    ) -> None:
+        """``ingress`` and ``store`` are the service's; the edge claims through copies made for its loop."""
+        self._edge = edge
+        self._ingress = ingress
+        self._store = store
+        self._agent_view = agent_view
+        self._main = main
+        self._where = ("", 0, 0.0)
+        #: The port it listens on, once it does (``start`` with port 0 picks a free one).
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._listening: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._main_of_thread, name="threadbound-http", daemon=True)
+
+    async def start(self, host: str, port: int, shutdown_timeout: float) -> None:
+        """Listen on ``host:port``; ``shutdown_timeout``: how long :meth:`stop` lets requests in
+        flight finish once the drain is over."""
+        self._where = (host, port, shutdown_timeout)
+        self._thread.start()
+        await asyncio.wrap_future(self._listening)
+
+    async def stop(self) -> None:
+        """Stop serving; cancelled (a bounded shutdown step overran), it cancels what the edge's
+        loop is doing, the drain on the main loop included, as cancelling the runner's clean-up did."""
+        loop, stop, task = self._loop, self._stop, self._task
+        if loop is None or stop is None or task is None or self._stopped.done():
+            return
+        with contextlib.suppress(RuntimeError):  # the thread ended already
+            loop.call_soon_threadsafe(stop.set)
+        try:
+            await asyncio.shield(asyncio.wrap_future(self._stopped))
+        except asyncio.CancelledError:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(task.cancel)
+            raise
+
+    def _main_of_thread(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            self._task = loop.create_task(self._serve(), name="http-edge")
+            loop.run_until_complete(self._task)
+        except BaseException as exc:
+            for future in (self._listening, self._stopped):
+                if not future.done():
+                    future.set_exception(exc)
+        finally:
+            for future in (self._listening, self._stopped):
+                if not future.done():
+                    future.set_result(None)
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        store = self._store.for_another_loop()
+        # The claims of HTTP deliveries run here; their wake-ups and notes cross to the main loop.
+        ingress = self._ingress.on_loop(store, self._main.soon)
+        previous = self._edge.events
+        self._edge.events = event_acker(ingress, self._agent_view, self._main)
+        host, port, shutdown_timeout = self._where
+        runner = web.AppRunner(
+            self._edge.app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
+        )
+        try:
+            await runner.setup()  # the app's start-up hooks (they run on the main loop)
+            site = web.TCPSite(runner, host=host, port=port)
+            try:
+                await site.start()
+            except OSError as exc:
+                self._listening.set_exception(exc)
+                return
+            self.port = int(runner.addresses[0][1])
+            self._listening.set_result(None)
+            await self._stop.wait()
+            await site.stop()  # stop accepting first
+        finally:
+            try:
+                await runner.cleanup()  # the shutdown hooks (the drain), then the open connections
+            finally:
+                self._edge.events = previous
+                await store.close()

@@ -1,0 +1,176 @@
+"""The HTTP edge on a thread of its own (``app.intake.edge_thread``), as ``serve`` runs it: the ack
+path (signature, parse, claim, 200) on the edge's loop, wake-ups and everything that needs the
+service's objects on the main loop; and what that needs of the stores and the ack gate."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.runs.ack_gate import AckGate
+from storage import Store, StoreError
+from storage.sqlite import SQLiteStore
+from tests.conftest import StoreFactory
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import echo_model
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
+
+
+def _in_thread(work: Callable[[], Any]) -> Any:
+    """``work()`` (a coroutine factory) run to its end on a new event loop in another thread."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            result.append(asyncio.run(work()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    return thread, result, errors
+
+
+def _claim(n: int, now: float = 1.0) -> dict[str, Any]:
+    return {
+        "event_id": f"Ev{n}",
+        "channel": "C1",
+        "ts": f"{n}.000100",
+        "thread_ts": f"{n}.000100",
+        "create": True,
+        "payload": "{}",
+        "now": now,
+    }
+
+
+async def test_deliveries_are_claimed_on_the_edge_thread_and_woken_on_the_main_loop(
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mention over HTTP is claimed on the edge's thread, its run started on the main loop, answered."""
+    main_thread = threading.get_ident()
+    claimed_on: list[int] = []
+    woken_on: list[int] = []
+    real_claim = SQLiteStore.claim_message
+
+    async def claim(self: SQLiteStore, **kwargs: Any) -> Any:
+        claimed_on.append(threading.get_ident())
+        return await real_claim(self, **kwargs)
+
+    monkeypatch.setattr(SQLiteStore, "claim_message", claim)
+    async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, edge_thread=True) as app:
+        assert app.service is not None
+        real_notify = app.service.runner.notify
+
+        def notify(task_id: str) -> None:
+            woken_on.append(threading.get_ident())
+            real_notify(task_id)
+
+        monkeypatch.setattr(app.service.runner, "notify", notify)
+        ts = slack.add_message("C1", "<@UBOT> hello there", user="U1")
+        response = await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hello there", ts))
+        assert response.status == 200
+        await eventually(lambda: bool(slack.bot_messages("C1")))
+        await app.idle()
+    assert claimed_on and main_thread not in claimed_on
+    assert woken_on and set(woken_on) == {main_thread}
+    assert "hello there" in slack.bot_messages("C1")[-1]["text"]
+
+
+async def test_bolt_probes_and_metrics_answer_from_the_edge_thread(slack: FakeSlack, tmp_path: Path) -> None:
+    """url_verification (through Bolt, on the main loop), /healthz, /readyz and /metrics."""
+    async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, edge_thread=True) as app:
+        response = await app.deliver(events.url_verification("c-123"))
+        assert response.status == 200
+        assert "c-123" in await response.text()
+        assert (await app.get("/healthz")).status == 200
+        ready = await app.get("/readyz")
+        assert ready.status == 200
+        assert (await ready.json())["ok"] is True
+        metrics = await app.get("/metrics")
+        assert metrics.status == 200
+        assert "deliveries" in await metrics.text()
+
+
+async def test_a_closed_store_answers_503_from_the_edge_thread(slack: FakeSlack, tmp_path: Path) -> None:
+    """With the store gone the edge's claims fail as a 503 (Slack retries), not a hang or a 500."""
+    async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, edge_thread=True) as app:
+        assert app.service is not None
+        await app.service.store.close()
+        ts = slack.add_message("C1", "<@UBOT> anyone?", user="U1")
+        async with asyncio.timeout(10):
+            response = await app.deliver(events.app_mention("C1", "U1", "<@UBOT> anyone?", ts))
+        assert response.status == 503
+        assert (await app.get("/readyz")).status == 503
+
+
+async def test_a_store_for_another_loop_claims_from_that_loop(store_factory: StoreFactory) -> None:
+    """The main store and its sibling, used at once from two loops on two threads, both commit;
+    closing the sibling leaves the main store open."""
+    store = await store_factory()
+    sibling = store.for_another_loop()
+
+    async def other() -> list[str]:
+        try:
+            outcomes = await asyncio.gather(*(sibling.claim_message(**_claim(n)) for n in range(20)))
+            return [o.status for o in outcomes]
+        finally:
+            await sibling.close()
+
+    thread, result, errors = _in_thread(other)
+    mine = await asyncio.gather(*(store.claim_message(**_claim(n)) for n in range(10, 30)))
+    await asyncio.to_thread(thread.join)
+    assert errors == []
+    statuses = result[0] + [o.status for o in mine]
+    # Ev10…Ev19 were sent from both loops: each claimed once, the other a duplicate.
+    assert statuses.count("claimed") == 30
+    assert statuses.count("duplicate") == 10
+    await store.ping()
+
+
+async def test_closing_the_main_sqlite_store_ends_its_sibling(tmp_path: Path) -> None:
+    """A sibling whose database thread stopped fails with StoreError instead of waiting forever."""
+    store: Store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    sibling = store.for_another_loop()
+    await store.close()
+
+    async def other() -> None:
+        async with asyncio.timeout(5):
+            await sibling.claim_message(**_claim(1))
+
+    thread, _, errors = _in_thread(other)
+    await asyncio.to_thread(thread.join)
+    assert len(errors) == 1 and isinstance(errors[0], StoreError)
+
+
+async def test_the_ack_gate_hears_of_deliveries_counted_on_another_thread() -> None:
+    """Run starts on the main loop wait while the edge's thread has a delivery in flight."""
+    gate = AckGate()
+    counting = threading.Event()
+    release = threading.Event()
+
+    def deliver() -> None:
+        with gate.acking():
+            counting.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=deliver)
+    thread.start()
+    await asyncio.to_thread(counting.wait, 10)
+    assert gate.busy
+    assert await gate.quiet(0.05) is False
+    waiting = asyncio.create_task(gate.quiet(10))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    release.set()
+    assert await waiting is True
+    await asyncio.to_thread(thread.join)
+    assert not gate.busy
