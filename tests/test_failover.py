@@ -1,5 +1,6 @@
 """Failover on Postgres: every database session ends at once (a restart, a failover, a terminated
-backend) while two instances are mid-run; both recover without running a conversation twice."""
+backend) while two instances are mid-run; both recover without running a conversation twice. And an
+instance SIGKILLed mid-run: the survivor takes its conversation over without waiting out the grace."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import os
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
+import psutil
 import pytest
 
 from tests.support import events
@@ -23,6 +26,17 @@ from threadbound_emulator import FakeSlack
 pytestmark = pytest.mark.process
 
 WITHIN_S = 30.0
+
+
+def _client_ports(servers: list[ServerProcess], url: str) -> list[int]:
+    """The local ports of every connection the servers' processes hold to the database at ``url``."""
+    port = urlsplit(url).port or 5432
+    return [
+        c.laddr.port
+        for server in servers
+        for c in psutil.Process(server.pid).net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port
+    ]
 
 
 class _Held:
@@ -93,14 +107,20 @@ async def test_both_instances_recover_when_every_backend_is_terminated_mid_run(t
             try:
                 roots = [await ask(servers[0], "hold one"), await ask(servers[1], "hold two")]
                 await eventually(lambda: len(model.first) == 2, within=WITHIN_S)
+                # Every session of the two instances (as a restart would end them), and only theirs:
+                # other tests on this database may be running at the same time (pytest-xdist).
+                ports = _client_ports(servers, base)
+                assert len(ports) >= 4, ports  # each instance: its liveness session and pooled ones
                 conn = await asyncpg.connect(base)
                 try:
-                    await conn.execute(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    ended = await conn.fetchval(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND client_port = ANY($1::int[])",
+                        ports,
                     )
                 finally:
                     await conn.close()
+                assert ended == len(ports)
                 # Past the liveness grace: every instance has re-registered and looked at the others.
                 await asyncio.sleep(14)
                 model.release.set()
