@@ -8,8 +8,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
 from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
+from app.runs.checkpoint import replied_since_prompt
 from app.runs.run import RunExecutor
 from channel.contract import Origin
 from channel.fake import FakeAdapter
@@ -78,3 +88,76 @@ async def test_a_run_steers_in_what_its_inbox_supplies_and_nothing_else(tmp_path
         assert adapter.thread(Origin("general", root.ts))[-1].text == "on it"
     finally:
         await store.close()
+
+
+async def _steered_after_reply(tmp_path: Path, answer: str, *, early: bool = False) -> list[str]:
+    """Alice asks; the model replies with channel_reply ("answer one"); a second message is steered
+    in (after the reply, or, ``early``, while the model writes it) and the model answers it with the
+    final text ``answer``. Returns the thread's texts."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "first question")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    try:
+        first = await _claim(store, root.ts, root.ts, "first question", create=True)
+        supplied: list[InboxItem] = []
+
+        async def inbox() -> Sequence[InboxItem]:
+            return list(supplied)
+
+        async def script(turn: Turn) -> list[Any]:
+            if "second thought" in turn.prompt:
+                return [answer]
+            if turn.prompt:
+                if early:
+                    supplied.append(await _claim(store, root.ts, "2.0", "second thought"))
+                return [call("channel_reply", text="answer one")]
+            if not supplied:
+                supplied.append(await _claim(store, root.ts, "2.0", "second thought"))
+            return ["done"]  # after its reply: no answer (not posted), and the turn would end here
+
+        executor = RunExecutor(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(scripted(script)),
+            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
+            agent_file=AgentFile(),
+            data_dir=tmp_path / "data",
+        )
+        outcome = await executor.run_inbox(first.task_id, [first], [], inbox)
+        assert outcome.status == "ok" and outcome.consumed == [first.item_id, supplied[0].item_id]
+        return [m.text for m in adapter.thread(Origin("general", root.ts))]
+    finally:
+        await store.close()
+
+
+async def test_a_message_steered_in_after_the_reply_gets_its_final_text_answer(tmp_path: Path) -> None:
+    """The model replied, then a message is steered in and answered with final text: that answer is
+    posted, once; the text the model ended its reply with ("done") is not."""
+    texts = await _steered_after_reply(tmp_path, "answer two")
+    assert texts == ["first question", "answer one", "answer two"]
+
+
+async def test_a_message_steered_in_with_the_replys_result_gets_its_final_text_answer(tmp_path: Path) -> None:
+    """Steered in while the model wrote its reply, the message reaches it with the reply's result: the
+    reply was not its answer, the final text is."""
+    texts = await _steered_after_reply(tmp_path, "answer two", early=True)
+    assert texts == ["first question", "answer one", "answer two"]
+
+
+async def test_a_final_text_repeating_the_reply_is_not_posted_twice_after_steering(tmp_path: Path) -> None:
+    """The model answers the steered message by repeating the reply it posted: posted once only."""
+    texts = await _steered_after_reply(tmp_path, "answer one")
+    assert texts == ["first question", "answer one"]
+
+
+def test_a_resumed_run_knows_a_prompt_sent_with_a_replys_result_is_unanswered() -> None:
+    """A transcript whose last request carries a reply's result and a message steered in with it: the
+    reply was made before the model saw that message, so the resumed run has not replied to it."""
+    reply = ToolCallPart("channel_reply", {"text": "answer one"}, tool_call_id="c1")
+    posted = ToolReturnPart("channel_reply", {"message": "msg_1"}, tool_call_id="c1")
+    before = [ModelRequest(parts=[UserPromptPart("first question")]), ModelResponse(parts=[reply])]
+    with_prompt = [*before, ModelRequest(parts=[posted, UserPromptPart("second thought")])]
+    after_prompt = [*before, ModelRequest(parts=[posted])]
+    assert not replied_since_prompt(ModelMessagesTypeAdapter.dump_json(with_prompt))
+    assert replied_since_prompt(ModelMessagesTypeAdapter.dump_json(after_prompt))

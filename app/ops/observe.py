@@ -94,7 +94,7 @@ class Observer:
             seconds,
             tools=run.tools,
             tool_errors=run.tool_errors,
-            replied=session.replied,
+            replied=session.replied_in_run,
             silent=session.silent,
             **counts(run.usage),
         )

@@ -110,6 +110,58 @@ def mark_answer(messages: list[ModelMessage], text: str, effects: Sequence[str])
     return marker
 
 
+async def post_answer(
+    session: ChannelSession,
+    checkpoints: Checkpoints,
+    messages: list[ModelMessage],
+    output: str,
+    note: str,
+    *,
+    start: int,
+) -> None:
+    """The end of a run in the thread: the note it stopped with, or its final text as the answer,
+    unless the model replied to the newest message shown (a message steered in after a reply is
+    answered too) or the text repeats a reply of this run (``messages[start:]``); else the streamed
+    text that was no answer is removed. The answer is checkpointed before it is posted and its writes
+    journalled under its marker: a crash from here on posts it once."""
+    if note:
+        await session.drop_answer()
+        await session.post_markdown(note, feedback=False)
+    elif not session.replied and output.strip() and not _repeats(messages[start:], output):
+        marker = mark_answer(messages, output, session.answer.effect_ids if session.answer else ())
+        await checkpoints.save(messages)
+        token = CALL_ID.set(marker)
+        try:
+            await session.answer_with(output)
+        finally:
+            CALL_ID.reset(token)
+    else:
+        await session.drop_answer()  # streamed text that was no answer (or a silent end)
+
+
+def _repeats(messages: Sequence[ModelMessage], output: str) -> bool:
+    """Whether ``output`` is the text of a channel_reply in ``messages`` that was posted."""
+    posted = {
+        p.tool_call_id
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+        and p.tool_name == "channel_reply"
+        and isinstance(p.content, dict)
+        and isinstance(p.content.get("message"), str)
+    }
+    return any(
+        isinstance(p, ToolCallPart)
+        and p.tool_name == "channel_reply"
+        and p.tool_call_id in posted
+        and str(p.args_as_dict().get("text", "")).strip() == output.strip()
+        for m in messages
+        if isinstance(m, ModelResponse)
+        for p in m.parts
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class OpenAnswer:
     """A final answer checkpointed before it was posted: its text, marker and earlier journal entries."""
@@ -222,14 +274,23 @@ def replied_since_prompt(transcript: bytes) -> bool:
     for message in reversed(load_history(transcript)):
         if not isinstance(message, ModelRequest):
             continue
+        # A prompt is newer than the tool results sent with it (a message steered in after a reply):
+        # those calls were made before the model saw it.
+        if any(_prompted(p) for p in message.parts):
+            return False
         for part in message.parts:
             if isinstance(part, ToolReturnPart) and part.tool_name == "channel_reply":
                 content = part.content
                 if isinstance(content, dict) and isinstance(content.get("message"), str):
                     return True
-        if any(isinstance(p, UserPromptPart) for p in message.parts):
-            return False
     return False
+
+
+def _prompted(part: object) -> bool:
+    """A person's message shown to the model (not a notice of pydantic-ai's own, ``<system>…``)."""
+    if not isinstance(part, UserPromptPart):
+        return False
+    return not (isinstance(part.content, str) and part.content.startswith("<system>"))
 
 
 async def resume_open_run(store: Store, session: ChannelSession, fresh: bool, feedback: bool) -> bool:

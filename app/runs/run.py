@@ -7,8 +7,9 @@ turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and ``outcome.py`` (out
 - cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
   crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
   saved (with the items shown so far) after each response calling tools and before the answer;
-- the end: the final text is posted unless the model replied or chose ``no_reply``; a failure
-  apologises; transcript saved, run closed, inbox consumed in one transaction; approvals
+- the end: the final text is posted unless the model replied to the newest message it was shown
+  (or repeats a reply) or chose ``no_reply`` (``checkpoint.post_answer``); a failure apologises;
+  transcript saved, run closed, inbox consumed in one transaction; approvals
   (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task with an
   undecided approval does not run; the decisions resume it (``deferred_tool_results``);
 - the lease: awaited (``guard``) before every write and model request, its fence on every durable
@@ -41,7 +42,7 @@ from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel import task_files
 from channel.contract import ChannelAdapter, Origin
-from channel.journal import CALL_ID, WriteGuard
+from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
@@ -57,7 +58,7 @@ from storage.base import (
 )
 
 from .budget_screen import BudgetScreen, newest_author
-from .checkpoint import Checkpoints, mark_answer, resume_open_run
+from .checkpoint import Checkpoints, post_answer, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
@@ -304,23 +305,7 @@ class RunExecutor:
                     requests = result  # gated calls: their cards are posted once the run is saved
                 else:
                     output = result or ""
-                if note:
-                    await session.drop_answer()
-                    await session.post_markdown(note, feedback=False)
-                elif not session.replied and output.strip():
-                    # Checkpointed before it is posted, its writes journalled under its marker: a
-                    # crash from here on posts it once (app/runs/checkpoint.py).
-                    marker = mark_answer(
-                        messages, output, session.answer.effect_ids if session.answer else ()
-                    )
-                    await checkpoints.save(messages)
-                    token = CALL_ID.set(marker)
-                    try:
-                        await session.answer_with(output)
-                    finally:
-                        CALL_ID.reset(token)
-                else:
-                    await session.drop_answer()  # streamed text that was no answer (or a silent end)
+                await post_answer(session, checkpoints, messages, output, note, start=len(history))
                 if self.usage_footer and meter.total.requests:
                     await session.add_footer(footer(meter.total))
                 run_status = "ok"
@@ -379,7 +364,7 @@ class RunExecutor:
             # Another owner has the task now: no apology, no transcript; the inbox stays theirs.
             status = "stopped"
             log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
-            return RunOutcome(task.task_id, status, session.replied, output, [])
+            return RunOutcome(task.task_id, status, session.replied_in_run, output, [])
         finally:
             session.stop_streaming()  # a cancelled run leaves its partial message to the next run's reconcile
             self.active_runs.discard(task.task_id)
@@ -390,7 +375,7 @@ class RunExecutor:
                     await self.hooks.on_end(session, items, status)
                 except Exception:
                     log.warning("run end hook failed", exc_info=True)
-        return RunOutcome(task.task_id, status, session.replied, output, consumed)
+        return RunOutcome(task.task_id, status, session.replied_in_run, output, consumed)
 
     def _listener(self, session: ChannelSession) -> Callable[[UsageRecord], None] | None:
         on_usage = self.hooks.on_usage

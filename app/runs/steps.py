@@ -13,7 +13,14 @@ from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    UserPromptPart,
+)
 from pydantic_ai.usage import UsageLimits
 
 from app.agent.runtime import RunDeps
@@ -62,6 +69,7 @@ class AgentSteps:
         """The run's messages, its output (text, or the gated calls waiting for approval), and the
         note it stopped with (``""``: it finished)."""
         seen = set(consumed)
+        unanswered: list[str] = []  # prompts steered in, not yet seen by the model
         screen = BudgetScreen(self.budgets, session)
         limit = self.max_requests
         # Streaming: each model request and tool step is driven through node.stream(), its events
@@ -80,6 +88,11 @@ class AgentSteps:
                 async for node in run:
                     if run.result is not None:
                         break  # the run ended; anything newer starts the next run
+                    if unanswered and _delivered(node, run.all_messages(), unanswered):
+                        # A message steered in after a reply now reaches the model: that reply was
+                        # not its answer (the final text is posted unless the model replies again).
+                        session.shown_new_message()
+                        unanswered.clear()
                     if Agent.is_call_tools_node(node):
                         await meter.add(node.model_response)
                         if checkpoint is not None and any(
@@ -118,6 +131,7 @@ class AgentSteps:
                             steering = await render_prompt(session, shown)
                             run.enqueue(steering, priority="asap")
                             steered.append(steering)
+                            unanswered.append(steering)
                             meter.person = session.requester = newest_author(shown) or meter.person
                         for item in fresh:
                             seen.add(item.item_id)
@@ -143,6 +157,20 @@ class AgentSteps:
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
             return list(result.all_messages()), result.output, ""
+
+
+def _delivered(node: Any, messages: list[ModelMessage], prompts: list[str]) -> bool:
+    """Whether one of ``prompts`` (steered in) is in the request the model is sent now (a model
+    request node) or was sent last (a call-tools node, before its tools run)."""
+    if Agent.is_model_request_node(node):
+        request: ModelRequest | None = node.request
+    elif Agent.is_call_tools_node(node):
+        request = next((m for m in reversed(messages) if isinstance(m, ModelRequest)), None)
+    else:
+        return False
+    return request is not None and any(
+        isinstance(p, UserPromptPart) and p.content in prompts for p in request.parts
+    )
 
 
 def _said(text: str) -> ModelResponse:

@@ -74,8 +74,11 @@ class SessionState:
         self.enabled: set[str] = set(self._enabled_order)
         #: Handles of every message the bot posted in this run.
         self.posted: list[str] = []
-        #: Set once a channel_reply succeeded (or the host posted the final text).
+        #: Set once a channel_reply succeeded (or the host posted the final text) since the newest
+        #: message the model was shown (:meth:`shown_new_message` clears it).
         self.replied = False
+        #: A reply was posted before the newest message steered into the run.
+        self.replied_before = False
         # The newest post of this run, where a usage footer goes: its ref, text and feedback key.
         self._last_post: tuple[str, str, str] | None = None
         #: Feedback buttons on each answer's last message report this key (the host sets it); "" for none.
@@ -90,6 +93,17 @@ class SessionState:
         self._conversation: list[MessageView] | None = None
 
     # -- what the host needs about the conversation ----------------------------------------
+    def shown_new_message(self) -> None:
+        """A message steered into the run reached the model: a reply made before it was not its
+        answer, so the run's final text answers it unless the model replies again."""
+        self.replied_before = self.replied_before or self.replied
+        self.replied = False
+
+    @property
+    def replied_in_run(self) -> bool:
+        """Whether this run posted a reply at all (its outcome, its log line)."""
+        return self.replied or self.replied_before
+
     async def describe(self) -> OriginInfo:
         """Names and permalink of this conversation, for the run's instructions."""
         return await self.adapter.describe(self.origin)
