@@ -34,6 +34,7 @@ from app.intake.interactions import Interactions
 from app.intake.router import BotIdentity
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
+from app.ops.heap import freeze_startup_heap
 from app.ops.observe import Observer, TimedModel, combine
 from app.ops.paas import ephemeral_disk_warning
 from app.ops.shutdown import CANCEL_WAIT, HTTP_WAIT, SHUTDOWN_MARGIN, Deadline, Watchdog, bounded
@@ -367,6 +368,7 @@ async def serve(
 ) -> None:
     """Run the HTTP server until SIGTERM/SIGINT, then drain within ``SHUTDOWN_GRACE`` and exit."""
     service = await Service.create(settings, model=model)
+    freeze_startup_heap()  # full collections then skip what start-up built (app.ops.heap)
     edge = EdgeThread(service.http, service.ingress, service.store, service.agent_view, service.main)
     try:
         await edge.start(settings.host, settings.port, HTTP_WAIT)  # acks on a loop of their own
