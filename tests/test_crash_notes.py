@@ -290,3 +290,57 @@ async def test_a_feedback_note_survives_a_sigkill_and_is_shown_once(
     assert later, "the restarted server asked the model nothing"
     # Every request after the restart shows the note exactly once: turn 2's resumed run and turn 3's.
     assert [_shown(r) for r in later] == [1] * len(later)
+
+
+# -- the note a run stops with ----------------------------------------------------------------
+
+STOP_ASK = "please look into it"
+
+
+def _reads_then_answers(request: dict[str, Any]) -> Reply:
+    """Reads the thread first (a step that spends the budget), then would answer."""
+    if request["messages"][-1].get("role") == "user":
+        return FakeOpenAI.tool_call("channel_read", {})
+    return FakeOpenAI.text("ANSWER AFTER READING")
+
+
+@pytest.mark.parametrize("point", ["slack.post.before", "slack.post.after"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_runs_stop_note_is_posted_once_across_a_sigkill_at_its_post(
+    tmp_path: Path, backend: str, point: str
+) -> None:
+    """A run's first step crosses Alice's daily budget: the run stops with the budget's note. Killed
+    right before or right after that note's post, the restarted server posts it (or finds it posted)
+    once, from the checkpoint it was marked in: the model is not asked again."""
+    async with (
+        _database(tmp_path, backend) as url,
+        FakeSlack() as slack,
+        FakeOpenAI(_reads_then_answers) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = _env(slack, llm, tmp_path, url, USER_DAILY_TOKEN_BUDGET="10")
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+        )
+        await doomed.start()
+        root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
+        mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
+        assert (
+            await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        await _killed(doomed)
+        asked = len(llm.requests)
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log"):
+            await eventually(
+                lambda: any("daily model tokens" in m.get("text", "") for m in slack.bot_messages("C1")),
+                within=WITHIN_S,
+            )
+            await _settled(url, "C1", root)
+        texts = [m.get("text", "") for m in slack.bot_messages("C1")]
+        notes = [m for m in slack.bot_messages("C1") if "daily model tokens" in m.get("text", "")]
+    assert asked == 1 and len(llm.requests) == 1  # one step, never asked again
+    assert len(notes) == 1, texts
+    assert "ANSWER AFTER READING" not in "".join(texts)
+    assert not [b for b in notes[0].get("blocks") or [] if b.get("type") == "context_actions"]

@@ -99,15 +99,37 @@ class Checkpoints:
         self._done.update(fresh)
 
 
-def mark_answer(messages: list[ModelMessage], text: str, effects: Sequence[str]) -> str:
+def mark_answer(
+    messages: list[ModelMessage], text: str, effects: Sequence[str], *, note: bool = False
+) -> str:
     """Put an answer marker on the final response (the last message): the call id its writes are
-    journalled under. ``effects``: journal entries of the answer made already (a streamed start)."""
+    journalled under. ``effects``: journal entries of the answer made already (a streamed start);
+    ``note``: the run's stop note (posted without feedback buttons)."""
     marker = f"answer:{uuid.uuid4().hex}"
     last = messages[-1]
     if isinstance(last, ModelResponse):
-        meta = {**(last.metadata or {}), ANSWER_KEY: {"call": marker, "text": text, "effects": list(effects)}}
-        messages[-1] = replace(last, metadata=meta)
+        answer: dict[str, Any] = {"call": marker, "text": text, "effects": list(effects)}
+        if note:
+            answer["note"] = True
+        messages[-1] = replace(last, metadata={**(last.metadata or {}), ANSWER_KEY: answer})
     return marker
+
+
+async def _post_marked(
+    session: ChannelSession, checkpoints: Checkpoints, messages: list[ModelMessage], text: str, *, note: bool
+) -> None:
+    """Checkpoint ``messages`` with an answer marker for ``text``, then post it journalled under it."""
+    effects = () if note or session.answer is None else session.answer.effect_ids
+    marker = mark_answer(messages, text, effects, note=note)
+    await checkpoints.save(messages)
+    token = CALL_ID.set(marker)
+    try:
+        if note:
+            await session.post_markdown(text, feedback=False)
+        else:
+            await session.answer_with(text)
+    finally:
+        CALL_ID.reset(token)
 
 
 async def post_answer(
@@ -122,19 +144,13 @@ async def post_answer(
     """The end of a run in the thread: the note it stopped with, or its final text as the answer,
     unless the model replied to the newest message shown (a message steered in after a reply is
     answered too) or the text repeats a reply of this run (``messages[start:]``); else the streamed
-    text that was no answer is removed. The answer is checkpointed before it is posted and its writes
-    journalled under its marker: a crash from here on posts it once."""
+    text that was no answer is removed. The answer (or the note) is checkpointed before it is posted
+    and its writes journalled under its marker: a crash from here on posts it once."""
     if note:
         await session.drop_answer()
-        await session.post_markdown(note, feedback=False)
+        await _post_marked(session, checkpoints, messages, note, note=True)
     elif not session.replied and output.strip() and not _repeats(messages[start:], output):
-        marker = mark_answer(messages, output, session.answer.effect_ids if session.answer else ())
-        await checkpoints.save(messages)
-        token = CALL_ID.set(marker)
-        try:
-            await session.answer_with(output)
-        finally:
-            CALL_ID.reset(token)
+        await _post_marked(session, checkpoints, messages, output, note=False)
     else:
         await session.drop_answer()  # streamed text that was no answer (or a silent end)
 
@@ -169,6 +185,8 @@ class OpenAnswer:
     text: str
     call: str
     effects: tuple[str, ...]
+    #: The run's stop note (a budget crossed, max_requests_per_run): no feedback buttons.
+    note: bool = False
 
 
 async def resume(store: Store, task: TaskRecord) -> tuple[TaskRecord, OpenAnswer | None]:
@@ -184,7 +202,10 @@ async def resume(store: Store, task: TaskRecord) -> tuple[TaskRecord, OpenAnswer
         if not isinstance(meta, dict):
             return task, None
         answer = OpenAnswer(
-            str(meta.get("text", "")), str(meta.get("call", "")), tuple(meta.get("effects", ()))
+            str(meta.get("text", "")),
+            str(meta.get("call", "")),
+            tuple(meta.get("effects", ())),
+            note=bool(meta.get("note")),
         )
         return task, answer
     gated = {a.tool_call_id for a in await store.task_approvals(task.task_id)}
@@ -241,7 +262,7 @@ async def finish_answer(store: Store, session: ChannelSession, answer: OpenAnswe
     if answer.text.strip() and not await answered(store, session.task.task_id, answer):
         token = CALL_ID.set(answer.call)
         try:
-            await session.post_markdown(answer.text)
+            await session.post_markdown(answer.text, feedback=not answer.note)
         except ChannelError as exc:
             log.warning(
                 "could not post the interrupted answer of task %s: %s", session.task.task_id, exc.message
