@@ -19,6 +19,7 @@ from pydantic_ai.messages import (
 
 from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
+from app.agent.usage import Budgets, utc_day
 from app.runs.checkpoint import replied_since_prompt
 from app.runs.run import RunExecutor
 from channel.contract import Origin
@@ -26,7 +27,7 @@ from channel.fake import FakeAdapter
 from channel.selection import select_tools
 from channel.skills import SkillLibrary
 from storage import open_store
-from storage.base import InboxItem, Store
+from storage.base import InboxItem, Store, UsageRecord
 from tests.support.models import Turn, call, scripted
 
 
@@ -161,3 +162,62 @@ def test_a_resumed_run_knows_a_prompt_sent_with_a_replys_result_is_unanswered() 
     after_prompt = [*before, ModelRequest(parts=[posted])]
     assert not replied_since_prompt(ModelMessagesTypeAdapter.dump_json(with_prompt))
     assert replied_since_prompt(ModelMessagesTypeAdapter.dump_json(after_prompt))
+
+
+async def test_an_over_budget_person_is_told_once_a_run_whether_waiting_or_steered_in(tmp_path: Path) -> None:
+    """Bob (past his budget) wrote beside Alice before the run, and writes again while it runs: his
+    messages are not shown, and he gets the budget note once in the run, not once per screening."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "alice asks")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    try:
+        await store.record_usage(
+            UsageRecord(day=utc_day(time.time()), person="U2", channel="general", input_tokens=500)
+        )
+
+        async def claim(ts: str, user: str, text: str, *, create: bool = False) -> InboxItem:
+            outcome = await store.claim_message(
+                event_id=f"Ev{ts}",
+                channel="general",
+                ts=ts,
+                thread_ts=root.ts,
+                create=create,
+                payload=json.dumps({"text": text, "author": user, "user": user}),
+                now=time.time(),
+            )
+            assert outcome.task_id
+            return next(i for i in await store.pending_inbox(outcome.task_id) if i.item_id == outcome.item_id)
+
+        alice = await claim(root.ts, "U1", "alice asks", create=True)
+        bob = await claim("2.0", "U2", "bob says one")
+        supplied: list[InboxItem] = []
+        prompts: list[str] = []
+
+        async def inbox() -> Sequence[InboxItem]:
+            return list(supplied)
+
+        async def script(turn: Turn) -> list[Any]:
+            prompts.append(turn.prompt)
+            if len(prompts) == 1:
+                supplied.append(await claim("3.0", "U2", "bob says two"))
+                return [call("channel_reply", text="answer")]
+            return [""]
+
+        executor = RunExecutor(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(scripted(script)),
+            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
+            agent_file=AgentFile(),
+            data_dir=tmp_path / "data",
+            budgets=Budgets(store, per_user=100),
+        )
+        outcome = await executor.run_inbox(alice.task_id, [alice, bob], [], inbox)
+        texts = [m.text for m in adapter.thread(Origin("general", root.ts))]
+    finally:
+        await store.close()
+    assert outcome.status == "ok" and outcome.consumed == [alice.item_id, bob.item_id, supplied[0].item_id]
+    assert not any("bob says" in p for p in prompts)
+    assert sum("500 of your 100 daily model tokens" in t for t in texts) == 1, texts
+    assert "answer" in texts

@@ -196,7 +196,8 @@ class RunExecutor:
         except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
-        shown = await BudgetScreen(self.budgets, session).screen(items)  # each author's own budget
+        screen = BudgetScreen(self.budgets, session)  # each author's own budget, told once a run
+        shown = await screen.screen(items)
         prompt = await render_prompt(session, shown, notes)
         upto = None
         if self.feedback:
@@ -205,7 +206,9 @@ class RunExecutor:
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         person = newest_author(shown)  # charged for the run's model requests
-        return await self.execute(session, prompt, list(items), inbox, feedback_upto=upto, person=person)
+        return await self.execute(
+            session, prompt, list(items), inbox, feedback_upto=upto, person=person, screen=screen
+        )
 
     async def execute(
         self,
@@ -216,6 +219,7 @@ class RunExecutor:
         *,
         feedback_upto: float | None = None,
         person: str | None = None,
+        screen: BudgetScreen | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
         task = session.task
@@ -300,6 +304,7 @@ class RunExecutor:
                         meter,
                         results,
                         checkpoint=checkpoints.save,
+                        screen=screen,
                     )
                 if isinstance(result, DeferredToolRequests):
                     requests = result  # gated calls: their cards are posted once the run is saved

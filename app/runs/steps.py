@@ -65,12 +65,13 @@ class AgentSteps:
         results: DeferredToolResults | None = None,
         *,
         checkpoint: Callable[[list[ModelMessage]], Awaitable[None]] | None = None,
+        screen: BudgetScreen | None = None,
     ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
         """The run's messages, its output (text, or the gated calls waiting for approval), and the
         note it stopped with (``""``: it finished)."""
         seen = set(consumed)
         unanswered: list[str] = []  # prompts steered in, not yet seen by the model
-        screen = BudgetScreen(self.budgets, session)
+        screen = screen or BudgetScreen(self.budgets, session)  # the run's: each person told once
         limit = self.max_requests
         # Streaming: each model request and tool step is driven through node.stream(), its events
         # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
