@@ -344,3 +344,46 @@ async def test_a_runs_stop_note_is_posted_once_across_a_sigkill_at_its_post(
     assert len(notes) == 1, texts
     assert "ANSWER AFTER READING" not in "".join(texts)
     assert not [b for b in notes[0].get("blocks") or [] if b.get("type") == "context_actions"]
+
+
+# -- the apology of a failed run --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("point", ["slack.post.before", "slack.post.after"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_failed_runs_apology_is_posted_once_across_a_sigkill_at_its_post(
+    tmp_path: Path, backend: str, point: str
+) -> None:
+    """The model provider refuses every request: the run ends with its apology. Killed right before or
+    right after the apology's post, the restarted server posts it (or finds it posted) once, from the
+    checkpoint it was marked in, and does not run the failed request again (another apology)."""
+    async with (
+        _database(tmp_path, backend) as url,
+        FakeSlack() as slack,
+        FakeOpenAI(_reads_then_answers) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        llm.fail(status=400, times=None, message="this request is refused")
+        env = _env(slack, llm, tmp_path, url)
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+        )
+        await doomed.start()
+        root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
+        mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
+        assert (
+            await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        await _killed(doomed)
+        asked = llm.count
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log"):
+            await eventually(
+                lambda: any("ran into a problem" in m.get("text", "") for m in slack.bot_messages("C1")),
+                within=WITHIN_S,
+            )
+            await _settled(url, "C1", root)
+        texts = [m.get("text", "") for m in slack.bot_messages("C1")]
+    assert sum("ran into a problem" in t for t in texts) == 1, texts
+    assert llm.count == asked  # the failed run is not run again after the restart

@@ -132,6 +132,14 @@ async def _post_marked(
         CALL_ID.reset(token)
 
 
+async def post_note(
+    session: ChannelSession, checkpoints: Checkpoints, messages: list[ModelMessage], text: str
+) -> None:
+    """Post the note a run ends with (``messages`` end with it: a stop note, an apology) once across
+    a crash: checkpointed with its marker first, so a restart finds it posted or posts it."""
+    await _post_marked(session, checkpoints, messages, text, note=True)
+
+
 async def post_answer(
     session: ChannelSession,
     checkpoints: Checkpoints,
@@ -148,7 +156,7 @@ async def post_answer(
     and its writes journalled under its marker: a crash from here on posts it once."""
     if note:
         await session.drop_answer()
-        await _post_marked(session, checkpoints, messages, note, note=True)
+        await post_note(session, checkpoints, messages, note)
     elif not session.replied and output.strip() and not _repeats(messages[start:], output):
         await _post_marked(session, checkpoints, messages, output, note=False)
     else:
@@ -185,7 +193,7 @@ class OpenAnswer:
     text: str
     call: str
     effects: tuple[str, ...]
-    #: The run's stop note (a budget crossed, max_requests_per_run): no feedback buttons.
+    #: A note the run ended with (a stop note, an apology): no feedback buttons.
     note: bool = False
 
 

@@ -58,7 +58,7 @@ from storage.base import (
 )
 
 from .budget_screen import BudgetScreen, newest_author
-from .checkpoint import Checkpoints, post_answer, resume_open_run
+from .checkpoint import Checkpoints, post_answer, post_note, resume_open_run
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
@@ -328,10 +328,17 @@ class RunExecutor:
                     log.warning("run of task %s ended: Slack refused: %s", task.task_id, refused.message)
                     if refused.provider_code in GONE:
                         apology = f"(Not posted, the conversation is gone: {refused.message})"
+                # The steered messages are consumed with this run: they must stay part of the task.
+                # Calls left pending by a failed resume are closed out (they never run).
+                messages = [
+                    *repair_messages(history or [*prefix, *transcript]),
+                    ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
+                    ModelResponse(parts=[TextPart(apology)]),
+                ]
                 try:
                     if apology is APOLOGY:
                         await session.drop_answer()
-                        await session.post_markdown(APOLOGY, feedback=False)
+                        await post_note(session, checkpoints, messages, APOLOGY)  # once, across a crash
                 except RunStopped:
                     raise
                 except Exception as failed:
@@ -340,13 +347,6 @@ class RunExecutor:
                         task.task_id,
                         exc_info=not slack_refusal(failed),
                     )
-                # The steered messages are consumed with this run: they must stay part of the task.
-                # Calls left pending by a failed resume are closed out (they never run).
-                messages = [
-                    *repair_messages(history or [*prefix, *transcript]),
-                    ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
-                    ModelResponse(parts=[TextPart(apology)]),
-                ]
             await session.journal.check()  # saving consumes the inbox: only the lease's holder may
             if requests is not None and self.approvals is not None:
                 # Recorded before the save: a saved transcript's pending calls always have approvals
