@@ -298,3 +298,39 @@ async def test_sigkill_mid_stream_then_restart_leaves_one_answer(slack: FakeSlac
         finally:
             await second.stop()
         assert [_shown(m) for m in slack.bot_messages("C1")] == [KILLED_ANSWER]
+
+
+async def test_a_message_steered_in_after_a_streamed_reply_gets_its_answer_streamed_once(
+    tmp_path: Path,
+) -> None:
+    """Streaming on: the model replies (streamed), a second message is steered in, the model answers it
+    with final text: the thread ends with both answers once each, and nothing else of the bot's."""
+    replied = asyncio.Event()
+    second_in = asyncio.Event()
+
+    async def script(turn: Turn) -> list[Any]:
+        if "second question" in turn.prompt:
+            return ["Answer two: " + ANSWER]
+        if turn.prompt:
+            return [call("channel_reply", text="Answer one: " + ANSWER)]
+        replied.set()
+        await second_in.wait()
+        return ["done"]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(slack, model=scripted(script, chunk=20), data_dir=tmp_path) as app:
+            _fast_flush(app)
+            root = await _mention(app)
+            await replied.wait()
+            ts = slack.add_message("C1", "second question", user="U1", thread_ts=root)
+            assert (
+                await app.deliver(events.message("C1", "U1", "second question", ts, thread_ts=root))
+            ).status == 200
+            second_in.set()
+            await app.idle()
+        shown = [_shown(m) for m in slack.bot_messages("C1")]
+        streams = slack.count("chat.startStream")
+    assert shown == ["Answer one: " + ANSWER, "Answer two: " + ANSWER], shown
+    assert streams == 2  # the second answer streamed as it was written, like the first
