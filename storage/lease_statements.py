@@ -34,14 +34,18 @@ ACQUIRE_LEASE: Final = Statement(
     " token = CASE WHEN leases.owner = excluded.owner AND leases.expires_at > :now THEN leases.token"
     " ELSE excluded.token END"
     " WHERE leases.owner = excluded.owner OR leases.expires_at <= :now"
-    " RETURNING owner, token"
+    " RETURNING owner, token",
+    synced=False,  # a lease only matters while its process lives (``Statement.synced``)
 )
 #: Renews ``:owner``'s lease, and only the acquisition ``:token`` names when given.
 RENEW_LEASE: Final = Statement(
     "UPDATE leases SET expires_at = :expires_at WHERE task_id = :task_id AND owner = :owner"
-    " AND (CAST(:token AS TEXT) IS NULL OR token = :token) RETURNING owner"
+    " AND (CAST(:token AS TEXT) IS NULL OR token = :token) RETURNING owner",
+    synced=False,
 )
-RELEASE_LEASE: Final = Statement("DELETE FROM leases WHERE task_id = :task_id AND owner = :owner")
+RELEASE_LEASE: Final = Statement(
+    "DELETE FROM leases WHERE task_id = :task_id AND owner = :owner", synced=False
+)
 GET_LEASE: Final = Statement(f"SELECT {LEASE_COLUMNS} FROM leases WHERE task_id = :task_id")
 
 # -- instances (liveness of lease owners) -----------------------------------------------------

@@ -212,7 +212,8 @@ class PostgresStore(SqlStore):
         # The command tag: "DELETE 3", "UPDATE 1", "INSERT 0 1"; the count comes last.
         return int(status.rsplit(" ", 1)[-1])
 
-    async def _call(self, procedure: Procedure, params: Mapping[str, Any]) -> Row:
+    async def _call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
+        # ``synced`` is SQLite's business: every Postgres commit waits for its WAL flush.
         call = procedure.call
         sql, args = POSTGRES.sql(call), POSTGRES.args(call, params)
         row: Row | None = await self._transact(lambda conn: conn.fetchrow(sql, *args))

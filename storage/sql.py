@@ -74,6 +74,12 @@ class Statement:
     template: str
     #: Run as written, without parameters or fields (DDL of migrations, generated functions).
     verbatim: bool = False
+    #: False: a write that must survive the process dying but needs no disk sync of its own (a
+    #: lease, a handle, a usage row): SQLite commits it without syncing its WAL, and the next synced
+    #: commit (any claim, checkpoint, journal entry or save) syncs it too, since a WAL only grows.
+    #: After a power loss the database is as of some commit; at worst such a write since the last
+    #: synced one is missing. Postgres syncs every commit.
+    synced: bool = True
 
     def params(self, dialect: Dialect) -> tuple[str, ...]:
         """Parameter names in order of first appearance, after the dialect's fields are filled in."""

@@ -39,8 +39,9 @@ class SqlCore(ABC):
         """Run one statement on its own; how many rows it changed."""
 
     @abstractmethod
-    async def _call(self, procedure: Procedure, params: Mapping[str, Any]) -> Row:
-        """The result row of ``procedure``, run as one transaction in one database trip."""
+    async def _call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
+        """The result row of ``procedure``, run as one transaction in one database trip.
+        ``synced=False``: this call needs no disk sync of its own (``Statement.synced``)."""
 
     @abstractmethod
     async def _script(self, make: Callable[[], Script]) -> Any:

@@ -14,6 +14,9 @@ lease, handles, effect journal, usage), made while a batch is on the thread queu
 batch (at most ``_BATCH``) commits in one transaction, one WAL sync for all of them
 (``synchronous = FULL`` makes that sync the cost of a write). Fifty conversations' turns thus
 share their syncs instead of queueing one per statement; a write is answered only once committed.
+A batch of writes that need no sync of their own (``Statement.synced``, ``_call(synced=False)``)
+commits under ``synchronous = NORMAL``: it survives the process dying, and a power loss from the next
+synced commit on (whose sync covers all the WAL before it).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any, ClassVar, TypeVar
 from .liveness import FileLiveness
 from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
-from .sqlite_thread import DatabaseThread, Db
+from .sqlite_thread import DatabaseThread, Db, unsynced
 from .sqlstore import SqlStore
 
 T = TypeVar("T")
@@ -155,8 +158,9 @@ class SQLiteStore(SqlStore):
         #: Started on first use; None again once closed.
         self._thread: DatabaseThread | None = None
         self._closed = False
-        #: Calls waiting for the next batch; whether a caller or the backlog task is committing.
-        self._calls: list[tuple[Call, asyncio.Future[Any]]] = []
+        #: Calls waiting for the next batch (each with whether it needs a sync); whether a caller or
+        #: the backlog task is committing.
+        self._calls: list[tuple[Call, asyncio.Future[Any], bool]] = []
         self._committing = False
         #: Tasks kept referenced while they run: the backlog's, and answers of cancelled batches.
         self._committer: asyncio.Task[None] | None = None
@@ -239,25 +243,28 @@ class SQLiteStore(SqlStore):
         text = SQLITE.sql(statement)
         if text.lstrip().split(None, 1)[0].upper() in _READS:
             return await self._run(lambda db: db.execute(text, params).fetchall())
-        rows: list[sqlite3.Row] = await self._batch(lambda db: db.execute(text, params).fetchall())
+        rows: list[sqlite3.Row] = await self._batch(
+            lambda db: db.execute(text, params).fetchall(), synced=statement.synced
+        )
         return rows
 
     async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
         text = SQLITE.sql(statement)
-        count: int = await self._batch(lambda db: db.execute(text, params).rowcount)
+        count: int = await self._batch(lambda db: db.execute(text, params).rowcount, synced=statement.synced)
         return count
 
     async def _script(self, make: Callable[[], Script]) -> Any:
         return await self._run(lambda db: _immediate(db, lambda db: _drive(db, make())))
 
-    async def _call(self, procedure: Procedure, params: Mapping[str, Any]) -> Row:
-        row: Row = await self._batch((procedure, params))
+    async def _call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
+        row: Row = await self._batch((procedure, params), synced=synced)
         return row
 
-    async def _batch(self, call: Call) -> Any:
-        """``call``'s result, committed in the next batch (module docstring)."""
+    async def _batch(self, call: Call, *, synced: bool = True) -> Any:
+        """``call``'s result, committed in the next batch (module docstring); the batch syncs the
+        WAL when any of its calls is ``synced``."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._calls.append((call, future))
+        self._calls.append((call, future, synced))
         if not self._committing:
             # Nobody is committing: this caller does, in its own task (a lone call pays no extra
             # task), until its own call is answered; a backlog left then goes to a task.
@@ -281,7 +288,7 @@ class SQLiteStore(SqlStore):
                 await self._commit_batch()
         except BaseException:
             # Cancelled (the loop is shutting down): nobody would answer these any more.
-            for _, future in self._calls:
+            for _, future, _ in self._calls:
                 if not future.done():
                     future.set_exception(StoreError("write interrupted before it was attempted"))
             self._calls.clear()
@@ -295,13 +302,14 @@ class SQLiteStore(SqlStore):
         for, so a lone call goes at once), and answer each call's caller."""
         batch = self._calls[:_BATCH]
         del self._calls[:_BATCH]
-        calls = [call for call, _ in batch]
-        futures = [future for _, future in batch]
+        calls = [call for call, _, _ in batch]
+        futures = [future for _, future, _ in batch]
+        synced = any(sync for _, _, sync in batch)
         done: list[Sequence[Any]] = []
 
         def commit(db: Db) -> None:
             try:
-                done.append(_run_batch(db, calls))
+                done.append(_run_batch(db, calls) if synced else unsynced(db, partial(_run_batch, db, calls)))
             except BaseException as exc:  # not a driver error (a bug): every call of the batch fails
                 done.append([exc] * len(calls))
 

@@ -89,3 +89,13 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
     # The caller's loop may be closed already (a store never closed, at exit): nobody is waiting.
     with contextlib.suppress(RuntimeError):
         future.get_loop().call_soon_threadsafe(settle)
+
+
+def unsynced(db: Db, work: Callable[[], T]) -> T:
+    """``work()``, its commits made without a WAL sync (``storage.sqlite``); the connection is back to
+    ``synchronous = FULL`` afterwards."""
+    db.execute("PRAGMA synchronous = NORMAL")  # outside any transaction: SQLite refuses it inside one
+    try:
+        return work()
+    finally:
+        db.execute("PRAGMA synchronous = FULL")

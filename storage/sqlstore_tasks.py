@@ -128,12 +128,17 @@ class TaskMethods(SqlCore):
         close: tuple[str, str] | None = None,
         feedback_upto: float | None = None,
         summary: str | None = None,
+        synced: bool = True,
     ) -> None:
         """Mid-run: store the transcript so far, mark the inbox items it showed the model consumed
         and the run open (the task is due until :meth:`save_run` closes it), and close the journal
         entry ``close = (effect_id, result)``, mark feedback shown and replace the summary, when
-        given. One transaction, fenced like :meth:`save_run`."""
-        await self._save(task_id, transcript, consumed, None, summary, fence, True, close, feedback_upto)
+        given. One transaction, fenced like :meth:`save_run`. ``synced=False``: the checkpoint need
+        survive only the process dying until the run's next synced commit (a journal entry opened
+        before a write, the save), which on SQLite syncs it too (``storage.sql.Statement.synced``)."""
+        await self._save(
+            task_id, transcript, consumed, None, summary, fence, True, close, feedback_upto, synced
+        )
 
     async def _save(
         self,
@@ -146,6 +151,7 @@ class TaskMethods(SqlCore):
         run_open: bool,
         close: tuple[str, str] | None,
         feedback_upto: float | None,
+        synced: bool = True,
     ) -> None:
         params = {
             "task_id": task_id,
@@ -163,7 +169,7 @@ class TaskMethods(SqlCore):
         crash_point(f"store.{kind}.before")
         if consumed:
             crash_point("store.consume.before")
-        row = await self._call(sql.SAVE_RUN, params)
+        row = await self._call(sql.SAVE_RUN, params, synced=synced)
         if consumed:
             crash_point("store.consume.after")
         crash_point(f"store.{kind}.after")

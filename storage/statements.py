@@ -274,7 +274,10 @@ MINT_HANDLE: Final = Statement(
     " ON CONFLICT (task_id, kind, ref) DO UPDATE SET"
     " authored = handles.authored OR excluded.authored,"
     " data = CASE WHEN excluded.data = '{{}}' THEN handles.data ELSE excluded.data END"
-    f" RETURNING {HANDLE_COLUMNS}"
+    f" RETURNING {HANDLE_COLUMNS}",
+    # A handle is used only by a later write of the run, whose synced commit (journal entry,
+    # checkpoint, save) comes after it (``Statement.synced``); lost on a power loss, it is minted anew.
+    synced=False,
 )
 RESOLVE_HANDLE: Final = Statement(
     f"SELECT {HANDLE_COLUMNS} FROM handles WHERE task_id = :task_id AND handle = :handle"
@@ -291,7 +294,10 @@ OPEN_EFFECT: Final = Statement(
 )
 CLOSE_EFFECT: Final = Statement(
     "UPDATE effects SET state = 'done', result = :result"
-    f" WHERE effect_id = :effect_id AND {fenced('effects.task_id')} RETURNING effect_id"
+    f" WHERE effect_id = :effect_id AND {fenced('effects.task_id')} RETURNING effect_id",
+    # Synced by the run's next synced commit (``Statement.synced``): an entry a power loss reopens
+    # is settled like one a crash left open (``channel.journal.reconcile``: looked up, not repeated).
+    synced=False,
 )
 #: A task's journalled writes made by the model's tool calls (``call_id`` set), oldest first.
 CALL_EFFECTS: Final = Statement(

@@ -12,7 +12,10 @@ from .sql import Statement
 RECORD_USAGE: Final = Statement(
     "INSERT INTO model_usage (task_id, person, channel, model, day, at, input_tokens, output_tokens,"
     " cache_read_tokens, cache_write_tokens, requests) VALUES (:task_id, :person, :channel, :model,"
-    " :day, :at, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :requests)"
+    " :day, :at, :input_tokens, :output_tokens, :cache_read_tokens, :cache_write_tokens, :requests)",
+    # Synced by the run's next checkpoint or save (``Statement.synced``): a power loss can lose the
+    # usage of the requests since then, never a claim or a journal entry.
+    synced=False,
 )
 #: Input plus output tokens of one UTC day, of everyone (``:person`` NULL) or of one person.
 TOKENS_SPENT: Final = Statement(

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 
 from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
+from app.runs.checkpoint import synced_by_next_write
 from app.runs.lease import Lease
 from app.runs.outcome import RunOutcome, RunStopped
 from app.runs.run import RunExecutor
@@ -359,3 +361,61 @@ async def test_a_lease_check_asks_the_store_after_a_few_seconds_not_half_a_lease
     clock[0] = T0 + 4
     with pytest.raises(RunStopped):
         await lease.check()
+
+
+async def test_only_a_checkpoint_before_another_tool_than_the_runs_own_is_synced_itself(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint before the run's own tools (they journal a write before making it, and that
+    journal entry is synced) or before a final answer (posted through the journal) needs no sync of
+    its own; one before any other tool (an MCP server's, which acts on its own) is synced itself."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "question")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    synced: list[bool] = []
+    real = store.checkpoint
+
+    async def checkpoint(*args: Any, **kwargs: Any) -> None:
+        synced.append(kwargs.get("synced", True))
+        await real(*args, **kwargs)
+
+    store.checkpoint = checkpoint  # type: ignore[method-assign]
+    try:
+        outcome = await store.claim_message(
+            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
+            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
+        )  # fmt: skip
+        assert outcome.task_id is not None
+        task_id = outcome.task_id
+
+        async def script(turn: Turn) -> list[Any]:
+            if turn.step == 0:
+                return [call("channel_reply", text="on it")]
+            if turn.step == 1:
+                return [call("tickets_create", title="an MCP server's tool")]
+            return ["done"]
+
+        executor = RunExecutor(
+            store=store,
+            adapter=adapter,
+            agent=build_agent(scripted(script)),
+            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
+            agent_file=AgentFile(),
+            data_dir=tmp_path / "data",
+        )
+
+        async def inbox() -> list[InboxItem]:
+            return []
+
+        items = await store.pending_inbox(task_id)
+        result = await executor.run_inbox(task_id, items, [], inbox)
+        assert result.status == "ok"
+        assert synced == [False, True]
+    finally:
+        await store.close()
+    final = ModelResponse(parts=[TextPart("the answer")])
+    own = ModelResponse(parts=[ToolCallPart("channel_reply", {"text": "hi"}), ToolCallPart("mcp_search", {})])
+    other = ModelResponse(parts=[ToolCallPart("channel_reply", {}), ToolCallPart("tickets_create", {})])
+    assert synced_by_next_write([final]) and synced_by_next_write([other, own])
+    assert not synced_by_next_write([own, other]) and not synced_by_next_write([])

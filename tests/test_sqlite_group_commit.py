@@ -1,13 +1,22 @@
-"""SQLite group commit: single write statements made at once share one transaction (one WAL sync)."""
+"""SQLite group commit: single write statements made at once share one transaction (one WAL sync),
+and writes that the next synced commit covers go without a sync of their own."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import storage.sqlite
 from storage import open_store
+from storage.base import UsageRecord
 from storage.sqlite import SQLiteStore
+
+T0 = 1_700_000_000.0
 
 
 async def test_concurrent_single_statement_writes_share_one_commit(tmp_path: Path) -> None:
@@ -33,3 +42,65 @@ async def test_concurrent_single_statement_writes_share_one_commit(tmp_path: Pat
         assert len(jobs) == 3
     finally:
         await store.close()
+
+
+async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leases, handles, usage rows, journal closes and a checkpoint marked ``synced=False`` commit
+    under ``synchronous = NORMAL`` (no WAL sync; the next synced commit syncs them too); claims,
+    journal entries opened, checkpoints and saves under ``FULL``, and so does a batch mixing both.
+    Each is committed all the same: a new connection (another process) reads it back."""
+    levels: list[int] = []
+    real = storage.sqlite._run_batch
+
+    def spy(db: Any, calls: Sequence[Any]) -> Any:
+        levels.append(int(db.execute("PRAGMA synchronous").fetchone()[0]))
+        return real(db, calls)
+
+    monkeypatch.setattr(storage.sqlite, "_run_batch", spy)
+    normal, full = 1, 2
+    path = tmp_path / "store.db"
+    store = open_store(f"sqlite:///{path}")
+    await store.migrate()
+    try:
+        claimed = await store.claim_message(
+            event_id="Ev1", channel="C1", ts="1.1", thread_ts="1.1", create=True, payload="{}", now=T0
+        )
+        task_id, item = claimed.task_id, claimed.item_id
+        assert task_id is not None and item is not None
+        assert levels == [full]
+        fence = await store.take_lease(task_id, owner="me", ttl=60, now=T0)
+        assert await store.renew_lease(task_id, owner="me", ttl=60, now=T0 + 1, fence=fence)
+        await store.mint_handle(task_id=task_id, kind="msg", ref="C1:1.1", handle="msg_abcdefghijkl")
+        await store.record_usage(
+            UsageRecord(day="2026-12-01", person="U1", channel="C1", task_id=task_id, model="m", at=T0)
+        )
+        assert levels[1:] == [normal] * 4
+        await store.open_effect(
+            effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0, fence=fence
+        )
+        await store.close_effect("e1", result='{"ok": true}', fence=fence)
+        assert levels[5:] == [full, normal]
+        await store.checkpoint(task_id, transcript=b"[]", consumed=[], fence=fence, synced=False)
+        await store.checkpoint(task_id, transcript=b"[]", consumed=[item], fence=fence)
+        assert levels[7:] == [normal, full]
+        # One batch of a write that needs no sync and one that does: synced.
+        await asyncio.gather(
+            store.release_lease(task_id, owner="me"),
+            store.save_run(task_id, transcript=b"[]", consumed=[], fence=None),
+        )
+        assert levels[9:] in ([full], [normal, full], [full, normal])
+        # Back to FULL after every batch that went without a sync: nothing else inherits NORMAL.
+        levels.clear()
+        await store.claim_message(
+            event_id="Ev2", channel="C1", ts="1.2", thread_ts="1.1", create=False, payload="{}", now=T0
+        )
+        assert levels == [full]
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT state FROM effects WHERE effect_id = 'e1'").fetchone() == ("done",)
+        assert db.execute("SELECT COUNT(*) FROM model_usage").fetchone() == (1,)
+        assert db.execute("SELECT COUNT(*) FROM handles").fetchone() == (1,)
+        assert db.execute("SELECT COUNT(*) FROM leases").fetchone() == (0,)

@@ -14,6 +14,14 @@ at any point is resumed — by a restart or another instance — from the last c
 - a final answer: its response carries an answer marker (``metadata``); the answer's writes are
   journalled under that marker, so the resumed run knows whether the answer reached the thread and
   posts it only if it did not.
+
+A checkpoint must survive the process dying at once; against a power loss it need only be on disk
+before anything outside the store happens that a rerun from the previous checkpoint would repeat.
+The run's own tools (``channel.tools``) journal a write before they make it, and that journal entry
+is a synced commit, which on SQLite syncs the checkpoint before it too; other tools (MCP servers)
+act on their own. So a checkpoint whose calls are all the run's own tools, or that holds the final
+answer (posted through the journal), is committed without a sync of its own (``synced=False``);
+one calling any other tool is synced itself.
 """
 
 from __future__ import annotations
@@ -39,11 +47,15 @@ from channel.errors import ChannelError
 from channel.journal import CALL_ID
 from channel.session import ChannelSession
 from channel.session.asking import ASK_TOOLS
+from channel.tools import CATALOG, MCP_SEARCH
 from storage.base import EffectRecord, Fence, Store, TaskRecord
 
 from .history import load_history
 
 log = logging.getLogger(__name__)
+
+#: The run's own tools: each journals a write before making it, or only reads (module doc).
+_OWN_TOOLS = frozenset({*CATALOG, MCP_SEARCH.name})
 
 #: Key of the answer marker in a final response's ``metadata``.
 ANSWER_KEY = "threadbound_answer"
@@ -95,8 +107,18 @@ class Checkpoints:
             fence=self.fence,
             feedback_upto=self.take_feedback(),
             summary=self.summary,
+            synced=not synced_by_next_write(messages),
         )
         self._done.update(fresh)
+
+
+def synced_by_next_write(messages: Sequence[ModelMessage]) -> bool:
+    """Whether a checkpoint ending with ``messages`` may wait for the run's next synced commit to
+    reach the disk (module doc): the last response calls only the run's own tools, or none."""
+    last = messages[-1] if messages else None
+    return isinstance(last, ModelResponse) and all(
+        p.tool_name in _OWN_TOOLS for p in last.parts if isinstance(p, ToolCallPart)
+    )
 
 
 def mark_answer(
