@@ -42,11 +42,15 @@ _READERS: dict[type[Any], tuple[tuple[str, _Read, bool], ...]] = {}
 
 
 def _readers(record: type[Any]) -> tuple[tuple[str, _Read, bool], ...]:
-    hints = get_type_hints(record)
-    return tuple(
-        (f.name, _reader(hints[f.name]), f.default is MISSING and f.default_factory is MISSING)
-        for f in fields(record)
-    )
+    readers = _READERS.get(record)
+    if readers is None:
+        # Resolving the hints compiles each string annotation: once per record type, not per row.
+        hints = get_type_hints(record)
+        readers = _READERS[record] = tuple(
+            (f.name, _reader(hints[f.name]), f.default is MISSING and f.default_factory is MISSING)
+            for f in fields(record)
+        )
+    return readers
 
 
 def _reader(hint: Any) -> _Read:

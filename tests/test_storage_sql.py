@@ -246,6 +246,26 @@ def test_a_record_is_read_from_the_columns_named_like_its_fields() -> None:
         from_row(TaskRecord, {"task_id": "t1"})
 
 
+def test_a_record_types_readers_are_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolving a record's type hints compiles its string annotations: once per record type, not
+    once per row read (every claim, every inbox poll reads rows)."""
+    import storage._rows as rows
+
+    resolved: list[type] = []
+    real = rows.get_type_hints
+
+    def counting(record: type) -> dict[str, object]:
+        resolved.append(record)
+        return real(record)
+
+    monkeypatch.setattr(rows, "get_type_hints", counting)
+    monkeypatch.setattr(rows, "_READERS", {})
+    claim = {"status": "claimed", "task_id": "t1", "item_id": 1, "created": 1}
+    for _ in range(5):
+        assert from_row(ClaimOutcome, claim).task_id == "t1"
+    assert resolved == [ClaimOutcome]
+
+
 #: What every applied migration says, per dialect (sha256 of its statements, first 16 digits).
 _APPLIED = {
     1: ("ea5478a83cdcaac7", "bd335970c708fcaa"),
