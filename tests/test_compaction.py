@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -18,8 +20,10 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+import channel.slack.adapter
 from app.agent.usage import UsageMeter
 from app.runs.compaction import SUMMARISER_INSTRUCTIONS, SUMMARY_HEADER, Compactor, _cut, render
+from channel.slack.outbound import Outbound
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import call
@@ -76,9 +80,14 @@ class Reader:
         return ModelResponse(parts=parts, usage=usage)
 
 
-async def test_a_fact_from_turn_1_is_reachable_at_turn_40_after_compaction(tmp_path: Path) -> None:
+async def test_a_fact_from_turn_1_is_reachable_at_turn_40_after_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Past COMPACT_AFTER_TOKENS older turns become a stored summary; at turn 40 the model finds turn
     1's fact and its message handle in it (the handle still resolves), and compactions are counted."""
+    # Slack's pace of one post a second per channel (channel.slack.outbound) is not under test here and
+    # would make 40 answers in one thread take 40 s: this adapter's posts are not spaced.
+    monkeypatch.setattr(channel.slack.adapter, "Outbound", partial(Outbound, rate=1000.0, burst=1000))
     reader = Reader()
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")
