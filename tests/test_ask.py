@@ -300,6 +300,10 @@ async def test_two_instances_an_answer_clicked_on_one_resumes_the_task_once(
             AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
         ):
             root = await _start(a, slack)
+            # Either instance may run the conversation (b's start-up sweep can find a's inbox item
+            # before a's own driver takes the lease): wait for the card, then for both to settle.
+            await eventually(lambda: len(_cards(slack)) == 1)
+            await asyncio.gather(_settle(a), _settle(b))
             [card] = _cards(slack)
             click = _click(card, "U1", _buttons(card)[1], root)
             responses = await asyncio.gather(b.click(click), a.click(click), b.click(click))

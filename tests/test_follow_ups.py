@@ -158,6 +158,10 @@ async def test_two_postgres_instances_fire_a_follow_up_once(
         _app(slack, tmp_path / "b", agent, owner="instance-b", **common) as b,
     ):
         await _ask(a, slack, "<@UBOT> remind me to check the deploy in 20 minutes")
+        # Either instance may run the conversation (b's start-up sweep can find a's inbox item
+        # before a's own driver takes the lease): wait for its answer, then for both to settle.
+        await eventually(lambda: bool(_replies(slack, "I will check")))
+        await asyncio.gather(a.idle(), b.idle())
         [scheduled] = await _pending(a)
         now = scheduled.due_at + 1
         results = await asyncio.gather(*(s.fire(now=now) for s in [_sweep(a), _sweep(b)] * 3))

@@ -12,6 +12,7 @@ import pytest
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
+from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
 BASE_URL = os.environ.get("TEST_DATABASE_URL", "")
@@ -60,6 +61,9 @@ async def test_two_instances_share_claims_history_and_leases(tmp_path: Path, dat
             duplicate = events.message("C1", "U1", "<@UBOT> remember mango", root)
             responses = await asyncio.gather(a.deliver(mention), b.deliver(duplicate), b.deliver(mention, 1))
             assert all(r.status == 200 for r in responses)
+            # Either instance may run the conversation (b's start-up sweep can find a's inbox item
+            # before a's own driver takes the lease): wait for its turn, then for both to settle.
+            await eventually(lambda: bool(recorder.prompts))
             await asyncio.gather(a.idle(), b.idle())
             assert len(recorder.prompts) == 1
 
@@ -68,13 +72,10 @@ async def test_two_instances_share_claims_history_and_leases(tmp_path: Path, dat
                 ts = slack.add_message("C1", f"follow-up {i}", user="U1", thread_ts=root)
                 target = a if i % 2 else b
                 await target.deliver(events.message("C1", "U1", f"follow-up {i}", ts, thread_ts=root))
-            for _ in range(50):
-                await asyncio.gather(a.idle(), b.idle())
-                if "follow-up 5" in "\n".join(recorder.prompts):
-                    break
-                # No sweep here: a delivery that lost the lease race must be picked up by the
-                # lease holder's look at the inbox after it releases.
-                await asyncio.sleep(0.1)
+            # No sweep here: a delivery that lost the lease race must be picked up by the lease
+            # holder's look at the inbox after it releases.
+            await eventually(lambda: "follow-up 5" in "\n".join(recorder.prompts), within=60)
+            await asyncio.gather(a.idle(), b.idle())
         assert recorder.peak == 1
         joined = "\n".join(recorder.prompts)
         assert all(f"follow-up {i}" in joined for i in range(6))

@@ -374,6 +374,9 @@ async def test_two_instances_each_with_a_connection_answer_every_mention_once(tm
                 for _, envelopes in sent:
                     for envelope in envelopes:
                         await _acked(slack, envelope)
+                # Either instance may run a conversation (the other's start-up sweep, or its look
+                # at the inbox after a lease it held): wait for every answer, then for both to settle.
+                await eventually(lambda: all(_replies(slack, root) for root, _ in sent))
                 await one.idle()
                 await two.idle()
                 await one.idle()
