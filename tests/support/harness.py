@@ -13,6 +13,8 @@ async with FakeSlack() as slack, AppHarness(slack, model=echo_model(), data_dir=
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import socket
 from pathlib import Path
 from typing import Any
@@ -34,10 +36,55 @@ SIGNING_SECRET = "test-signing-secret"
 SOCKET_PING_INTERVAL = 0.25
 
 
-def free_port() -> int:
+#: Ports ``free_port`` hands out: this many just below the kernel's ephemeral range, where it never
+#: puts a port-0 bind (every in-process server, the fakes) or an outgoing connection's local port.
+_RESERVED_PORTS = 12_000
+#: Each pytest-xdist worker takes its ports from a slice of its own (workers beyond this share).
+_PORT_SLICES = 16
+_next_port: int | None = None
+
+
+def _ephemeral_low() -> int | None:
+    """The first port of the kernel's ephemeral range (Linux), or None where it is not known."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on, for a server that binds it later (a child process, once
+    it has started). A port-0 bind would hand out a port from the ephemeral range, which any
+    connection or server of another test (another xdist worker) may take in the seconds before
+    the child binds it; so ports come from below that range, each xdist worker from its own slice,
+    in turn (no two servers of one worker get the same port while both may be starting). Where the
+    range is unknown (not Linux) or leaves no room below it, the OS chooses."""
+    global _next_port
+    low = _ephemeral_low()
+    if low is None or low - 1024 < _RESERVED_PORTS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    size = _RESERVED_PORTS // _PORT_SLICES
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = low - _RESERVED_PORTS + (int(worker) if worker.isdigit() else 0) % _PORT_SLICES * size
+    if _next_port is None:  # another pytest session on this machine starts elsewhere in the slice
+        _next_port = random.randrange(size)
+    for _ in range(size):
+        port = first + _next_port % size
+        _next_port += 1
+        if _bindable(port):
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + size - 1}")
 
 
 def settings_for(slack: FakeSlack, data_dir: Path, **overrides: Any) -> Settings:

@@ -17,11 +17,34 @@ from pathlib import Path
 from types import TracebackType
 
 import aiohttp
+import psutil
 
 from .harness import SIGNING_SECRET, free_port
 
 LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
+#: Starts on a new port when the child found its port taken (``free_port`` makes that rare).
+PORT_ATTEMPTS = 3
+#: What a child that could not listen says (the app's ``listen_error``, Python's EADDRINUSE).
+_PORT_IN_USE = "already in use"
+
+
+class _PortTaken(Exception):
+    """The child exited because another process listens on its port."""
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` (or a process it started) listens on TCP ``port``."""
+    try:
+        parent = psutil.Process(pid)
+        family = [parent, *parent.children(recursive=True)]
+        return any(
+            c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+            for process in family
+            for c in process.net_connections(kind="tcp")
+        )
+    except psutil.Error:
+        return False
 
 
 class ServerProcess:
@@ -61,7 +84,24 @@ class ServerProcess:
         return self.proc.pid
 
     async def start(self) -> ServerProcess:
-        """Start the child and return once ``/healthz`` answers 200 (else raise with the log's tail)."""
+        """Start the child and return once it answers ``/healthz`` with 200 on its own port (else
+        raise with the log's tail). A port taken by someone else meanwhile (the child says the port
+        is in use) is replaced by another and the child started again, up to ``PORT_ATTEMPTS``."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return await self._start_once()
+            except _PortTaken:
+                if attempt == PORT_ATTEMPTS:
+                    raise RuntimeError(f"{self.name}: port after port was in use: {self.tail()}") from None
+                self.port = free_port()
+                self.env["PORT"] = str(self.port)
+        raise AssertionError("unreachable")
+
+    async def _start_once(self) -> ServerProcess:
+        try:
+            logged = self.log_path.stat().st_size
+        except OSError:
+            logged = 0
         with self.log_path.open("ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -76,15 +116,27 @@ class ServerProcess:
         async with aiohttp.ClientSession() as http:
             while True:
                 if self.proc.returncode is not None:
+                    if _PORT_IN_USE in self._logged_since(logged).lower():
+                        raise _PortTaken
                     raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.tail()}")
                 with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with http.get(f"{self.url}/healthz") as response:
-                        if response.status == 200:
+                        # Only our child's answer counts: another server that took the port first
+                        # answers too (and ours then exits, the port in use).
+                        if response.status == 200 and _listens(self.proc.pid, self.port):
                             return self
                 if loop.time() > deadline:
                     await self.stop()
                     raise TimeoutError(f"{self.name} did not answer /healthz: {self.tail()}")
                 await asyncio.sleep(0.05)
+
+    def _logged_since(self, offset: int) -> str:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(offset)
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     async def __aenter__(self) -> ServerProcess:
         return await self.start()
