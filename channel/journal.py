@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from storage.base import EffectRecord, Fence
@@ -56,27 +57,22 @@ _CUT_OFF = "was cut off while being written and removed; answer again if still n
 _DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 
 
+@dataclass(eq=False)
 class EffectJournal:
     """One task's journal of writes."""
 
-    def __init__(
-        self,
-        store: SessionStore,
-        task_id: str,
-        clock: Callable[[], float] = time.time,
-        guard: WriteGuard | None = None,
-        fence: Fence | None = None,
-    ) -> None:
-        self._store = store
-        self._task_id = task_id
-        self._clock = clock
-        self._guard = guard
-        self.fence = fence
+    store: SessionStore
+    task_id: str
+    clock: Callable[[], float] = time.time
+    #: Awaited before every write (module doc); None: nothing forbids writing.
+    guard: WriteGuard | None = None
+    #: The host's lease acquisition, carried on every entry opened and closed (module doc).
+    fence: Fence | None = None
 
     async def check(self) -> None:
         """Raise (the guard's exception) when the task may no longer write."""
-        if self._guard is not None:
-            await self._guard()
+        if self.guard is not None:
+            await self.guard()
 
     async def open(self, tool: str, args: Result, *, effect_id: str = "") -> str:
         """Record that ``tool`` is about to write with ``args``; returns the new effect's id (``effect_id``
@@ -84,22 +80,22 @@ class EffectJournal:
         neither recorded nor made."""
         await self.check()
         effect_id = effect_id or uuid.uuid4().hex
-        await self._store.open_effect(
+        await self.store.open_effect(
             effect_id=effect_id,
-            task_id=self._task_id,
+            task_id=self.task_id,
             tool=tool,
             args=json.dumps(args),
-            now=self._clock(),
+            now=self.clock(),
             call_id=CALL_ID.get(),
             fence=self.fence,
         )
         return effect_id
 
     async def get(self, effect_id: str) -> EffectRecord | None:
-        return await self._store.get_effect(effect_id)
+        return await self.store.get_effect(effect_id)
 
     async def close(self, effect_id: str, result: Result) -> None:
-        await self._store.close_effect(effect_id, result=json.dumps(result), fence=self.fence)
+        await self.store.close_effect(effect_id, result=json.dumps(result), fence=self.fence)
 
     async def write(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         """Run ``action`` inside an effect; its result (or its error result) closes the effect."""

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -74,6 +75,7 @@ class MainLoop:
             self.loop.call_soon_threadsafe(fn, *args)
 
 
+@dataclass(eq=False)
 class EdgeThread:
     """Serves ``edge.app`` on ``host:port`` from a daemon thread with its own event loop.
 
@@ -81,23 +83,22 @@ class EdgeThread:
     start-up hooks have run by then. :meth:`stop` stops accepting, runs the app's shutdown hooks
     (the drain, on the main loop) and closes the connections, then ends the thread."""
 
-    def __init__(
-        self, edge: HttpEdge, ingress: Ingress, store: Store, agent_view: AgentView | None, main: MainLoop
-    ) -> None:
-        """``ingress`` and ``store`` are the service's; the edge claims through copies made for its loop."""
-        self._edge = edge
-        self._ingress = ingress
-        self._store = store
-        self._agent_view = agent_view
-        self._main = main
-        self._where = ("", 0, 0.0)
-        #: The port it listens on, once it does (``start`` with port 0 picks a free one).
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._stop: asyncio.Event | None = None
-        self._listening: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+    #: The service's: the edge claims through copies of ``ingress`` and ``store`` made for its loop.
+    edge: HttpEdge
+    ingress: Ingress
+    store: Store
+    agent_view: AgentView | None
+    main: MainLoop
+    #: The port it listens on, once it does (``start`` with port 0 picks a free one).
+    port: int = field(default=0, init=False)
+    _where: tuple[str, int, float] = field(default=("", 0, 0.0), init=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _stop: asyncio.Event | None = field(default=None, init=False)
+    _listening: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future, init=False)
+    _stopped: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future, init=False)
+
+    def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._main_of_thread, name="threadbound-http", daemon=True)
 
     async def start(self, host: str, port: int, shutdown_timeout: float) -> None:
@@ -142,14 +143,14 @@ class EdgeThread:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        store = self._store.for_another_loop()
+        store = self.store.for_another_loop()
         # The claims of HTTP deliveries run here; their wake-ups and notes cross to the main loop.
-        ingress = self._ingress.on_loop(store, self._main.soon)
-        previous = self._edge.events
-        self._edge.events = event_acker(ingress, self._agent_view, self._main)
+        ingress = self.ingress.on_loop(store, self.main.soon)
+        previous = self.edge.events
+        self.edge.events = event_acker(ingress, self.agent_view, self.main)
         host, port, shutdown_timeout = self._where
         runner = web.AppRunner(
-            self._edge.app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
+            self.edge.app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout
         )
         try:
             await runner.setup()  # the app's start-up hooks (they run on the main loop)
@@ -167,5 +168,5 @@ class EdgeThread:
             try:
                 await runner.cleanup()  # the shutdown hooks (the drain), then the open connections
             finally:
-                self._edge.events = previous
+                self.edge.events = previous
                 await store.close()

@@ -18,7 +18,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app import logs, traces
@@ -63,44 +63,29 @@ def _now(fn: Callable[..., None], *args: Any) -> None:
     fn(*args)
 
 
+@dataclass(eq=False, kw_only=True)
 class Ingress:
-    def __init__(
-        self,
-        *,
-        store: Store,
-        scheduler: Scheduler,
-        bot: BotIdentity,
-        settings: Settings,
-        clock: Callable[[], float] = time.time,
-        on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None,
-        on_external: Callable[[Decision], None] | None = None,
-    ) -> None:
-        """``on_external`` hears of each message ignored because its author is from another
-        organisation (the one-time private note, ``app.intake.external``)."""
-        self.store = store
-        self.scheduler = scheduler
-        self.bot = bot
-        self.settings = settings
-        self.clock = clock
-        self.on_result = on_result
-        self.on_external = on_external
-        self._ignored: OrderedDict[str, None] = OrderedDict()
-        #: Runs a wake-up or a note where the scheduler and the adapter live (``on_loop``).
-        self._soon: Callable[..., None] = _now
+    store: Store
+    scheduler: Scheduler
+    bot: BotIdentity
+    settings: Settings
+    clock: Callable[[], float] = time.time
+    on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None
+    #: Hears of each message ignored because its author is from another organisation (the
+    #: one-time private note, ``app.intake.external``).
+    on_external: Callable[[Decision], None] | None = None
+    _ignored: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
+    #: Runs a wake-up or a note where the scheduler and the adapter live (``on_loop``).
+    _soon: Callable[..., None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._soon = _now  # an instance attribute: a function class default would bind as a method
 
     def on_loop(self, store: Store, soon: Callable[..., None]) -> Ingress:
         """This ingress for another event loop (the HTTP edge's thread): claims through ``store``
         (one made for that loop), wake-ups and external-user notes handed to ``soon(fn, *args)``,
         which runs them on the loop of the scheduler and the adapter."""
-        other = Ingress(
-            store=store,
-            scheduler=self.scheduler,
-            bot=self.bot,
-            settings=self.settings,
-            clock=self.clock,
-            on_result=self.on_result,
-            on_external=self.on_external,
-        )
+        other = replace(self, store=store)
         other._soon = soon
         return other
 
