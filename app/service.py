@@ -31,7 +31,6 @@ from app.intake.external import ExternalNotice
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
-from app.intake.router import BotIdentity
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
 from app.ops.heap import freeze_startup_heap
@@ -274,7 +273,7 @@ class Service:
         ingress = Ingress(
             store=store,
             scheduler=runner,
-            bot=BotIdentity(adapter.identity.user_id, adapter.identity.bot_id, adapter.identity.team_id),
+            bot=adapter.identity,
             settings=settings,
             on_result=observer.delivery,
             on_external=ExternalNotice(adapter),

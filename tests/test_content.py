@@ -6,10 +6,11 @@ import random
 import re
 from typing import Any
 
-from app.intake.router import BotIdentity, classify
+from app.intake.router import classify
 from app.settings import Settings
 from channel.slack.content import file_stubs, message_files, references, render_message, with_files
 from channel.slack.file_meta import file_meta
+from channel.slack.identity import SlackIdentity
 from channel.slack.render import Names
 from tests.support import fixtures
 
@@ -317,7 +318,7 @@ def test_malformed_payloads_never_raise() -> None:
         message = _junk(rng, 0)
         if not isinstance(message, dict):
             message = {"attachments": message, "blocks": message, "files": message}
-        classify(message, BotIdentity("UBOT", "BBOT"), settings)
+        classify(message, SlackIdentity("UBOT", "BBOT", "", "", ()), settings)
         render_message(message, Names(users={u: "x" for u in references(message).users}))
         file_stubs(message)
         with_files(message, {"x": {"id": "x"}})

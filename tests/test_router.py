@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from app.intake.router import BotIdentity, classify
+from app.intake.router import classify
 from app.settings import Settings
+from channel.slack.identity import SlackIdentity
 from tests.support import events, fixtures
 
-BOT = BotIdentity(user_id="UBOT", bot_id="BBOT")
+BOT = SlackIdentity(user_id="UBOT", bot_id="BBOT", team_id="", team_url="", scopes=())
 
 
 def _settings(**values: Any) -> Settings:

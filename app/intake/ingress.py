@@ -24,9 +24,10 @@ from typing import Any
 from app import logs, traces
 from app.runs.scheduler import Scheduler
 from app.settings import Settings
+from channel.slack.identity import SlackIdentity
 from storage.base import Store, StoreError
 
-from .router import BotIdentity, Decision, classify, edited_message
+from .router import Decision, classify, edited_message
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,8 @@ def _now(fn: Callable[..., None], *args: Any) -> None:
 class Ingress:
     store: Store
     scheduler: Scheduler
-    bot: BotIdentity
+    #: Who the bot is (``auth.test``): its own posts, and the install's workspace, are told apart by it.
+    bot: SlackIdentity
     settings: Settings
     clock: Callable[[], float] = time.time
     on_result: Callable[[IngressResult, dict[str, Any]], None] | None = None

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.settings import Settings
+from channel.slack.identity import SlackIdentity
 
 # Subtypes that are ordinary messages (file uploads, "also send to channel", /me); `bot_message`
 # (integrations, webhooks) goes on to the bot rules below, so ALLOW_BOTS governs it like any bot post.
@@ -67,14 +68,6 @@ Action = Literal["start", "follow_up", "ignore"]
 
 
 @dataclass(frozen=True, slots=True)
-class BotIdentity:
-    user_id: str
-    bot_id: str
-    #: The install's workspace (``auth.test``); "" when unknown (then nobody counts as external).
-    team_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     action: Action
     reason: str
@@ -91,7 +84,7 @@ class Decision:
         return self.action == "start"
 
 
-def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> Decision:
+def classify(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -> Decision:
     kind = event.get("type")
     if not isinstance(kind, str) or kind not in ("app_mention", "message"):
         return Decision("ignore", _UNROUTED.get(str(kind), f"event type {kind!r} is not routed"))
@@ -118,6 +111,7 @@ def classify(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> 
         return Decision("ignore", "posted by another bot (ALLOW_BOTS is off)")
     thread_ts = str(event.get("thread_ts") or "")
     team = event.get("user_team") or event.get("team")
+    # The install's workspace unknown (team_id ""): nobody counts as external.
     external = bool(bot.team_id) and isinstance(team, str) and team not in ("", bot.team_id)
     if external and not settings.allow_external_users:
         reason = "author is from another organisation (ALLOW_EXTERNAL_USERS is off)"
@@ -161,7 +155,7 @@ def edited_message(event: Mapping[str, Any]) -> dict[str, Any] | None:
     return edited
 
 
-def _edit(event: Mapping[str, Any], bot: BotIdentity, settings: Settings) -> Decision:
+def _edit(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -> Decision:
     """An edit starts a turn only when it adds the bot's mention; the claim on the message's own
     ``(channel, ts)`` then keeps an already-answered message from being answered again."""
     edited = edited_message(event)
