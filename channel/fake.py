@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import (
+    FEATURE_METHODS,
     AdapterBase,
     Author,
     ChannelFeatures,
@@ -48,18 +49,9 @@ from .contract import (
 from .errors import ChannelError
 from .fake_messages import FakeDocument, FakeLive, FakeMessage
 
-#: Every capability on: what a test gets unless it asks for less.
-ALL_FEATURES = ChannelFeatures(
-    read=True,
-    react=True,
-    edit=True,
-    retract=True,
-    fetch_file=True,
-    attach=True,
-    documents=True,
-    status=True,
-    stream=True,
-)
+#: Every capability the fake implements, all but cards (``ask``: it has no ``post_blocks``): what a
+#: test gets unless it asks for less.
+ALL_FEATURES = ChannelFeatures(**{name: name != "ask" for name in FEATURE_METHODS})
 _EPOCH = 1_700_000_000
 
 
