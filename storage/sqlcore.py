@@ -43,6 +43,11 @@ class SqlCore(ABC):
         """The result row of ``procedure``, run as one transaction in one database trip.
         ``synced=False``: this call needs no disk sync of its own (``Statement.synced``)."""
 
+    async def _reads(self, reads: Sequence[tuple[Statement, Mapping[str, Any]]]) -> list[Sequence[Row]]:
+        """The rows of each read, in order; a backend may make them one database trip (SQLite: one
+        job on its database thread)."""
+        return [await self._fetch(statement, params) for statement, params in reads]
+
     @abstractmethod
     async def _script(self, make: Callable[[], Script]) -> Any:
         """Drive the script ``make()`` returns in one transaction; its return value. ``make`` is

@@ -248,6 +248,12 @@ class SQLiteStore(SqlStore):
         )
         return rows
 
+    async def _reads(self, reads: Sequence[tuple[Statement, Mapping[str, Any]]]) -> list[Sequence[Row]]:
+        texts = [(SQLITE.sql(statement), params) for statement, params in reads]
+        if any(text.lstrip().split(None, 1)[0].upper() not in _READS for text, _ in texts):
+            return await super()._reads(reads)
+        return await self._run(lambda db: [db.execute(text, params).fetchall() for text, params in texts])
+
     async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
         text = SQLITE.sql(statement)
         count: int = await self._batch(lambda db: db.execute(text, params).rowcount, synced=statement.synced)

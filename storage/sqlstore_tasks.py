@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from . import statements as sql
 from ._rows import from_row
 from .crashpoints import crash_point
-from .records import ClaimOutcome, Fence, InboxItem, LeaseMoved, StoreError, TaskRecord
+from .records import ClaimOutcome, EffectRecord, Fence, InboxItem, LeaseMoved, StoreError, TaskRecord
 from .sqlcore import SqlCore, fence_token, new_id
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
@@ -183,6 +183,20 @@ class TaskMethods(SqlCore):
     async def pending_inbox(self, task_id: str) -> list[InboxItem]:
         """Items not yet consumed by a saved run, oldest first."""
         return [from_row(InboxItem, r) for r in await self._fetch(sql.PENDING_INBOX, {"task_id": task_id})]
+
+    async def run_state(self, task_id: str) -> tuple[list[InboxItem], list[EffectRecord], TaskRecord | None]:
+        """What a run of the task starts from, read together (one trip where the backend can):
+        its pending inbox (:meth:`pending_inbox`), its open journal entries (``open_effects``) and
+        its record (:meth:`get_task`; None for an unknown task)."""
+        params = {"task_id": task_id}
+        items, effects, tasks = await self._reads(
+            [(sql.PENDING_INBOX, params), (sql.OPEN_EFFECTS, params), (sql.GET_TASK, params)]
+        )
+        return (
+            [from_row(InboxItem, r) for r in items],
+            [from_row(EffectRecord, r) for r in effects],
+            from_row(TaskRecord, tasks[0]) if tasks else None,
+        )
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:
         """Tasks that have pending inbox items, open effects or an open (checkpointed) run, and no

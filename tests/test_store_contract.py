@@ -863,6 +863,33 @@ async def test_effect_journal(store: Store) -> None:
     assert await store.get_effect("nope") is None
 
 
+async def test_run_state_reads_inbox_effects_and_task_together(store: Store) -> None:
+    """run_state is pending_inbox, open_effects and get_task read together (the scheduler's look at
+    a task before each run; SQLite makes it one job on its database thread)."""
+    first = await claim(store)
+    assert first.task_id is not None
+    task_id = first.task_id
+    await claim(store, event_id="Ev2", ts="100.000002", create=False)
+    await store.open_effect(effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0)
+    items, effects, task = await store.run_state(task_id)
+    assert items == await store.pending_inbox(task_id) and len(items) == 2
+    assert effects == await store.open_effects(task_id) and [e.effect_id for e in effects] == ["e1"]
+    assert task == await store.get_task(task_id)
+    assert await store.run_state("no-such-task") == ([], [], None)
+    if isinstance(store, SQLiteStore):
+        assert store._thread is not None
+        jobs: list[Any] = []
+        real = store._thread.submit
+
+        def counting(fn: Any) -> Any:
+            jobs.append(fn)
+            return real(fn)
+
+        store._thread.submit = counting  # type: ignore[method-assign]
+        await store.run_state(task_id)
+        assert len(jobs) == 1
+
+
 async def test_effect_errors(store: Store) -> None:
     """Re-opening an effect id or closing an unknown one is a StoreError."""
     task_id = await new_task(store)

@@ -172,11 +172,13 @@ class RunExecutor:
         inbox: Inbox,
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
+        task: TaskRecord | None = None,
     ) -> RunOutcome:
         """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages,
         ``guard`` is awaited before every write and ``fence`` carried by every durable write (see the
-        module docstring). A run left open by a crash goes on from its last checkpoint."""
-        task = await self.store.get_task(task_id)
+        module docstring); ``task``: its record, read with them. A run left open by a crash goes on
+        from its last checkpoint."""
+        task = task or await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts

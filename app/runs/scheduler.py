@@ -282,13 +282,11 @@ class Scheduler:
             heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task_id}")
             try:
                 while self._accepting and not lease.lost.is_set():
-                    items = await self.store.pending_inbox(task_id)
-                    effects = await self.store.open_effects(task_id)
-                    task = await self.store.get_task(task_id) if not items and not effects else None
+                    items, effects, task = await self.store.run_state(task_id)  # one trip
                     if not items and not effects and not (task is not None and task.run_open):
                         break
                     outcome = await self.executor.run_inbox(
-                        task_id, items, effects, inbox, guard=lease.check, fence=fence
+                        task_id, items, effects, inbox, guard=lease.check, fence=fence, task=task
                     )
                     if outcome.status == "waiting":
                         waiting = True  # an approval is undecided: its decision wakes the task again
