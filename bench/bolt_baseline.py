@@ -10,6 +10,8 @@
                                         tool, ``channel_reply``, posts into the thread. No prompt-cache
                                         settings, as in those samples.
 
+``GET /gc`` runs a garbage collection (``task_memory`` measures RSS after one, on both sides).
+
 Environment: ``PORT``, ``HOST``, ``SLACK_SIGNING_SECRET``, ``SLACK_BOT_TOKEN``, ``SLACK_API_URL``,
 ``MODEL`` (``openai-chat:NAME`` with ``OPENAI_BASE_URL``/``OPENAI_API_KEY``, or ``anthropic:NAME``
 with ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``). ``GET /healthz`` answers 200 once serving.
@@ -19,6 +21,7 @@ Stops on SIGTERM. Nothing is stored: no durability, leases, handles or effect jo
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -128,7 +131,12 @@ async def main(mode: str) -> None:
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
+    async def collect(_: web.Request) -> web.Response:
+        # task_memory measures the peer's RSS after a collection, as it does ours.
+        return web.json_response({"collected": gc.collect()})
+
     web_app.router.add_get("/healthz", healthz)
+    web_app.router.add_get("/gc", collect)
     runner = web.AppRunner(web_app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host=os.environ.get("HOST", "127.0.0.1"), port=int(os.environ["PORT"]))

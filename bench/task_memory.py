@@ -12,6 +12,11 @@ RSS (after ``gc.collect()``); then N more mentions, each a new conversation, unt
 active and the model has received their requests (past the ``openai`` client's 1,000-connection
 pool, the rest wait in the pool, unsent); ``gc.collect()``; RSS again. The row is the growth / N.
 Shutdown cancels the waiting runs (``SHUTDOWN_GRACE`` is short); their inboxes stay pending.
+
+Shown beside it (the target bounds ours alone): the same measurement of the Bolt + pydantic-ai peer
+(``bench.bolt_baseline turn``, a child process, collected through its ``GET /gc``), whose every
+mention likewise waits on the slow model with its request in flight: what the libraries themselves
+hold per waiting conversation, with nothing durable, no streaming and one tool.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import gc
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -29,7 +35,8 @@ from tests.support.harness import SIGNING_SECRET, AppHarness
 from threadbound_emulator import FakeSlack
 
 from . import Row, Scale
-from .common import bench_workspace, rss
+from .common import SIGNING_SECRET as BENCH_SECRET
+from .common import bench_workspace, bolt_server, rss
 from .fakes import helper
 
 ROWS = ("task_memory",)
@@ -80,21 +87,65 @@ async def run(scale: Scale) -> list[Row]:
                 waiting = await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, WAIT_CAP)
                 gc.collect()
                 after = rss()
+            peer = await _peer(slack, fakes, envelopes, Path(tmp), n)
     per = (after - before) / n / KIB
     note = f"{n} conversations; RSS {before / 2**20:.0f} → {after / 2**20:.0f} MiB"
     if waiting < WARM + n:
         note += f"; only {waiting - WARM} of {n} were waiting when the time cap ({WAIT_CAP:.0f} s) passed"
+    note += f"; baseline: the Bolt + pydantic-ai peer, {peer[1]}"
     return [
         Row(
             "task_memory",
             round(per, 1),
-            None,
+            round(peer[0], 1) if peer[0] is not None else None,
             "KiB/conversation",
             "<= 100 KiB",
+            absolute=True,
             also={"every conversation waiting": waiting >= WARM + n},
             note=note,
         )
     ]
+
+
+async def _peer(
+    slack: FakeSlack, fakes: dict[str, Any], envelopes: list[dict[str, object]], tmp: Path, n: int
+) -> tuple[float | None, str]:
+    """The peer's RSS growth per waiting conversation (KiB), measured like ours, and a note."""
+    server = bolt_server(slack, "turn", tmp / "bolt.log", tmp, model_base_url=fakes["model_base_url"])
+    async with server, aiohttp.ClientSession() as http:
+        url = f"{server.url}/slack/events"
+        gate = asyncio.Semaphore(50)
+
+        async def deliver(envelope: dict[str, object]) -> None:
+            async with gate:
+                response = await events.deliver(http, url, envelope, BENCH_SECRET)
+                if response.status != 200:
+                    raise RuntimeError(f"the peer answered {response.status}")
+
+        async def arrived() -> int:
+            async with http.get(fakes["model_count_url"]) as response:
+                return int((await response.json())["count"])
+
+        async def settled(expected: int) -> int:
+            deadline = time.monotonic() + WAIT_CAP
+            while True:
+                count = await arrived() - offset
+                if count >= expected or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.1)
+            async with http.get(f"{server.url}/gc") as response:
+                await response.read()
+            return count
+
+        offset = await arrived()  # our side's requests, still parked at the model
+        await asyncio.gather(*(deliver(e) for e in envelopes[:WARM]))
+        await settled(WARM)
+        before = rss(server.pid)
+        await asyncio.gather(*(deliver(e) for e in envelopes[WARM:]))
+        waiting = await settled(min(WARM + n, OPENAI_POOL)) - WARM
+        after = rss(server.pid)
+    note = f"{waiting} of {n} at the model, RSS {before / 2**20:.0f} → {after / 2**20:.0f} MiB"
+    return ((after - before) / n / KIB if waiting > 0 else None), note
 
 
 async def _deliver(app: AppHarness, envelopes: list[dict[str, object]], in_flight: int = 50) -> None:
