@@ -70,6 +70,101 @@ def _prog() -> str:
     return "threadbound" if Path(sys.argv[0]).name == "threadbound" else "python -m app"
 
 
+#: Each command's --help: the line in the COMMAND list, a paragraph, and examples.
+_HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "serve": (
+        "run the HTTP server on $PORT (POST /slack/events, GET /healthz)",
+        "Serve Slack's Events API on HOST:PORT (default 0.0.0.0:3000): POST /slack/events takes\n"
+        "events and interactivity signed with SLACK_SIGNING_SECRET; GET /healthz, /readyz and\n"
+        "/metrics are for the platform. Start-up checks every setting, the store and the token first\n"
+        "and exits 2 with a one-line reason (a port in use, a store that cannot open, a missing key).\n"
+        "SIGTERM or Ctrl-C stops accepting and lets running turns finish for SHUTDOWN_GRACE seconds.",
+        (
+            "python -m app serve",
+            "PORT=8080 LOG_LEVEL=DEBUG python -m app serve",
+        ),
+    ),
+    "playground": (
+        "try the app in a browser, without Slack: http://127.0.0.1:$PORT/",
+        "Start a local stand-in for a Slack workspace and the real app pointed at it, and serve a\n"
+        "page at http://127.0.0.1:$PORT/ (default 3000): a channel and a DM where you type as one of\n"
+        "a few people, mention the bot, reply in threads and attach files, and watch its replies,\n"
+        "reactions, edits, files, canvases, progress and buttons live. The app runs exactly as under\n"
+        "`serve` (agent.toml, skills, MCP servers, the same ingress and tools); only MODEL and its key\n"
+        "are needed. SLACK_* settings and DATABASE_URL are ignored: the store is SQLite in\n"
+        "$DATA_DIR/playground. --demo uses a built-in echo model instead of MODEL (no key at all).",
+        (
+            "python -m app playground --demo",
+            "MODEL=anthropic:claude-sonnet-4-5 ANTHROPIC_API_KEY=... python -m app playground",
+            "PORT=8000 python -m app playground",
+        ),
+    ),
+    "run": (
+        "run one task against a real conversation, without the webhook",
+        "Run one task in a real conversation without the webhook: the agent reads the channel or\n"
+        "thread, acts with the same tools as under `serve` and posts its reply there; the command\n"
+        "prints the task's outcome. --channel takes an ID (C…, G…, D…) or a #name the bot can see.\n"
+        "Without --thread the reply is a new root, recorded like any other, so replies to it continue\n"
+        "the task under `serve`. Exit 0 when the run ended ok, 1 when it did not, 2 for configuration\n"
+        "problems or a channel the bot cannot use (not found, or not a member: invite it).",
+        (
+            'python -m app run --channel C0123456789 "Say hello"',
+            "python -m app run --channel '#releases' --thread 1732900000.123456 \"Summarise this thread\"",
+        ),
+    ),
+    "check": (
+        "check configuration against the real services",
+        "Check the configuration against the real services and print one line per finding (PASS,\n"
+        "WARN, FAIL or SKIP): the bot token (auth.test) and its scopes, the app token in Socket Mode\n"
+        "(apps.connections.open), the signing secret, the file origins, the database, the agent\n"
+        "file, the skills folder and one tiny model request.\n"
+        "Configured secrets and anything shaped like a token are masked. Exit 1 when anything FAILs.",
+        (
+            "python -m app check",
+            "python -m app check --no-model      # no model request, no tokens spent",
+        ),
+    ),
+    "manifest": (
+        "print the Slack app manifest for an Events API install",
+        "Print the Slack app manifest (JSON) for an Events API install whose request URL is --url,\n"
+        "with interactivity on the same URL and every scope the tools use. Paste it at\n"
+        "https://api.slack.com/apps → Create New App → From a manifest, install the app, then copy\n"
+        "the Bot User OAuth Token and the Signing Secret into .env. The manifest installs on any\n"
+        "Slack plan; --agent-view adds Slack's agent messaging experience (paid plans).\n"
+        "--socket-mode instead of --url: Socket Mode on, no request URL; then also generate an\n"
+        "app-level token (connections:write) and set it as SLACK_APP_TOKEN.",
+        (
+            "python -m app manifest --url https://bot.example.com/slack/events",
+            "python -m app manifest --socket-mode",
+            'python -m app manifest --url https://bot.example.com/slack/events --name "Release bot"',
+            "python -m app manifest --url https://bot.example.com/slack/events --agent-view",
+        ),
+    ),
+    "usage": (
+        "print model tokens by day, person and channel",
+        "Print the model tokens this install spent, from its database: one line per UTC day, person\n"
+        "(who asked) and channel, with input, output, cache-read and cache-write tokens and requests,\n"
+        "then the total. Budgets (USER_DAILY_TOKEN_BUDGET, DAILY_TOKEN_BUDGET) count input + output.\n"
+        "People and channels are shown by name, looked up in Slack; when Slack cannot be reached they\n"
+        "are shown by ID and the command says so. --json gives IDs and names, for scripts.",
+        (
+            "python -m app usage                 # today and the 6 days before",
+            "python -m app usage --days 1        # today (UTC) only",
+            "python -m app usage --days 30 --json | jq '.rows[] | select(.person.name == \"Alice\")'",
+        ),
+    ),
+    "follow-ups": (
+        "list pending follow-ups across the install",
+        "List the follow-ups tasks scheduled (channel_follow_up) that have not fired yet, soonest\n"
+        "first: when (UTC), the task, the thread's permalink and the note's first words.",
+        (
+            "python -m app follow-ups",
+            "python -m app follow-ups --json | jq '.follow_ups[].permalink'",
+        ),
+    ),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_prog(),
@@ -79,91 +174,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _command(
-        sub,
-        "serve",
-        "run the HTTP server on $PORT (POST /slack/events, GET /healthz)",
-        "Serve Slack's Events API on HOST:PORT (default 0.0.0.0:3000): POST /slack/events takes\n"
-        "events and interactivity signed with SLACK_SIGNING_SECRET; GET /healthz, /readyz and\n"
-        "/metrics are for the platform. Start-up checks every setting, the store and the token first\n"
-        "and exits 2 with a one-line reason (a port in use, a store that cannot open, a missing key).\n"
-        "SIGTERM or Ctrl-C stops accepting and lets running turns finish for SHUTDOWN_GRACE seconds.",
-        [
-            "python -m app serve",
-            "PORT=8080 LOG_LEVEL=DEBUG python -m app serve",
-        ],
-    )
-    playground = _command(
-        sub,
-        "playground",
-        "try the app in a browser, without Slack: http://127.0.0.1:$PORT/",
-        "Start a local stand-in for a Slack workspace and the real app pointed at it, and serve a\n"
-        "page at http://127.0.0.1:$PORT/ (default 3000): a channel and a DM where you type as one of\n"
-        "a few people, mention the bot, reply in threads and attach files, and watch its replies,\n"
-        "reactions, edits, files, canvases, progress and buttons live. The app runs exactly as under\n"
-        "`serve` (agent.toml, skills, MCP servers, the same ingress and tools); only MODEL and its key\n"
-        "are needed. SLACK_* settings and DATABASE_URL are ignored: the store is SQLite in\n"
-        "$DATA_DIR/playground. --demo uses a built-in echo model instead of MODEL (no key at all).",
-        [
-            "python -m app playground --demo",
-            "MODEL=anthropic:claude-sonnet-4-5 ANTHROPIC_API_KEY=... python -m app playground",
-            "PORT=8000 python -m app playground",
-        ],
-    )
-    playground.add_argument(
+    commands = {name: _command(sub, name, *text) for name, text in _HELP.items()}
+    commands["playground"].add_argument(
         "--demo", action="store_true", help="use a built-in echo model (not an LLM) that needs no key"
     )
-    run = _command(
-        sub,
-        "run",
-        "run one task against a real conversation, without the webhook",
-        "Run one task in a real conversation without the webhook: the agent reads the channel or\n"
-        "thread, acts with the same tools as under `serve` and posts its reply there; the command\n"
-        "prints the task's outcome. --channel takes an ID (C…, G…, D…) or a #name the bot can see.\n"
-        "Without --thread the reply is a new root, recorded like any other, so replies to it continue\n"
-        "the task under `serve`. Exit 0 when the run ended ok, 1 when it did not, 2 for configuration\n"
-        "problems or a channel the bot cannot use (not found, or not a member: invite it).",
-        [
-            'python -m app run --channel C0123456789 "Say hello"',
-            "python -m app run --channel '#releases' --thread 1732900000.123456 \"Summarise this thread\"",
-        ],
-    )
+    run = commands["run"]
     run.add_argument("--channel", required=True, help="channel to act in: an ID (C…, D…, G…) or #name")
     run.add_argument("--thread", default="", help="thread root ts; without it the reply is a new root")
     run.add_argument("prompt", help="what to ask the agent")
-    check = _command(
-        sub,
-        "check",
-        "check configuration against the real services",
-        "Check the configuration against the real services and print one line per finding (PASS,\n"
-        "WARN, FAIL or SKIP): the bot token (auth.test) and its scopes, the app token in Socket Mode\n"
-        "(apps.connections.open), the signing secret, the file origins, the database, the agent\n"
-        "file, the skills folder and one tiny model request.\n"
-        "Configured secrets and anything shaped like a token are masked. Exit 1 when anything FAILs.",
-        [
-            "python -m app check",
-            "python -m app check --no-model      # no model request, no tokens spent",
-        ],
-    )
-    check.add_argument("--no-model", action="store_true", help="skip the model request")
-    manifest = _command(
-        sub,
-        "manifest",
-        "print the Slack app manifest for an Events API install",
-        "Print the Slack app manifest (JSON) for an Events API install whose request URL is --url,\n"
-        "with interactivity on the same URL and every scope the tools use. Paste it at\n"
-        "https://api.slack.com/apps → Create New App → From a manifest, install the app, then copy\n"
-        "the Bot User OAuth Token and the Signing Secret into .env. The manifest installs on any\n"
-        "Slack plan; --agent-view adds Slack's agent messaging experience (paid plans).\n"
-        "--socket-mode instead of --url: Socket Mode on, no request URL; then also generate an\n"
-        "app-level token (connections:write) and set it as SLACK_APP_TOKEN.",
-        [
-            "python -m app manifest --url https://bot.example.com/slack/events",
-            "python -m app manifest --socket-mode",
-            'python -m app manifest --url https://bot.example.com/slack/events --name "Release bot"',
-            "python -m app manifest --url https://bot.example.com/slack/events --agent-view",
-        ],
-    )
+    commands["check"].add_argument("--no-model", action="store_true", help="skip the model request")
+    manifest = commands["manifest"]
     manifest.add_argument("--url", help="public URL of /slack/events, e.g. https://HOST/slack/events")
     manifest.add_argument(
         "--socket-mode",
@@ -176,32 +196,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add features.agent_view (Slack's agent messaging experience, documented for paid plans)",
     )
-    usage = _command(
-        sub,
-        "usage",
-        "print model tokens by day, person and channel",
-        "Print the model tokens this install spent, from its database: one line per UTC day, person\n"
-        "(who asked) and channel, with input, output, cache-read and cache-write tokens and requests,\n"
-        "then the total. Budgets (USER_DAILY_TOKEN_BUDGET, DAILY_TOKEN_BUDGET) count input + output.\n"
-        "People and channels are shown by name, looked up in Slack; when Slack cannot be reached they\n"
-        "are shown by ID and the command says so. --json gives IDs and names, for scripts.",
-        [
-            "python -m app usage                 # today and the 6 days before",
-            "python -m app usage --days 1        # today (UTC) only",
-            "python -m app usage --days 30 --json | jq '.rows[] | select(.person.name == \"Alice\")'",
-        ],
-    )
+    usage = commands["usage"]
     usage.add_argument("--days", type=_positive, default=7, help="UTC days to show, today included (7)")
     usage.add_argument("--json", action="store_true", help="print JSON with IDs and names")
-    follow_ups = _command(
-        sub,
-        "follow-ups",
-        "list pending follow-ups across the install",
-        "List the follow-ups tasks scheduled (channel_follow_up) that have not fired yet, soonest\n"
-        "first: when (UTC), the task, the thread's permalink and the note's first words.",
-        ["python -m app follow-ups", "python -m app follow-ups --json | jq '.follow_ups[].permalink'"],
-    )
-    follow_ups.add_argument("--json", action="store_true", help="print JSON with every field")
+    commands["follow-ups"].add_argument("--json", action="store_true", help="print JSON with every field")
     return parser
 
 
