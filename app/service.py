@@ -42,6 +42,7 @@ from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
 from app.runs.follow_ups import Access, FollowUpSweep
+from app.runs.limits import RunLimits
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
@@ -234,16 +235,13 @@ class Service:
             tools=tools,
             agent_file=agent_file,
             data_dir=settings.data_dir,
-            run_timeout=settings.run_timeout,
-            history_limit=settings.history_limit,
+            limits=RunLimits.of(settings),
             hooks=run_hooks,
             approvals=approvals,
             asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
             compactor=Compactor(timed, settings.compact_after_tokens),
             usage_footer=settings.usage_footer,
-            files_max_bytes=settings.task_files_max_bytes,
-            follow_ups_max=settings.follow_ups_max,
             stream=stream_mode == "auto",
             feedback=True,
         )

@@ -14,6 +14,7 @@ from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
 from app.runs.checkpoint import synced_by_next_write
 from app.runs.lease import Lease
+from app.runs.limits import RunLimits
 from app.runs.outcome import RunOutcome, RunStopped
 from app.runs.run import RunExecutor
 from app.runs.scheduler import Scheduler
@@ -333,7 +334,7 @@ async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Pat
             tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
             agent_file=AgentFile(),
             data_dir=tmp_path / "data",
-            run_timeout=0.5,
+            limits=RunLimits(run_timeout=0.5),
         )
 
         async def inbox() -> list[InboxItem]:

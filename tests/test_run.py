@@ -21,7 +21,9 @@ from app.agent.agent_file import AgentFile
 from app.agent.runtime import build_agent
 from app.agent.usage import Budgets, utc_day
 from app.runs.checkpoint import replied_since_prompt
+from app.runs.limits import RunLimits
 from app.runs.run import RunExecutor
+from app.settings import Settings
 from channel.contract import Origin
 from channel.fake import FakeAdapter
 from channel.selection import select_tools
@@ -221,3 +223,12 @@ async def test_an_over_budget_person_is_told_once_a_run_whether_waiting_or_steer
     assert not any("bob says" in p for p in prompts)
     assert sum("500 of your 100 daily model tokens" in t for t in texts) == 1, texts
     assert "answer" in texts
+
+
+def test_a_runs_limits_are_read_from_their_settings() -> None:
+    """RUN_TIMEOUT, HISTORY_LIMIT, TASK_FILES_MAX_BYTES and FOLLOW_UPS_MAX, each to its limit."""
+    values = {"run_timeout": 12.5, "history_limit": 34, "task_files_max_bytes": 56, "follow_ups_max": 78}
+    settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    assert RunLimits.of(settings) == RunLimits(
+        run_timeout=12.5, history_limit=34, files_max_bytes=56, follow_ups_max=78
+    )

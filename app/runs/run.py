@@ -40,7 +40,6 @@ from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
-from channel import task_files
 from channel.contract import ChannelAdapter, Origin
 from channel.journal import WriteGuard
 from channel.selection import ToolSelection
@@ -63,6 +62,7 @@ from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
 from .instructions import run_instructions
+from .limits import DEFAULT_LIMITS, RunLimits
 from .outcome import APOLOGY, GONE, Inbox, RunHooks, RunOutcome, RunStopped, slack_refusal, stopped
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
@@ -85,8 +85,7 @@ class RunExecutor:
         tools: ToolSelection,
         agent_file: AgentFile,
         data_dir: Path,
-        run_timeout: float = 300.0,
-        history_limit: int = 400,
+        limits: RunLimits = DEFAULT_LIMITS,
         hooks: RunHooks | None = None,
         clock: Callable[[], float] = time.time,
         approvals: Approvals | None = None,
@@ -97,15 +96,13 @@ class RunExecutor:
         stream: bool = False,
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
-        files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
-        follow_ups_max: int = 1000,
     ) -> None:
         """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
         self.store = store
         self.approvals = approvals
         self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
         self.adapter, self.agent, self.tools, self.agent_file = adapter, agent, tools, agent_file
-        self.data_dir, self.run_timeout, self.history_limit = data_dir, run_timeout, history_limit
+        self.data_dir, self.limits = data_dir, limits
         self.hooks = hooks or RunHooks()
         self.clock = clock
         self.budgets = budgets or Budgets(store, clock=clock)
@@ -114,8 +111,6 @@ class RunExecutor:
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
-        self.files_max_bytes = files_max_bytes
-        self.follow_ups_max = follow_ups_max  # FOLLOW_UPS_MAX
         self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
         self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
 
@@ -143,9 +138,9 @@ class RunExecutor:
             clock=self.clock,
             guard=guard,
             fence=fence,
-            files_max_bytes=self.files_max_bytes,
+            files_max_bytes=self.limits.files_max_bytes,
         )
-        session.asks, session.follow_ups_max = self.asks, self.follow_ups_max
+        session.asks, session.follow_ups_max = self.asks, self.limits.follow_ups_max
         session.follow_up_clock = self.follow_up_clock or self.clock  # the sweep's (playground: demo)
         return session
 
@@ -279,7 +274,7 @@ class RunExecutor:
                 await self.hooks.on_start(session, items)
             try:
                 # Compaction's model call and describe() count to the run's time too (issue 18).
-                async with asyncio.timeout(self.run_timeout):
+                async with asyncio.timeout(self.limits.run_timeout):
                     if self.compactor is not None:
                         compacted = await self.compactor.compact(summary, transcript, meter)
                         if compacted is not None:
@@ -287,7 +282,7 @@ class RunExecutor:
                             summary = checkpoints.summary = new_summary
                     prefix = Compactor.prefix(summary)
                     checkpoints.prefix = len(prefix)
-                    history = [*prefix, *trim_history(transcript, self.history_limit)]
+                    history = [*prefix, *trim_history(transcript, self.limits.history_limit)]
                     instructions = await run_instructions(session, self.tools, self.agent_file)
                     steps = AgentSteps(
                         self.agent,
