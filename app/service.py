@@ -323,7 +323,7 @@ class Service:
         return self.http.app
 
     async def _on_startup(self) -> None:
-        # Resume whatever a previous process left: pending inboxes, open effects, expired leases.
+        await self.runner.first_look()  # before serving: dead instances' and leftover work (then loops)
         sweeper = asyncio.create_task(self.runner.sweep_forever(self.settings.sweep_interval), name="sweeper")
         self._background.append(sweeper)
         if self.follow_ups is not None:  # due ones (late after downtime) fire at once, then each second

@@ -64,6 +64,35 @@ async def test_a_message_steered_into_a_failed_run_is_still_part_of_the_task(tmp
         assert [m["text"] for m in slack.bot_messages("C1")] == [APOLOGY, "noted"]
 
 
+async def test_a_started_instance_has_already_taken_up_what_its_predecessor_left(tmp_path: Path) -> None:
+    """A run cut off by a stop leaves its message pending. The next instance's first sweep is done
+    by the time it serves: idle() right after the start waits for the answer (before, the sweep
+    ran in the background after the start, so a message delivered to another instance meanwhile
+    could be taken by it, and a test's read right after the start raced it)."""
+    asked = asyncio.Event()
+
+    async def stuck(turn: Turn) -> list[Any]:
+        asked.set()
+        await asyncio.Event().wait()  # cancelled by the stop
+        return [""]
+
+    def answers(turn: Turn) -> list[Any]:
+        return [call("channel_reply", text="here now")] if turn.prompt else [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(stuck), data_dir=tmp_path, shutdown_grace=0.0) as app:
+            root = slack.add_message("C1", "<@UBOT> anyone there", user="U1")
+            assert (
+                await app.deliver(events.app_mention("C1", "U1", "<@UBOT> anyone there", root))
+            ).status == 200
+            await asyncio.wait_for(asked.wait(), 20)
+        assert slack.bot_messages("C1") == []
+        async with AppHarness(slack, model=scripted(answers), data_dir=tmp_path) as again:
+            await again.idle()
+            assert [m["text"] for m in slack.bot_messages("C1")] == ["here now"]
+
+
 class ManualClock:
     """The scheduler's clock, moved by the test: lease expiry without waiting for it."""
 

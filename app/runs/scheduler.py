@@ -17,13 +17,14 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
   steering messages, which are consumed with the run.
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.lease``): a driver that lost it stops its run and lets go of the task.
-- A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and at once
-  on start) the store shows which registered owners' liveness locks are held
-  (``Store.look_at_instances``); the owners judged dead (``app.runs.takeover``: at once
-  when seen alive earlier under our own unbroken lock, else after ``Store.liveness_grace``,
-  since a database restart ends every lock at once) have their leases ended and their
-  conversations driven here. ``LEASE_TTL`` only covers a hung process. A false judgement
-  is harmless: the old owner's writes are fenced (``Store.take_lease``).
+- A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on
+  start, before the instance serves: ``Scheduler.first_look``) the store shows which
+  registered owners' liveness locks are held (``Store.look_at_instances``); the owners
+  judged dead (``app.runs.takeover``: at once when seen alive earlier under our own
+  unbroken lock, else after ``Store.liveness_grace``, since a database restart ends
+  every lock at once) have their leases ended and their conversations driven here.
+  ``LEASE_TTL`` only covers a hung process. A false judgement is harmless: the old
+  owner's writes are fenced (``Store.take_lease``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ PRUNE_INTERVAL = 3600.0
 #: Seconds between looks for dead instances whose conversations to take over (a look is two
 #: sub-millisecond queries and a ping of the liveness session).
 TAKEOVER_INTERVAL = 1.0
+#: Most seconds start-up waits for its first look at the other instances and first sweep.
+FIRST_LOOK_S = 5.0
 #: Most seconds run start-ups wait for a moment without acknowledgements in flight.
 START_PATIENCE = 0.25
 #: Drivers started at once when patience ran out during a sustained burst.
@@ -101,6 +104,8 @@ class Scheduler:
         self._wakeups: dict[str, None] = {}
         self._woken = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
+        #: Whether start-up swept already (``first_look``), so the sweep loop begins with a wait.
+        self._swept = False
         #: Set (and replaced) whenever the dispatcher started drivers, for ``idle``.
         self._started = asyncio.Event()
 
@@ -172,11 +177,16 @@ class Scheduler:
         return len(task_ids)
 
     async def sweep_forever(self, interval: float) -> None:
+        # Start-up's sweep (first_look) is the first, unless it did not finish: a second one right
+        # away, in the background, could take a message just delivered to another instance.
+        swept, self._swept = self._swept, False
         while self._accepting:
             try:
-                await self.sweep()
+                if not swept:
+                    await self.sweep()
             except Exception:
                 log.exception("sweep failed")
+            swept = False
             try:
                 await self.prune_claims()
             except Exception:
@@ -198,6 +208,23 @@ class Scheduler:
         if dead:
             await self.sweep()
         return len(dead)
+
+    async def first_look(self, within: float = FIRST_LOOK_S) -> None:
+        """At start-up, before the instance serves: look at the other instances (a dead one's
+        conversations are taken over) and resume whatever a previous process left (pending inboxes,
+        open effects, expired leases). An instance that answers has done both, so its first sweep
+        cannot take a message delivered to another instance after this one was up, and every
+        instance alive then was seen alive under our own lock (its death is judged at once). A store
+        that slow or failing leaves both to the loops (:meth:`sweep_forever`, :meth:`take_over_forever`)."""
+        try:
+            async with asyncio.timeout(within):
+                await self.take_over()
+                await self.sweep()
+                self._swept = True
+        except TimeoutError:
+            log.warning("the first look and sweep took over %.0f s; the loops go on with them", within)
+        except Exception:
+            log.exception("the first look and sweep failed; the loops retry")
 
     async def take_over_forever(self, interval: float = TAKEOVER_INTERVAL) -> None:
         while self._accepting:
