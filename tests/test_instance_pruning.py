@@ -11,6 +11,7 @@ import pytest
 
 from storage.sqlite import SQLiteStore
 from tests.conftest import StoreFactory
+from tests.support.waiting import polls
 
 T0 = 1_700_000_000.0
 
@@ -40,11 +41,10 @@ async def test_dead_and_stopped_instances_without_leases_are_pruned(store_factor
     process = await asyncio.create_subprocess_exec(sys.executable, "-c", _DIES_IDLE, store_factory.url)
     assert await process.wait() == -signal.SIGKILL
     pruned = 0
-    for _ in range(100):  # Postgres ends the killed session once it sees the connection close
+    async for _ in polls():  # Postgres ends the killed session once it sees the connection close
         pruned += await live.prune_instances(now=T0 + 1)
         if pruned >= 2:
             break
-        await asyncio.sleep(0.05)
     assert pruned == 2
     assert await live.prune_instances(now=T0 + 1) == 0  # the rows are gone
     if isinstance(live, SQLiteStore):

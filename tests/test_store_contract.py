@@ -26,6 +26,7 @@ from storage import (
 )
 from storage.postgres import PostgresStore
 from storage.sqlite import SQLiteStore
+from tests.support.waiting import polls
 
 #: The ``store_factory`` fixture: ``await factory(migrate=True)`` opens another store on the same database.
 StoreFactory = Callable[..., Awaitable[Store]]
@@ -719,11 +720,10 @@ async def test_a_killed_instances_leases_are_taken_over_before_they_expire(
     lease = await store.get_lease(task_id)
     assert lease is not None and lease.owner == "A"
     dead: list[str] = []
-    for _ in range(100):  # Postgres ends the session once it sees the connection close
+    async for _ in polls():  # Postgres ends the session once it sees the connection close
         dead = await store.dead_owners(now=T0 + 1)
         if dead:
             break
-        await asyncio.sleep(0.05)
     assert dead == ["A"]
     look = await store.look_at_instances("B", now=T0 + 1)
     assert look.missing == ("A",) and "B" in look.live and look.session is not None
@@ -772,11 +772,10 @@ async def test_a_look_shows_our_own_lock_held_and_every_live_instance(store_fact
         finally:
             await conn.close()
         assert ended == 1
-        for _ in range(100):  # the backend ends once it handles the signal
+        async for _ in polls():  # the backend ends once it handles the signal
             look = await first.look_at_instances("A", now=T0 + 2)
             if look.session is None:
                 break
-            await asyncio.sleep(0.05)
         assert look.session is None and "A" not in look.live and "B" in look.live
         assert await first.register_instance("A", now=T0 + 3)  # taken anew, under a new key
         again = await first.look_at_instances("A", now=T0 + 3)

@@ -58,7 +58,7 @@ class ServerProcess:
         log_path: Path,
         argv: Sequence[str] | None = None,
         name: str = "threadbound",
-        start_timeout: float = 30.0,
+        start_timeout: float = 60.0,
         stop_timeout: float = 15.0,
     ) -> None:
         self.name = name
