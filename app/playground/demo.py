@@ -19,15 +19,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
+from pydantic_ai import messages as _messages
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 LABEL = "**Demo model** — an echo, not an LLM. Set `MODEL` (and its key) for real answers."
@@ -37,27 +29,27 @@ _REMIND = re.compile(r"\b(remind|follow[ -]?up)", re.IGNORECASE)
 _HANDLE = re.compile(r"\b(msg_[A-Za-z0-9_-]{6,})")
 
 
-def _user_text(request: ModelRequest) -> str:
+def _user_text(request: _messages.ModelRequest) -> str:
     texts = [
         p.content
         for p in request.parts
-        if isinstance(p, UserPromptPart)
+        if isinstance(p, _messages.UserPromptPart)
         and isinstance(p.content, str)
         and not p.content.startswith("<system>")
     ]
     return "\n".join(texts)
 
 
-def _prompt(messages: list[ModelMessage]) -> str:
+def _prompt(messages: list[_messages.ModelMessage]) -> str:
     """The person's words in the newest request ("" when it carries only tool results)."""
     last = messages[-1] if messages else None
-    return _user_text(last) if isinstance(last, ModelRequest) else ""
+    return _user_text(last) if isinstance(last, _messages.ModelRequest) else ""
 
 
-def _turn_prompt(messages: list[ModelMessage]) -> str:
+def _turn_prompt(messages: list[_messages.ModelMessage]) -> str:
     """The words that started this turn: the newest request that has any."""
     for message in reversed(messages):
-        if isinstance(message, ModelRequest) and (text := _user_text(message)):
+        if isinstance(message, _messages.ModelRequest) and (text := _user_text(message)):
             return text
     return ""
 
@@ -102,49 +94,51 @@ def _wanted_ask(prompt: str) -> tuple[str, dict[str, object]] | None:
     return next(((tool, args) for trigger, tool, args in _ASKS if trigger in lowered), None)
 
 
-def _ask_calls(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart]:
+def _ask_calls(messages: list[_messages.ModelMessage], info: AgentInfo) -> list[_messages.ToolCallPart]:
     """Once tool_search enabled the tool a message asked for: the ask (the turn ends with it)."""
     wanted = _wanted_ask(_turn_prompt(messages))
     last = messages[-1] if messages else None
-    searched = isinstance(last, ModelRequest) and any(
-        isinstance(p, ToolReturnPart) and p.tool_name == "tool_search" for p in last.parts
+    searched = isinstance(last, _messages.ModelRequest) and any(
+        isinstance(p, _messages.ToolReturnPart) and p.tool_name == "tool_search" for p in last.parts
     )
     if wanted is None or not searched or wanted[0] not in {t.name for t in info.function_tools}:
         return []
-    return [ToolCallPart(wanted[0], dict(wanted[1]))]
+    return [_messages.ToolCallPart(wanted[0], dict(wanted[1]))]
 
 
-def _calls(prompt: str, info: AgentInfo) -> list[ToolCallPart]:
+def _calls(prompt: str, info: AgentInfo) -> list[_messages.ToolCallPart]:
     """The tools a turn starts with: a 👀 on the newest message, then a read of the thread (and a
     tool_search for the ask a message wants)."""
     offered = {t.name for t in info.function_tools}
     calls = []
     wanted = _wanted_ask(prompt)
     if wanted is not None and wanted[0] in offered:  # enabled by an earlier turn
-        calls.append(ToolCallPart(wanted[0], dict(wanted[1])))
+        calls.append(_messages.ToolCallPart(wanted[0], dict(wanted[1])))
     elif wanted is not None and "tool_search" in offered:
-        calls.append(ToolCallPart("tool_search", {"query": wanted[0], "limit": 1}))
+        calls.append(_messages.ToolCallPart("tool_search", {"query": wanted[0], "limit": 1}))
     handle = _newest_handle(prompt)
     if "channel_react" in offered and handle:
-        calls.append(ToolCallPart("channel_react", {"message": handle, "emoji": "eyes"}))
+        calls.append(_messages.ToolCallPart("channel_react", {"message": handle, "emoji": "eyes"}))
     if "channel_read" in offered:
-        calls.append(ToolCallPart("channel_read", {"limit": 15}))
+        calls.append(_messages.ToolCallPart("channel_read", {"limit": 15}))
     return calls
 
 
-def _turn_tools(messages: list[ModelMessage]) -> set[str]:
+def _turn_tools(messages: list[_messages.ModelMessage]) -> set[str]:
     """The tools whose results came back since the words that started this turn."""
     done: set[str] = set()
     for message in reversed(messages):
-        if not isinstance(message, ModelRequest):
+        if not isinstance(message, _messages.ModelRequest):
             continue
-        done |= {p.tool_name for p in message.parts if isinstance(p, ToolReturnPart)}
+        done |= {p.tool_name for p in message.parts if isinstance(p, _messages.ToolReturnPart)}
         if _user_text(message):
             break
     return done
 
 
-def _follow_up_calls(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart] | None:
+def _follow_up_calls(
+    messages: list[_messages.ModelMessage], info: AgentInfo
+) -> list[_messages.ToolCallPart] | None:
     """Asked to remind: find channel_follow_up with tool_search, then schedule one 20 minutes ahead."""
     prompt = _turn_prompt(messages)
     if not _REMIND.search(prompt) or "Follow-up you scheduled" in prompt:
@@ -154,18 +148,20 @@ def _follow_up_calls(messages: list[ModelMessage], info: AgentInfo) -> list[Tool
         return None
     if "channel_follow_up" in offered:
         words = " ".join(_newest_text(prompt).split())[-300:]
-        return [ToolCallPart("channel_follow_up", {"after": "20m", "note": f"Follow up on: {words}"})]
+        return [
+            _messages.ToolCallPart("channel_follow_up", {"after": "20m", "note": f"Follow up on: {words}"})
+        ]
     if "tool_search" in offered and "tool_search" not in done:
-        return [ToolCallPart("tool_search", {"query": "schedule a follow-up reminder", "limit": 3})]
+        return [_messages.ToolCallPart("tool_search", {"query": "schedule a follow-up reminder", "limit": 3})]
     return None
 
 
-def _did(messages: list[ModelMessage]) -> str:
+def _did(messages: list[_messages.ModelMessage]) -> str:
     """What this turn's tools did, in words, from their results."""
     last = messages[-1] if messages else None
     done = []
-    for part in last.parts if isinstance(last, ModelRequest) else []:
-        if not isinstance(part, ToolReturnPart):
+    for part in last.parts if isinstance(last, _messages.ModelRequest) else []:
+        if not isinstance(part, _messages.ToolReturnPart):
             continue
         result = part.content
         if isinstance(result, str):
@@ -191,7 +187,7 @@ def _did(messages: list[ModelMessage]) -> str:
     return " and ".join(done)
 
 
-def _text(messages: list[ModelMessage]) -> str:
+def _text(messages: list[_messages.ModelMessage]) -> str:
     prompt = _turn_prompt(messages)
     if not prompt:
         return ""
@@ -201,7 +197,7 @@ def _text(messages: list[ModelMessage]) -> str:
     return f"{LABEL}\n\n{steps}This is what the agent was sent:\n\n{quoted}"
 
 
-def _parts(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart] | None:
+def _parts(messages: list[_messages.ModelMessage], info: AgentInfo) -> list[_messages.ToolCallPart] | None:
     """The tool calls that open a turn, or None when it is time to answer."""
     prompt = _prompt(messages)
     if not prompt:
@@ -209,14 +205,16 @@ def _parts(messages: list[ModelMessage], info: AgentInfo) -> list[ToolCallPart] 
     return _calls(prompt, info) or _follow_up_calls(messages, info)
 
 
-async def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+async def _answer(messages: list[_messages.ModelMessage], info: AgentInfo) -> _messages.ModelResponse:
     calls = _parts(messages, info)
     if calls:
-        return ModelResponse(parts=list(calls))
-    return ModelResponse(parts=[TextPart(_text(messages))])
+        return _messages.ModelResponse(parts=list(calls))
+    return _messages.ModelResponse(parts=[_messages.TextPart(_text(messages))])
 
 
-async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+async def _stream(
+    messages: list[_messages.ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
     calls = _parts(messages, info)
     if calls:
         for index, call in enumerate(calls):
