@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from channel.contract import Origin
+from channel.contract import Origin, StreamStart
 from channel.slack.adapter import SlackAdapter
 from tests.support.sessions import identity_of
 from threadbound_emulator import FakeSlack
@@ -50,7 +50,7 @@ async def test_posts_edits_streams_and_a_canvas_link_all_ask_for_no_previews(sla
             card.ref, LEAK, [{"type": "section", "text": {"type": "mrkdwn", "text": "x"}}]
         )
         dm_root = slack.add_message("D1", "hello", user="U1")
-        live = await adapter.open_stream(Origin("D1", dm_root), LEAK, (), effect_id="e3", recipient=None)
+        live = await adapter.open_stream(Origin("D1", dm_root), StreamStart(LEAK, (), effect_id="e3"))
         await live.append(" and more " + LEAK)
         await live.stop(effect_id="e3")
         await adapter.post_document(origin, "Notes", LEAK)
