@@ -38,8 +38,16 @@ from .sqlstore import SqlStore
 T = TypeVar("T")
 
 #: Driver failures that mean "the store could not do it"; mapped to StoreError at the boundary.
-#: ``TimeoutError`` is a statement past ``command_timeout`` or no pooled connection in time.
-_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: ``TimeoutError`` is a statement past ``command_timeout`` or no pooled connection in time;
+#: ``InternalClientError`` a connection whose ended session's last message (a terminated backend's
+#: FATAL) arrived while it was idle ("cannot switch to state …" at its next statement).
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 #: Seconds one statement (a procedure, a migration step) may run before it fails.
 COMMAND_TIMEOUT = 15.0
 #: Seconds a call may wait for a pooled connection before it fails.

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from storage.base import StoreError
-from storage.postgres import PostgresStore
+from storage.postgres import PostgresStore, _alive
 
 #: Generous: the test fails (instead of hanging) if a call is not bounded at all.
 NOT_BOUNDED = 60.0
@@ -65,3 +65,19 @@ async def test_waiting_for_a_pooled_connection_is_bounded(pg: tuple[str, str]) -
         assert await store.find_task("C1", "1.0") is None  # and it works again once one is free
     finally:
         await store.close()
+
+
+async def test_a_liveness_session_whose_connection_broke_is_not_alive() -> None:
+    """A terminated backend's FATAL can reach asyncpg while the liveness connection is idle; its next
+    statement then fails with InternalClientError ("cannot switch to state 11; another operation (2)
+    is in progress"). The ping says "not alive", so register_instance takes a new session, instead
+    of raising at every look from then on (seen under load in the contract test that terminates
+    our own session)."""
+
+    class Broken:
+        async def fetchval(self, query: str) -> object:
+            raise asyncpg.exceptions.InternalClientError(
+                "cannot switch to state 11; another operation (2) is in progress"
+            )
+
+    assert await _alive(Broken()) is False  # type: ignore[arg-type]
