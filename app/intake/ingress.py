@@ -174,6 +174,11 @@ class Ingress:
         if outcome.status == "no_task":
             return IngressResult(200, "ignored", "thread does not belong to a task")
         if outcome.status == "duplicate":
+            # A retry: the instance that claimed the first delivery may have died before its 200 (or
+            # before starting the run), leaving the message to a sweep. Waking the task here costs a
+            # lease look at most: a live owner keeps it, and an unowned pending inbox runs now.
+            if outcome.task_id is not None:
+                self._soon(self.scheduler.notify, outcome.task_id)
             return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
         assert outcome.task_id is not None
         self._soon(self.scheduler.notify, outcome.task_id)
