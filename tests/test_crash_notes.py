@@ -2,8 +2,9 @@
 own notes (a per-person budget note) and what a prompt shows once (feedback on earlier answers).
 
 Real server processes, like ``tests/test_crash_matrix.py``: one is killed at a named crash point
-(``THREADBOUND_CRASH_AT``), a second on the same store takes the conversation over. On SQLite, and
-on Postgres when ``TEST_DATABASE_URL`` is set.
+(``THREADBOUND_CRASH_AT``), a second on the same store takes the conversation over (on SQLite a
+restart, on Postgres a peer that was already running, as in a deployment of several instances). On
+SQLite, and on Postgres when ``TEST_DATABASE_URL`` is set.
 """
 
 from __future__ import annotations
@@ -75,6 +76,37 @@ def _env(slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, url: str, **extra: s
     }
 
 
+async def _doomed_and_survivor(
+    processes: contextlib.AsyncExitStack,
+    tmp_path: Path,
+    backend: str,
+    point: str,
+    env: dict[str, str],
+    survivor_env: dict[str, str],
+) -> tuple[ServerProcess, ServerProcess]:
+    """The process to be killed at ``point``, started, and the one that takes its conversation over
+    (started by :func:`_take_over`). On Postgres the survivor starts now, beside the doomed one: a
+    peer that saw it alive takes the conversation over a second after the kill (app.runs.takeover),
+    where one started after the kill waits the store's 12 s liveness grace. SQLite has one instance:
+    a restart after the kill. Both are stopped when ``processes`` closes, whatever fails."""
+    doomed = ServerProcess(
+        {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+    )
+    survivor = ServerProcess(survivor_env, cwd=tmp_path, log_path=tmp_path / "survivor.log")
+    processes.push_async_callback(doomed.stop)
+    processes.push_async_callback(survivor.stop)
+    await doomed.start()
+    if backend == "postgres":
+        await survivor.start()
+    return doomed, survivor
+
+
+async def _take_over(survivor: ServerProcess) -> None:
+    """After the kill: on SQLite, restart (on Postgres the survivor already runs)."""
+    if survivor.proc is None:
+        await survivor.start()
+
+
 async def _killed(doomed: ServerProcess) -> None:
     """Wait for the process to kill itself at its crash point."""
     try:
@@ -134,7 +166,7 @@ async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
 ) -> None:
     """Bob, past his daily budget, writes into Alice's running conversation: his message is not shown
     to the model and he gets the budget note. Killed right before or right after that note's post
-    (before the run consumed his message), the restarted server shows the thread the note exactly
+    (before the run consumed his message), the server that takes over shows the thread the note exactly
     once (finished from the journal, found by its effect id, not posted again when his message is
     screened anew) and Alice gets her answer once."""
     model = _HeldUntilBob()
@@ -143,15 +175,13 @@ async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
         FakeSlack() as slack,
         FakeOpenAI(model) as llm,
         aiohttp.ClientSession() as http,
+        contextlib.AsyncExitStack() as processes,
     ):
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
         slack.add_user("U2", "bob", display_name="Bob")
         env = _env(slack, llm, tmp_path, url, USER_DAILY_TOKEN_BUDGET=BUDGET)
-        doomed = ServerProcess(
-            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
-        )
-        await doomed.start()
+        doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, env)
         store = open_store(url)
         try:
             spent = UsageRecord(day=utc_day(time.time()), person="U2", channel="C1", input_tokens=BOB_SPENT)
@@ -168,16 +198,13 @@ async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
         assert (await events.deliver(http, url_events, said, SIGNING_SECRET)).status == 200
         model.bob_delivered.set()
         await _killed(doomed)
-        survivor = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log")
-        await survivor.start()
-        try:
-            await eventually(
-                lambda: any(ALICE_ANSWER in m.get("text", "") for m in slack.bot_messages("C1")),
-                within=WITHIN_S,
-            )
-            await _settled(url, "C1", root)
-        finally:
-            await survivor.stop()
+        await _take_over(survivor)
+        await eventually(
+            lambda: any(ALICE_ANSWER in m.get("text", "") for m in slack.bot_messages("C1")),
+            within=WITHIN_S,
+        )
+        await _settled(url, "C1", root)
+        await survivor.stop()
         texts = [m.get("text", "") for m in slack.messages("C1", root) if m.get("bot_id")]
     assert sum("of your 100,000 daily model tokens" in t for t in texts) == 1, texts
     assert sum(ALICE_ANSWER in t for t in texts) == 1, texts
@@ -212,14 +239,16 @@ async def test_a_feedback_note_survives_a_sigkill_and_is_shown_once(
 ) -> None:
     """Alice marks the first answer not helpful. The next turn's prompt shows the model that note; the
     server is killed after the model was shown it, before the run finished — before the checkpoint
-    that marks it shown, or after it. The restarted server's run shows the model the note (from its
+    that marks it shown, or after it. The taking-over server's run shows the model the note (from its
     prompt again, or from the checkpointed history) exactly once, and so does every later turn: the
     note is neither lost nor duplicated."""
     async with (
         _database(tmp_path, backend) as url,
         FakeSlack() as slack,
         FakeOpenAI(_feedback_script) as llm,
+        FakeOpenAI(_feedback_script) as after,
         aiohttp.ClientSession() as http,
+        contextlib.AsyncExitStack() as processes,
     ):
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
@@ -269,25 +298,26 @@ async def test_a_feedback_note_survives_a_sigkill_and_is_shown_once(
                 assert await store.pending_feedback(task_id), "the click was never stored"
             finally:
                 await store.close()
-        doomed = ServerProcess(
-            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
-        )
-        await doomed.start()
+        # The survivor asks a model of its own (``after``): what the killed process asked is all of
+        # ``llm``'s requests at the kill, though a survivor already running may ask at once.
+        survivor_env = _env(slack, after, tmp_path, url)
+        doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, survivor_env)
         await say(doomed, 2)
         await _killed(doomed)
         shown_before = [r for r in llm.requests if QUESTIONS[2] in last_user_text(r)]
         assert shown_before and _shown(shown_before[0]) == 1  # the model was shown the note, then killed
-        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log") as survivor:
-            await eventually(lambda: answered(2), within=WITHIN_S)
-            await _settled(url, "C1", root)
-            await say(survivor, 3)
-            await eventually(lambda: answered(3), within=WITHIN_S)
-            await _settled(url, "C1", root)
+        await _take_over(survivor)
+        await eventually(lambda: answered(2), within=WITHIN_S)
+        await _settled(url, "C1", root)
+        await say(survivor, 3)
+        await eventually(lambda: answered(3), within=WITHIN_S)
+        await _settled(url, "C1", root)
+        await survivor.stop()
         texts = [m.get("text", "") for m in slack.bot_messages("C1")]
-        requests = list(llm.requests)
+        requests = [*llm.requests, *after.requests]
     assert [sum(f"ANSWER {n}" in t for t in texts) for n in QUESTIONS] == [1, 1, 1], texts
     later = [r for r in requests[requests.index(shown_before[-1]) + 1 :]]
-    assert later, "the restarted server asked the model nothing"
+    assert later, "the server that took over asked the model nothing"
     # Every request after the restart shows the note exactly once: turn 2's resumed run and turn 3's.
     assert [_shown(r) for r in later] == [1] * len(later)
 
@@ -310,21 +340,23 @@ async def test_a_runs_stop_note_is_posted_once_across_a_sigkill_at_its_post(
     tmp_path: Path, backend: str, point: str
 ) -> None:
     """A run's first step crosses Alice's daily budget: the run stops with the budget's note. Killed
-    right before or right after that note's post, the restarted server posts it (or finds it posted)
+    right before or right after that note's post, the server that takes over posts it (or finds it posted)
     once, from the checkpoint it was marked in: the model is not asked again."""
     async with (
         _database(tmp_path, backend) as url,
         FakeSlack() as slack,
         FakeOpenAI(_reads_then_answers) as llm,
+        FakeOpenAI(_reads_then_answers) as after,
         aiohttp.ClientSession() as http,
+        contextlib.AsyncExitStack() as processes,
     ):
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
         env = _env(slack, llm, tmp_path, url, USER_DAILY_TOKEN_BUDGET="10")
-        doomed = ServerProcess(
-            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
-        )
-        await doomed.start()
+        # The survivor asks a model of its own (``after``): ``asked`` counts the killed process's
+        # requests alone, though a survivor already running may ask at once.
+        survivor_env = _env(slack, after, tmp_path, url, USER_DAILY_TOKEN_BUDGET="10")
+        doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, survivor_env)
         root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
         mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
         assert (
@@ -332,15 +364,16 @@ async def test_a_runs_stop_note_is_posted_once_across_a_sigkill_at_its_post(
         ).status == 200
         await _killed(doomed)
         asked = len(llm.requests)
-        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log"):
-            await eventually(
-                lambda: any("daily model tokens" in m.get("text", "") for m in slack.bot_messages("C1")),
-                within=WITHIN_S,
-            )
-            await _settled(url, "C1", root)
+        await _take_over(survivor)
+        await eventually(
+            lambda: any("daily model tokens" in m.get("text", "") for m in slack.bot_messages("C1")),
+            within=WITHIN_S,
+        )
+        await _settled(url, "C1", root)
+        await survivor.stop()
         texts = [m.get("text", "") for m in slack.bot_messages("C1")]
         notes = [m for m in slack.bot_messages("C1") if "daily model tokens" in m.get("text", "")]
-    assert asked == 1 and len(llm.requests) == 1  # one step, never asked again
+    assert asked == 1 and len(llm.requests) + len(after.requests) == 1  # one step, never asked again
     assert len(notes) == 1, texts
     assert "ANSWER AFTER READING" not in "".join(texts)
     assert not [b for b in notes[0].get("blocks") or [] if b.get("type") == "context_actions"]
@@ -355,22 +388,25 @@ async def test_a_failed_runs_apology_is_posted_once_across_a_sigkill_at_its_post
     tmp_path: Path, backend: str, point: str
 ) -> None:
     """The model provider refuses every request: the run ends with its apology. Killed right before or
-    right after the apology's post, the restarted server posts it (or finds it posted) once, from the
+    right after the apology's post, the server that takes over posts it (or finds it posted) once, from the
     checkpoint it was marked in, and does not run the failed request again (another apology)."""
     async with (
         _database(tmp_path, backend) as url,
         FakeSlack() as slack,
         FakeOpenAI(_reads_then_answers) as llm,
+        FakeOpenAI(_reads_then_answers) as after,
         aiohttp.ClientSession() as http,
+        contextlib.AsyncExitStack() as processes,
     ):
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
-        llm.fail(status=400, times=None, message="this request is refused")
+        for model in (llm, after):
+            model.fail(status=400, times=None, message="this request is refused")
         env = _env(slack, llm, tmp_path, url)
-        doomed = ServerProcess(
-            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
-        )
-        await doomed.start()
+        # The survivor asks a model of its own (``after``): ``asked`` counts the killed process's
+        # requests alone, though a survivor already running may ask at once.
+        survivor_env = _env(slack, after, tmp_path, url)
+        doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, survivor_env)
         root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
         mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
         assert (
@@ -378,12 +414,13 @@ async def test_a_failed_runs_apology_is_posted_once_across_a_sigkill_at_its_post
         ).status == 200
         await _killed(doomed)
         asked = llm.count
-        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log"):
-            await eventually(
-                lambda: any("ran into a problem" in m.get("text", "") for m in slack.bot_messages("C1")),
-                within=WITHIN_S,
-            )
-            await _settled(url, "C1", root)
+        await _take_over(survivor)
+        await eventually(
+            lambda: any("ran into a problem" in m.get("text", "") for m in slack.bot_messages("C1")),
+            within=WITHIN_S,
+        )
+        await _settled(url, "C1", root)
+        await survivor.stop()
         texts = [m.get("text", "") for m in slack.bot_messages("C1")]
     assert sum("ran into a problem" in t for t in texts) == 1, texts
-    assert llm.count == asked  # the failed run is not run again after the restart
+    assert llm.count + after.count == asked  # the failed run is not run again after the takeover
