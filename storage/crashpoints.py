@@ -4,6 +4,10 @@
 is read once, when this module is imported. Unset (always, outside tests), :func:`crash_point` is a
 function that does nothing: no environment look-up, no counting, nothing on the hot path.
 
+Armed, the seam remembers the points the process passes, in order, and just before the kill writes
+them to stderr in one line starting with :data:`TRAIL` (a test reads from it what the process had
+committed when it died, a fact nothing done after the kill can change).
+
 Every point the code passes is named in :data:`POINTS`; ``tests/test_crash_matrix.py`` kills the app
 at each of them and fails when the code names a point the matrix does not cover. The seam lives in
 ``storage`` because every layer (``channel``, ``app``) may import it.
@@ -36,6 +40,9 @@ POINTS: Final = frozenset(
     | {"model.request"}
 )
 
+#: The start of the line the armed seam writes to stderr before the kill; the points passed follow.
+TRAIL: Final = "THREADBOUND_CRASH_AT passed:"
+
 
 def _parse(spec: str) -> tuple[str, int]:
     name, _, count = spec.partition(":")
@@ -50,13 +57,18 @@ def _noop(name: str) -> None:
 
 def _armed(target: str, nth: int) -> Callable[[str], None]:
     seen = 0
+    passed: list[str] = []
 
     def crash(name: str) -> None:
         nonlocal seen
+        passed.append(name)
         if name != target:
             return
         seen += 1
         if seen == nth:
+            line = f"{TRAIL} {' '.join(passed)}\n".encode()
+            while line:  # unbuffered, whole before the kill
+                line = line[os.write(2, line) :]
             os.kill(os.getpid(), signal.SIGKILL)
 
     return crash

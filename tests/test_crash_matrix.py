@@ -19,6 +19,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ import pytest
 
 from channel.slack.outbound import CRASH_KINDS
 from storage import open_store
-from storage.crashpoints import POINTS, SLACK_WRITES
+from storage.crashpoints import POINTS, SLACK_WRITES, TRAIL
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
@@ -199,8 +201,28 @@ def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: 
     return env
 
 
+def _left_open(log: str) -> bool:
+    """Whether the killed process left its run checkpointed (``run_open``), from the crash points it
+    passed (the armed seam's :data:`~storage.crashpoints.TRAIL` line in its log): the last run write it
+    committed was a checkpoint, not the save. A write commits between its ``.before`` and ``.after``
+    points (``store.consume.after`` is passed inside the checkpoint's or save's ``.after``). Nothing the
+    survivor does changes this, where the store may already hold the survivor's save. Fails the row
+    when the process left no trail (then the state cannot be known)."""
+    trails = [line.split(TRAIL, 1)[1].split() for line in log.splitlines() if TRAIL in line]
+    if len(trails) != 1:
+        pytest.fail(f"the killed process left {len(trails)} trails of crash points, not one:\n{log[-4000:]}")
+    writing, left_open = "", False
+    for point in trails[0]:
+        if point in ("store.checkpoint.before", "store.save.before"):
+            writing = point
+        elif writing and point in ("store.consume.after", "store.checkpoint.after", "store.save.after"):
+            left_open = writing == "store.checkpoint.before"
+            writing = ""
+    return left_open
+
+
 async def _run_open(data_dir: Path, url: str | None) -> bool:
-    """Whether the killed process left a checkpointed run (then the model is never asked afresh)."""
+    """Whether the store holds the conversation's run open (checkpointed, not yet saved)."""
     store = open_store(url or f"sqlite:///{data_dir / 'threadbound.db'}")
     try:
         task_id = await store.find_task("C1", _ROOT[0])
@@ -278,7 +300,11 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
             await doomed.stop()
             pytest.fail(f"{point} was never passed: {doomed.tail()}")
         assert code == -signal.SIGKILL, doomed.tail()
-        checkpointed = await _run_open(data_dir, url)
+        # Known from what the killed process did, not read from the store, where on Postgres the
+        # survivor running beside it may already have taken over and saved the run.
+        checkpointed = _left_open((tmp_path / "doomed.log").read_text(errors="replace"))
+        if not url:  # nothing runs after the kill on SQLite yet: the store agrees with the trail
+            assert await _run_open(data_dir, url) == checkpointed, doomed.tail()
         # Killed before its 200 on Postgres: Slack's retry reaches the running peer as a duplicate of a
         # claim nobody runs; the peer wakes the task at once (its sweep is an hour away here).
         try:
@@ -347,6 +373,30 @@ async def test_a_crash_at_any_point_answers_exactly_once_on_postgres(
             await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         finally:
             await conn.close()
+
+
+def test_the_armed_seam_writes_the_points_passed_before_the_kill() -> None:
+    """Armed, the seam writes every point the process passed, in order, in one stderr line just
+    before the SIGKILL, whatever it passes after the kill could be; that line decides
+    :func:`_left_open`, which reads a checkpoint's commit, and a save's, from it."""
+    script = (
+        "from storage.crashpoints import crash_point\n"
+        "for p in ['store.checkpoint.before', 'store.checkpoint.after', 'store.save.before',"
+        " 'store.consume.before', 'model.request', 'store.save.before']:\n"
+        "    crash_point(p)\n"
+        "print('not killed')\n"
+    )
+    env = {**os.environ, "THREADBOUND_CRASH_AT": "store.save.before:2"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert "not killed" not in done.stdout
+    passed = "store.checkpoint.before store.checkpoint.after store.save.before store.consume.before"
+    assert done.stderr == f"{TRAIL} {passed} model.request store.save.before\n"
+    assert _left_open(done.stderr)  # the save never committed: the checkpoint's run stays open
+    assert not _left_open(f"{TRAIL} {passed} store.consume.after store.save.after\n")
+    assert not _left_open(f"{TRAIL} store.checkpoint.before model.request\n")
+    with pytest.raises(pytest.fail.Exception):
+        _left_open("a log without a trail\n")
 
 
 def test_the_matrix_covers_every_crash_point() -> None:
