@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from app.intake.edge_thread import MainLoop
+from app.intake.ingress import Ingress
 from app.runs.ack_gate import AckGate
 from storage import Store, StoreError
 from storage.sqlite import SQLiteStore
@@ -174,3 +176,64 @@ async def test_the_ack_gate_hears_of_deliveries_counted_on_another_thread() -> N
     assert await waiting is True
     await asyncio.to_thread(thread.join)
     assert not gate.busy
+
+
+async def test_calls_handed_to_the_main_loop_in_a_burst_cross_together_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Wake-ups handed over while an earlier one still waits for the main loop ride on its crossing
+    (one self-pipe write, not one per delivery), and every one runs, in the order handed over,
+    even after one of them fails."""
+    main = MainLoop()
+    loop = asyncio.get_running_loop()
+    crossings: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        crossings.append(callback)
+        return real(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    ran: list[tuple[str, int]] = []
+
+    def fail(n: int) -> None:
+        raise RuntimeError(f"wake-up {n} failed")
+
+    def hand_over() -> None:  # the edge's thread, while the main loop is busy (joining it)
+        for n in range(5):
+            main.soon(lambda n: ran.append((threading.current_thread().name, n)), n)
+        main.soon(fail, 5)
+        main.soon(lambda: ran.append((threading.current_thread().name, 6)))
+
+    thread = threading.Thread(target=hand_over, name="edge")
+    thread.start()
+    thread.join()  # blocks the main loop: nothing handed over can run yet
+    await eventually(lambda: len(ran) == 6)
+    main_name = threading.current_thread().name
+    assert ran == [(main_name, n) for n in (0, 1, 2, 3, 4, 6)]
+    assert len(crossings) == 1
+    main.soon(lambda: ran.append((threading.current_thread().name, 7)))  # on the main loop: at once
+    assert ran[-1] == (main_name, 7)
+
+
+async def test_a_deliverys_log_line_and_metrics_are_done_on_the_main_loop(
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over the edge's thread, what follows the 200 (the delivery's log line, a write, and its
+    metrics) is handed to the main loop with the wake-up, so the edge goes on to the next ack."""
+    main_thread = threading.get_ident()
+    logged_on: list[int] = []
+    real_log = Ingress._log
+
+    def logged(self: Ingress, *args: Any) -> None:
+        logged_on.append(threading.get_ident())
+        real_log(self, *args)
+
+    monkeypatch.setattr(Ingress, "_log", logged)
+    async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, edge_thread=True) as app:
+        ts = slack.add_message("C1", "<@UBOT> hello there", user="U1")
+        response = await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hello there", ts))
+        assert response.status == 200
+        await eventually(lambda: bool(slack.bot_messages("C1")))
+        await app.idle()
+    assert logged_on and set(logged_on) == {main_thread}

@@ -44,6 +44,9 @@ class MainLoop:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self.loop = None  # made outside a loop: every call is a plain call
+        #: Calls handed over by :meth:`soon` and not yet run; one crossing runs all of them.
+        self._pending: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._lock = threading.Lock()
 
     def here(self) -> bool:
         """Whether the caller runs on the main loop (or there is no other)."""
@@ -66,13 +69,31 @@ class MainLoop:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), self.loop))
 
     def soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """``fn(*args)`` on the main loop, without waiting for it."""
+        """``fn(*args)`` on the main loop, without waiting for it, in the order handed over.
+
+        Calls handed over while earlier ones still wait cross together: only the first wakes the
+        main loop (``call_soon_threadsafe`` writes to its self-pipe, a system call that lets go of
+        the GIL, after which the edge's thread waits to get it back), so a burst of deliveries
+        costs the edge one crossing per main-loop lap, not one per delivery."""
         if self.here():
             fn(*args)
             return
         assert self.loop is not None
+        with self._lock:
+            self._pending.append((fn, args))
+            if len(self._pending) > 1:
+                return  # a crossing is on its way and will run this one too
         with contextlib.suppress(RuntimeError):  # the main loop is closed: the process is ending
-            self.loop.call_soon_threadsafe(fn, *args)
+            self.loop.call_soon_threadsafe(self._run_pending)
+
+    def _run_pending(self) -> None:
+        with self._lock:
+            calls, self._pending = self._pending, []
+        for fn, args in calls:
+            try:
+                fn(*args)
+            except Exception:  # as the loop would for a callback of its own: log it, run the rest
+                log.exception("a call handed to the main loop failed")
 
 
 @dataclass(eq=False)

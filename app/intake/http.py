@@ -105,6 +105,10 @@ class OnMain(Protocol):
 
     def call(self, make: Callable[[], Awaitable[T]]) -> Awaitable[T]: ...
 
+    def here(self) -> bool: ...
+
+    def soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
 
 #: An ``event_callback`` body → ``(status, reason, finish)``: the claim is durable when it returns;
 #: ``finish()`` (logging, metrics) runs after the answer was written.
@@ -123,6 +127,13 @@ def event_acker(ingress: Ingress, agent_view: AgentView | None, main: OnMain | N
             else:
                 await main.call(lambda: agent_view.event(event))
         result, finish = await ingress.accept(body)
+        if main is not None and not main.here():
+            # The log line (a write that lets go of the GIL) and the metrics go to the main loop
+            # with the delivery's wake-up: the edge's thread goes on to the next ack.
+            def on_main() -> None:
+                main.soon(finish)
+
+            return result.status, "" if result.status == 200 else result.reason, on_main
         return result.status, "" if result.status == 200 else result.reason, finish
 
     return accept
