@@ -14,7 +14,8 @@ prune of claim keys. Ordering rules that keep messages from being lost or run tw
   once more: a message appended while another owner held the lease is picked up
   by that owner's post-release check, by the next delivery, or by the sweep.
 - During a run the run polls the task's inbox (handed to it as an ``Inbox``) for
-  steering messages, which are consumed with the run.
+  steering messages, which are consumed with the run; its first look goes to the store only
+  when a delivery woke the task since the driver read the inbox.
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.lease``): a driver that lost it stops its run and lets go of the task.
 - A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on
@@ -34,14 +35,15 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
-from storage.base import Fence, Store, TaskRecord
+from storage.base import Fence, InboxItem, Store, TaskRecord
 
 from .ack_gate import AckGate
 from .lease import Lease
+from .outcome import Inbox
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 from .takeover import CONFIRM_S, Judge
@@ -296,7 +298,6 @@ class Scheduler:
             await self._drive_leased(task_id)
 
     async def _drive_leased(self, task_id: str) -> None:
-        inbox = partial(self.store.pending_inbox, task_id)
         waiting = False
         while self._accepting:
             self._again.discard(task_id)
@@ -312,6 +313,7 @@ class Scheduler:
                     items, effects, task = await self.store.run_state(task_id)  # one trip
                     if not items and not effects and not (task is not None and task.run_open):
                         break
+                    inbox = self._inbox(task_id)
                     outcome = await self.executor.run_inbox(
                         task_id, items, effects, inbox, guard=lease.check, fence=fence, task=task
                     )
@@ -331,6 +333,23 @@ class Scheduler:
                 return
             if not await self.store.pending_inbox(task_id) and task_id not in self._again:
                 return
+
+    def _inbox(self, task_id: str) -> Inbox:
+        """The run's look at its inbox for steering. ``run_state`` has just read the items, so the
+        first look (before the first model request) goes to the store only when a delivery woke the
+        task since the driver's last look; a message that is claimed without waking this process (on
+        another instance) is seen at the next look, after the first model response."""
+        first = True
+
+        async def look() -> Sequence[InboxItem]:
+            nonlocal first
+            if first and task_id not in self._again:
+                first = False
+                return ()
+            first = False
+            return await self.store.pending_inbox(task_id)
+
+        return look
 
     def _lease(self, fence: Fence) -> Lease:
         """The lease just acquired (``fence``), as the heartbeat and the run's writes see it."""
