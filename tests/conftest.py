@@ -25,12 +25,9 @@ httpx2.alias_httpx()
 import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import uuid  # noqa: E402
 from collections.abc import AsyncIterator, Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Protocol  # noqa: E402
-
-import asyncpg  # noqa: E402
 
 # Subprocesses the tests start (`python -m tests.support.mcp_tickets`, the app under test) import
 # test support from the repository, which is not an installed package: put its root on their path.
@@ -40,6 +37,7 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 import pytest  # noqa: E402
 
 from storage import Store, open_store  # noqa: E402
+from tests.support.postgres import drop_schema, fresh_schema, new_schema  # noqa: E402
 from threadbound_emulator import FakeSlack  # noqa: E402
 
 
@@ -52,32 +50,13 @@ class StoreFactory(Protocol):
     async def __call__(self, *, migrate: bool = True) -> Store: ...
 
 
-def _fresh_schema(base_url: str) -> tuple[str, str]:
-    """A new schema name on ``base_url``'s Postgres, and the URL that opens it."""
-    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
-    return schema, f"{base_url}{'&' if '?' in base_url else '?'}schema={schema}"
-
-
-async def _drop_schema(base_url: str, schema: str) -> None:
-    conn = await asyncpg.connect(base_url)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 async def database_url() -> AsyncIterator[str]:
     """The URL of a fresh schema on TEST_DATABASE_URL's Postgres, for several app instances to share;
     dropped at teardown. Skips the test when TEST_DATABASE_URL is not set."""
-    base_url = os.environ.get("TEST_DATABASE_URL", "")
-    if not base_url:
-        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
-    schema, url = _fresh_schema(base_url)
-    try:
-        yield url
-    finally:
-        await _drop_schema(base_url, schema)
+    reason = "TEST_DATABASE_URL not set: multi-instance Postgres tests skipped"
+    async with fresh_schema(reason=reason) as schema:
+        yield schema.url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -90,7 +69,7 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         base_url = os.environ.get("TEST_DATABASE_URL", "")
         if not base_url:
             pytest.skip("TEST_DATABASE_URL not set: Postgres store tests skipped")
-        schema, url = _fresh_schema(base_url)
+        _, schema, url = new_schema(base_url)
 
     opened: list[Store] = []
 
@@ -108,7 +87,7 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         for store in opened:
             await store.close()
         if schema:
-            await _drop_schema(base_url, schema)
+            await drop_schema(base_url, schema)
 
 
 @pytest.fixture

@@ -21,12 +21,10 @@ import re
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 import pytest
 
 from channel.slack.outbound import CRASH_KINDS
@@ -35,6 +33,7 @@ from storage.crashpoints import POINTS, SLACK_WRITES, TRAIL
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
+from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
@@ -361,18 +360,8 @@ async def test_a_crash_at_any_point_answers_exactly_once_on_postgres(
 ) -> None:
     """Postgres: the same, the conversation taken over by a second instance running beside the killed
     one on the shared store."""
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set")
-    schema = f"tb_matrix_{uuid.uuid4().hex[:12]}"
-    try:
-        await _row(tmp_path, point, scenario, f"{base}{'&' if '?' in base else '?'}schema={schema}")
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
+    async with fresh_schema("tb_matrix") as schema:
+        await _row(tmp_path, point, scenario, schema.url)
 
 
 def test_the_armed_seam_writes_the_points_passed_before_the_kill() -> None:

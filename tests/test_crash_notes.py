@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 import pytest
 
 from app.agent.usage import utc_day
@@ -28,6 +25,7 @@ from storage import UsageRecord, open_store
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
+from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
@@ -44,18 +42,8 @@ async def _database(tmp_path: Path, backend: str) -> AsyncIterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'data' / 'threadbound.db'}"
         return
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set")
-    schema = f"tb_notes_{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
+    async with fresh_schema("tb_notes") as schema:
+        yield schema.url
 
 
 def _env(slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, url: str, **extra: str) -> dict[str, str]:

@@ -5,8 +5,6 @@ instance SIGKILLed mid-run: the survivor takes its conversation over without wai
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +17,7 @@ import pytest
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET
+from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
@@ -62,13 +61,9 @@ async def test_both_instances_recover_when_every_backend_is_terminated_mid_run(t
     """Two instances each mid-run when every Postgres backend is terminated: each conversation is
     answered once by a single run (none is judged dead and run again), and both instances answer new
     conversations afterwards."""
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set")
-    schema = f"tb_failover_{uuid.uuid4().hex[:12]}"
-    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
     model = _Held()
-    try:
+    async with fresh_schema("tb_failover") as pg:
+        base, url = pg.base, pg.url
         async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
             slack.add_channel("C1", "general")
             slack.add_user("U1", "alice", display_name="Alice")
@@ -136,12 +131,6 @@ async def test_both_instances_recover_when_every_backend_is_terminated_mid_run(t
             for root in [*roots, *later]:
                 assert len(answers(root)) == 1, answers(root)
             assert len(model.first) == 4, model.first  # no conversation was run a second time
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
 
 
 class _StuckOnce:
@@ -171,13 +160,9 @@ async def test_a_killed_instances_conversation_is_taken_over_without_waiting_out
     """Two instances; the one running a conversation is SIGKILLed mid-run. The survivor, which saw
     it alive under its own unbroken liveness lock, judges it dead as soon as its lock is gone (the
     log names that rule, not the grace), and the conversation is answered once."""
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set")
-    schema = f"tb_takeover_{uuid.uuid4().hex[:12]}"
-    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
     model = _StuckOnce()
-    try:
+    async with fresh_schema("tb_takeover") as pg:
+        url = pg.url
         async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
             slack.add_channel("C1", "general")
             slack.add_user("U1", "alice", display_name="Alice")
@@ -222,9 +207,3 @@ async def test_a_killed_instances_conversation_is_taken_over_without_waiting_out
             log = (tmp_path / "survivor.log").read_text()
             assert "is gone (its liveness lock ended while ours held); taking over its 1 conversations" in log
             assert "stayed missing" not in log
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()

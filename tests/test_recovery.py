@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 import pytest
 
 from app.runs.lease import Lease
@@ -19,6 +16,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, scripted
+from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
@@ -218,13 +216,9 @@ async def test_on_postgres_a_live_instance_answers_for_a_killed_one(tmp_path: Pa
     """Two instances on one Postgres: the one running a conversation is killed mid-run, and the
     other, seeing its database session end, takes the conversation over and answers it without
     anyone writing again and long before the lease would expire."""
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set")
-    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
-    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
     model = _StuckFirst()
-    try:
+    async with fresh_schema("tb_test") as pg:
+        url = pg.url
         async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
             _workspace(slack)
             servers = [
@@ -252,12 +246,6 @@ async def test_on_postgres_a_live_instance_answers_for_a_killed_one(tmp_path: Pa
                 await survivor.stop()
             [reply] = slack.bot_messages("C1")
             assert "anyone there" in reply["text"] and reply.get("thread_ts") == root
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
 
 
 async def test_a_lease_whose_renewals_fail_for_a_whole_ttl_counts_as_lost(tmp_path: Path) -> None:

@@ -7,12 +7,10 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 import pytest
 from slack_sdk.errors import SlackApiError
 
@@ -25,6 +23,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET, AppHarness, settings_for
 from tests.support.models import Turn, call, echo_model, scripted
+from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess
 from tests.support.waiting import eventually
 from threadbound_emulator import Envelope, FakeSlack
@@ -350,12 +349,8 @@ async def test_two_instances_each_with_a_connection_answer_every_mention_once(tm
     """Two instances on one Postgres, one socket each: Slack spreads the envelopes over both, the
     app_mention and message envelopes of one message land on different sockets, and every message
     is answered exactly once."""
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set: multi-instance Postgres tests skipped")
-    schema = f"tb_socket_{uuid.uuid4().hex[:12]}"
-    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    try:
+    async with fresh_schema("tb_socket") as pg:
+        url = pg.url
         async with FakeSlack() as slack:
             _workspace(slack)
             shared: dict[str, Any] = {"socket_mode": True, "database_url": url}
@@ -383,12 +378,6 @@ async def test_two_instances_each_with_a_connection_answer_every_mention_once(tm
             used = {envelope.sent_on[0] for _, envelopes in sent for envelope in envelopes}
             assert len(used) == 2
             assert [len(_replies(slack, root)) for root, _ in sent] == [1, 1, 1]
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
 
 
 class _StuckFirst:

@@ -4,9 +4,7 @@ with StoreError instead of hanging it."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -14,6 +12,7 @@ import pytest
 
 from storage.base import StoreError
 from storage.postgres import PostgresStore, _alive
+from tests.support.postgres import fresh_schema
 
 #: Generous: the test fails (instead of hanging) if a call is not bounded at all.
 NOT_BOUNDED = 60.0
@@ -21,18 +20,8 @@ NOT_BOUNDED = 60.0
 
 @pytest.fixture
 async def pg() -> AsyncIterator[tuple[str, str]]:
-    base = os.environ.get("TEST_DATABASE_URL", "")
-    if not base:
-        pytest.skip("TEST_DATABASE_URL not set")
-    schema = f"tb_test_{uuid.uuid4().hex[:12]}"
-    try:
-        yield base, schema
-    finally:
-        conn = await asyncpg.connect(base)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
+    async with fresh_schema() as schema:
+        yield schema.base, schema.name
 
 
 async def test_a_statement_stuck_on_a_lock_fails_after_the_command_timeout(pg: tuple[str, str]) -> None:
