@@ -34,7 +34,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
-from tests.support.process import ServerProcess
+from tests.support.process import ServerProcess, server_env
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
@@ -181,20 +181,13 @@ def _since_ask(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: str | None) -> dict[str, str]:
-    env = {
-        "SLACK_BOT_TOKEN": slack.token,
-        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_API_URL": slack.api_url,
-        "SLACK_FILE_ORIGINS": slack.files_origin,
-        "DATA_DIR": str(data_dir),
-        "MODEL": "openai-chat:fake",
-        "OPENAI_BASE_URL": llm.base_url,
-        "OPENAI_API_KEY": "x",
-        "LEASE_TTL": "600",
-        "SWEEP_INTERVAL": "3600",
-        "PROGRESS": "off",
-        "STREAM": "auto" if scenario == STREAM else "off",
-    }
+    env = server_env(
+        slack,
+        llm,
+        SLACK_FILE_ORIGINS=slack.files_origin,
+        DATA_DIR=str(data_dir),
+        STREAM="auto" if scenario == STREAM else "off",
+    )
     if url:
         env["DATABASE_URL"] = url
     return env

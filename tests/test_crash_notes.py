@@ -26,7 +26,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
-from tests.support.process import ServerProcess
+from tests.support.process import ServerProcess, server_env
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
@@ -47,21 +47,7 @@ async def _database(tmp_path: Path, backend: str) -> AsyncIterator[str]:
 
 
 def _env(slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
-    return {
-        "SLACK_BOT_TOKEN": slack.token,
-        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_API_URL": slack.api_url,
-        "DATA_DIR": str(tmp_path / "data"),
-        "DATABASE_URL": url,
-        "MODEL": "openai-chat:fake",
-        "OPENAI_BASE_URL": llm.base_url,
-        "OPENAI_API_KEY": "x",
-        "LEASE_TTL": "600",
-        "SWEEP_INTERVAL": "3600",
-        "PROGRESS": "off",
-        "STREAM": "off",
-        **extra,
-    }
+    return server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), DATABASE_URL=url, **extra)
 
 
 async def _doomed_and_survivor(

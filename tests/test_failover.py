@@ -18,7 +18,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
-from tests.support.process import ServerProcess
+from tests.support.process import ServerProcess, server_env
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
@@ -67,19 +67,7 @@ async def test_both_instances_recover_when_every_backend_is_terminated_mid_run(t
         async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
             slack.add_channel("C1", "general")
             slack.add_user("U1", "alice", display_name="Alice")
-            env = {
-                "SLACK_BOT_TOKEN": slack.token,
-                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-                "SLACK_API_URL": slack.api_url,
-                "MODEL": "openai-chat:fake",
-                "OPENAI_BASE_URL": llm.base_url,
-                "OPENAI_API_KEY": "x",
-                "LEASE_TTL": "600",
-                "SWEEP_INTERVAL": "3600",
-                "PROGRESS": "off",
-                "STREAM": "off",
-                "DATABASE_URL": url,
-            }
+            env = server_env(slack, llm, DATABASE_URL=url)
             servers = [
                 ServerProcess(
                     {**env, "DATA_DIR": str(tmp_path / name)}, cwd=tmp_path, log_path=tmp_path / f"{name}.log"
@@ -166,19 +154,7 @@ async def test_a_killed_instances_conversation_is_taken_over_without_waiting_out
         async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
             slack.add_channel("C1", "general")
             slack.add_user("U1", "alice", display_name="Alice")
-            env = {
-                "SLACK_BOT_TOKEN": slack.token,
-                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-                "SLACK_API_URL": slack.api_url,
-                "MODEL": "openai-chat:fake",
-                "OPENAI_BASE_URL": llm.base_url,
-                "OPENAI_API_KEY": "x",
-                "LEASE_TTL": "600",
-                "SWEEP_INTERVAL": "3600",
-                "PROGRESS": "off",
-                "STREAM": "off",
-                "DATABASE_URL": url,
-            }
+            env = server_env(slack, llm, DATABASE_URL=url)
             doomed, survivor = (
                 ServerProcess(
                     {**env, "DATA_DIR": str(tmp_path / name)}, cwd=tmp_path, log_path=tmp_path / f"{name}.log"

@@ -15,11 +15,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import aiohttp
 import psutil
 
 from .harness import SIGNING_SECRET, free_port
+
+if TYPE_CHECKING:
+    from threadbound_emulator import FakeSlack
+
+    from .fake_model import FakeOpenAI
 
 LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +33,24 @@ REPO = Path(__file__).resolve().parents[2]
 PORT_ATTEMPTS = 3
 #: What a child that could not listen says (the app's ``listen_error``, Python's EADDRINUSE).
 _PORT_IN_USE = "already in use"
+
+
+def server_env(slack: FakeSlack, llm: FakeOpenAI, **extra: str) -> dict[str, str]:
+    """The environment of a served app on ``slack`` and ``llm``: a long lease, no sweep, no progress
+    notes or streaming (the crash and failover tests' base), with ``extra`` on top."""
+    return {
+        "SLACK_BOT_TOKEN": slack.token,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": slack.api_url,
+        "MODEL": "openai-chat:fake",
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "x",
+        "LEASE_TTL": "600",
+        "SWEEP_INTERVAL": "3600",
+        "PROGRESS": "off",
+        "STREAM": "off",
+        **extra,
+    }
 
 
 class _PortTaken(Exception):
