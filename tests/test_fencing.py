@@ -10,23 +10,19 @@ from typing import Any, cast
 import pytest
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 
-from app.agent.agent_file import AgentFile
-from app.agent.runtime import build_agent
 from app.runs.checkpoint import synced_by_next_write
 from app.runs.lease import Lease
 from app.runs.limits import RunLimits
 from app.runs.outcome import RunOutcome, RunStopped
-from app.runs.run import RunExecutor
 from app.runs.scheduler import Scheduler
 from app.runs.takeover import CONFIRM_S
 from channel.contract import Origin
 from channel.fake import FakeAdapter
-from channel.selection import select_tools
-from channel.skills import SkillLibrary
 from storage import open_store
 from storage.base import Fence, InboxItem, InstanceLook, LeaseMoved, Store
 from storage.sqlite import SQLiteStore
-from tests.support.models import Turn, call, scripted
+from tests.support.models import Turn, call
+from tests.support.runs import scripted_executor
 
 T0 = 1_700_000_000.0
 
@@ -246,14 +242,7 @@ async def test_a_run_whose_lease_moved_mid_run_commits_nothing_more_and_posts_no
                 return [call("channel_reply", text="the old owner's reply")]
             return [""]
 
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=build_agent(scripted(script)),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            agent_file=AgentFile(),
-            data_dir=tmp_path / "data",
-        )
+        executor = scripted_executor(store, adapter, script, tmp_path / "data")
 
         async def inbox() -> list[InboxItem]:
             return []
@@ -327,14 +316,8 @@ async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Pat
             await asyncio.Event().wait()
 
         adapter.describe = never  # type: ignore[method-assign]
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=build_agent(scripted(lambda turn: [""])),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            agent_file=AgentFile(),
-            data_dir=tmp_path / "data",
-            limits=RunLimits(run_timeout=0.5),
+        executor = scripted_executor(
+            store, adapter, lambda turn: [""], tmp_path / "data", limits=RunLimits(run_timeout=0.5)
         )
 
         async def inbox() -> list[InboxItem]:
@@ -397,14 +380,7 @@ async def test_only_a_checkpoint_before_another_tool_than_the_runs_own_is_synced
                 return [call("tickets_create", title="an MCP server's tool")]
             return ["done"]
 
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=build_agent(scripted(script)),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            agent_file=AgentFile(),
-            data_dir=tmp_path / "data",
-        )
+        executor = scripted_executor(store, adapter, script, tmp_path / "data")
 
         async def inbox() -> list[InboxItem]:
             return []

@@ -17,20 +17,16 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from app.agent.agent_file import AgentFile
-from app.agent.runtime import build_agent
 from app.agent.usage import Budgets, utc_day
 from app.runs.checkpoint import replied_since_prompt
 from app.runs.limits import RunLimits
-from app.runs.run import RunExecutor
 from app.settings import Settings
 from channel.contract import Origin
 from channel.fake import FakeAdapter
-from channel.selection import select_tools
-from channel.skills import SkillLibrary
 from storage import open_store
 from storage.base import InboxItem, Store, UsageRecord
-from tests.support.models import Turn, call, scripted
+from tests.support.models import Turn, call
+from tests.support.runs import scripted_executor
 
 
 async def _claim(store: Store, thread_ts: str, ts: str, text: str, *, create: bool = False) -> InboxItem:
@@ -72,14 +68,7 @@ async def test_a_run_steers_in_what_its_inbox_supplies_and_nothing_else(tmp_path
                 return [call("channel_reply", text="on it")]
             return [""]
 
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=build_agent(scripted(script)),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            agent_file=AgentFile(),
-            data_dir=tmp_path / "data",
-        )
+        executor = scripted_executor(store, adapter, script, tmp_path / "data")
         outcome = await executor.run_inbox(first.task_id, [first], [], inbox)
 
         assert outcome.status == "ok" and outcome.replied
@@ -119,14 +108,7 @@ async def _steered_after_reply(tmp_path: Path, answer: str, *, early: bool = Fal
                 supplied.append(await _claim(store, root.ts, "2.0", "second thought"))
             return ["done"]  # after its reply: no answer (not posted), and the turn would end here
 
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=build_agent(scripted(script)),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            agent_file=AgentFile(),
-            data_dir=tmp_path / "data",
-        )
+        executor = scripted_executor(store, adapter, script, tmp_path / "data")
         outcome = await executor.run_inbox(first.task_id, [first], [], inbox)
         assert outcome.status == "ok" and outcome.consumed == [first.item_id, supplied[0].item_id]
         return [m.text for m in adapter.thread(Origin("general", root.ts))]
@@ -206,14 +188,8 @@ async def test_an_over_budget_person_is_told_once_a_run_whether_waiting_or_steer
                 return [call("channel_reply", text="answer")]
             return [""]
 
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=build_agent(scripted(script)),
-            tools=select_tools(adapter.features.enabled(), None, SkillLibrary([])),
-            agent_file=AgentFile(),
-            data_dir=tmp_path / "data",
-            budgets=Budgets(store, per_user=100),
+        executor = scripted_executor(
+            store, adapter, script, tmp_path / "data", budgets=Budgets(store, per_user=100)
         )
         outcome = await executor.run_inbox(alice.task_id, [alice, bob], [], inbox)
         texts = [m.text for m in adapter.thread(Origin("general", root.ts))]
