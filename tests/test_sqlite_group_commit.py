@@ -15,6 +15,7 @@ import storage.sqlite
 from storage import open_store
 from storage.base import UsageRecord
 from storage.sqlite import SQLiteStore
+from tests.support.sqlite_jobs import count_jobs
 
 T0 = 1_700_000_000.0
 
@@ -26,15 +27,7 @@ async def test_concurrent_single_statement_writes_share_one_commit(tmp_path: Pat
     assert isinstance(store, SQLiteStore)
     await store.migrate()
     try:
-        assert store._thread is not None
-        jobs: list[Any] = []
-        real = store._thread.submit
-
-        def counting(fn: Any) -> Any:
-            jobs.append(fn)
-            return real(fn)
-
-        store._thread.submit = counting  # type: ignore[method-assign]
+        jobs = count_jobs(store)
         await asyncio.gather(*(store.release_lease(f"task-{n}", owner="me") for n in range(20)))
         assert 1 <= len(jobs) <= 3
         jobs.clear()

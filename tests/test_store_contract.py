@@ -26,6 +26,7 @@ from storage import (
 )
 from storage.postgres import PostgresStore
 from storage.sqlite import SQLiteStore
+from tests.support.sqlite_jobs import count_jobs
 from tests.support.waiting import polls
 
 #: The ``store_factory`` fixture: ``await factory(migrate=True)`` opens another store on the same database.
@@ -876,15 +877,7 @@ async def test_run_state_reads_inbox_effects_and_task_together(store: Store) -> 
     assert task == await store.get_task(task_id)
     assert await store.run_state("no-such-task") == ([], [], None)
     if isinstance(store, SQLiteStore):
-        assert store._thread is not None
-        jobs: list[Any] = []
-        real = store._thread.submit
-
-        def counting(fn: Any) -> Any:
-            jobs.append(fn)
-            return real(fn)
-
-        store._thread.submit = counting  # type: ignore[method-assign]
+        jobs = count_jobs(store)
         await store.run_state(task_id)
         assert len(jobs) == 1
 

@@ -1,0 +1,22 @@
+"""Counting the jobs a SQLiteStore hands its database thread (each one a trip to that thread)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage.sqlite import SQLiteStore
+
+
+def count_jobs(store: SQLiteStore) -> list[Any]:
+    """From now on, every job ``store`` submits to its (started) database thread is appended to
+    the returned list before it runs."""
+    assert store._thread is not None
+    jobs: list[Any] = []
+    real = store._thread.submit
+
+    def counting(fn: Any) -> Any:
+        jobs.append(fn)
+        return real(fn)
+
+    store._thread.submit = counting  # type: ignore[method-assign]
+    return jobs
