@@ -13,7 +13,6 @@ on Postgres when ``TEST_DATABASE_URL`` is set. A crash point the code names but 
 from __future__ import annotations
 
 import ast
-import asyncio
 import contextlib
 import json
 import os
@@ -35,6 +34,7 @@ from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess, server_env
+from tests.support.settled import settled
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
@@ -229,20 +229,7 @@ _ROOT = [""]
 
 async def _settled(data_dir: Path, url: str | None) -> None:
     """Wait until the conversation's run is over: saved (not open), its inbox and journal empty."""
-    store = open_store(url or f"sqlite:///{data_dir / 'threadbound.db'}")
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WITHIN_S
-        while True:
-            task_id = await store.find_task("C1", _ROOT[0])
-            task = await store.get_task(task_id) if task_id else None
-            if task_id and task and not task.run_open:
-                if not await store.pending_inbox(task_id) and not await store.open_effects(task_id):
-                    return
-            assert loop.time() < deadline, "the conversation's run never ended"
-            await asyncio.sleep(0.05)
-    finally:
-        await store.close()
+    await settled(url or f"sqlite:///{data_dir / 'threadbound.db'}", "C1", _ROOT[0], within=WITHIN_S)
 
 
 async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> None:

@@ -27,6 +27,7 @@ from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess, server_env
+from tests.support.settled import settled
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
@@ -93,20 +94,7 @@ async def _killed(doomed: ServerProcess) -> None:
 
 async def _settled(url: str, channel: str, root: str) -> None:
     """Wait until the conversation's run is over: saved, its inbox and journal empty."""
-    store = open_store(url)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WITHIN_S
-        while True:
-            task_id = await store.find_task(channel, root)
-            task = await store.get_task(task_id) if task_id else None
-            if task_id and task and not task.run_open:
-                if not await store.pending_inbox(task_id) and not await store.open_effects(task_id):
-                    return
-            assert loop.time() < deadline, "the conversation's run never ended"
-            await asyncio.sleep(0.05)
-    finally:
-        await store.close()
+    await settled(url, channel, root, within=WITHIN_S)
 
 
 # -- a per-person budget note -----------------------------------------------------------------
