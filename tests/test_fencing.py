@@ -39,6 +39,16 @@ async def _claim(store: Store, ts: str) -> int:
     return outcome.item_id
 
 
+async def _question(store: Store, root_ts: str) -> str:
+    """Alice's "question" at ``root_ts`` claimed as a new conversation: its task's id."""
+    outcome = await store.claim_message(
+        event_id="Ev1", channel="general", ts=root_ts, thread_ts=root_ts, create=True,
+        payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
+    )  # fmt: skip
+    assert outcome.task_id is not None
+    return outcome.task_id
+
+
 async def _moved(store: Store, task_id: str) -> tuple[Fence, Fence]:
     """An old acquisition (A's, expired) and the new one (B's) that took the lease over."""
     old = await store.take_lease(task_id, owner="A", ttl=10, now=T0)
@@ -223,12 +233,7 @@ async def test_a_run_whose_lease_moved_mid_run_commits_nothing_more_and_posts_no
     store = open_store(f"sqlite:///{tmp_path}/run.db")
     await store.migrate()
     try:
-        outcome = await store.claim_message(
-            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
-            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
-        )  # fmt: skip
-        assert outcome.task_id is not None
-        task_id = outcome.task_id
+        task_id = await _question(store, root.ts)
         items = await store.pending_inbox(task_id)
         fence = await store.take_lease(task_id, owner="A", ttl=10, now=T0)
         assert fence is not None
@@ -306,11 +311,7 @@ async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Pat
     store = open_store(f"sqlite:///{tmp_path}/run.db")
     await store.migrate()
     try:
-        outcome = await store.claim_message(
-            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
-            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
-        )  # fmt: skip
-        assert outcome.task_id is not None
+        task_id = await _question(store, root.ts)
 
         async def never(origin: Origin) -> Any:
             await asyncio.Event().wait()
@@ -323,10 +324,10 @@ async def test_describing_the_conversation_counts_to_the_runs_time(tmp_path: Pat
         async def inbox() -> list[InboxItem]:
             return []
 
-        items = await store.pending_inbox(outcome.task_id)
-        result = await asyncio.wait_for(executor.run_inbox(outcome.task_id, items, [], inbox), 30)
+        items = await store.pending_inbox(task_id)
+        result = await asyncio.wait_for(executor.run_inbox(task_id, items, [], inbox), 30)
         assert result.status == "failed"
-        assert await store.pending_inbox(outcome.task_id) == []
+        assert await store.pending_inbox(task_id) == []
     finally:
         await store.close()
 
@@ -366,12 +367,7 @@ async def test_only_a_checkpoint_before_another_tool_than_the_runs_own_is_synced
 
     store.checkpoint = checkpoint  # type: ignore[method-assign]
     try:
-        outcome = await store.claim_message(
-            event_id="Ev1", channel="general", ts=root.ts, thread_ts=root.ts, create=True,
-            payload=json.dumps({"text": "question", "author": "Alice"}), now=T0,
-        )  # fmt: skip
-        assert outcome.task_id is not None
-        task_id = outcome.task_id
+        task_id = await _question(store, root.ts)
 
         async def script(turn: Turn) -> list[Any]:
             if turn.step == 0:
