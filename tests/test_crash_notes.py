@@ -23,7 +23,7 @@ import pytest
 from app.agent.usage import utc_day
 from storage import UsageRecord, open_store
 from tests.support import events
-from tests.support.fake_model import FakeOpenAI, Reply, last_user_text, message_text
+from tests.support.fake_model import FakeOpenAI, Reply, Script, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess, server_env
@@ -45,6 +45,26 @@ async def _database(tmp_path: Path, backend: str) -> AsyncIterator[str]:
         return
     async with fresh_schema("tb_notes") as schema:
         yield schema.url
+
+
+_World = tuple[str, FakeSlack, FakeOpenAI, FakeOpenAI, aiohttp.ClientSession, contextlib.AsyncExitStack]
+
+
+@contextlib.asynccontextmanager
+async def _world(tmp_path: Path, backend: str, script: Script) -> AsyncIterator[_World]:
+    """A fresh store's URL, FakeSlack with Alice in #general, a model for the killed server and one for
+    its survivor (both following ``script``), an HTTP session, and a stack the servers are started on."""
+    async with (
+        _database(tmp_path, backend) as url,
+        FakeSlack() as slack,
+        FakeOpenAI(script) as llm,
+        FakeOpenAI(script) as after,
+        aiohttp.ClientSession() as http,
+        contextlib.AsyncExitStack() as processes,
+    ):
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        yield url, slack, llm, after, http, processes
 
 
 def _env(slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, url: str, **extra: str) -> dict[str, str]:
@@ -204,16 +224,7 @@ async def test_a_feedback_note_survives_a_sigkill_and_is_shown_once(
     that marks it shown, or after it. The taking-over server's run shows the model the note (from its
     prompt again, or from the checkpointed history) exactly once, and so does every later turn: the
     note is neither lost nor duplicated."""
-    async with (
-        _database(tmp_path, backend) as url,
-        FakeSlack() as slack,
-        FakeOpenAI(_feedback_script) as llm,
-        FakeOpenAI(_feedback_script) as after,
-        aiohttp.ClientSession() as http,
-        contextlib.AsyncExitStack() as processes,
-    ):
-        slack.add_channel("C1", "general")
-        slack.add_user("U1", "alice", display_name="Alice")
+    async with _world(tmp_path, backend, _feedback_script) as (url, slack, llm, after, http, processes):
         env = _env(slack, llm, tmp_path, url)
         root = slack.add_message("C1", f"<@UBOT> {QUESTIONS[1]}", user="U1")
 
@@ -304,16 +315,7 @@ async def test_a_runs_stop_note_is_posted_once_across_a_sigkill_at_its_post(
     """A run's first step crosses Alice's daily budget: the run stops with the budget's note. Killed
     right before or right after that note's post, the server that takes over posts it (or finds it posted)
     once, from the checkpoint it was marked in: the model is not asked again."""
-    async with (
-        _database(tmp_path, backend) as url,
-        FakeSlack() as slack,
-        FakeOpenAI(_reads_then_answers) as llm,
-        FakeOpenAI(_reads_then_answers) as after,
-        aiohttp.ClientSession() as http,
-        contextlib.AsyncExitStack() as processes,
-    ):
-        slack.add_channel("C1", "general")
-        slack.add_user("U1", "alice", display_name="Alice")
+    async with _world(tmp_path, backend, _reads_then_answers) as (url, slack, llm, after, http, processes):
         env = _env(slack, llm, tmp_path, url, USER_DAILY_TOKEN_BUDGET="10")
         # The survivor asks a model of its own (``after``): ``asked`` counts the killed process's
         # requests alone, though a survivor already running may ask at once.
@@ -352,16 +354,7 @@ async def test_a_failed_runs_apology_is_posted_once_across_a_sigkill_at_its_post
     """The model provider refuses every request: the run ends with its apology. Killed right before or
     right after the apology's post, the server that takes over posts it (or finds it posted) once, from the
     checkpoint it was marked in, and does not run the failed request again (another apology)."""
-    async with (
-        _database(tmp_path, backend) as url,
-        FakeSlack() as slack,
-        FakeOpenAI(_reads_then_answers) as llm,
-        FakeOpenAI(_reads_then_answers) as after,
-        aiohttp.ClientSession() as http,
-        contextlib.AsyncExitStack() as processes,
-    ):
-        slack.add_channel("C1", "general")
-        slack.add_user("U1", "alice", display_name="Alice")
+    async with _world(tmp_path, backend, _reads_then_answers) as (url, slack, llm, after, http, processes):
         for model in (llm, after):
             model.fail(status=400, times=None, message="this request is refused")
         env = _env(slack, llm, tmp_path, url)
