@@ -23,12 +23,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from tests.support import events
-from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.fake_model import FakeOpenAI, StuckFirst
 from threadbound_emulator import Call, FakeSlack
 
 from . import Row, Scale
@@ -42,29 +41,6 @@ TARGET_S = 5.0
 #: How long one round may wait for the reply.
 WAIT_S = 60.0
 CAP = {"tiny": 200.0, "quick": 300.0, "full": 400.0}
-
-
-class _StuckFirst:
-    """The first request of each round never returns; every later one replies once."""
-
-    def __init__(self) -> None:
-        self.first_request = asyncio.Event()
-        self.release = asyncio.Event()
-
-    def arm(self) -> None:
-        self.first_request = asyncio.Event()
-        self.release.set()  # the previous round's stuck request (its process is dead) ends
-        self.release = asyncio.Event()
-
-    async def __call__(self, request: dict[str, Any]) -> Reply:
-        if not self.first_request.is_set():
-            self.first_request.set()
-            await self.release.wait()
-            return FakeOpenAI.text("")
-        messages = request.get("messages") or [{}]
-        if messages[-1].get("role") == "tool":
-            return FakeOpenAI.text("")
-        return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
 
 
 class _Replies:
@@ -101,7 +77,7 @@ async def _takeover(root: Path, base: str, rounds: int) -> list[float]:
     """Seconds from the SIGKILL of the instance running the conversation to the survivor's reply."""
     import asyncpg
 
-    model = _StuckFirst()
+    model = StuckFirst()
     took: list[float] = []
     schemas: list[str] = []
     try:

@@ -13,7 +13,7 @@ from app.runs.lease import Lease
 from app.runs.run import APOLOGY, RunStopped
 from storage import open_store
 from tests.support import events
-from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.fake_model import FakeOpenAI, StuckFirst
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, scripted
 from tests.support.postgres import fresh_schema
@@ -143,25 +143,6 @@ LONG_LEASE = "600"
 WITHIN_S = 30.0
 
 
-class _StuckFirst:
-    """A model whose first request never returns (the process running it is killed meanwhile);
-    every later one echoes the person once."""
-
-    def __init__(self) -> None:
-        self.first_request = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, request: dict[str, Any]) -> Reply:
-        if not self.first_request.is_set():
-            self.first_request.set()
-            await self.release.wait()
-            return FakeOpenAI.text("")
-        messages = request.get("messages") or [{}]
-        if messages[-1].get("role") == "tool":
-            return FakeOpenAI.text("")
-        return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
-
-
 def _serve_env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, **extra: str) -> dict[str, str]:
     return {
         "SLACK_BOT_TOKEN": slack.token,
@@ -186,7 +167,7 @@ async def _answered(slack: FakeSlack, count: int = 1) -> None:
 async def test_after_sigkill_a_restart_answers_the_pending_inbox_at_once(tmp_path: Path) -> None:
     """SQLite: the process is killed mid-run; the restarted process takes the dead process's
     conversation over immediately (no LEASE_TTL wait) and answers it, once."""
-    model = _StuckFirst()
+    model = StuckFirst()
     async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:
         _workspace(slack)
         env = _serve_env(slack, llm, tmp_path / "data")
@@ -216,7 +197,7 @@ async def test_on_postgres_a_live_instance_answers_for_a_killed_one(tmp_path: Pa
     """Two instances on one Postgres: the one running a conversation is killed mid-run, and the
     other, seeing its database session end, takes the conversation over and answers it without
     anyone writing again and long before the lease would expire."""
-    model = _StuckFirst()
+    model = StuckFirst()
     async with fresh_schema("tb_test") as pg:
         url = pg.url
         async with FakeSlack() as slack, FakeOpenAI(model) as llm, aiohttp.ClientSession() as http:

@@ -20,7 +20,7 @@ from app.intake.http import HTTP_EVENTS_OFF
 from app.playground.workspace import ignored_settings, playground_settings
 from app.service import Service, StartupError
 from tests.support import events
-from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
+from tests.support.fake_model import FakeOpenAI, StuckFirst
 from tests.support.harness import SIGNING_SECRET, AppHarness, settings_for
 from tests.support.models import Turn, call, echo_model, scripted
 from tests.support.postgres import fresh_schema
@@ -380,30 +380,12 @@ async def test_two_instances_each_with_a_connection_answer_every_mention_once(tm
             assert [len(_replies(slack, root)) for root, _ in sent] == [1, 1, 1]
 
 
-class _StuckFirst:
-    """A model whose first request never returns (its process is killed meanwhile); every later one
-    replies with the person's words once."""
-
-    def __init__(self) -> None:
-        self.first_request = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, request: dict[str, Any]) -> Reply:
-        if not self.first_request.is_set():
-            self.first_request.set()
-            await self.release.wait()
-            return FakeOpenAI.text("")
-        if (request.get("messages") or [{}])[-1].get("role") == "tool":
-            return FakeOpenAI.text("")
-        return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
-
-
 @pytest.mark.process
 async def test_a_crash_between_claim_and_ack_is_answered_once(tmp_path: Path) -> None:
     """`serve` in Socket Mode is killed (SIGKILL) after the claim committed but before Slack got the
     ack (the emulator holds it, as if lost): Slack redelivers the envelope to the restarted process,
     which acknowledges the duplicate and answers the message once."""
-    model = _StuckFirst()
+    model = StuckFirst()
     async with FakeSlack() as slack, FakeOpenAI(model) as llm:
         _workspace(slack)
         env = {

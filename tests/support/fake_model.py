@@ -331,3 +331,28 @@ def _usage(body: JSON, reply: Reply) -> JSON:
 
 
 __all__ = ["FakeOpenAI", "Reply", "Script", "ToolCall", "default_script", "last_user_text", "message_text"]
+
+
+class StuckFirst:
+    """A model whose first request (of each round: :meth:`arm`) never returns, as if the process
+    running it were killed meanwhile; every later one replies with the person's words once
+    (``channel_reply("echo: …")``, then an empty final text)."""
+
+    def __init__(self) -> None:
+        self.first_request = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def arm(self) -> None:
+        """Make the next request the stuck one; the previous round's stuck request ends."""
+        self.first_request = asyncio.Event()
+        self.release.set()
+        self.release = asyncio.Event()
+
+    async def __call__(self, request: JSON) -> Reply:
+        if not self.first_request.is_set():
+            self.first_request.set()
+            await self.release.wait()
+            return FakeOpenAI.text("")
+        if (request.get("messages") or [{}])[-1].get("role") == "tool":
+            return FakeOpenAI.text("")
+        return FakeOpenAI.tool_call("channel_reply", {"text": f"echo: {last_user_text(request)}"})
