@@ -1,32 +1,52 @@
-"""task_memory: RSS growth per conversation with 1,000 conversations waiting on a slow model.
+"""task_memory and run_memory: what a conversation costs in memory, at rest and while its run waits.
 
-Setup. The app runs in this process (``AppHarness``: the real ``Service`` over real HTTP, SQLite
-store, model built from ``MODEL=openai-chat:fake`` as in production), so its RSS is this process's.
-The slow model is FakeOpenAI with an hour's delay in a helper child process (``bench.fakes``): each
-waiting run holds what it holds in production — its agent graph, its prompt, an HTTP request in
-flight on the OpenAI client's pool — while the parked server side is not counted. FakeSlack runs
-here (its per-conversation state, one stored message and a status, is small and counted against us).
+``task_memory`` — RSS growth per **resting** conversation at 1,000 conversations (issue #22's
+"memory per conversation"). The app runs in this process (``AppHarness``: the real ``Service`` over
+real HTTP, SQLite store, model built from ``MODEL=openai-chat:fake`` as in production, default
+``MAX_CONCURRENT_RUNS``). FakeSlack and a fast FakeOpenAI run in a helper child (``bench.fakes``),
+so what Slack keeps (the messages, and the fake's log of every call) is not counted: a real Slack
+keeps it on Slack's side. Each conversation has had a real turn: its mention delivered (50 in
+flight), the model's ``channel_reply`` posted in its thread, the final answer, the run ended and its
+lease released. Warm-up conversations first (imports, caches, connections); ``runner.idle()``;
+``gc.collect()``; RSS; then N more conversations; idle again (no driver, no active run);
+``gc.collect()``; RSS. The row is the growth / N; afterwards every thread is checked for the bot's
+reply (``conversations.replies``), which the row's ``also`` requires.
 
-Measurement. Warm-up conversations first (imports, caches, connections), also left waiting; then
-RSS (after ``gc.collect()``); then N more mentions, each a new conversation, until every run is
-active and the model has received their requests (past the ``openai`` client's 1,000-connection
-pool, the rest wait in the pool, unsent); ``gc.collect()``; RSS again. The row is the growth / N.
-Shutdown cancels the waiting runs (``SHUTDOWN_GRACE`` is short); their inboxes stay pending.
+What a resting conversation holds (tracemalloc over 1,000 resting conversations after 10 warm-up
+ones, ``python -m bench.task_memory resting --trace``, this tree): RESTING_TRACE
 
-Shown beside it (the target bounds ours alone): the same measurement of the Bolt + pydantic-ai peer
-(``bench.bolt_baseline turn``, a child process, collected through its ``GET /gc``), whose every
-mention likewise waits on the slow model with its request in flight: what the libraries themselves
-hold per waiting conversation, with nothing durable, no streaming and one tool.
+``run_memory`` — RSS growth per run **waiting on the model**, with 1,000 runs in flight on a model
+that takes an hour (``MAX_CONCURRENT_RUNS`` and ``USER_MAX_RUNS`` raised past 1,000; in production
+``MAX_CONCURRENT_RUNS``, default 64, bounds them, so memory is runs in flight × this row +
+conversations × ``task_memory``). Same in-process app; FakeSlack runs here (its per-conversation
+state, one stored message and a status, is small and counted against us), the slow FakeOpenAI in the
+helper child (its 1,000 parked requests are not counted). Each waiting run holds what it holds in
+production — its agent graph, its prompt, an HTTP request in flight on the OpenAI client's pool.
+Warm-up runs first, also left waiting; RSS after ``gc.collect()``; N more mentions, until every run
+is active and the model has received their requests (past the ``openai`` client's 1,000-connection
+pool the rest wait in the pool, unsent); ``gc.collect()``; RSS again. Shutdown cancels the waiting
+runs (``SHUTDOWN_GRACE`` is short). Its baseline is the Bolt + pydantic-ai peer measured the same
+way (``bench.bolt_baseline turn``, a child process, collected through its ``GET /gc``), each of
+whose mentions likewise waits on the slow model with its request in flight: what the libraries
+themselves hold per waiting run, with nothing durable, no streaming and one tool.
+
+Each measurement runs in a fresh interpreter of its own (``python -m bench.task_memory resting|
+waiting MODE``), so memory the first one freed cannot flatter the second's growth.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import gc
+import json
+import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -34,24 +54,185 @@ from tests.support import events
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from threadbound_emulator import FakeSlack
 
-from . import Row, Scale
+from . import SCALES, Mode, Row, Scale
+from .common import REPO, HelperSlack, bench_workspace, bolt_server, rss
 from .common import SIGNING_SECRET as BENCH_SECRET
-from .common import bench_workspace, bolt_server, rss
 from .fakes import helper
 
-ROWS = ("task_memory",)
+ROWS = ("task_memory", "run_memory")
 WARM = 10
 CHANNELS = 20
 KIB = 1024
+#: Deliveries in flight at once (each answered 200 before the next of its slot is sent).
+IN_FLIGHT = 50
 #: The ``openai`` client's default connection limit: requests past it wait in its pool, unsent.
 OPENAI_POOL = 1000
-#: Seconds all runs may take to reach the model (starting 1,000 runs on 2 cores takes ~30 s).
-WAIT_CAP = 120.0
-#: Wall-clock caps of this module's child (``python -m bench``): starting the app in-process is slow.
-CAP = {"tiny": 200.0, "quick": 300.0}
+#: Seconds all runs may take to reach the model (starting 1,000 runs on 2 cores takes ~30 s), or
+#: all resting conversations to be answered.
+WAIT_CAP = 180.0
+#: Wall-clock caps of this module's child (``python -m bench``): two app start-ups, 2,000 runs.
+CAP = {"tiny": 240.0, "quick": 600.0, "full": 900.0}
 
 
 async def run(scale: Scale) -> list[Row]:
+    resting = await _child("resting", scale.mode)
+    waiting = await _child("waiting", scale.mode)
+    n = scale.conversations
+    rest_note = (
+        f"{n} resting conversations, each after one turn (mention, reply posted, run ended); "
+        f"RSS {resting['before'] / 2**20:.0f} → {resting['after'] / 2**20:.0f} MiB; "
+        f"{resting['answered']} of {n} threads answered; FakeSlack in a helper process (not counted)"
+    )
+    mib = (waiting["before"] / 2**20, waiting["after"] / 2**20)
+    run_note = f"{n} runs waiting on the model; RSS {mib[0]:.0f} → {mib[1]:.0f} MiB"
+    if waiting["waiting"] < n:
+        run_note += (
+            f"; only {waiting['waiting']} of {n} were waiting when the time cap ({WAIT_CAP:.0f} s) passed"
+        )
+    run_note += f"; baseline: the Bolt + pydantic-ai peer, {waiting['peer_note']}"
+    peer = waiting["peer"]
+    return [
+        Row(
+            "task_memory",
+            round(resting["per"], 1),
+            None,
+            "KiB/conversation",
+            "<= 100 KiB",
+            absolute=True,
+            also={"every conversation answered": resting["answered"] >= n},
+            note=rest_note,
+        ),
+        Row(
+            "run_memory",
+            round(waiting["per"], 1),
+            round(peer, 1) if peer is not None else None,
+            "KiB/run waiting on the model",
+            "<= 1.2 (vs Bolt + pydantic-ai)",
+            also={"every run waiting": waiting["waiting"] >= n},
+            note=run_note,
+        ),
+    ]
+
+
+async def _child(kind: str, mode: Mode) -> dict[str, Any]:
+    """One measurement in a fresh interpreter: its JSON result."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.task_memory",
+        kind,
+        mode,
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench.task_memory {kind} exited with {proc.returncode}")
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+# -- resting conversations (task_memory) ------------------------------------------------------------
+
+
+async def resting(scale: Scale, trace: int = 0) -> dict[str, Any]:
+    """RSS growth per resting conversation; with ``trace`` the biggest tracemalloc groups (by
+    traceback, ``trace`` frames) of what the N conversations left behind, printed to stderr."""
+    n = scale.conversations
+    cap = WAIT_CAP * (10 if trace else 1)  # tracemalloc makes every allocation several times slower
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
+        async with helper({"model_delay": 0, "channels": CHANNELS}) as fakes:
+            wanted = [(f"C{i % CHANNELS:04d}", f"<@UBOT> please answer {i}") for i in range(WARM + n)]
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(fakes["seed_url"], json={"messages": wanted}) as r,
+            ):
+                stamps = (await r.json())["ts"]
+            envelopes = [
+                events.app_mention(c, "U1", t, ts) for (c, t), ts in zip(wanted, stamps, strict=True)
+            ]
+            slack = HelperSlack.of(fakes)
+            app = AppHarness(
+                cast(FakeSlack, slack),  # AppHarness reads only token, api_url and files_origin
+                model=None,
+                model_name="openai-chat:fake",
+                openai_base_url=fakes["model_base_url"],
+                openai_api_key="bench",
+                data_dir=Path(tmp),
+                # One person (U1) sends every mention: USER_MAX_RUNS (4) would run them 4 at a time.
+                user_max_runs=64,
+            )
+            async with app:
+                await _deliver(app, envelopes[:WARM])
+                await _settle(app, cap)
+                gc.collect()
+                if trace:
+                    tracemalloc.start(trace)
+                    first = tracemalloc.take_snapshot()
+                before = rss()
+                await _deliver(app, envelopes[WARM:])
+                await _settle(app, cap)
+                gc.collect()
+                after = rss()
+                if trace:
+                    _report(first, tracemalloc.take_snapshot(), n)
+                    tracemalloc.stop()
+                answered = await _answered(
+                    slack, [(c, ts) for (c, _), ts in zip(wanted, stamps, strict=True)][WARM:]
+                )
+    return {"per": (after - before) / n / KIB, "before": before, "after": after, "answered": answered}
+
+
+async def _settle(app: AppHarness, cap: float) -> None:
+    """Until no driver runs and no run is active (every delivered conversation is at rest)."""
+    assert app.service is not None
+    runner = app.service.runner
+    deadline = time.monotonic() + cap
+    while time.monotonic() < deadline:
+        await asyncio.wait_for(app.idle(), cap)
+        if not runner.executor.active_runs:
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the runner did not come to rest")
+
+
+async def _answered(slack: HelperSlack, threads: list[tuple[str, str]]) -> int:
+    """How many of ``threads`` hold a reply from the bot (``conversations.replies``)."""
+    gate = asyncio.Semaphore(IN_FLIGHT)
+    headers = {"Authorization": f"Bearer {slack.token}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+
+        async def one(channel: str, ts: str) -> bool:
+            async with (
+                gate,
+                http.post(
+                    f"{slack.api_url}conversations.replies", data={"channel": channel, "ts": ts}
+                ) as response,
+            ):
+                body = await response.json()
+            return any(m.get("bot_id") for m in body.get("messages", [])[1:])
+
+        return sum(await asyncio.gather(*(one(c, ts) for c, ts in threads)))
+
+
+def _report(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, n: int, top: int = 20) -> None:
+    """The biggest growths between the snapshots, by traceback, per conversation, to stderr."""
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    stats = last.filter_traces(ignore).compare_to(first.filter_traces(ignore), "traceback")
+    grown = sorted((s for s in stats if s.size_diff > 0), key=lambda s: s.size_diff, reverse=True)
+    total = sum(s.size_diff for s in stats)
+    print(f"tracemalloc: {total / n:.0f} B/conversation net over {n}", file=sys.stderr)
+    for stat in grown[:top]:
+        print(f"{stat.size_diff / n:8.0f} B {stat.count_diff / n:6.2f} blocks/conversation", file=sys.stderr)
+        for line in stat.traceback.format(limit=8, most_recent_first=True):
+            print(f"    {line}", file=sys.stderr)
+
+
+# -- runs waiting on the model (run_memory) ---------------------------------------------------------
+
+
+async def waiting(scale: Scale) -> dict[str, Any]:
     n = scale.conversations
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         async with helper({"model_delay": 3600}) as fakes, FakeSlack() as slack:
@@ -73,7 +254,7 @@ async def run(scale: Scale) -> list[Row]:
                 shutdown_grace=0.5,
                 run_timeout=3600.0,
                 # Every conversation really waits on the model (the default cap would queue most of
-                # them in the inbox, which costs far less and would flatter the number).
+                # them in the inbox: that is task_memory's resting cost, not a waiting run's).
                 max_concurrent_runs=WARM + n,
                 # One person (U1) sends every mention: USER_MAX_RUNS would queue all but four.
                 user_max_runs=WARM + n,
@@ -84,37 +265,28 @@ async def run(scale: Scale) -> list[Row]:
                 gc.collect()
                 before = rss()
                 await _deliver(app, envelopes[WARM:])
-                waiting = await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, WAIT_CAP)
+                count = await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, WAIT_CAP)
                 gc.collect()
                 after = rss()
-            peer = await _peer(slack, fakes, envelopes, Path(tmp), n)
-    per = (after - before) / n / KIB
-    note = f"{n} conversations; RSS {before / 2**20:.0f} → {after / 2**20:.0f} MiB"
-    if waiting < WARM + n:
-        note += f"; only {waiting - WARM} of {n} were waiting when the time cap ({WAIT_CAP:.0f} s) passed"
-    note += f"; baseline: the Bolt + pydantic-ai peer, {peer[1]}"
-    return [
-        Row(
-            "task_memory",
-            round(per, 1),
-            round(peer[0], 1) if peer[0] is not None else None,
-            "KiB/conversation",
-            "<= 100 KiB",
-            absolute=True,
-            also={"every conversation waiting": waiting >= WARM + n},
-            note=note,
-        )
-    ]
+            peer, peer_note = await _peer(slack, fakes, envelopes, Path(tmp), n)
+    return {
+        "per": (after - before) / n / KIB,
+        "before": before,
+        "after": after,
+        "waiting": count - WARM,
+        "peer": peer,
+        "peer_note": peer_note,
+    }
 
 
 async def _peer(
     slack: FakeSlack, fakes: dict[str, Any], envelopes: list[dict[str, object]], tmp: Path, n: int
 ) -> tuple[float | None, str]:
-    """The peer's RSS growth per waiting conversation (KiB), measured like ours, and a note."""
+    """The peer's RSS growth per waiting run (KiB), measured like ours, and a note."""
     server = bolt_server(slack, "turn", tmp / "bolt.log", tmp, model_base_url=fakes["model_base_url"])
     async with server, aiohttp.ClientSession() as http:
         url = f"{server.url}/slack/events"
-        gate = asyncio.Semaphore(50)
+        gate = asyncio.Semaphore(IN_FLIGHT)
 
         async def deliver(envelope: dict[str, object]) -> None:
             async with gate:
@@ -142,13 +314,13 @@ async def _peer(
         await settled(WARM)
         before = rss(server.pid)
         await asyncio.gather(*(deliver(e) for e in envelopes[WARM:]))
-        waiting = await settled(min(WARM + n, OPENAI_POOL)) - WARM
+        count = await settled(min(WARM + n, OPENAI_POOL)) - WARM
         after = rss(server.pid)
-    note = f"{waiting} of {n} at the model, RSS {before / 2**20:.0f} → {after / 2**20:.0f} MiB"
-    return ((after - before) / n / KIB if waiting > 0 else None), note
+    note = f"{count} of {n} at the model, RSS {before / 2**20:.0f} → {after / 2**20:.0f} MiB"
+    return ((after - before) / n / KIB if count > 0 else None), note
 
 
-async def _deliver(app: AppHarness, envelopes: list[dict[str, object]], in_flight: int = 50) -> None:
+async def _deliver(app: AppHarness, envelopes: list[dict[str, object]], in_flight: int = IN_FLIGHT) -> None:
     gate = asyncio.Semaphore(in_flight)
 
     async def one(envelope: dict[str, object]) -> None:
@@ -178,4 +350,24 @@ async def _wait_for_requests(
         await asyncio.sleep(0.1)
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.task_memory")
+    parser.add_argument("kind", choices=("resting", "waiting"))
+    parser.add_argument("mode", choices=tuple(SCALES), nargs="?", default="quick")
+    parser.add_argument("--trace", type=int, nargs="?", const=25, default=0, metavar="FRAMES")
+    parser.add_argument("--conversations", type=int, help="instead of the mode's")
+    args = parser.parse_args()
+    scale = SCALES[args.mode]
+    if args.conversations:
+        scale = dataclasses.replace(scale, conversations=args.conversations)
+    if args.kind == "resting":
+        result = asyncio.run(resting(scale, args.trace))
+    else:
+        result = asyncio.run(waiting(scale))
+    print(json.dumps(result), flush=True)
+
+
 __all__ = ["ROWS", "SIGNING_SECRET", "run"]
+
+if __name__ == "__main__":
+    main()
