@@ -34,7 +34,7 @@ from app.intake.interactions import Interactions
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
 from app.ops.heap import freeze_startup_heap
-from app.ops.observe import Observer, TimedModel, combine
+from app.ops.observe import ModelTiming, Observer, combine
 from app.ops.paas import ephemeral_disk_warning
 from app.ops.shutdown import CANCEL_WAIT, HTTP_WAIT, SHUTDOWN_MARGIN, Deadline, Watchdog, bounded
 from app.runs.ack_gate import AckGate
@@ -218,15 +218,16 @@ class Service:
         approvals = Approvals.from_settings(store, adapter, settings)
         warn_unmatched_approval(agent_file.approval, tools)
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
-        timed = TimedModel(model, observer, ack_gate)
+        timing = ModelTiming(observer, ack_gate)
         agent = build_agent(
-            timed,
+            model,
             on_tool=run_hooks.on_tool,
             on_tool_end=observer.tool_end,
             toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
             gate=(lambda every: ApprovalGate(every, agent_file.approval, store))
             if agent_file.approval
             else None,
+            capabilities=[timing],
         )
         executor = RunExecutor(
             store=store,
@@ -240,7 +241,7 @@ class Service:
             approvals=approvals,
             asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
             budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
-            compactor=Compactor(timed, settings.compact_after_tokens),
+            compactor=Compactor(model, settings.compact_after_tokens, timing.request),
             usage_footer=settings.usage_footer,
             stream=stream_mode == "auto",
             feedback=True,

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
-from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from app import logs
 from app.ops import observe
-from app.ops.observe import Observer, TimedModel
+from app.ops.observe import ModelTiming, Observer
 from app.runs.ack_gate import AckGate
 from tests.support import events
 from tests.support.harness import AppHarness
@@ -97,12 +98,17 @@ async def test_a_model_request_waits_while_a_delivery_waits_for_its_answer(
     as soon as no delivery is in flight."""
     monkeypatch.setattr(observe, "MODEL_PATIENCE", 3600.0)  # only the gate can let it through
     gate = AckGate()
-    model = TimedModel(echo_model(), Observer(), gate)
-    messages: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart("hi")])]
+    sent: list[int] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        sent.append(len(messages))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = Agent(FunctionModel(answer), capabilities=[ModelTiming(Observer(), gate)])
     with gate.acking():
-        request = asyncio.create_task(model.request(messages, None, ModelRequestParameters()))
+        run = asyncio.create_task(agent.run("hi"))
         for _ in range(20):
             await asyncio.sleep(0)
-        assert not request.done()
-    response = await asyncio.wait_for(request, 30)
-    assert response.parts
+        assert not run.done() and not sent
+    result = await asyncio.wait_for(run, 30)
+    assert result.output == "ok" and sent == [1]

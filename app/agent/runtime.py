@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, AgentRetries, DeferredToolRequests, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
@@ -126,9 +127,11 @@ def build_agent(
     on_tool_end: ToolFinished | None = None,
     toolsets: Sequence[AbstractToolset[RunDeps]] = (),
     gate: Callable[[AbstractToolset[RunDeps]], AbstractToolset[RunDeps]] | None = None,
+    capabilities: Sequence[AbstractCapability[Any]] = (),
 ) -> Agent[RunDeps, Any]:
     """The agent with the channel toolset first, then ``toolsets`` (the MCP tools). ``gate`` wraps
-    them all (``app.approvals.ApprovalGate``): gated calls end the run with ``DeferredToolRequests``."""
+    them all (``app.approvals.ApprovalGate``): gated calls end the run with ``DeferredToolRequests``.
+    ``capabilities``: pydantic-ai hooks around each request (``app.ops.observe.ModelTiming``)."""
     # `None` output is allowed: ending with no text is how the model chooses to stay silent.
     # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
     every: list[AbstractToolset[RunDeps]] = [ChannelToolset(on_tool, on_tool_end), *toolsets]
@@ -143,6 +146,7 @@ def build_agent(
         toolsets=every,
         retries=AgentRetries(tools=_MAX_RETRIES),
         model_settings=run_model_settings,  # prompt caching, per provider (app/model_settings.py)
+        capabilities=list(capabilities),
     )
 
 

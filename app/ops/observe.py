@@ -9,7 +9,7 @@ offers and adds no behaviour of its own:
 - the Slack adapter's ``on_call`` hook (:meth:`Observer.slack_call`, one adapter per
   service): Slack API calls by method and outcome, and a warning line for each failed one;
 - ``Ingress.on_result``: delivery counters (the ingress logs its own line);
-- :class:`TimedModel`: the time of every model request;
+- :class:`ModelTiming` (a pydantic-ai capability): the time of every model request;
 - ``RunHooks.on_usage``/``on_budget``: tokens and requests (and the run's totals on its end
   line), budget hits.
 """
@@ -26,10 +26,9 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from pydantic_ai import RunContext
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models import Model, ModelRequestParameters, StreamedResponse
-from pydantic_ai.models.wrapper import WrapperModel
-from pydantic_ai.settings import ModelSettings
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelResponse
+from pydantic_ai.models import ModelRequestContext
 
 from app import logs, traces
 from app.agent.usage import TOKEN_KINDS, added, counts
@@ -53,6 +52,8 @@ class _Run:
     trace: traces.RunSpan
     tools: int = 0
     tool_errors: int = 0
+    #: When the run's model request in flight started (``ModelTiming``); 0: none.
+    model_started: float = 0.0
     #: The run's model usage so far: its requests and tokens.
     usage: UsageRecord = field(default_factory=lambda: UsageRecord(day="", person="", channel=""))
 
@@ -167,56 +168,68 @@ def _ended(message: str, outcome: str, seconds: float, **fields: Any) -> None:
 MODEL_PATIENCE = 0.1
 
 
-class TimedModel(WrapperModel):
-    """The wrapped model, unchanged, reporting the duration of every request to ``observer``.
+class ModelTiming(AbstractCapability[Any]):
+    """The time of every model request, reported to ``observer``, as pydantic-ai hooks (no model layer).
 
     With an ``ack_gate`` (``app.runs.ack_gate``) a request first waits (``MODEL_PATIENCE`` at most)
     until no delivery waits for its acknowledgement: building and sending a request is the bulk of
-    a working run's CPU, and acks go first on the event loop."""
+    a working run's CPU, and acks go first on the event loop.
 
-    def __init__(self, wrapped: Model, observer: Observer, ack_gate: AckGate | None = None) -> None:
-        super().__init__(wrapped)
+    A capability rather than a ``WrapperModel``: a model layer holds its own context managers on
+    every request in flight (8 KiB of each waiting run) and costs CPU per request; these hooks run
+    before and after the request and hold nothing while it waits. The start is kept on the run's
+    record (:class:`_Run`), as a run makes one request at a time; a run the observer does not know
+    (no ``on_start``) is gated but not timed. :meth:`request` gates and times a request made outside
+    the agent (compaction's)."""
+
+    def __init__(self, observer: Observer, ack_gate: AckGate | None = None) -> None:
         self.observer = observer
         self.ack_gate = ack_gate
 
-    async def request(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if self.ack_gate is not None:
+            await self.ack_gate.quiet(MODEL_PATIENCE)
+        run = self._run(ctx)
+        if run is not None:
+            run.model_started = time.perf_counter()  # timed until the response (a stream: consumed)
+        return request_context
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
     ) -> ModelResponse:
+        self._ended(ctx, "ok")
+        return response
+
+    async def on_model_request_error(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> ModelResponse:
+        self._ended(ctx, "error")
+        raise error
+
+    @asynccontextmanager
+    async def request(self) -> AsyncIterator[None]:
+        """Around one model request made outside the agent: gated and timed like the agent's."""
         if self.ack_gate is not None:
             await self.ack_gate.quiet(MODEL_PATIENCE)
         started = time.perf_counter()
         outcome = "error"
         try:
-            response = await super().request(messages, model_settings, model_request_parameters)
+            yield
             outcome = "ok"
-            return response
         finally:
             self.observer.model_request(time.perf_counter() - started, outcome)
 
-    @asynccontextmanager
-    async def request_stream(
-        self,
-        messages: list[ModelMessage],
-        model_settings: ModelSettings | None,
-        model_request_parameters: ModelRequestParameters,
-        run_context: RunContext[Any] | None = None,
-    ) -> AsyncIterator[StreamedResponse]:
-        if self.ack_gate is not None:
-            await self.ack_gate.quiet(MODEL_PATIENCE)
-        # Timed until the stream is consumed: the whole response, as for request().
-        started = time.perf_counter()
-        outcome = "error"
-        try:
-            async with super().request_stream(
-                messages, model_settings, model_request_parameters, run_context
-            ) as stream:
-                yield stream
-            outcome = "ok"
-        finally:
-            self.observer.model_request(time.perf_counter() - started, outcome)
+    def _run(self, ctx: RunContext[Any]) -> _Run | None:
+        session = getattr(ctx.deps, "session", None)
+        return self.observer._runs.get(session) if session is not None else None
+
+    def _ended(self, ctx: RunContext[Any], outcome: str) -> None:
+        run = self._run(ctx)
+        if run is not None and run.model_started:
+            self.observer.model_request(time.perf_counter() - run.model_started, outcome)
+            run.model_started = 0.0
 
 
 def combine(*hooks: RunHooks | None) -> RunHooks:

@@ -19,6 +19,8 @@ turns that minted them are gone. The compaction's own request is stored as usage
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,9 @@ class Compactor:
     model: Model
     #: ``COMPACT_AFTER_TOKENS``; 0 turns compaction off.
     after_tokens: int
+    #: Around each summariser request: the ack gate and the request's timing
+    #: (``app.ops.observe.ModelTiming.request``), as for the agent's own requests.
+    around_request: Callable[[], AbstractAsyncContextManager[None]] | None = None
 
     @staticmethod
     def prefix(summary: str) -> list[ModelMessage]:
@@ -94,7 +99,8 @@ class Compactor:
             parts=[UserPromptPart(render(summary, transcript[:cut]))], instructions=SUMMARISER_INSTRUCTIONS
         )
         try:
-            response = await model_request(self.model, [request])
+            async with self.around_request() if self.around_request else nullcontext():
+                response = await model_request(self.model, [request])
         except Exception as exc:
             log.warning("compaction failed (%s); the run uses the history as it was", type(exc).__name__)
             return None
