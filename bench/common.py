@@ -12,6 +12,7 @@ import math
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,6 +253,30 @@ def rss(pid: int | None = None) -> int:
     return int(psutil.Process(pid).memory_info().rss)
 
 
+def report_growth(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, n: int, top: int = 20) -> None:
+    """The biggest growths between two tracemalloc snapshots, by traceback and by the innermost line of
+    ours on it, divided by ``n`` (conversations, runs), to stderr."""
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    stats = last.filter_traces(ignore).compare_to(first.filter_traces(ignore), "traceback")
+    grown = sorted((s for s in stats if s.size_diff > 0), key=lambda s: s.size_diff, reverse=True)
+    total = sum(s.size_diff for s in stats)
+    print(f"tracemalloc: {total / n:.0f} B each net over {n}", file=sys.stderr)
+    for stat in grown[:top]:
+        print(f"{stat.size_diff / n:8.0f} B {stat.count_diff / n:6.2f} blocks each", file=sys.stderr)
+        for line in stat.traceback.format(limit=8, most_recent_first=True):
+            print(f"    {line}", file=sys.stderr)
+    # The same growth by the innermost line of ours (app/, channel/, storage/) on each traceback.
+    ours_at = tuple(f"{REPO}/{package}/" for package in ("app", "channel", "storage"))
+    ours: dict[str, int] = {}
+    for stat in stats:
+        frame = next((f for f in reversed(stat.traceback) if f.filename.startswith(ours_at)), None)
+        where = f"{frame.filename.removeprefix(f'{REPO}/')}:{frame.lineno}" if frame else "(no frame of ours)"
+        ours[where] = ours.get(where, 0) + stat.size_diff
+    print("by the innermost line of ours:", file=sys.stderr)
+    for where, size in sorted(ours.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{size / n:8.0f} B  {where}", file=sys.stderr)
+
+
 # -- statistics ---------------------------------------------------------------------------------------
 
 
@@ -286,6 +311,7 @@ __all__ = [
     "our_server",
     "percentile",
     "quiet",
+    "report_growth",
     "rss",
     "warm_up",
 ]

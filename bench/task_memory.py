@@ -66,7 +66,7 @@ from tests.support.harness import SIGNING_SECRET, AppHarness
 from threadbound_emulator import FakeSlack
 
 from . import SCALES, Mode, Row, Scale
-from .common import REPO, HelperSlack, bench_workspace, bolt_server, rss
+from .common import REPO, HelperSlack, bench_workspace, bolt_server, report_growth, rss
 from .common import SIGNING_SECRET as BENCH_SECRET
 from .fakes import helper
 
@@ -187,7 +187,7 @@ async def resting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                 gc.collect()
                 after = rss()
                 if trace:
-                    _report(first, tracemalloc.take_snapshot(), n)
+                    report_growth(first, tracemalloc.take_snapshot(), n)
                     tracemalloc.stop()
                 answered = await _answered(
                     slack, [(c, ts) for (c, _), ts in zip(wanted, stamps, strict=True)][WARM:]
@@ -225,29 +225,6 @@ async def _answered(slack: HelperSlack, threads: list[tuple[str, str]]) -> int:
             return any(m.get("bot_id") for m in body.get("messages", [])[1:])
 
         return sum(await asyncio.gather(*(one(c, ts) for c, ts in threads)))
-
-
-def _report(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, n: int, top: int = 20) -> None:
-    """The biggest growths between the snapshots, by traceback, per conversation, to stderr."""
-    ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
-    stats = last.filter_traces(ignore).compare_to(first.filter_traces(ignore), "traceback")
-    grown = sorted((s for s in stats if s.size_diff > 0), key=lambda s: s.size_diff, reverse=True)
-    total = sum(s.size_diff for s in stats)
-    print(f"tracemalloc: {total / n:.0f} B each net over {n}", file=sys.stderr)
-    for stat in grown[:top]:
-        print(f"{stat.size_diff / n:8.0f} B {stat.count_diff / n:6.2f} blocks each", file=sys.stderr)
-        for line in stat.traceback.format(limit=8, most_recent_first=True):
-            print(f"    {line}", file=sys.stderr)
-    # The same growth by the innermost line of ours (app/, channel/, storage/) on each traceback.
-    ours_at = tuple(f"{REPO}/{package}/" for package in ("app", "channel", "storage"))
-    ours: dict[str, int] = {}
-    for stat in stats:
-        frame = next((f for f in reversed(stat.traceback) if f.filename.startswith(ours_at)), None)
-        where = f"{frame.filename.removeprefix(f'{REPO}/')}:{frame.lineno}" if frame else "(no frame of ours)"
-        ours[where] = ours.get(where, 0) + stat.size_diff
-    print("by the innermost line of ours:", file=sys.stderr)
-    for where, size in sorted(ours.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"{size / n:8.0f} B  {where}", file=sys.stderr)
 
 
 # -- runs waiting on the model (run_memory) ---------------------------------------------------------
@@ -296,7 +273,7 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                 gc.collect()
                 after = rss()
                 if trace:
-                    _report(first, tracemalloc.take_snapshot(), n)
+                    report_growth(first, tracemalloc.take_snapshot(), n)
                     tracemalloc.stop()
             if trace:
                 return {"per": (after - before) / n / KIB, "waiting": count - WARM}
