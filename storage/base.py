@@ -31,9 +31,10 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-# Every record (``__all__`` of both modules) is also importable from here.
+# Every record (``__all__`` of these modules) is also importable from here.
 from .ask_records import *  # noqa: F403
 from .records import *  # noqa: F403
+from .run_records import *  # noqa: F403
 from .sqlstore import SqlStore
 
 #: The store: every method, with its contract in its docstring, is defined once by the SQL store

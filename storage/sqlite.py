@@ -273,9 +273,12 @@ class SQLiteStore(SqlStore):
         self._calls.append((call, future, synced))
         if not self._committing:
             # Nobody is committing: this caller does, in its own task (a lone call pays no extra
-            # task), until its own call is answered; a backlog left then goes to a task.
+            # task), until its own call is answered; a backlog left then goes to a task. It first
+            # lets the loop finish its current step, so that calls made beside this one (a run's
+            # usage row and checkpoint, gathered) share its transaction and trip.
             self._committing = True
             try:
+                await asyncio.sleep(0)
                 while self._calls and not future.done():
                     await self._commit_batch()
             except asyncio.CancelledError:
@@ -304,8 +307,9 @@ class SQLiteStore(SqlStore):
             self._committer = None
 
     async def _commit_batch(self) -> None:
-        """Commit the next batch: the calls queued meanwhile, at most ``_BATCH`` (none is waited
-        for, so a lone call goes at once), and answer each call's caller."""
+        """Commit the next batch: the calls queued meanwhile, at most ``_BATCH`` (the first caller
+        waited one step of the loop for calls made beside it, no longer), and answer each call's
+        caller."""
         batch = self._calls[:_BATCH]
         del self._calls[:_BATCH]
         calls = [call for call, _, _ in batch]

@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import ask_statements as ask_sql
 from . import statements as sql
 from ._rows import from_row
+from .ask_records import AskRecord
 from .crashpoints import crash_point
-from .records import ClaimOutcome, EffectRecord, Fence, InboxItem, LeaseMoved, StoreError, TaskRecord
+from .records import (
+    ClaimOutcome,
+    EffectRecord,
+    FeedbackRecord,
+    Fence,
+    InboxItem,
+    LeaseMoved,
+    StoreError,
+    TaskRecord,
+)
+from .run_records import RunState
 from .sqlcore import SqlCore, fence_token, new_id
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
@@ -184,18 +196,30 @@ class TaskMethods(SqlCore):
         """Items not yet consumed by a saved run, oldest first."""
         return [from_row(InboxItem, r) for r in await self._fetch(sql.PENDING_INBOX, {"task_id": task_id})]
 
-    async def run_state(self, task_id: str) -> tuple[list[InboxItem], list[EffectRecord], TaskRecord | None]:
+    async def run_state(self, task_id: str) -> RunState:
         """What a run of the task starts from, read together (one trip where the backend can):
-        its pending inbox (:meth:`pending_inbox`), its open journal entries (``open_effects``) and
-        its record (:meth:`get_task`; None for an unknown task)."""
+        its pending inbox (:meth:`pending_inbox`), its open journal entries (``open_effects``), its
+        record (:meth:`get_task`; None for an unknown task), whether an approval of it waits for a
+        decision (``has_open_approval``), its undecided asks (``open_asks``) and its feedback not
+        shown yet (``pending_feedback``)."""
         params = {"task_id": task_id}
-        items, effects, tasks = await self._reads(
-            [(sql.PENDING_INBOX, params), (sql.OPEN_EFFECTS, params), (sql.GET_TASK, params)]
+        items, effects, tasks, waiting, asks, feedback = await self._reads(
+            [
+                (sql.PENDING_INBOX, params),
+                (sql.OPEN_EFFECTS, params),
+                (sql.GET_TASK, params),
+                (sql.HAS_OPEN_APPROVAL, params),
+                (ask_sql.OPEN_TASK_ASKS, params),
+                (sql.PENDING_FEEDBACK, params),
+            ]
         )
-        return (
+        return RunState(
             [from_row(InboxItem, r) for r in items],
             [from_row(EffectRecord, r) for r in effects],
             from_row(TaskRecord, tasks[0]) if tasks else None,
+            open_approval=bool(waiting and waiting[0]["waiting"]),
+            asks=tuple(from_row(AskRecord, r) for r in asks),
+            feedback=tuple(from_row(FeedbackRecord, r) for r in feedback),
         )
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from storage import (
+    AskRecord,
     ClaimOutcome,
     FollowUpRecord,
     LeaseRecord,
@@ -295,7 +296,7 @@ def claim_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 async def test_concurrent_claims_on_one_store_with_duplicates_in_a_batch(
     store: Store, claim_batches: list[int]
 ) -> None:
-    """Claims queued together on one store (SQLite: committed as one batch behind the first) each get
+    """Claims made together on one store (SQLite: committed as one batch) each get
     their own outcome: of two deliveries of one message, or two of one event, one is claimed."""
     outcomes = await asyncio.gather(
         claim(store, event_id="EvX", ts="1.1", thread_ts="1.1"),
@@ -318,7 +319,7 @@ async def test_concurrent_claims_on_one_store_with_duplicates_in_a_batch(
     stats = await store.stats()
     assert stats.tasks == 3 and stats.pending_inbox == 3 + (reply.status == "claimed")
     if isinstance(store, SQLiteStore):
-        assert claim_batches == [1, 5]
+        assert claim_batches == [6]  # made in one step of the loop: one transaction
 
 
 async def test_many_concurrent_claims_on_one_store_get_their_own_outcomes(store: Store) -> None:
@@ -388,7 +389,7 @@ async def test_a_failing_claim_among_concurrent_ones_fails_alone(
     # Nothing of the failed claim stayed behind: claiming it properly now succeeds.
     assert (await claim(store, event_id="Ev2", ts="3.0", thread_ts="3.0")).status == "claimed"
     if isinstance(store, SQLiteStore):
-        assert claim_batches[:2] == [1, 3]
+        assert claim_batches[:1] == [4]  # one batch, rolled back, then each claim alone
 
 
 async def test_cancelled_claim_does_not_strand_concurrent_ones(store: Store) -> None:
@@ -863,19 +864,47 @@ async def test_effect_journal(store: Store) -> None:
     assert await store.get_effect("nope") is None
 
 
-async def test_run_state_reads_inbox_effects_and_task_together(store: Store) -> None:
-    """run_state is pending_inbox, open_effects and get_task read together (the scheduler's look at
-    a task before each run; SQLite makes it one job on its database thread)."""
+async def test_run_state_reads_what_a_run_starts_from_together(store: Store) -> None:
+    """run_state is pending_inbox, open_effects, get_task, has_open_approval, open_asks and
+    pending_feedback read together (the scheduler's look at a task before each run; SQLite makes
+    it one job on its database thread)."""
     first = await claim(store)
     assert first.task_id is not None
     task_id = first.task_id
     await claim(store, event_id="Ev2", ts="100.000002", create=False)
     await store.open_effect(effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0)
-    items, effects, task = await store.run_state(task_id)
-    assert items == await store.pending_inbox(task_id) and len(items) == 2
-    assert effects == await store.open_effects(task_id) and [e.effect_id for e in effects] == ["e1"]
-    assert task == await store.get_task(task_id)
-    assert await store.run_state("no-such-task") == ([], [], None)
+    state = await store.run_state(task_id)
+    assert state.items == await store.pending_inbox(task_id) and len(state.items) == 2
+    assert state.effects == await store.open_effects(task_id)
+    assert [e.effect_id for e in state.effects] == ["e1"]
+    assert state.task == await store.get_task(task_id)
+    assert (state.open_approval, state.asks, state.feedback) == (False, (), ())
+    await open_approval(store, task_id)
+    await store.open_ask(
+        AskRecord(
+            ask_id="q_1",
+            task_id=task_id,
+            kind="question",
+            text="Deploy where?",
+            details="",
+            options=("staging", "prod"),
+            only_requester=True,
+            requester="U1",
+            channel="C1",
+            thread_ts="100.000001",
+            card_ts="",
+            created_at=T0,
+        )
+    )
+    await store.record_feedback(
+        task_id=task_id, message="100.000009", user_id="U2", user_name="Bob", kind="negative", now=T0
+    )
+    state = await store.run_state(task_id)
+    assert state.open_approval is True
+    assert list(state.asks) == await store.open_asks(task_id) and state.asks[0].options == ("staging", "prod")
+    assert list(state.feedback) == await store.pending_feedback(task_id) and len(state.feedback) == 1
+    empty = await store.run_state("no-such-task")
+    assert (empty.items, empty.effects, empty.task, empty.open_approval) == ([], [], None, False)
     if isinstance(store, SQLiteStore):
         jobs = count_jobs(store)
         await store.run_state(task_id)

@@ -175,10 +175,18 @@ class Asks:
             result["at"] = _iso(ask.decided_at)
         return result
 
-    async def free_text(self, session: ChannelSession, user: str, row: Result, at: float) -> Result | None:
+    async def free_text(
+        self,
+        session: ChannelSession,
+        user: str,
+        row: Result,
+        at: float,
+        asks: Sequence[AskRecord] | None = None,
+    ) -> Result | None:
         """``row`` (a message by ``user`` that arrived at ``at``) as the answer to the task's oldest
-        open free-text question it may answer; None when it answers none."""
-        for ask in await self.store.open_asks(session.task.task_id):
+        open free-text question it may answer; None when it answers none. ``asks``: the task's
+        undecided asks as the caller read them (one decided since loses its ``decide_ask`` below)."""
+        for ask in asks if asks is not None else await self.store.open_asks(session.task.task_id):
             if ask.kind != "question" or ask.options or at < ask.created_at or self._overdue(ask):
                 continue
             if not self.may_answer(user, ask):

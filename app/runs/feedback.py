@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from app.clicks import Action
 from channel.session import ChannelSession
 from channel.slack.stream import FEEDBACK_ACTION
-from storage.base import Store
+from storage.base import FeedbackRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,16 @@ class Feedback:
         log.info("feedback", extra={"fields": {"task": task_id, "kind": kind}})
 
 
-async def feedback_notes(store: Store, session: ChannelSession) -> tuple[list[str], float | None]:
+async def feedback_notes(
+    store: Store, session: ChannelSession, pending: Sequence[FeedbackRecord] | None = None
+) -> tuple[list[str], float | None]:
     """One line per click on the task's answers not shown yet ("Alice marked your answer msg_… as
     not helpful"), and the newest click's time: the run marks them shown with the first checkpoint
-    or save that holds the prompt showing them (``feedback_upto``), so a crash before loses none."""
-    pending = await store.pending_feedback(session.task.task_id)
+    or save that holds the prompt showing them (``feedback_upto``), so a crash before loses none.
+    ``pending``: those clicks as the run's start read them (else read here); a later click waits
+    for the next run, as one made just after this read would."""
+    if pending is None:
+        pending = await store.pending_feedback(session.task.task_id)
     if not pending:
         return [], None
     lines = []

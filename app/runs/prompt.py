@@ -17,7 +17,7 @@ from app.agent.approvals import Approvals, is_decision
 from app.agent.asks import answer_row, is_answer
 from channel.errors import ChannelError
 from channel.session import ChannelSession
-from storage.base import InboxItem
+from storage.base import AskRecord, InboxItem
 
 from .follow_ups import follow_up_row, is_follow_up
 
@@ -32,10 +32,15 @@ APPROVAL_NOTE = (
 
 
 async def render_prompt(
-    session: ChannelSession, items: Sequence[InboxItem], notes: Sequence[str] = ()
+    session: ChannelSession,
+    items: Sequence[InboxItem],
+    notes: Sequence[str] = (),
+    *,
+    asks: Sequence[AskRecord] | None = None,
 ) -> str:
     """The inbound messages as the model's user prompt: one JSON object per message (author,
-    handle, rendered text, files), then any notes about an interrupted run."""
+    handle, rendered text, files), then any notes about an interrupted run. ``asks``: the task's
+    undecided asks as the run's start read them (else read when a message might answer one)."""
     lines: list[str] = []
     for item in items:
         if is_decision(item):
@@ -66,7 +71,7 @@ async def render_prompt(
         shown = prompt_row(row)
         if session.asks is not None and isinstance(raw.get("user"), str):
             # The next message from an allowed person answers an open free-text question.
-            shown = await session.asks.free_text(session, raw["user"], shown, item.created_at) or shown
+            shown = await session.asks.free_text(session, raw["user"], shown, item.created_at, asks) or shown
         lines.append(_line(shown))
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]

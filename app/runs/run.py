@@ -50,6 +50,7 @@ from storage.base import (
     Fence,
     InboxItem,
     LeaseMoved,
+    RunState,
     Store,
     StoreError,
     TaskRecord,
@@ -168,11 +169,13 @@ class RunExecutor:
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
         task: TaskRecord | None = None,
+        start: RunState | None = None,
     ) -> RunOutcome:
         """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages,
         ``guard`` is awaited before every write and ``fence`` carried by every durable write (see the
-        module docstring); ``task``: its record, read with them. A run left open by a crash goes on
-        from its last checkpoint."""
+        module docstring); ``task``: its record, read with them; ``start``: the rest of what the
+        store read with them (``Store.run_state``), so the prompt costs no more trips. A run left
+        open by a crash goes on from its last checkpoint."""
         task = task or await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
@@ -185,7 +188,8 @@ class RunExecutor:
             if self.approvals is not None:
                 if cards:
                     await self.approvals.settle(session, cards, load_history(task.transcript))
-                if await self.approvals.waiting(task_id):
+                # A decision since the snapshot wakes the task again; only its own runs open approvals.
+                if start.open_approval if start is not None else await self.approvals.waiting(task_id):
                     return RunOutcome(task_id, "waiting", False)  # its inbox waits for the decision
             # Interrupted mid-run: go on from the checkpoint, never from the conversation's start.
             if task.run_open and await resume_open_run(self.store, session, bool(items), self.feedback):
@@ -195,11 +199,12 @@ class RunExecutor:
             return RunOutcome(task_id, "stopped", False)
         screen = BudgetScreen(self.budgets, session)  # each author's own budget, told once a run
         shown = await screen.screen(items)
-        prompt = await render_prompt(session, shown, notes)
+        prompt = await render_prompt(session, shown, notes, asks=start.asks if start is not None else None)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).
-            lines, upto = await feedback_notes(self.store, session)
+            pending = start.feedback if start is not None else None
+            lines, upto = await feedback_notes(self.store, session, pending)
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         person = newest_author(shown)  # charged for the run's model requests

@@ -310,12 +310,20 @@ class Scheduler:
             heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task_id}")
             try:
                 while self._accepting and not lease.lost.is_set():
-                    items, effects, task = await self.store.run_state(task_id)  # one trip
-                    if not items and not effects and not (task is not None and task.run_open):
+                    state = await self.store.run_state(task_id)  # one trip
+                    task = state.task
+                    if not state.items and not state.effects and not (task is not None and task.run_open):
                         break
                     inbox = self._inbox(task_id)
                     outcome = await self.executor.run_inbox(
-                        task_id, items, effects, inbox, guard=lease.check, fence=fence, task=task
+                        task_id,
+                        state.items,
+                        state.effects,
+                        inbox,
+                        guard=lease.check,
+                        fence=fence,
+                        task=task,
+                        start=state,
                     )
                     if outcome.status == "waiting":
                         waiting = True  # an approval is undecided: its decision wakes the task again

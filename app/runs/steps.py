@@ -7,8 +7,9 @@ enqueued into the running agent so they are consumed with this run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
@@ -26,6 +27,7 @@ from pydantic_ai.usage import UsageLimits
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter
 from channel.session import ChannelSession
+from storage.base import InboxItem
 from storage.crashpoints import crash_point
 
 from .budget_screen import BudgetScreen, newest_author
@@ -94,14 +96,18 @@ class AgentSteps:
                         # not its answer (the final text is posted unless the model replies again).
                         session.shown_new_message()
                         unanswered.clear()
+                    looked: Sequence[InboxItem] | None = None
                     if Agent.is_call_tools_node(node):
-                        await meter.add(node.model_response)
+                        # The usage row, the checkpoint and the inbox look below go to the store
+                        # together (one trip on SQLite: the two writes share a transaction).
+                        work: list[Awaitable[Any]] = [inbox(), meter.add(node.model_response)]
                         if checkpoint is not None and any(
                             isinstance(p, ToolCallPart) for p in node.model_response.parts
                         ):
                             # Before its tools run: a crash from here on resumes with this response
                             # (its calls answered from the journal), the items shown so far consumed.
-                            await checkpoint(run.all_messages())
+                            work.append(checkpoint(run.all_messages()))
+                        looked = (await asyncio.gather(*work))[0]
                     elif Agent.is_model_request_node(node):
                         if session.turn_end:
                             # no_reply, or it asked someone: the turn ends here, with no more text.
@@ -123,7 +129,8 @@ class AgentSteps:
                             note = hit.note()
                             stop = ModelResponse(parts=[TextPart(note)])
                             return [*run.all_messages(), node.request, stop], "", note
-                    fresh = [i for i in await inbox() if i.item_id not in seen]
+                    looked = await inbox() if looked is None else looked
+                    fresh = [i for i in looked if i.item_id not in seen]
                     if fresh:
                         # Each steered message against its own author's budget; from here on the
                         # requests are charged to the newest author shown.

@@ -38,9 +38,12 @@ class AskHost(Protocol):
     async def row(self, session: Any, payload: dict[str, Any]) -> Result:
         """An answer's inbox item as the prompt shows it ("Alice answered q_…: staging")."""
 
-    async def free_text(self, session: Any, user: str, row: Result, at: float) -> Result | None:
+    async def free_text(
+        self, session: Any, user: str, row: Result, at: float, asks: Sequence[Any] | None = None
+    ) -> Result | None:
         """A message row that answers an open free-text question of the task, as the answer's
-        row (``{"answer": …, "question": "q_…", …}``); None when it answers none."""
+        row (``{"answer": …, "question": "q_…", …}``); None when it answers none. ``asks``: the
+        task's undecided asks if the caller has read them (else they are read)."""
 
 
 class Asking(SessionState):
