@@ -33,8 +33,9 @@ async def _mention(app: AppHarness, text: str = "hi") -> str:
 
 async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path) -> None:
     """With STREAM=off, in a thread with chat:write alone (no assistant:write, Slack's 2026-03-05 rule) the
-    status says "is thinking…", names the tool, then is cleared (streamed answers show the tool as a step
-    instead: test_streaming.py)."""
+    status says "is thinking…", names the tool, then is cleared by the reply posted after it (Slack
+    clears a thread's status when the app posts there: the run's end makes no call of its own).
+    Streamed answers show the tool as a step instead: test_streaming.py."""
     seen_at_first_request: list[str] = []
 
     def script(turn: Turn) -> list[Any]:
@@ -51,10 +52,33 @@ async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path
             ts = await _mention(app)
             await app.idle()
         assert seen_at_first_request == ["is thinking…"]
-        assert [s.status for s in slack.statuses] == ["is thinking…", "is reading the thread…", ""]
+        assert [s.status for s in slack.statuses] == ["is thinking…", "is reading the thread…"]
+        assert slack.status_shown("C1", ts) == ""
         assert all(s.channel_id == "C1" and s.thread_ts == ts for s in slack.statuses)
         assert slack.count("reactions.add") == 0
         assert [m["text"] for m in slack.bot_messages("C1")] == ["done reading"]
+
+
+async def test_a_status_set_after_the_last_reply_is_cleared_at_the_end(tmp_path: Path) -> None:
+    """A reply, then a tool that sets the status again, then the end with no more posts: nothing
+    has cleared that status, so the run's end does (and the thread shows none)."""
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            return [call("channel_reply", text="on it")]
+        if turn.results and turn.results[-1][0] == "channel_reply":
+            return [call("channel_read")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, stream="off") as app:
+            ts = await _mention(app)
+            await app.idle()
+            calls = [s.status for s in slack.statuses]
+        assert calls == ["is thinking…", "is reading the thread…", ""]
+        assert slack.status_shown("C1", ts) == ""
+        assert [m["text"] for m in slack.bot_messages("C1")] == ["on it"]
 
 
 async def test_when_slack_refuses_the_status_a_reaction_shows_progress_and_is_removed(tmp_path: Path) -> None:

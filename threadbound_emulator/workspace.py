@@ -61,6 +61,9 @@ class Workspace(MessageRules):
         self.replies_repeat_root = False
 
         self.statuses: list[Status] = []
+        #: The status each thread shows now (``status_shown``): set by setStatus, cleared when the
+        #: app posts in that thread, as Slack does.
+        self.shown_statuses: dict[tuple[str, str], str] = {}
         #: ``chat.postEphemeral`` calls: ``(channel, user, thread_ts, text)``; seen by that user only.
         self.ephemerals: list[tuple[str, str, str, str]] = []
         #: Streamed messages by ``(channel, ts)`` (``threadbound_emulator.api.streams``).
@@ -321,6 +324,11 @@ class Workspace(MessageRules):
         if thread_ts is None:
             return copy.deepcopy(stored)
         return copy.deepcopy(self.thread(channel, thread_ts))
+
+    def status_shown(self, channel: str, thread_ts: str) -> str:
+        """The assistant status the thread shows now: the last one set, unless the app has posted
+        in the thread since ("" when none shows)."""
+        return self.shown_statuses.get((channel, thread_ts), "")
 
     def bot_messages(self, channel: str | None = None) -> list[JSON]:
         """Copies of every message the bot posted (in one channel, or anywhere), oldest first."""

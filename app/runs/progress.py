@@ -2,7 +2,8 @@
 
 Where Slack allows it (the ``status`` feature: ``chat:write`` since Slack's 2026-03-05 change,
 and an origin that is a thread) the thread shows "is thinking…" and then the tool
-being used ("is reading the thread…"), cleared when the run ends. Otherwise — or
+being used ("is reading the thread…"), cleared when the run ends (unless the run posted in
+the thread after it was last set: Slack clears it then, and the run's end makes no call). Otherwise — or
 when Slack refuses the status in ``auto`` mode — the newest inbound message gets a
 reaction (``PROGRESS_EMOJI``, default ``eyes``), removed when the run ends.
 
@@ -83,6 +84,10 @@ class _Indicator:
     text: str = THINKING
     loading: tuple[str, ...] = ()
     refresher: asyncio.Task[None] | None = None
+    #: The run's ``posts_begun`` when the status was last set: a post begun later has cleared it.
+    posts: int = 0
+    #: A refresh was cancelled mid-call: Slack may have set the status after the last post.
+    unsure: bool = False
 
 
 class Progress:
@@ -123,7 +128,9 @@ class Progress:
         adapter, origin = session.adapter, session.origin
         if self.mode in ("auto", "status") and adapter.features.status and origin.thread_ts:
             if await self._status(adapter, origin, THINKING, self.loading_messages):
-                indicator = _Indicator("status", origin, loading=self.loading_messages)
+                indicator = _Indicator(
+                    "status", origin, loading=self.loading_messages, posts=session.posts_begun
+                )
                 indicator.refresher = asyncio.create_task(
                     self._refresh(weakref.ref(session), indicator), name="progress-refresh"
                 )
@@ -145,7 +152,7 @@ class Progress:
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:
             return
         if await self._status(session.adapter, indicator.origin, text):
-            indicator.text, indicator.loading = text, ()
+            indicator.text, indicator.loading, indicator.posts = text, (), session.posts_begun
         else:
             indicator.broken = True  # one failure is enough: stop calling for the rest of the run
 
@@ -157,6 +164,8 @@ class Progress:
             await asyncio.wait([indicator.refresher])
         if indicator is None or status == "stopped":
             return  # stopped: the conversation's new owner shows (and clears) its own indicator
+        if indicator.kind == "status" and not indicator.unsure and session.last_thread_post > indicator.posts:
+            return  # a post begun after the status was last set reached the thread: Slack cleared it
         try:
             async with asyncio.timeout(CLEAR_S):
                 if indicator.kind == "status":
@@ -175,8 +184,13 @@ class Progress:
                 return  # the run is gone (cancelled before its end hook) or Slack refuses the status
             adapter = live.adapter
             del live  # hold no reference while waiting: the run's end must be able to let go of it
+            indicator.unsure = True  # until this call is answered (the run's end may cancel it)
             if not await self._status(adapter, indicator.origin, indicator.text, indicator.loading):
                 indicator.broken = True
+            elif (live := session()) is not None:
+                indicator.posts = live.posts_begun  # set again: only a post begun after it clears it
+                del live
+            indicator.unsure = False
 
     async def _newest_ref(self, adapter: ChannelAdapter, items: Sequence[InboxItem]) -> str:
         try:

@@ -49,6 +49,8 @@ class Replies(SessionState):
                 {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index},
             )
             last = index == len(parts) - 1
+            self.posts_begun += 1
+            begun = self.posts_begun
             try:
                 posted = await self.post_once(
                     part, effect_id, feedback=self.feedback if feedback and last else ""
@@ -60,6 +62,8 @@ class Replies(SessionState):
                         f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})"
                     )
                 raise
+            if self.origin.thread_ts and not posted.new_root:
+                self.last_thread_post = max(self.last_thread_post, begun)
             try:
                 handle = await self.record_post(posted)
                 await self.journal.close(effect_id, {"message": handle})

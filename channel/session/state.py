@@ -74,6 +74,11 @@ class SessionState:
         self.enabled: set[str] = set(self._enabled_order)
         #: Handles of every message the bot posted in this run.
         self.posted: list[str] = []
+        #: Plain posts (not streamed) this run began, numbered from 1; and the number of the
+        #: newest that reached its origin thread. Such a post clears the thread's assistant status
+        #: (Slack): one begun after a status was set has cleared it (``app.runs.progress``).
+        self.posts_begun = 0
+        self.last_thread_post = 0
         #: Set once a channel_reply succeeded (or the host posted the final text) since the newest
         #: message the model was shown (:meth:`shown_new_message` clears it).
         self.replied = False

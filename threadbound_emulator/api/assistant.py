@@ -22,6 +22,7 @@ def set_status(ws: Workspace, params: Params) -> JSON:
     if not all(isinstance(m, str) and m for m in loading):
         raise SlackError("invalid_arguments")
     ws.statuses.append(Status(chan.id, thread_ts, str(params.get("status") or ""), tuple(loading)))
+    ws.shown_statuses[(chan.id, thread_ts)] = str(params.get("status") or "")
     return {}
 
 

@@ -81,6 +81,7 @@ def post_message(ws: Workspace, params: Params) -> JSON:
         root = ws.find(chan.id, root_ts)
         assert root is not None
         ws.attach_reply(root, message)
+        ws.shown_statuses.pop((chan.id, root_ts), None)  # the app's post clears the thread's status
     ws.insert(chan.id, message)
     return {"channel": chan.id, "ts": message["ts"], "message": ws.render(message, True)}
 
