@@ -3,6 +3,7 @@ store, with no app/ and no Slack: bind a conversation, get its tools, call them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator
@@ -163,3 +164,18 @@ async def test_features_decide_which_tools_exist(tmp_path: Path) -> None:
             select_tools(adapter.features.enabled(), ["channel_edit"], SkillLibrary([]))
     finally:
         await store.close()
+
+
+async def test_look_ahead_starts_the_description_once_for_its_origin(host: Host) -> None:
+    """look_ahead() asks the adapter at once (the run's store trips then overlap the lookup); the
+    instructions' describe() reuses that one answer; a changed origin is described afresh."""
+    host.session.look_ahead()
+    host.session.look_ahead()
+    await asyncio.sleep(0)  # the lookup runs without anyone awaiting it
+    assert host.adapter.count("describe") == 1
+    info = await host.session.describe()
+    assert info == await host.adapter.describe(host.origin)
+    assert host.adapter.count("describe") == 2  # the session's call made none of its own
+    host.session.origin = Origin(host.origin.channel, "")
+    assert (await host.session.describe()).is_thread is False
+    assert host.adapter.count("describe") == 3

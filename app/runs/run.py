@@ -181,6 +181,7 @@ class RunExecutor:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts
         session = self.session(task, Origin(task.channel, thread_ts), guard=guard, fence=fence)
+        session.look_ahead()  # the instructions' channel lookup overlaps the store trips below
         cards = [e for e in effects if e.tool == CARD_EFFECT]
         effects = [e for e in effects if e.tool != CARD_EFFECT]  # settled apart
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -96,6 +97,8 @@ class SessionState:
         # A `run` without --thread posts a new root; its later posts go into that root's thread.
         self._adopt_first_root = adopt_first_root
         self._conversation: list[MessageView] | None = None
+        #: :meth:`look_ahead`'s lookup, with the origin it describes.
+        self._describing: tuple[Origin, asyncio.Future[OriginInfo]] | None = None
 
     # -- what the host needs about the conversation ----------------------------------------
     def shown_new_message(self) -> None:
@@ -109,8 +112,19 @@ class SessionState:
         """Whether this run posted a reply at all (its outcome, its log line)."""
         return self.replied or self.replied_before
 
+    def look_ahead(self) -> None:
+        """Start :meth:`describe` now, in the background: the run's instructions need it, and its
+        lookup (``conversations.info`` of a channel not seen yet) then overlaps the run's first
+        store trips instead of following them."""
+        if self._describing is None:
+            self._describing = (self.origin, asyncio.ensure_future(self.adapter.describe(self.origin)))
+            # Retrieved here too: a run that ends before its instructions leaves no unread error.
+            self._describing[1].add_done_callback(_ignore_outcome)
+
     async def describe(self) -> OriginInfo:
         """Names and permalink of this conversation, for the run's instructions."""
+        if self._describing is not None and self._describing[0] == self.origin:
+            return await asyncio.shield(self._describing[1])
         return await self.adapter.describe(self.origin)
 
     async def inbound_row(self, raw: Mapping[str, Any]) -> Result:
@@ -162,3 +176,8 @@ class SessionState:
         data = json.dumps({"name": meta.name, "media_type": meta.media_type, "size": meta.size, **meta.data})
         handle = await self.handles.mint("file", meta.ref, authored=authored, data=data)
         return {"file": handle, "name": meta.name, "media_type": meta.media_type, "size": meta.size}
+
+
+def _ignore_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # read, so an error no caller awaited is not reported as unretrieved
