@@ -19,6 +19,8 @@ round has at least three turns per conversation slot, so at ``c = 50`` it measur
 flight, not one burst of simultaneous starts. The mentions rotate over ``CHANNELS`` channels, more
 than a round's turns at once, so that Slack's one post a second per channel, which ours keeps and
 the peer ignores, does not set the pace: that cost is ``burst_delivery``'s row, not this one.
+Before the rounds each side has one turn in every channel (caches in their steady state: ours
+looks up a channel's name once, for its instructions).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ ROWS = ("turn_overhead_c1", "turn_overhead_c50")
 #: Channels the mentions rotate over: enough that no channel's post pacing binds (see above).
 CHANNELS = 200
 WARM_TURNS = 3
+#: Turns in flight while warming up every channel.
+WARM_CONCURRENCY = 20
 #: Pause after each answered turn at concurrency 1 (seconds), outside the measured span.
 SETTLE = 0.06
 
@@ -120,6 +124,11 @@ async def run(scale: Scale) -> list[Row]:
             base = bolt_server(slack, "turn", root / "bolt.log", root, model_base_url=llm.base_url)
             async with ours, base:
                 for server in (base, ours):
+                    # One turn in every channel first (twenty at a time), then a few alone: the
+                    # rows measure turns in channels each side has seen, the steady state of an app
+                    # living in a workspace; a first turn in a channel costs ours one
+                    # conversations.info (its name is in the instructions), which the peer never asks.
+                    await turns.run(server, CHANNELS, WARM_CONCURRENCY, scale.time_cap)
                     await turns.run(server, WARM_TURNS, 1, scale.time_cap)
                 for concurrency in scale.turn_concurrency:
                     # Rounds alternate the sides (and which goes first), so a slow patch of the machine
