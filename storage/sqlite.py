@@ -272,10 +272,8 @@ class SQLiteStore(SqlStore):
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls.append((call, future, synced))
         if not self._committing:
-            # Nobody is committing: this caller does, in its own task (a lone call pays no extra
-            # task), until its own call is answered; a backlog left then goes to a task. It first
-            # lets the loop finish its current step, so that calls made beside this one (a run's
-            # usage row and checkpoint, gathered) share its transaction and trip.
+            # Nobody is committing: this caller does (after the loop's current step, so calls made
+            # beside it share its trip) until its own call is answered; a backlog goes to a task.
             self._committing = True
             try:
                 await asyncio.sleep(0)
@@ -307,9 +305,8 @@ class SQLiteStore(SqlStore):
             self._committer = None
 
     async def _commit_batch(self) -> None:
-        """Commit the next batch: the calls queued meanwhile, at most ``_BATCH`` (the first caller
-        waited one step of the loop for calls made beside it, no longer), and answer each call's
-        caller."""
+        """Commit the next batch: the calls queued meanwhile (at most ``_BATCH``; nobody waits for
+        more), and answer each call's caller."""
         batch = self._calls[:_BATCH]
         del self._calls[:_BATCH]
         calls = [call for call, _, _ in batch]

@@ -61,8 +61,7 @@ class Workspace(MessageRules):
         self.replies_repeat_root = False
 
         self.statuses: list[Status] = []
-        #: The status each thread shows now (``status_shown``): set by setStatus, cleared when the
-        #: app posts in that thread, as Slack does.
+        #: The status each thread shows (``status_shown``); the app's post there clears it.
         self.shown_statuses: dict[tuple[str, str], str] = {}
         #: ``chat.postEphemeral`` calls: ``(channel, user, thread_ts, text)``; seen by that user only.
         self.ephemerals: list[tuple[str, str, str, str]] = []
@@ -326,8 +325,7 @@ class Workspace(MessageRules):
         return copy.deepcopy(self.thread(channel, thread_ts))
 
     def status_shown(self, channel: str, thread_ts: str) -> str:
-        """The assistant status the thread shows now: the last one set, unless the app has posted
-        in the thread since ("" when none shows)."""
+        """The thread's status now: the last set, unless the app posted there since (else "")."""
         return self.shown_statuses.get((channel, thread_ts), "")
 
     def bot_messages(self, channel: str | None = None) -> list[JSON]:
