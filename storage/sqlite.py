@@ -42,7 +42,6 @@ T = TypeVar("T")
 Call = tuple[Procedure, Mapping[str, Any]] | Callable[[Db], Any]
 #: SQL that only reads, by its first word; anything else writes (INSERT, UPDATE, DELETE, a WITH …).
 _READS = ("SELECT",)
-
 #: Most procedure calls committed in one transaction: bounds how long one batch holds the write lock.
 _BATCH = 64
 
