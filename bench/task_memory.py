@@ -26,8 +26,8 @@ grows (2 MiB per connection at most, SQLite's default). The transcript, inbox, h
 checkpoints are in the store; a driver exists only while a conversation has work; the user, channel
 and delivery caches are bounded LRUs.
 
-``run_memory`` — RSS growth per run **waiting on the model**, with 1,000 runs in flight on a model
-that takes an hour (``MAX_CONCURRENT_RUNS`` and ``USER_MAX_RUNS`` raised past 1,000; in production
+``run_memory`` — RSS growth per run **waiting on the model** (``STREAM=off``, like the peer),
+with 1,000 runs in flight on a model that takes an hour (``MAX_CONCURRENT_RUNS`` and ``USER_MAX_RUNS`` raised past 1,000; in production
 ``MAX_CONCURRENT_RUNS``, default 64, bounds them, so memory is runs in flight × this row +
 conversations × ``task_memory``). Same in-process app; FakeSlack runs here (its per-conversation
 state, one stored message and a status, is small and counted against us), the slow FakeOpenAI in the
@@ -254,6 +254,9 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                 data_dir=Path(tmp),
                 shutdown_grace=0.5,
                 run_timeout=3600.0,
+                # Like the peer (and the turn rows): whole posts. A streamed answer's request holds
+                # ~28 KiB more per waiting run (pydantic-ai's memory streams and task groups).
+                stream="off",
                 # Every conversation really waits on the model (the default cap would queue most of
                 # them in the inbox: that is task_memory's resting cost, not a waiting run's).
                 max_concurrent_runs=WARM + n,
