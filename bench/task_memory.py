@@ -27,7 +27,8 @@ checkpoints are in the store; a driver exists only while a conversation has work
 and delivery caches are bounded LRUs.
 
 ``run_memory`` — RSS growth per run **waiting on the model** (``STREAM=off``, like the peer),
-with 1,000 runs in flight on a model that takes an hour (``MAX_CONCURRENT_RUNS`` and ``USER_MAX_RUNS`` raised past 1,000; in production
+with 1,000 runs in flight on a model that takes an hour (``MAX_CONCURRENT_RUNS`` and
+``USER_MAX_RUNS`` raised past 1,000; in production
 ``MAX_CONCURRENT_RUNS``, default 64, bounds them, so memory is runs in flight × this row +
 conversations × ``task_memory``). Same in-process app; FakeSlack runs here (its per-conversation
 state, one stored message and a status, is small and counted against us), the slow FakeOpenAI in the
