@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from storage.base import AskRecord, Store
+from storage.base import Store
+from tests.support.asks import question
 
 T0 = 1_700_000_000.0
 StoreFactory = Callable[..., Awaitable[Store]]
@@ -16,20 +17,7 @@ async def _open(
 ) -> str:
     task = await store.create_task(channel="C1", thread_ts="500.000001", now=T0)
     await store.open_ask(
-        AskRecord(
-            ask_id=ask_id,
-            task_id=task.task_id,
-            kind="question",
-            text="Deploy where?",
-            details="",
-            options=options,
-            only_requester=True,
-            requester="U1",
-            channel="C1",
-            thread_ts="500.000001",
-            card_ts="",
-            created_at=now,
-        )
+        question(task.task_id, ask_id, created_at=now, options=options, thread_ts="500.000001")
     )
     return task.task_id
 

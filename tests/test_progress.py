@@ -31,6 +31,15 @@ async def _mention(app: AppHarness, text: str = "hi") -> str:
     return ts
 
 
+async def _one_turn(slack: FakeSlack, script: Any, tmp_path: Path) -> str:
+    """One mention answered by ``script`` with STREAM=off, run to its end; the mention's ts."""
+    _workspace(slack)
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, stream="off") as app:
+        ts = await _mention(app)
+        await app.idle()
+    return ts
+
+
 async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path) -> None:
     """With STREAM=off, in a thread with chat:write alone (no assistant:write, Slack's 2026-03-05 rule) the
     status says "is thinking…", names the tool, then is cleared by the reply posted after it (Slack
@@ -47,10 +56,7 @@ async def test_status_shows_thinking_then_the_tool_and_is_cleared(tmp_path: Path
         return [""]
 
     async with FakeSlack() as slack:
-        _workspace(slack)
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, stream="off") as app:
-            ts = await _mention(app)
-            await app.idle()
+        ts = await _one_turn(slack, script, tmp_path)
         assert seen_at_first_request == ["is thinking…"]
         assert [s.status for s in slack.statuses] == ["is thinking…", "is reading the thread…"]
         assert slack.status_shown("C1", ts) == ""
@@ -71,12 +77,8 @@ async def test_a_status_set_after_the_last_reply_is_cleared_at_the_end(tmp_path:
         return [""]
 
     async with FakeSlack() as slack:
-        _workspace(slack)
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, stream="off") as app:
-            ts = await _mention(app)
-            await app.idle()
-            calls = [s.status for s in slack.statuses]
-        assert calls == ["is thinking…", "is reading the thread…", ""]
+        ts = await _one_turn(slack, script, tmp_path)
+        assert [s.status for s in slack.statuses] == ["is thinking…", "is reading the thread…", ""]
         assert slack.status_shown("C1", ts) == ""
         assert [m["text"] for m in slack.bot_messages("C1")] == ["on it"]
 

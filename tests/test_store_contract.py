@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from storage import (
-    AskRecord,
     ClaimOutcome,
     FollowUpRecord,
     LeaseRecord,
@@ -27,6 +26,7 @@ from storage import (
 )
 from storage.postgres import PostgresStore
 from storage.sqlite import SQLiteStore
+from tests.support.asks import question
 from tests.support.sqlite_jobs import count_jobs
 from tests.support.waiting import polls
 
@@ -881,20 +881,7 @@ async def test_run_state_reads_what_a_run_starts_from_together(store: Store) -> 
     assert (state.open_approval, state.asks, state.feedback) == (False, (), ())
     await open_approval(store, task_id)
     await store.open_ask(
-        AskRecord(
-            ask_id="q_1",
-            task_id=task_id,
-            kind="question",
-            text="Deploy where?",
-            details="",
-            options=("staging", "prod"),
-            only_requester=True,
-            requester="U1",
-            channel="C1",
-            thread_ts="100.000001",
-            card_ts="",
-            created_at=T0,
-        )
+        question(task_id, "q_1", created_at=T0, options=("staging", "prod"), thread_ts="100.000001")
     )
     await store.record_feedback(
         task_id=task_id, message="100.000009", user_id="U2", user_name="Bob", kind="negative", now=T0
