@@ -57,8 +57,9 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import aiohttp
 
@@ -71,6 +72,7 @@ from .common import REPO, HelperSlack, bench_workspace, bolt_server, report_grow
 from .common import SIGNING_SECRET as BENCH_SECRET
 from .fakes import helper
 
+T = TypeVar("T")
 ROWS = ("task_memory", "run_memory")
 WARM = 10
 CHANNELS = 20
@@ -165,31 +167,22 @@ async def resting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                 events.app_mention(c, "U1", t, ts) for (c, t), ts in zip(wanted, stamps, strict=True)
             ]
             slack = HelperSlack.of(fakes)
-            app = AppHarness(
+            app = _app(
                 cast(FakeSlack, slack),  # AppHarness reads only token, api_url and files_origin
-                model=None,
-                model_name="openai-chat:fake",
-                openai_base_url=fakes["model_base_url"],
-                openai_api_key="bench",
-                data_dir=Path(tmp),
+                fakes,
+                Path(tmp),
                 # One person (U1) sends every mention: USER_MAX_RUNS (4) would run them 4 at a time.
                 user_max_runs=64,
             )
             async with app:
                 await _deliver(app, envelopes[:WARM])
                 await _settle(app, cap)
-                gc.collect()
-                if trace:
-                    tracemalloc.start(trace)
-                    first = tracemalloc.take_snapshot()
-                before = rss()
-                await _deliver(app, envelopes[WARM:])
-                await _settle(app, cap)
-                gc.collect()
-                after = rss()
-                if trace:
-                    report_growth(first, tracemalloc.take_snapshot(), n)
-                    tracemalloc.stop()
+
+                async def rest() -> None:
+                    await _deliver(app, envelopes[WARM:])
+                    await _settle(app, cap)
+
+                before, after, _ = await _growth(rest, trace, n)
                 answered = await _answered(
                     slack, [(c, ts) for (c, _), ts in zip(wanted, stamps, strict=True)][WARM:]
                 )
@@ -246,13 +239,10 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                 envelopes.append(
                     events.app_mention(channel, "U1", text, slack.add_message(channel, text, "U1"))
                 )
-            app = AppHarness(
+            app = _app(
                 slack,
-                model=None,
-                model_name="openai-chat:fake",
-                openai_base_url=fakes["model_base_url"],
-                openai_api_key="bench",
-                data_dir=Path(tmp),
+                fakes,
+                Path(tmp),
                 shutdown_grace=0.5,
                 run_timeout=3600.0,
                 # Like the peer (and the turn rows): whole posts. A streamed answer's request holds
@@ -267,18 +257,12 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
             async with app, aiohttp.ClientSession() as http:
                 await _deliver(app, envelopes[:WARM])
                 await _wait_for_requests(app, http, fakes["model_count_url"], WARM, cap)
-                gc.collect()
-                if trace:
-                    tracemalloc.start(trace)
-                    first = tracemalloc.take_snapshot()
-                before = rss()
-                await _deliver(app, envelopes[WARM:])
-                count = await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, cap)
-                gc.collect()
-                after = rss()
-                if trace:
-                    report_growth(first, tracemalloc.take_snapshot(), n)
-                    tracemalloc.stop()
+
+                async def wait() -> int:
+                    await _deliver(app, envelopes[WARM:])
+                    return await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, cap)
+
+                before, after, count = await _growth(wait, trace, n)
             if trace:
                 return {"per": (after - before) / n / KIB, "waiting": count - WARM}
             peer, peer_note = await _peer(slack, fakes, envelopes, Path(tmp), n)
@@ -290,6 +274,38 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
         "peer": peer,
         "peer_note": peer_note,
     }
+
+
+async def _growth(work: Callable[[], Awaitable[T]], trace: int, n: int) -> tuple[int, int, T]:
+    """RSS before and after ``work()``, each after a full collection, and what it returned; with
+    ``trace`` (frames), tracemalloc's growth over it per conversation is printed too."""
+    gc.collect()
+    first = None
+    if trace:
+        tracemalloc.start(trace)
+        first = tracemalloc.take_snapshot()
+    before = rss()
+    result = await work()
+    gc.collect()
+    after = rss()
+    if first is not None:
+        report_growth(first, tracemalloc.take_snapshot(), n)
+        tracemalloc.stop()
+    return before, after, result
+
+
+def _app(slack: FakeSlack, fakes: dict[str, Any], data_dir: Path, **settings: Any) -> AppHarness:
+    """The app in this process, its model built from ``MODEL=openai-chat:fake`` as in production
+    (against the helper's FakeOpenAI), with ``settings`` on top."""
+    return AppHarness(
+        slack,
+        model=None,
+        model_name="openai-chat:fake",
+        openai_base_url=fakes["model_base_url"],
+        openai_api_key="bench",
+        data_dir=data_dir,
+        **settings,
+    )
 
 
 async def _peer(
