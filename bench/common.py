@@ -7,16 +7,17 @@ requests and stops at a wall-clock cap, whichever comes first.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import psutil
@@ -25,6 +26,8 @@ from tests.support import events
 from tests.support.memory import PeakRss
 from tests.support.process import LOOPBACK, REPO, ServerProcess
 from threadbound_emulator import FakeSlack
+
+T = TypeVar("T")
 
 SIGNING_SECRET = "bench-signing-secret"
 #: ``USER_MAX_RUNS`` for our side: far above any row's concurrency (one person sends every delivery).
@@ -280,6 +283,24 @@ def report_growth(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, n: in
 # -- statistics ---------------------------------------------------------------------------------------
 
 
+async def rss_growth(work: Callable[[], Awaitable[T]], trace: int, n: int) -> tuple[int, int, T]:
+    """RSS before and after ``work()``, each after a full collection, and what it returned; with
+    ``trace`` (frames), tracemalloc's growth over it per conversation is printed too."""
+    gc.collect()
+    first = None
+    if trace:
+        tracemalloc.start(trace)
+        first = tracemalloc.take_snapshot()
+    before = rss()
+    result = await work()
+    gc.collect()
+    after = rss()
+    if first is not None:
+        report_growth(first, tracemalloc.take_snapshot(), n)
+        tracemalloc.stop()
+    return before, after, result
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0–100), nearest-rank: an observed value, never interpolated."""
     if not values:
@@ -313,6 +334,7 @@ __all__ = [
     "quiet",
     "report_growth",
     "rss",
+    "rss_growth",
     "warm_up",
 ]
 

@@ -51,15 +51,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import json
 import sys
 import tempfile
 import time
-import tracemalloc
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import aiohttp
 
@@ -68,11 +65,10 @@ from tests.support.harness import SIGNING_SECRET, AppHarness
 from threadbound_emulator import FakeSlack
 
 from . import SCALES, Mode, Row, Scale
-from .common import REPO, HelperSlack, bench_workspace, bolt_server, report_growth, rss
+from .common import REPO, HelperSlack, bench_workspace, bolt_server, rss, rss_growth
 from .common import SIGNING_SECRET as BENCH_SECRET
 from .fakes import helper
 
-T = TypeVar("T")
 ROWS = ("task_memory", "run_memory")
 WARM = 10
 CHANNELS = 20
@@ -182,7 +178,7 @@ async def resting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                     await _deliver(app, envelopes[WARM:])
                     await _settle(app, cap)
 
-                before, after, _ = await _growth(rest, trace, n)
+                before, after, _ = await rss_growth(rest, trace, n)
                 answered = await _answered(
                     slack, [(c, ts) for (c, _), ts in zip(wanted, stamps, strict=True)][WARM:]
                 )
@@ -262,7 +258,7 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
                     await _deliver(app, envelopes[WARM:])
                     return await _wait_for_requests(app, http, fakes["model_count_url"], WARM + n, cap)
 
-                before, after, count = await _growth(wait, trace, n)
+                before, after, count = await rss_growth(wait, trace, n)
             if trace:
                 return {"per": (after - before) / n / KIB, "waiting": count - WARM}
             peer, peer_note = await _peer(slack, fakes, envelopes, Path(tmp), n)
@@ -274,24 +270,6 @@ async def waiting(scale: Scale, trace: int = 0) -> dict[str, Any]:
         "peer": peer,
         "peer_note": peer_note,
     }
-
-
-async def _growth(work: Callable[[], Awaitable[T]], trace: int, n: int) -> tuple[int, int, T]:
-    """RSS before and after ``work()``, each after a full collection, and what it returned; with
-    ``trace`` (frames), tracemalloc's growth over it per conversation is printed too."""
-    gc.collect()
-    first = None
-    if trace:
-        tracemalloc.start(trace)
-        first = tracemalloc.take_snapshot()
-    before = rss()
-    result = await work()
-    gc.collect()
-    after = rss()
-    if first is not None:
-        report_growth(first, tracemalloc.take_snapshot(), n)
-        tracemalloc.stop()
-    return before, after, result
 
 
 def _app(slack: FakeSlack, fakes: dict[str, Any], data_dir: Path, **settings: Any) -> AppHarness:
