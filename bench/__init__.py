@@ -35,7 +35,7 @@ _TARGET = re.compile(r"^\s*(>=|<=|>|<)\s*([0-9.]+)")
 
 @dataclass(frozen=True)
 class Scale:
-    """How big each benchmark is; ``--quick`` must finish in under 3 minutes on 2 cores."""
+    """How big each benchmark is; ``--quick`` takes about 5 minutes on 2 cores."""
 
     mode: Mode
     #: Deliveries per ingress burst, rounds (every side once per round, alternating), in flight.

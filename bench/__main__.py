@@ -45,7 +45,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results.local.json"
 #: The committed results the README quotes; written only with --save.
 SAVED_OUT = Path(__file__).resolve().parent / "results.json"
 _EXAMPLES = """examples:
-  python -m bench --quick                    every benchmark at small sizes (under 3 minutes on 2 cores)
+  python -m bench --quick                    every benchmark at small sizes (about 5 minutes on 2 cores)
   python -m bench --quick --only ingress     one module
   python -m bench --save                     full sizes; update bench/results.json for the README
   python -m bench --tiny --out /tmp/r.json   a smoke run into a file of your choice
@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="smaller counts; under 3 minutes on 2 cores")
+    size.add_argument("--quick", action="store_true", help="smaller counts; about 5 minutes on 2 cores")
     size.add_argument("--tiny", action="store_true", help="a handful of iterations (smoke test)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
