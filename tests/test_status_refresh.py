@@ -4,6 +4,8 @@ loading messages (the agent file's, else a default set), and cleared when the ru
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from app.agent.agent_file import AgentFile
 from app.runs import progress
+from channel.contract import Origin
+from channel.fake import FakeAdapter
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import (
@@ -149,3 +153,42 @@ def test_loading_messages_are_checked_in_the_agent_file(tmp_path: Path) -> None:
     agent.write_text('loading_messages = [""]\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"loading_messages must be"):
         AgentFile.load(agent)
+
+
+class _StuckRefresh(FakeAdapter):
+    """Sets the first status at once; every later setStatus hangs (a call Slack may or may not have
+    applied when the run's end cancels it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hanging = asyncio.Event()
+
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
+        if self.statuses and status:
+            self.hanging.set()
+            await asyncio.Event().wait()
+        await super().set_status(origin, status, loading_messages)
+
+
+@dataclass(eq=False)
+class _Run:
+    """What progress reads of a run's session."""
+
+    adapter: FakeAdapter
+    origin: Origin
+    streaming: bool = False
+    posts_begun: int = 0
+    last_thread_post: int = 0
+
+
+async def test_a_refresh_cut_off_mid_call_is_cleared_even_after_a_reply() -> None:
+    """The run's end cancels a refresh whose setStatus was in flight: Slack may apply it after the
+    reply that would have cleared the status, so the end clears it although a reply came later."""
+    adapter = _StuckRefresh()
+    run = _Run(adapter, Origin("C1", "100.000001"))
+    shown = progress.Progress("status")
+    await shown.on_start(run, [])  # type: ignore[arg-type]
+    await until(lambda: adapter.hanging.is_set(), "a refresh in flight")
+    run.posts_begun = run.last_thread_post = 1  # a reply begun after the status was first set
+    await shown.on_end(run, [], "ok")  # type: ignore[arg-type]
+    assert [status for _, status in adapter.statuses] == ["is thinking…", ""]
