@@ -296,7 +296,8 @@ async def test_a_run_over_run_timeout_apologises_and_the_task_stays_usable(tmp_p
 
     async with FakeSlack() as slack:
         _workspace(slack)
-        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, run_timeout=0.2) as app:
+        # 1 s: the second run must finish inside it on a loaded machine too (0.2 s did not once).
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, run_timeout=1.0) as app:
             root = await _mention(app, "a question that hangs the model")
             async with asyncio.timeout(20):  # far above RUN_TIMEOUT: only a missing timeout hits it
                 await app.idle()
