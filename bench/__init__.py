@@ -49,6 +49,8 @@ class Scale:
     turns: int = 200
     turn_rounds: int = 3
     turn_concurrency: tuple[int, ...] = (1, 50)
+    #: Whether each side first has a turn in every channel of the turn rows (steady-state caches).
+    turn_warm_channels: bool = True
     #: The thread read: messages, distinct authors, page size.
     thread_messages: int = 2000
     thread_authors: int = 25
@@ -94,6 +96,7 @@ SCALES: dict[Mode, Scale] = {
         ingress_sustain=0.5,
         turns=4,
         turn_rounds=1,
+        turn_warm_channels=False,  # a smoke test: 200 warm-up turns a side would be most of its time
         thread_messages=60,
         thread_authors=5,
         conversations=10,

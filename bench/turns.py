@@ -128,7 +128,8 @@ async def run(scale: Scale) -> list[Row]:
                     # rows measure turns in channels each side has seen, the steady state of an app
                     # living in a workspace; a first turn in a channel costs ours one
                     # conversations.info (its name is in the instructions), which the peer never asks.
-                    await turns.run(server, CHANNELS, WARM_CONCURRENCY, scale.time_cap)
+                    if scale.turn_warm_channels:
+                        await turns.run(server, CHANNELS, WARM_CONCURRENCY, scale.time_cap)
                     await turns.run(server, WARM_TURNS, 1, scale.time_cap)
                 for concurrency in scale.turn_concurrency:
                     # Rounds alternate the sides (and which goes first), so a slow patch of the machine
