@@ -97,3 +97,27 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
         assert db.execute("SELECT COUNT(*) FROM model_usage").fetchone() == (1,)
         assert db.execute("SELECT COUNT(*) FROM handles").fetchone() == (1,)
         assert db.execute("SELECT COUNT(*) FROM leases").fetchone() == (0,)
+
+
+async def test_writes_made_in_one_step_of_the_loop_share_one_trip(tmp_path: Path) -> None:
+    """A run's usage row and checkpoint, made side by side (gathered), reach the database thread
+    as one job: the first writer lets the loop finish its step before it commits."""
+    store = open_store(f"sqlite:///{tmp_path}/store.db")
+    assert isinstance(store, SQLiteStore)
+    await store.migrate()
+    try:
+        task = await store.create_task(channel="C1", thread_ts="1.1", now=T0)
+        usage = UsageRecord(
+            day="2026-12-01", person="U1", channel="C1", task_id=task.task_id, model="m", at=T0
+        )
+        jobs = count_jobs(store)
+        await asyncio.gather(
+            store.record_usage(usage),
+            store.checkpoint(task.task_id, transcript=b"[]", consumed=[], fence=None, synced=False),
+        )
+        assert len(jobs) == 1
+        saved = await store.get_task(task.task_id)
+        assert saved is not None and saved.run_open
+        assert [u.person for u in await store.usage_by_day("2026-12-01")] == ["U1"]
+    finally:
+        await store.close()
