@@ -117,6 +117,27 @@ async def _settled(url: str, channel: str, root: str) -> None:
     await settled(url, channel, root, within=WITHIN_S)
 
 
+async def _answered_after_takeover(
+    survivor: ServerProcess, slack: FakeSlack, url: str, root: str, needle: str
+) -> None:
+    """The survivor takes over, a bot message holding ``needle`` arrives and the run is over; then
+    the survivor stops."""
+    await _take_over(survivor)
+    await eventually(
+        lambda: any(needle in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
+    )
+    await _settled(url, "C1", root)
+    await survivor.stop()
+
+
+async def _ask_doomed(http: aiohttp.ClientSession, slack: FakeSlack, doomed: ServerProcess) -> str:
+    """The stop-inducing mention, delivered to the instance about to be killed; its ts."""
+    root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
+    mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
+    assert (await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)).status == 200
+    return root
+
+
 # -- a per-person budget note -----------------------------------------------------------------
 
 ALICE_ASKS = "alice asks for help"
@@ -180,13 +201,7 @@ async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
         assert (await events.deliver(http, url_events, said, SIGNING_SECRET)).status == 200
         model.bob_delivered.set()
         await _killed(doomed)
-        await _take_over(survivor)
-        await eventually(
-            lambda: any(ALICE_ANSWER in m.get("text", "") for m in slack.bot_messages("C1")),
-            within=WITHIN_S,
-        )
-        await _settled(url, "C1", root)
-        await survivor.stop()
+        await _answered_after_takeover(survivor, slack, url, root, ALICE_ANSWER)
         texts = [m.get("text", "") for m in slack.messages("C1", root) if m.get("bot_id")]
     assert sum("of your 100,000 daily model tokens" in t for t in texts) == 1, texts
     assert sum(ALICE_ANSWER in t for t in texts) == 1, texts
@@ -321,20 +336,10 @@ async def test_a_runs_stop_note_is_posted_once_across_a_sigkill_at_its_post(
         # requests alone, though a survivor already running may ask at once.
         survivor_env = _env(slack, after, tmp_path, url, USER_DAILY_TOKEN_BUDGET="10")
         doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, survivor_env)
-        root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
-        mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
-        assert (
-            await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
-        ).status == 200
+        root = await _ask_doomed(http, slack, doomed)
         await _killed(doomed)
         asked = len(llm.requests)
-        await _take_over(survivor)
-        await eventually(
-            lambda: any("daily model tokens" in m.get("text", "") for m in slack.bot_messages("C1")),
-            within=WITHIN_S,
-        )
-        await _settled(url, "C1", root)
-        await survivor.stop()
+        await _answered_after_takeover(survivor, slack, url, root, "daily model tokens")
         texts = [m.get("text", "") for m in slack.bot_messages("C1")]
         notes = [m for m in slack.bot_messages("C1") if "daily model tokens" in m.get("text", "")]
     assert asked == 1 and len(llm.requests) + len(after.requests) == 1  # one step, never asked again
@@ -362,20 +367,10 @@ async def test_a_failed_runs_apology_is_posted_once_across_a_sigkill_at_its_post
         # requests alone, though a survivor already running may ask at once.
         survivor_env = _env(slack, after, tmp_path, url)
         doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, survivor_env)
-        root = slack.add_message("C1", f"<@UBOT> {STOP_ASK}", user="U1")
-        mention = events.app_mention("C1", "U1", f"<@UBOT> {STOP_ASK}", root)
-        assert (
-            await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
-        ).status == 200
+        root = await _ask_doomed(http, slack, doomed)
         await _killed(doomed)
         asked = llm.count
-        await _take_over(survivor)
-        await eventually(
-            lambda: any("ran into a problem" in m.get("text", "") for m in slack.bot_messages("C1")),
-            within=WITHIN_S,
-        )
-        await _settled(url, "C1", root)
-        await survivor.stop()
+        await _answered_after_takeover(survivor, slack, url, root, "ran into a problem")
         texts = [m.get("text", "") for m in slack.bot_messages("C1")]
     assert sum("ran into a problem" in t for t in texts) == 1, texts
     assert llm.count + after.count == asked  # the failed run is not run again after the takeover
