@@ -12,6 +12,11 @@
 
 ``GET /gc`` runs a garbage collection (``task_memory`` measures RSS after one, on both sides).
 
+With ``PEER_AGENT`` (a JSON file: ``instructions`` and ``tools``, each ``name``, ``description`` and
+``parameters``: what ours sends the model, taken from one of its requests) the ``turn`` bot's agent
+has those instructions and tools instead of its own: ``channel_reply`` still posts, the others
+answer ``"ok"``. The model then reads the same request from both bots (``turn_overhead_c1_same_agent``).
+
 Environment: ``PORT``, ``HOST``, ``SLACK_SIGNING_SECRET``, ``SLACK_BOT_TOKEN``, ``SLACK_API_URL``,
 ``MODEL`` (``openai-chat:NAME`` with ``OPENAI_BASE_URL``/``OPENAI_API_KEY``, or ``anthropic:NAME``
 with ``ANTHROPIC_BASE_URL``/``ANTHROPIC_API_KEY``). ``GET /healthz`` answers 200 once serving.
@@ -22,14 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
@@ -66,15 +73,35 @@ def model_from_env() -> Model:
     return OpenAIChatModel(name, provider=oai)
 
 
-def build_agent(model: Model) -> Agent[Thread, str]:
+async def _post(ctx: RunContext[Thread], text: str, **_: Any) -> str:
+    thread = ctx.deps
+    await thread.client.chat_postMessage(channel=thread.channel, thread_ts=thread.thread_ts, text=text)
+    return "posted"
+
+
+async def _ok(ctx: RunContext[Thread], **_: Any) -> str:
+    return "ok"
+
+
+def build_agent(model: Model, spec: dict[str, Any] | None = None) -> Agent[Thread, str]:
+    if spec is not None:  # ours's instructions and tools (module doc)
+        tools = [
+            Tool.from_schema(
+                _post if t["name"] == "channel_reply" else _ok,
+                t["name"],
+                t.get("description"),
+                t["parameters"],
+                takes_ctx=True,
+            )
+            for t in spec["tools"]
+        ]
+        return Agent(model, deps_type=Thread, instructions=spec["instructions"], tools=tools)
     agent = Agent(model, deps_type=Thread, instructions=INSTRUCTIONS)
 
     @agent.tool
     async def channel_reply(ctx: RunContext[Thread], text: str) -> str:
         """Post your answer (Markdown) in the thread."""
-        thread = ctx.deps
-        await thread.client.chat_postMessage(channel=thread.channel, thread_ts=thread.thread_ts, text=text)
-        return "posted"
+        return await _post(ctx, text)
 
     return agent
 
@@ -106,7 +133,9 @@ def build(mode: str) -> AsyncApp:
 
         return app
 
-    agent = build_agent(model_from_env())
+    spec_path = os.environ.get("PEER_AGENT")
+    spec = json.loads(Path(spec_path).read_text(encoding="utf-8")) if spec_path else None  # at start-up
+    agent = build_agent(model_from_env(), spec)
 
     @app.event("app_mention")
     async def turn(event: dict[str, Any], client: AsyncWebClient) -> None:

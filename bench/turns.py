@@ -21,14 +21,23 @@ than a round's turns at once, so that Slack's one post a second per channel, whi
 the peer ignores, does not set the pace: that cost is ``burst_delivery``'s row, not this one.
 Before the rounds each side has one turn in every channel (caches in their steady state: ours
 looks up a channel's name once, for its instructions).
+
+``turn_overhead_c1_same_agent``: at ``c = 1`` a third side runs in the same rounds, the same Bolt bot
+given ours's instructions and tool definitions (taken from a model request of ours after its
+warm-up; ``bench.bolt_baseline``'s ``PEER_AGENT``), so the model reads the same request from both.
+``turn_overhead_c1`` compares ours with the bot people run (a one-line prompt, one tool); this row
+leaves out what a larger request costs the libraries and keeps what ours does around it (the
+claim, the lease, the run's state, the checkpoint and the journal, handles and rendering).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -39,7 +48,7 @@ from threadbound_emulator import Call, FakeSlack
 from . import Row, Scale, ratios
 from .common import SIGNING_SECRET, ServerProcess, bench_workspace, bolt_server, median, our_server
 
-ROWS = ("turn_overhead_c1", "turn_overhead_c50")
+ROWS = ("turn_overhead_c1", "turn_overhead_c1_same_agent", "turn_overhead_c50")
 #: Channels the mentions rotate over: enough that no channel's post pacing binds (see above).
 CHANNELS = 200
 WARM_TURNS = 3
@@ -123,50 +132,101 @@ async def run(scale: Scale) -> list[Row]:
             ours = our_server(slack, llm.base_url, root / "data", root / "ours.log")
             base = bolt_server(slack, "turn", root / "bolt.log", root, model_base_url=llm.base_url)
             async with ours, base:
-                for server in (base, ours):
-                    # One turn in every channel first (twenty at a time), then a few alone: the
-                    # rows measure turns in channels each side has seen, the steady state of an app
-                    # living in a workspace; a first turn in a channel costs ours one
-                    # conversations.info (its name is in the instructions), which the peer never asks.
-                    if scale.turn_warm_channels:
-                        await turns.run(server, CHANNELS, WARM_CONCURRENCY, scale.time_cap)
-                    await turns.run(server, WARM_TURNS, 1, scale.time_cap)
-                for concurrency in scale.turn_concurrency:
-                    # Rounds alternate the sides (and which goes first), so a slow patch of the machine
-                    # hits both; each round's ratio is of the two sides' medians in that round.
-                    rounds: dict[str, list[list[float]]] = {"ours": [], "base": []}
-                    # At least three turns per conversation slot: a round must reach the steady state
-                    # of `concurrency` turns in flight, not measure one burst of simultaneous starts.
-                    per_round = max(1, scale.turns // scale.turn_rounds, 3 * concurrency)
-                    for n in range(scale.turn_rounds):
-                        order = (
-                            (("base", base), ("ours", ours))
-                            if n % 2 == 0
-                            else (("ours", ours), ("base", base))
+                await _warm(turns, ours, scale)
+                # The same bot given what ours sends the model: its instructions and tools, from a
+                # request of ours just made (turn_overhead_c1_same_agent).
+                spec = root / "peer-agent.json"
+                spec.write_text(json.dumps(_agent_of(llm.requests[-2])), encoding="utf-8")
+                same = bolt_server(
+                    slack, "turn", root / "same.log", root, model_base_url=llm.base_url, PEER_AGENT=str(spec)
+                )
+                async with same:
+                    for server in (base, same):
+                        await _warm(turns, server, scale)
+                    for concurrency in scale.turn_concurrency:
+                        sides = {"ours": ours, "base": base}
+                        if concurrency == 1:
+                            sides["same"] = same
+                        rounds, per_round = await _rounds(turns, sides, concurrency, scale)
+                        rows.append(
+                            _row(f"turn_overhead_c{concurrency}", concurrency, rounds, "base", per_round)
                         )
-                        for side, server in order:
-                            rounds[side].append(
-                                await turns.run(server, per_round, concurrency, scale.time_cap)
+                        if "same" in sides:
+                            rows.append(
+                                _row("turn_overhead_c1_same_agent", 1, rounds, "same", per_round, llm=spec)
                             )
-                    rows.append(_row(concurrency, rounds, per_round))
     return rows
 
 
-def _row(concurrency: int, rounds: dict[str, list[list[float]]], per_round: int) -> Row:
+async def _warm(turns: _Turns, server: ServerProcess, scale: Scale) -> None:
+    """One turn in every channel first (twenty at a time), then a few alone: the rows measure turns
+    in channels each side has seen, the steady state of an app living in a workspace; a first turn
+    in a channel costs ours one conversations.info (its name is in the instructions), which the peer
+    never asks."""
+    if scale.turn_warm_channels:
+        await turns.run(server, CHANNELS, WARM_CONCURRENCY, scale.time_cap)
+    await turns.run(server, WARM_TURNS, 1, scale.time_cap)
+
+
+async def _rounds(
+    turns: _Turns, sides: dict[str, ServerProcess], concurrency: int, scale: Scale
+) -> tuple[dict[str, list[list[float]]], int]:
+    """``turn_rounds`` rounds of every side, the order rotating (a slow patch of the machine hits
+    every side); each side's latencies per round, and the turns a round has per side."""
+    rounds: dict[str, list[list[float]]] = {side: [] for side in sides}
+    # At least three turns per conversation slot: a round must reach the steady state of
+    # `concurrency` turns in flight, not measure one burst of simultaneous starts.
+    per_round = max(1, scale.turns // scale.turn_rounds, 3 * concurrency)
+    names = list(sides)
+    for n in range(scale.turn_rounds):
+        order = names[n % len(names) :] + names[: n % len(names)]
+        if n % 2:
+            order.reverse()
+        for side in order:
+            rounds[side].append(await turns.run(sides[side], per_round, concurrency, scale.time_cap))
+    return rounds, per_round
+
+
+def _agent_of(request: dict[str, Any]) -> dict[str, Any]:
+    """The instructions and tools of one of ours's model requests (``bench.bolt_baseline``'s PEER_AGENT)."""
+    system = next(m for m in request["messages"] if m["role"] == "system")
+    return {
+        "instructions": system["content"],
+        "tools": [
+            {k: t["function"].get(k) for k in ("name", "description", "parameters")} for t in request["tools"]
+        ],
+    }
+
+
+def _row(
+    name: str,
+    concurrency: int,
+    rounds: dict[str, list[list[float]]],
+    against: str,
+    per_round: int,
+    llm: Path | None = None,
+) -> Row:
+    sides = ("ours", against)
     expected = per_round * len(rounds["ours"])
-    samples = {side: [x for r in each for x in r] for side, each in rounds.items()}
+    samples = {side: [x for r in rounds[side] for x in r] for side in sides}
     missing = {side: expected - len(v) for side, v in samples.items() if len(v) < expected}
     note = (
         f"{len(rounds['ours'])} alternating rounds of {per_round} turns per side, {concurrency} "
         "conversation(s) at a time; ours and baseline: medians of every turn; ratio: median of the rounds'"
     )
+    if llm is not None:
+        agent = json.loads(llm.read_text(encoding="utf-8"))
+        note += (
+            f"; the peer given ours's instructions ({len(agent['instructions']):,} characters) and "
+            f"{len(agent['tools'])} tools ({', '.join(t['name'] for t in agent['tools'])})"
+        )
     if missing:
         note += f"; unanswered turns: {missing}"
-    ratio, spread = ratios([median(r) for r in rounds["ours"]], [median(r) for r in rounds["base"]])
+    ratio, spread = ratios([median(r) for r in rounds["ours"]], [median(r) for r in rounds[against]])
     return Row(
-        f"turn_overhead_c{concurrency}",
+        name,
         round(median(samples["ours"]) * 1000, 2),
-        round(median(samples["base"]) * 1000, 2),
+        round(median(samples[against]) * 1000, 2),
         "ms",
         "<= 1.2",
         ratio=ratio,
