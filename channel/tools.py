@@ -180,17 +180,27 @@ class ToolSpec:
         return " ".join(f"{n} {f.description or ''}" for n, f in self.args.model_fields.items())
 
 
+#: Schema keywords whose value is a mapping of names to schemas (a property may be called "title").
+_NAMED_SCHEMAS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
+
+
 def closed_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema, with ``additionalProperties: false`` on every object in it."""
+    """The model's JSON schema, with ``additionalProperties: false`` on every object in it and no
+    ``title`` (pydantic's, a property's name again: tokens in every request to providers whose
+    pydantic-ai profile does not drop them, and a walk for those whose does, on every request)."""
     schema = model.model_json_schema()
-    schema.pop("title", None)
 
     def close(node: Any) -> None:
         if isinstance(node, dict):
+            node.pop("title", None)
             if node.get("type") == "object":
                 node["additionalProperties"] = False
-            for value in node.values():
-                close(value)
+            for key, value in node.items():
+                if key in _NAMED_SCHEMAS and isinstance(value, dict):
+                    for each in value.values():
+                        close(each)
+                else:
+                    close(value)
         elif isinstance(node, list):
             for value in node:
                 close(value)
