@@ -5,6 +5,7 @@ service's objects on the main loop; and what that needs of the stores and the ac
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.intake.edge_thread import MainLoop
+from app.intake.edge_thread import SWITCH_INTERVAL, MainLoop
 from app.intake.ingress import Ingress
 from app.runs.ack_gate import AckGate
 from storage import Store, StoreError
@@ -84,6 +85,19 @@ async def test_deliveries_are_claimed_on_the_edge_thread_and_woken_on_the_main_l
     assert claimed_on and main_thread not in claimed_on
     assert woken_on and set(woken_on) == {main_thread}
     assert "hello there" in slack.bot_messages("C1")[-1]["text"]
+
+
+async def test_the_edge_thread_shortens_the_interpreters_switch_interval(
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the edge serves, a thread waiting for the GIL (the edge's, after each socket call) gets it
+    within SWITCH_INTERVAL rather than Python's 5 ms; a shorter interval the host set is kept."""
+    chosen: list[float] = []
+    before = sys.getswitchinterval()
+    monkeypatch.setattr(sys, "setswitchinterval", chosen.append)
+    async with AppHarness(slack, model=echo_model(), data_dir=tmp_path, edge_thread=True):
+        assert chosen == [min(before, SWITCH_INTERVAL)]
+    assert SWITCH_INTERVAL <= 0.001
 
 
 async def test_bolt_probes_and_metrics_answer_from_the_edge_thread(slack: FakeSlack, tmp_path: Path) -> None:

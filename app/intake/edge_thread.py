@@ -9,7 +9,10 @@ on crosses to the main loop with ``call_soon_threadsafe`` (:class:`MainLoop`): t
 wake-up, the external-user note. What needs the main loop's objects is awaited there: Bolt
 (``url_verification``, clicks, other payloads), the agent view's events, ``/readyz``'s ping,
 start-up and the drain on shutdown. Both loops share one GIL: a ready ack waits for the
-interpreter's switch interval (5 ms), not for every run callback queued before it.
+interpreter's switch interval, not for every run callback queued before it. The edge's thread
+gives the GIL up at every socket read and write and must then win it back from a main loop busy
+with runs, each time waiting up to one interval: :meth:`EdgeThread.start` shortens it from
+Python's 5 ms to :data:`SWITCH_INTERVAL` (docs/performance.md: the ingress rows with each).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,6 +37,8 @@ from .ingress import Ingress
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: The interpreter's switch interval once an edge thread serves (seconds; Python's default 0.005).
+SWITCH_INTERVAL = 0.0005
 
 
 class MainLoop:
@@ -126,6 +132,7 @@ class EdgeThread:
         """Listen on ``host:port``; ``shutdown_timeout``: how long :meth:`stop` lets requests in
         flight finish once the drain is over."""
         self._where = (host, port, shutdown_timeout)
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))  # module doc
         self._thread.start()
         await asyncio.wrap_future(self._listening)
 
