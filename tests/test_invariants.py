@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,23 +61,35 @@ def addressing_properties(node: Any, path: str = "") -> list[str]:
     return found
 
 
-def open_objects(node: Any, path: str = "$") -> list[str]:
-    """Paths of every object node (``type: object`` or with ``properties``) that is not closed."""
-    found: list[str] = []
+def schema_nodes(node: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema (a dict) in ``node`` with its path; a ``properties`` mapping is not one itself,
+    its values are (so a property called "title" or "type" is a name, not a keyword)."""
     if isinstance(node, dict):
-        is_object = node.get("type") == "object" or isinstance(node.get("properties"), dict)
-        if is_object and node.get("additionalProperties") is not False:
-            found.append(path)
+        yield path, node
         for key, value in node.items():
             if key == "properties" and isinstance(value, dict):
                 for name, sub in value.items():
-                    found += open_objects(sub, f"{path}.{name}")
+                    yield from schema_nodes(sub, f"{path}.{name}")
             else:
-                found += open_objects(value, f"{path}/{key}")
+                yield from schema_nodes(value, f"{path}/{key}")
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            found += open_objects(value, f"{path}[{index}]")
-    return found
+            yield from schema_nodes(value, f"{path}[{index}]")
+
+
+def open_objects(node: Any) -> list[str]:
+    """Paths of every object node (``type: object`` or with ``properties``) that is not closed."""
+    return [
+        path
+        for path, each in schema_nodes(node)
+        if (each.get("type") == "object" or isinstance(each.get("properties"), dict))
+        and each.get("additionalProperties") is not False
+    ]
+
+
+def titled(node: Any) -> list[str]:
+    """Paths of every schema carrying a ``title`` keyword."""
+    return [path for path, each in schema_nodes(node) if "title" in each]
 
 
 # -- the walkers can fail ---------------------------------------------------------------------
@@ -119,6 +131,19 @@ def test_closed_walker_flags_open_nested_objects() -> None:
     assert open_objects(schema) == ["$.opts", "$/$defs/D"]
 
 
+def test_title_walker_flags_title_keywords_not_properties_called_title() -> None:
+    """The title walker finds a title keyword at any depth, and never a property named "title"."""
+    schema = {
+        "title": "Args",
+        "properties": {
+            "title": {"type": "string"},
+            "opts": {"anyOf": [{"title": "Opts", "type": "object"}, {"type": "null"}]},
+        },
+    }
+    assert titled(schema) == ["$", "$.opts/anyOf[0]"]
+    assert titled({"properties": {"title": {"type": "string"}}}) == []
+
+
 # -- the catalog's schemas ----------------------------------------------------------------------
 
 
@@ -137,6 +162,17 @@ def test_catalog_schema_is_closed(name: str) -> None:
     """Every object in every tool's input schema says additionalProperties: false."""
     schema = OWN_TOOLS[name].schema()
     assert schema["type"] == "object" and open_objects(schema) == []
+
+
+@pytest.mark.parametrize("name", list(OWN_TOOLS))
+def test_catalog_schema_has_no_titles_and_keeps_every_property(name: str) -> None:
+    """pydantic's titles (each property's name again: tokens in every request to providers whose
+    pydantic-ai profile keeps them) are left out at every depth; every property stays, one called
+    "title" included (channel_attach, channel_post_document)."""
+    spec = OWN_TOOLS[name]
+    schema = spec.schema()
+    assert titled(schema) == []
+    assert set(schema.get("properties", {})) == set(spec.args.model_json_schema().get("properties", {}))
 
 
 # -- what a model actually receives ---------------------------------------------------------------

@@ -789,31 +789,3 @@ async def test_instructions_do_not_change_when_tool_search_enables_a_tool(tmp_pa
     assert "tool_search can enable more: channel_edit" in seen.instructions[0]
     search = next(r for name, r in seen.results if name == "tool_search")
     assert search["enabled"][0]["name"] == "channel_edit"
-
-
-def _schema_titles(node: Any, path: str = "") -> list[str]:
-    """Where a ``title`` keyword sits in a JSON schema (property names called "title" are not one)."""
-    found: list[str] = []
-    if isinstance(node, dict):
-        if "title" in node:
-            found.append(path or "/")
-        for key, value in node.items():
-            if key in ("properties", "$defs") and isinstance(value, dict):
-                for name, each in value.items():
-                    found += _schema_titles(each, f"{path}/{key}/{name}")
-            else:
-                found += _schema_titles(value, f"{path}/{key}")
-    elif isinstance(node, list):
-        for i, each in enumerate(node):
-            found += _schema_titles(each, f"{path}/{i}")
-    return found
-
-
-@pytest.mark.parametrize("spec", CHANNEL_TOOLS, ids=lambda s: s.name)
-def test_no_tool_schema_carries_titles_and_every_property_stays(spec: ToolSpec) -> None:
-    """pydantic's titles (each property's name again) are left out of every channel tool's schema, in
-    every nested schema too; the properties themselves, one called "title" included, all stay."""
-    schema = spec.schema()
-    assert _schema_titles(schema) == [], spec.name
-    assert set(schema.get("properties", {})) == set(spec.args.model_json_schema().get("properties", {}))
-    assert _schema_titles(spec.args.model_json_schema()) != []  # what pydantic itself gives
