@@ -182,6 +182,8 @@ class ToolSpec:
 
 #: Schema keywords whose value is a mapping of names to schemas (a property may be called "title").
 _NAMED_SCHEMAS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
+#: Schema keywords whose value is data, not a schema: left as they are.
+_DATA = frozenset({"default", "const", "enum", "examples"})
 
 
 def closed_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -196,6 +198,8 @@ def closed_schema(model: type[BaseModel]) -> dict[str, Any]:
             if node.get("type") == "object":
                 node["additionalProperties"] = False
             for key, value in node.items():
+                if key in _DATA:
+                    continue
                 if key in _NAMED_SCHEMAS and isinstance(value, dict):
                     for each in value.values():
                         close(each)

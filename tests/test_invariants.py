@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, Field
 
 from channel.contract import Origin
 from channel.fake import FakeAdapter
 from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import Skill, SkillLibrary
-from channel.tools import CATALOG, MCP_SEARCH
+from channel.tools import CATALOG, MCP_SEARCH, closed_schema
 from storage import open_store
 from tests.support import events
 from tests.support.harness import AppHarness
@@ -63,10 +64,13 @@ def addressing_properties(node: Any, path: str = "") -> list[str]:
 
 def schema_nodes(node: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
     """Every schema (a dict) in ``node`` with its path; a ``properties`` mapping is not one itself,
-    its values are (so a property called "title" or "type" is a name, not a keyword)."""
+    its values are (so a property called "title" or "type" is a name, not a keyword); defaults,
+    constants, enums and examples are data, not schemas."""
     if isinstance(node, dict):
         yield path, node
         for key, value in node.items():
+            if key in ("default", "const", "enum", "examples"):
+                continue
             if key == "properties" and isinstance(value, dict):
                 for name, sub in value.items():
                     yield from schema_nodes(sub, f"{path}.{name}")
@@ -142,6 +146,18 @@ def test_title_walker_flags_title_keywords_not_properties_called_title() -> None
     }
     assert titled(schema) == ["$", "$.opts/anyOf[0]"]
     assert titled({"properties": {"title": {"type": "string"}}}) == []
+
+
+def test_closing_a_schema_leaves_its_data_alone() -> None:
+    """Defaults, constants, enums and examples are data: a "title" key or an object in them stays."""
+
+    class Args(BaseModel):
+        opts: dict[str, Any] = Field(default={"title": "kept", "type": "object"}, examples=[{"title": "x"}])
+
+    schema = closed_schema(Args)
+    assert schema["properties"]["opts"]["default"] == {"title": "kept", "type": "object"}
+    assert schema["properties"]["opts"]["examples"] == [{"title": "x"}]
+    assert titled(schema) == [] and open_objects(schema) == []
 
 
 # -- the catalog's schemas ----------------------------------------------------------------------
