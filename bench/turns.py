@@ -153,7 +153,7 @@ async def run(scale: Scale) -> list[Row]:
                         )
                         if "same" in sides:
                             rows.append(
-                                _row("turn_overhead_c1_same_agent", 1, rounds, "same", per_round, llm=spec)
+                                _row("turn_overhead_c1_same_agent", 1, rounds, "same", per_round, agent=spec)
                             )
     return rows
 
@@ -204,8 +204,9 @@ def _row(
     rounds: dict[str, list[list[float]]],
     against: str,
     per_round: int,
-    llm: Path | None = None,
+    agent: Path | None = None,
 ) -> Row:
+    """``ours`` against the side ``against``; ``agent``: the peer-agent spec that side was given."""
     sides = ("ours", against)
     expected = per_round * len(rounds["ours"])
     samples = {side: [x for r in rounds[side] for x in r] for side in sides}
@@ -214,11 +215,11 @@ def _row(
         f"{len(rounds['ours'])} alternating rounds of {per_round} turns per side, {concurrency} "
         "conversation(s) at a time; ours and baseline: medians of every turn; ratio: median of the rounds'"
     )
-    if llm is not None:
-        agent = json.loads(llm.read_text(encoding="utf-8"))
+    if agent is not None:
+        spec = json.loads(agent.read_text(encoding="utf-8"))
         note += (
-            f"; the peer given ours's instructions ({len(agent['instructions']):,} characters) and "
-            f"{len(agent['tools'])} tools ({', '.join(t['name'] for t in agent['tools'])})"
+            f"; the peer given ours's instructions ({len(spec['instructions']):,} characters) and "
+            f"{len(spec['tools'])} tools ({', '.join(t['name'] for t in spec['tools'])})"
         )
     if missing:
         note += f"; unanswered turns: {missing}"
