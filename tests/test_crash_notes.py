@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from app.agent.usage import utc_day
 from storage import UsageRecord, open_store
 from tests.support import events
+from tests.support.days import days_ahead
 from tests.support.fake_model import FakeOpenAI, Reply, Script, last_user_text, message_text
 from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
@@ -187,8 +186,10 @@ async def test_a_budget_note_is_posted_once_across_a_sigkill_at_its_post(
         doomed, survivor = await _doomed_and_survivor(processes, tmp_path, backend, point, env, env)
         store = open_store(url)
         try:
-            spent = UsageRecord(day=utc_day(time.time()), person="U2", channel="C1", input_tokens=BOB_SPENT)
-            await store.record_usage(spent)
+            for day in days_ahead():  # over budget on whichever day the servers check it
+                await store.record_usage(
+                    UsageRecord(day=day, person="U2", channel="C1", input_tokens=BOB_SPENT)
+                )
         finally:
             await store.close()
         root = slack.add_message("C1", f"<@UBOT> {ALICE_ASKS}", user="U1")

@@ -17,7 +17,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from app.agent.usage import Budgets, utc_day
+from app.agent.usage import Budgets
 from app.runs.checkpoint import replied_since_prompt
 from app.runs.limits import RunLimits
 from app.settings import Settings
@@ -25,6 +25,7 @@ from channel.contract import Origin
 from channel.fake import FakeAdapter
 from storage import open_store
 from storage.base import InboxItem, Store, UsageRecord
+from tests.support.days import days_ahead
 from tests.support.models import Turn, call
 from tests.support.runs import scripted_executor
 
@@ -156,9 +157,8 @@ async def test_an_over_budget_person_is_told_once_a_run_whether_waiting_or_steer
     store = open_store(f"sqlite:///{tmp_path}/run.db")
     await store.migrate()
     try:
-        await store.record_usage(
-            UsageRecord(day=utc_day(time.time()), person="U2", channel="general", input_tokens=500)
-        )
+        for day in days_ahead():  # over budget on whichever day the run checks it
+            await store.record_usage(UsageRecord(day=day, person="U2", channel="general", input_tokens=500))
 
         async def claim(ts: str, user: str, text: str, *, create: bool = False) -> InboxItem:
             outcome = await store.claim_message(

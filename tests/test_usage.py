@@ -22,6 +22,7 @@ from app.runs.budget_screen import BudgetScreen, newest_author
 from app.settings import Settings
 from storage import InboxItem, UsageRecord, open_store
 from tests.support import events
+from tests.support.days import days_ahead
 from tests.support.harness import AppHarness, settings_for
 from tests.support.models import Turn, call, echo_model, scripted
 from threadbound_emulator import FakeSlack
@@ -254,7 +255,9 @@ async def test_a_streamed_answer_is_metered_and_gets_the_footer(tmp_path: Path) 
     assert context["elements"][0]["text"] == f"{row.tokens:,} tokens · 2 requests"
 
 
-async def _seed(settings: Settings) -> None:
+async def _seed(settings: Settings) -> str:
+    """Usage rows of today (returned: the report lists them under the day they were recorded)
+    and of a day long gone."""
     store = open_store(settings.resolved_database_url)
     await store.migrate()
     today = utc_day(time.time())
@@ -267,6 +270,7 @@ async def _seed(settings: Settings) -> None:
         )  # fmt: skip
     await store.record_usage(UsageRecord(day="2001-01-01", person="U1", channel="C1", input_tokens=7))
     await store.close()
+    return today
 
 
 async def test_usage_command_prints_tokens_by_day_person_and_channel(tmp_path: Path) -> None:
@@ -275,12 +279,11 @@ async def test_usage_command_prints_tokens_by_day_person_and_channel(tmp_path: P
     async with FakeSlack() as slack:
         workspace(slack)
         settings = settings_for(slack, tmp_path)
-        await _seed(settings)
+        today = await _seed(settings)
         text, js = io.StringIO(), io.StringIO()
         assert await usage_command(settings, days=7, as_json=False, out=text) == 0
         assert await usage_command(settings, days=7, as_json=True, out=js) == 0
     lines = text.getvalue().splitlines()
-    today = utc_day(time.time())
     assert lines[1].split() == ["day", "person", "channel", "input", "output", "cache", "read", "cache",
                                 "write", "requests"]  # fmt: skip
     assert lines[2].split() == [today, "Alice", "#general", "1,234", "20", "200", "0", "2"]
@@ -298,7 +301,7 @@ async def test_usage_command_without_slack_shows_ids_and_says_so(tmp_path: Path)
         settings = settings_for(slack, tmp_path)
     await _seed(settings)  # the fake Slack is gone now
     out, err = io.StringIO(), io.StringIO()
-    assert await usage_command(settings, days=1, as_json=False, out=out, err=err) == 0
+    assert await usage_command(settings, days=2, as_json=False, out=out, err=err) == 0  # midnight-proof
     assert "Slack is not reachable" in err.getvalue() and "shown by ID" in err.getvalue()
     assert out.getvalue().splitlines()[2].split()[1:3] == ["U1", "C1"]
 
@@ -344,10 +347,9 @@ async def test_an_over_budget_persons_message_steered_into_a_run_is_not_shown(tm
             slack, model=scripted(brain), data_dir=tmp_path, stream="off", user_daily_token_budget=100
         ) as app:
             assert app.service is not None
-            spent = UsageRecord(
-                day=utc_day(time.time()), person="U2", channel="C1", input_tokens=500, requests=1
-            )
-            await app.service.store.record_usage(spent)
+            for day in days_ahead():  # over budget on whichever day the run checks it
+                spent = UsageRecord(day=day, person="U2", channel="C1", input_tokens=500, requests=1)
+                await app.service.store.record_usage(spent)
             root = await _alice_then_bob(app, slack, brain)
         texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
     assert brain.prompts and "alice asks" in brain.prompts[0]
@@ -363,10 +365,11 @@ async def test_requests_are_charged_to_the_author_of_the_newest_message_shown(tm
         workspace(slack)
         async with AppHarness(slack, model=scripted(brain), data_dir=tmp_path, stream="off") as app:
             assert app.service is not None
+            days = days_ahead()  # the days the run's requests may be charged to
             await _alice_then_bob(app, slack, brain)
-            day = utc_day(time.time())
-            alice = await app.service.store.tokens_spent(day, "U1")
-            bob = await app.service.store.tokens_spent(day, "U2")
+            store = app.service.store
+            alice = sum([await store.tokens_spent(day, "U1") for day in days])
+            bob = sum([await store.tokens_spent(day, "U2") for day in days])
     assert any("bob says" in p for p in brain.prompts)
     assert alice > 0 and bob > 0
 
@@ -433,8 +436,9 @@ async def test_a_budget_note_for_someone_else_does_not_drop_the_final_text_answe
             slack, model=scripted(brain), data_dir=tmp_path, stream="off", user_daily_token_budget=100
         ) as app:
             assert app.service is not None
-            spent = UsageRecord(day=utc_day(time.time()), person="U2", channel="C1", input_tokens=500)
-            await app.service.store.record_usage(spent)
+            for day in days_ahead():  # over budget on whichever day the run checks it
+                spent = UsageRecord(day=day, person="U2", channel="C1", input_tokens=500)
+                await app.service.store.record_usage(spent)
             root = slack.add_message("C1", "<@UBOT> alice asks", user="U1")
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> alice asks", root))
             await held.wait()
@@ -445,3 +449,10 @@ async def test_a_budget_note_for_someone_else_does_not_drop_the_final_text_answe
         texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
     assert sum("500 of your 100 daily model tokens" in t for t in texts) == 1
     assert texts.count("answer as text") == 1
+
+
+def test_the_tests_record_budgets_for_every_day_they_may_be_checked_on() -> None:
+    """A test started just before midnight UTC records spending for both days (a CI run at 23:59 once
+    saw the server check the budget on the next day, where nothing was spent); at noon, one day."""
+    assert days_ahead(1_764_633_540.0) == ["2025-12-01", "2025-12-02"]  # 2025-12-01 23:59 UTC
+    assert days_ahead(1_764_590_400.0) == ["2025-12-01"]  # noon
