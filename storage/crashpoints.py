@@ -1,8 +1,8 @@
 """A test-only seam that kills the process (SIGKILL) at a named point (invariant 13's crash matrix).
 
 ``THREADBOUND_CRASH_AT=point`` (or ``point:n``, the n-th time the point is passed; default the first)
-is read once, when this module is imported. Unset (always, outside tests), :func:`crash_point` is a
-function that does nothing: no environment look-up, no counting, nothing on the hot path.
+is read when this module is imported (:func:`arm_from_environment`). Unset (always, outside tests),
+:func:`crash_point` calls a function that does nothing: no environment look-up, no counting.
 
 Armed, the seam remembers the points the process passes, in order, and just before the kill writes
 them to stderr in one line starting with :data:`TRAIL` (a test reads from it what the process had
@@ -74,6 +74,20 @@ def _armed(target: str, nth: int) -> Callable[[str], None]:
     return crash
 
 
-_SPEC = os.environ.get("THREADBOUND_CRASH_AT", "")
-#: ``crash_point(name)``: SIGKILL here when ``THREADBOUND_CRASH_AT`` names this point (module doc).
-crash_point: Callable[[str], None] = _armed(*_parse(_SPEC)) if _SPEC else _noop
+_point: Callable[[str], None] = _noop
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL here when ``THREADBOUND_CRASH_AT`` names this point (module doc)."""
+    _point(name)
+
+
+def arm_from_environment() -> None:
+    """Read ``THREADBOUND_CRASH_AT``: on import, and again in a process forked after the import (the
+    tests' preloaded server children, ``tests/support/preloaded.py``), whose environment is its own."""
+    global _point
+    spec = os.environ.get("THREADBOUND_CRASH_AT", "")
+    _point = _armed(*_parse(spec)) if spec else _noop
+
+
+arm_from_environment()

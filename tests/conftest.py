@@ -38,6 +38,7 @@ import pytest  # noqa: E402
 
 from storage import Store, open_store  # noqa: E402
 from tests.support.postgres import drop_schema, fresh_schema, new_schema  # noqa: E402
+from tests.support.process import ServerProcess  # noqa: E402
 from threadbound_emulator import FakeSlack  # noqa: E402
 
 
@@ -123,11 +124,15 @@ def _recording_init(self: subprocess.Popen[bytes], args: object, *rest: object, 
 subprocess.Popen.__init__ = _recording_init  # type: ignore[assignment,method-assign]
 
 
+# Served apps are forked from a process that imported the app already (tests/support/preloaded.py).
+ServerProcess.preloaded = os.environ.get("THREADBOUND_TEST_SPAWN", "") not in ("1", "true")
+
+
 @pytest.fixture(autouse=True)
 def _process_tests_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test (or its fixtures) that starts a Python process carries the ``process`` marker."""
-    before = len(_STARTED)
+    before, forked = len(_STARTED), len(ServerProcess.started)
     yield
-    started = _STARTED[before:]
+    started = [*_STARTED[before:], *ServerProcess.started[forked:]]
     if started and request.node.get_closest_marker("process") is None:
         pytest.fail(f"this test starts a process ({started[0]}): mark it @pytest.mark.process")

@@ -3,16 +3,24 @@ child is given stays its own, and a start only returns once the child itself ans
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
 
 import aiohttp
+import psutil
 import pytest
 from aiohttp import web
 
-from tests.support import harness, process
-from tests.support.harness import _ephemeral_low, free_port
-from tests.support.process import ServerProcess
+from storage.crashpoints import TRAIL
+from tests.support import events, harness, process
+from tests.support.fake_model import FakeOpenAI
+from tests.support.harness import SIGNING_SECRET, _ephemeral_low, free_port
+from tests.support.preloaded import PreloadedProcess
+from tests.support.process import ServerProcess, server_env
+from threadbound_emulator import FakeSlack
 
 #: A minimal child server: answers /healthz with its pid on HOST:PORT (fails if the port is taken).
 _CHILD = """
@@ -73,3 +81,41 @@ async def test_a_start_on_a_port_someone_else_took_meanwhile_moves_to_another(
             assert "already in use" in (tmp_path / "child.log").read_text().lower()
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.process
+async def test_a_preloaded_child_is_its_own_process_with_its_own_environment(tmp_path: Path) -> None:
+    """Under pytest ``python -m app serve`` children are forked from a process that imported the app
+    (``tests/support/preloaded.py``): each is a process of its own (not the test's child), runs with
+    the environment, directory and log it was given, arms its crash point from that environment, and
+    reports a SIGTERM's clean exit and a SIGKILL as a spawned child would."""
+    if not ServerProcess.preloaded:
+        pytest.skip("THREADBOUND_TEST_SPAWN=1: children are spawned, none is preloaded")
+    async with FakeSlack() as slack, FakeOpenAI(lambda _: FakeOpenAI.text("hi")) as llm:
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
+        calm = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "calm.log")
+        async with calm:
+            assert isinstance(calm.proc, PreloadedProcess)
+            child = psutil.Process(calm.pid)
+            assert child.ppid() != os.getpid()  # forked by the fork server, not started by the test
+            assert child.cwd() == str(tmp_path)
+        assert calm.proc.returncode == 0, calm.tail()
+        assert "listening on 127.0.0.1 port" in (tmp_path / "calm.log").read_text(), calm.tail()
+        assert (tmp_path / "data" / "threadbound.db").exists()
+
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": "store.claim.before"},
+            cwd=tmp_path,
+            log_path=tmp_path / "doomed.log",
+        )
+        async with doomed, aiohttp.ClientSession() as http:
+            root = slack.add_message("C1", "<@UBOT> hello", user="U1")
+            with contextlib.suppress(aiohttp.ClientError):
+                await events.deliver(
+                    http,
+                    f"{doomed.url}/slack/events",
+                    events.app_mention("C1", "U1", "<@UBOT> hello", root),
+                    SIGNING_SECRET,
+                )
+            assert await doomed.wait(within=20) == -signal.SIGKILL
+        assert f"{TRAIL} store.claim.before" in (tmp_path / "doomed.log").read_text()

@@ -2,7 +2,9 @@
 
 Used by the crash, restart and signal tests and by every benchmark (ours and the Bolt
 baseline): started and waited for on ``/healthz``, stopped with SIGTERM then SIGKILL.
-Output goes to a log file, never a pipe: a full pipe would stall the server.
+Output goes to a log file, never a pipe: a full pipe would stall the server. Under pytest
+(``tests/conftest.py`` sets :attr:`ServerProcess.preloaded`) ``python -m app serve`` children are
+forked from a process that imported the app already (``tests/support/preloaded.py``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import aiohttp
 import psutil
 
 from .harness import SIGNING_SECRET, free_port
+from .preloaded import PreloadedProcess
 
 if TYPE_CHECKING:
     from threadbound_emulator import FakeSlack
@@ -31,6 +34,8 @@ LOOPBACK = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[2]
 #: Starts on a new port when the child found its port taken (``free_port`` makes that rare).
 PORT_ATTEMPTS = 3
+#: ``python -m app serve``: the default child.
+_SERVE = (sys.executable, "-m", "app", "serve")
 #: What a child that could not listen says (the app's ``listen_error``, Python's EADDRINUSE).
 _PORT_IN_USE = "already in use"
 
@@ -74,6 +79,11 @@ def _listens(pid: int, port: int) -> bool:
 class ServerProcess:
     """One child server; ``async with`` starts and stops it, or call ``start`` / ``stop``."""
 
+    #: Fork ``python -m app serve`` children from a preloaded process (module doc); off for benchmarks.
+    preloaded: ClassVar[bool] = False
+    #: What each start ran (argv), whichever way it started; the tests' marker check reads it.
+    started: ClassVar[list[str]] = []
+
     def __init__(
         self,
         env: dict[str, str],
@@ -87,7 +97,7 @@ class ServerProcess:
     ) -> None:
         self.name = name
         self.port = free_port()
-        self.argv = list(argv) if argv is not None else [sys.executable, "-m", "app", "serve"]
+        self.argv = list(argv) if argv is not None else [*_SERVE]
         self.env = {**os.environ, **env, "PORT": str(self.port), "HOST": LOOPBACK}
         self.env.setdefault("SLACK_SIGNING_SECRET", SIGNING_SECRET)
         # Children run in temp directories: make this checkout importable there.
@@ -96,7 +106,7 @@ class ServerProcess:
         self.log_path = log_path
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: asyncio.subprocess.Process | PreloadedProcess | None = None
 
     @property
     def url(self) -> str:
@@ -126,15 +136,21 @@ class ServerProcess:
             logged = self.log_path.stat().st_size
         except OSError:
             logged = 0
-        with self.log_path.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                env=self.env,
-                cwd=self.cwd,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
+        ServerProcess.started.append(" ".join(self.argv))
+        if self.preloaded and tuple(self.argv[: len(_SERVE)]) == _SERVE:  # serve, maybe with options
+            self.proc = PreloadedProcess.start(
+                self.argv[len(_SERVE) - 1 :], self.env, self.cwd, self.log_path
             )
+        else:
+            with self.log_path.open("ab") as out:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *self.argv,
+                    env=self.env,
+                    cwd=self.cwd,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.start_timeout
         async with aiohttp.ClientSession() as http:
