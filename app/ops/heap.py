@@ -9,15 +9,27 @@ of the acknowledgements' p99. What start-up built lives as long as the process, 
 collects once and then freezes it (:func:`gc.freeze`): later full collections walk only what the
 runs made since. Nothing is lost: frozen objects are still freed when their last reference goes;
 only a reference cycle among them would stay (none is made at start-up on purpose).
+
+The young generation's threshold goes from Python's 700 to :data:`YOUNG_THRESHOLD` allocations: a
+run's short-lived objects (requests, responses, validated models) then die in a young collection
+instead of being promoted after a few, and full collections come half as often. Measured on the
+ingress rows (``docs/performance.md``): the served app's full collections took 0.59–0.69 s in all
+per ``--only ingress`` run against 1.19–1.23 s, for ~4 KiB more per resting conversation.
 """
 
 from __future__ import annotations
 
 import gc
 
+#: Allocations (less deallocations) between young collections once ``serve`` runs; Python's is 700.
+YOUNG_THRESHOLD = 10_000
+
 
 def freeze_startup_heap() -> int:
-    """Collect the garbage start-up left, then freeze the rest; how many objects are frozen."""
+    """Collect the garbage start-up left, then freeze the rest and raise the young generation's
+    threshold (module doc); how many objects are frozen."""
     gc.collect()
     gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, middle, old)
     return gc.get_freeze_count()
