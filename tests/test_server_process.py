@@ -3,6 +3,7 @@ child is given stays its own, and a start only returns once the child itself ans
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -99,6 +100,10 @@ async def test_a_preloaded_child_is_its_own_process_with_its_own_environment(tmp
             child = psutil.Process(calm.pid)
             assert child.ppid() != os.getpid()  # forked by the fork server, not started by the test
             assert child.cwd() == str(tmp_path)
+            # Waiters at once (a test's and stop()'s) all hear of the exit.
+            waiters = [asyncio.create_task(calm.proc.wait()) for _ in range(2)]
+            await asyncio.sleep(0)
+        assert await asyncio.wait_for(asyncio.gather(*waiters), 10) == [0, 0]
         assert calm.proc.returncode == 0, calm.tail()
         assert "listening on 127.0.0.1 port" in (tmp_path / "calm.log").read_text(), calm.tail()
         assert (tmp_path / "data" / "threadbound.db").exists()

@@ -68,6 +68,8 @@ class PreloadedProcess:
     def __init__(self, process: multiprocessing.context.ForkServerProcess) -> None:
         self._process = process
         self.pid: int = process.pid or 0
+        #: Settled when the sentinel turns readable (the child exited); shared by every waiter.
+        self._exited: asyncio.Future[None] | None = None
 
     @classmethod
     def start(cls, args: Sequence[str], env: dict[str, str], cwd: Path, log_path: Path) -> PreloadedProcess:
@@ -96,18 +98,19 @@ class PreloadedProcess:
         self.send_signal(signal.SIGTERM)
 
     async def wait(self) -> int:
-        """The exit code, once the child has exited (its sentinel turns readable)."""
+        """The exit code, once the child has exited (its sentinel turns readable). Waiters at once
+        share one reader of the sentinel (a second ``add_reader`` would replace the first's)."""
         loop = asyncio.get_running_loop()
         while (code := self.returncode) is None:
-            readable: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(self._process.sentinel, _settle, readable)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(self._process.sentinel)
+            exited = self._exited
+            if exited is None or exited.done() or exited.get_loop() is not loop:
+                exited = self._exited = loop.create_future()
+                loop.add_reader(self._process.sentinel, _readable, loop, self._process.sentinel, exited)
+            await asyncio.shield(exited)
         return code
 
 
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _readable(loop: asyncio.AbstractEventLoop, sentinel: int, exited: asyncio.Future[None]) -> None:
+    loop.remove_reader(sentinel)
+    if not exited.done():
+        exited.set_result(None)
