@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Sequence
@@ -25,9 +26,12 @@ from channel.contract import Origin
 from channel.fake import FakeAdapter
 from storage import open_store
 from storage.base import InboxItem, Store, UsageRecord
+from tests.support import events
 from tests.support.days import days_ahead
-from tests.support.models import Turn, call
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
 from tests.support.runs import scripted_executor
+from threadbound_emulator import FakeSlack
 
 
 async def _claim(store: Store, thread_ts: str, ts: str, text: str, *, create: bool = False) -> InboxItem:
@@ -81,6 +85,80 @@ async def test_a_run_steers_in_what_its_inbox_supplies_and_nothing_else(tmp_path
         assert adapter.thread(Origin("general", root.ts))[-1].text == "on it"
     finally:
         await store.close()
+
+
+async def test_a_message_steered_in_while_the_model_chose_no_reply_is_left_for_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """A message arrives while the model writes a response that ends the turn (``no_reply``): the
+    model never saw it, so the run does not consume it; it stays in the inbox for the next run
+    (it was consumed unseen, and so lost, before)."""
+    adapter = FakeAdapter(files_dir=tmp_path / "provider")
+    root = adapter.add_message(Origin("general"), "first question")
+    store = open_store(f"sqlite:///{tmp_path}/run.db")
+    await store.migrate()
+    try:
+        first = await _claim(store, root.ts, root.ts, "first question", create=True)
+        supplied: list[InboxItem] = []
+        prompts: list[str] = []
+
+        async def inbox() -> Sequence[InboxItem]:
+            return list(supplied)
+
+        async def script(turn: Turn) -> list[Any]:
+            prompts.append(turn.prompt)
+            supplied.append(await _claim(store, root.ts, "2.0", "second thought"))
+            return [call("no_reply")]
+
+        executor = scripted_executor(store, adapter, script, tmp_path / "data")
+        outcome = await executor.run_inbox(first.task_id, [first], [], inbox)
+
+        assert outcome.status == "ok" and not outcome.replied
+        assert len(prompts) == 1 and "second thought" not in prompts[0]
+        assert outcome.consumed == [first.item_id]
+        pending = await store.pending_inbox(first.task_id)
+        assert [json.loads(i.payload)["text"] for i in pending] == ["second thought"]
+        task = await store.get_task(first.task_id)
+        assert task is not None and b"second thought" not in task.transcript
+    finally:
+        await store.close()
+
+
+async def test_a_message_steered_in_while_the_model_chose_no_reply_is_answered_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """The whole app: Alice asks, the model chooses ``no_reply`` while Bob writes in the thread; Bob's
+    message starts the next run, which answers it."""
+    prompts: list[str] = []
+    first = asyncio.Event()
+    proceed = asyncio.Event()
+
+    async def brain(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            prompts.append(turn.prompt)
+        if len(prompts) == 1 and turn.prompt:
+            first.set()
+            await proceed.wait()
+            return [call("no_reply")]
+        if "bob asks" in turn.prompt:
+            return [call("channel_reply", text="answer for bob")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        async with AppHarness(slack, model=scripted(brain), data_dir=tmp_path, stream="off") as app:
+            root = slack.add_message("C1", "<@UBOT> alice thinks aloud", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> alice thinks aloud", root))
+            await first.wait()
+            ts = slack.add_message("C1", "bob asks a question", user="U2", thread_ts=root)
+            await app.deliver(events.message("C1", "U2", "bob asks a question", ts, thread_ts=root))
+            proceed.set()
+            await app.idle()
+        texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
+    assert "bob asks" not in prompts[0] and any("bob asks" in p for p in prompts[1:])
+    assert texts == ["answer for bob"]
 
 
 async def _steered_after_reply(tmp_path: Path, answer: str, *, early: bool = False) -> list[str]:

@@ -73,6 +73,9 @@ class AgentSteps:
         note it stopped with (``""``: it finished)."""
         seen = set(consumed)
         unanswered: list[str] = []  # prompts steered in, not yet seen by the model
+        # Steered in since the last model request that went out: its prompt and the items it shows.
+        # pydantic-ai puts them in the next request; a turn that ends before it leaves them unshown.
+        queued: list[tuple[str, list[int]]] = []
         screen = screen or BudgetScreen(self.budgets, session)  # the run's: each person told once
         limit = self.max_requests
         # Streaming: each model request and tool step is driven through node.stream(), its events
@@ -111,6 +114,9 @@ class AgentSteps:
                     elif Agent.is_model_request_node(node):
                         if session.turn_end:
                             # no_reply, or it asked someone: the turn ends here, with no more text.
+                            # Messages steered in while the model wrote that step never reached it:
+                            # they stay in the inbox for the next run, not consumed unseen.
+                            _unqueue(queued, consumed, steered, unanswered)
                             said = "(no reply)" if session.silent else "(waiting for the answer)"
                             return [*run.all_messages(), node.request, _said(said)], None, ""
                         crash_point("model.request")
@@ -126,6 +132,7 @@ class AgentSteps:
                             # results are kept, answered by the note, so the transcript stays whole.
                             if self.on_budget:
                                 self.on_budget(session, hit.kind)
+                            _unqueue(queued, consumed, steered, unanswered)  # as at a turn's end, above
                             note = hit.note()
                             stop = ModelResponse(parts=[TextPart(note)])
                             return [*run.all_messages(), node.request, stop], "", note
@@ -140,10 +147,13 @@ class AgentSteps:
                             run.enqueue(steering, priority="asap")
                             steered.append(steering)
                             unanswered.append(steering)
+                            queued.append((steering, [item.item_id for item in shown]))
                             meter.person = session.requester = newest_author(shown) or meter.person
                         for item in fresh:
                             seen.add(item.item_id)
                             consumed.append(item.item_id)
+                    if Agent.is_model_request_node(node):
+                        queued.clear()  # this request carries them (pydantic-ai puts them first)
                     if feed is None:
                         continue
                     if Agent.is_model_request_node(node):
@@ -179,6 +189,18 @@ def _delivered(node: Any, messages: list[ModelMessage], prompts: list[str]) -> b
     return request is not None and any(
         isinstance(p, UserPromptPart) and p.content in prompts for p in request.parts
     )
+
+
+def _unqueue(
+    queued: list[tuple[str, list[int]]], consumed: list[int], steered: list[str], unanswered: list[str]
+) -> None:
+    """Take what was steered in but never sent to the model back out of the run's consumed items
+    and steered prompts: the items stay pending, and the next run shows them."""
+    for prompt, items in queued:
+        consumed[:] = [i for i in consumed if i not in items]
+        steered[:] = [p for p in steered if p != prompt]
+        unanswered[:] = [p for p in unanswered if p != prompt]
+    queued.clear()
 
 
 def _said(text: str) -> ModelResponse:
