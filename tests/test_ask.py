@@ -168,6 +168,36 @@ async def test_a_click_by_someone_not_allowed_gets_an_ephemeral_note(
     assert "Bob answered" in anyone.prompts[0] and ": b" in anyone.prompts[0]
 
 
+async def test_a_message_written_while_the_model_asks_is_answered_by_the_next_run(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    """Bob writes while the model is writing its ``channel_ask`` step: that step ends the turn before
+    another model request, so Bob's message never reached the model in that run; it is not consumed
+    unseen but answered by the next run (the ask still waits for its answer)."""
+    script = AskScript(question="Which one?", options=["staging", "prod"])
+    bob: list[str] = []
+
+    async def model(turn: Turn) -> list[Any]:
+        if any(name == "tool_search" for name, _ in turn.results) and not bob:
+            # The model is writing its ask: Bob's message arrives meanwhile.
+            ts = slack.add_message("C1", "bob wonders about the release", user="U2", thread_ts=root)
+            bob.append(ts)
+            assert (
+                await app.deliver(
+                    events.message("C1", "U2", "bob wonders about the release", ts, thread_ts=root)
+                )
+            ).status == 200
+        return script(turn)
+
+    async with AppHarness(slack, model=scripted(model), data_dir=tmp_path) as app:
+        root = slack.add_message("C1", "<@UBOT> please ask", user="U1")
+        assert (await app.deliver(events.app_mention("C1", "U1", "<@UBOT> please ask", root))).status == 200
+        await _settle(app)
+    assert bob and len(_cards(slack)) == 1
+    assert [p for p in script.prompts if "bob wonders about the release" in p], script.prompts
+    assert _replies(slack) == ["got it"]
+
+
 async def test_a_free_text_question_is_answered_by_the_next_message(slack: FakeSlack, tmp_path: Path) -> None:
     """Without options the card has no buttons; the next message in the thread from the requester
     is the answer (someone else's message is just a message)."""
