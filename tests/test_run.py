@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,42 +51,66 @@ async def _claim(store: Store, thread_ts: str, ts: str, text: str, *, create: bo
     return item
 
 
-async def test_a_run_steers_in_what_its_inbox_supplies_and_nothing_else(tmp_path: Path) -> None:
-    """Messages the Inbox callable supplies mid-run reach the model before its next request and are
-    consumed with the run; a message that is only in the store stays pending for the next run."""
+@dataclass
+class _Thread:
+    """A thread with one claimed question, and the inbox a run is handed (``supplied`` only)."""
+
+    adapter: FakeAdapter
+    root: Any
+    store: Store
+    first: InboxItem
+    supplied: list[InboxItem] = field(default_factory=list)
+
+    async def inbox(self) -> Sequence[InboxItem]:
+        return list(self.supplied)
+
+    async def later(self, ts: str, text: str) -> InboxItem:
+        """Claim a message in the thread (pending in the store, not handed to a run)."""
+        return await _claim(self.store, self.root.ts, ts, text)
+
+    async def pending(self) -> list[str]:
+        return [json.loads(i.payload)["text"] for i in await self.store.pending_inbox(self.first.task_id)]
+
+
+@contextlib.asynccontextmanager
+async def _thread(tmp_path: Path) -> AsyncIterator[_Thread]:
     adapter = FakeAdapter(files_dir=tmp_path / "provider")
     root = adapter.add_message(Origin("general"), "first question")
     store = open_store(f"sqlite:///{tmp_path}/run.db")
     await store.migrate()
     try:
-        first = await _claim(store, root.ts, root.ts, "first question", create=True)
-        supplied: list[InboxItem] = []
-        prompts: list[str] = []
+        yield _Thread(
+            adapter, root, store, await _claim(store, root.ts, root.ts, "first question", create=True)
+        )
+    finally:
+        await store.close()
 
-        async def inbox() -> Sequence[InboxItem]:
-            return list(supplied)
+
+async def test_a_run_steers_in_what_its_inbox_supplies_and_nothing_else(tmp_path: Path) -> None:
+    """Messages the Inbox callable supplies mid-run reach the model before its next request and are
+    consumed with the run; a message that is only in the store stays pending for the next run."""
+    async with _thread(tmp_path) as thread:
+        prompts: list[str] = []
 
         async def script(turn: Turn) -> list[Any]:
             prompts.append(turn.prompt)
             if len(prompts) == 1:
                 # Two messages arrive while the model works; the inbox hands over only the first.
-                supplied.append(await _claim(store, root.ts, "2.0", "second thought"))
-                await _claim(store, root.ts, "3.0", "left for later")
+                thread.supplied.append(await thread.later("2.0", "second thought"))
+                await thread.later("3.0", "left for later")
                 return [call("channel_reply", text="on it")]
             return [""]
 
-        executor = scripted_executor(store, adapter, script, tmp_path / "data")
-        outcome = await executor.run_inbox(first.task_id, [first], [], inbox)
+        executor = scripted_executor(thread.store, thread.adapter, script, tmp_path / "data")
+        first = thread.first
+        outcome = await executor.run_inbox(first.task_id, [first], [], thread.inbox)
 
         assert outcome.status == "ok" and outcome.replied
         assert "first question" in prompts[0] and "second thought" in prompts[1]
         assert not any("left for later" in p for p in prompts)
-        assert outcome.consumed == [first.item_id, supplied[0].item_id]
-        pending = await store.pending_inbox(first.task_id)
-        assert [json.loads(i.payload)["text"] for i in pending] == ["left for later"]
-        assert adapter.thread(Origin("general", root.ts))[-1].text == "on it"
-    finally:
-        await store.close()
+        assert outcome.consumed == [first.item_id, thread.supplied[0].item_id]
+        assert await thread.pending() == ["left for later"]
+        assert thread.adapter.thread(Origin("general", thread.root.ts))[-1].text == "on it"
 
 
 async def test_a_message_steered_in_while_the_model_chose_no_reply_is_left_for_the_next_run(
@@ -93,35 +119,24 @@ async def test_a_message_steered_in_while_the_model_chose_no_reply_is_left_for_t
     """A message arrives while the model writes a response that ends the turn (``no_reply``): the
     model never saw it, so the run does not consume it; it stays in the inbox for the next run
     (it was consumed unseen, and so lost, before)."""
-    adapter = FakeAdapter(files_dir=tmp_path / "provider")
-    root = adapter.add_message(Origin("general"), "first question")
-    store = open_store(f"sqlite:///{tmp_path}/run.db")
-    await store.migrate()
-    try:
-        first = await _claim(store, root.ts, root.ts, "first question", create=True)
-        supplied: list[InboxItem] = []
+    async with _thread(tmp_path) as thread:
         prompts: list[str] = []
-
-        async def inbox() -> Sequence[InboxItem]:
-            return list(supplied)
 
         async def script(turn: Turn) -> list[Any]:
             prompts.append(turn.prompt)
-            supplied.append(await _claim(store, root.ts, "2.0", "second thought"))
+            thread.supplied.append(await thread.later("2.0", "second thought"))
             return [call("no_reply")]
 
-        executor = scripted_executor(store, adapter, script, tmp_path / "data")
-        outcome = await executor.run_inbox(first.task_id, [first], [], inbox)
+        executor = scripted_executor(thread.store, thread.adapter, script, tmp_path / "data")
+        first = thread.first
+        outcome = await executor.run_inbox(first.task_id, [first], [], thread.inbox)
 
         assert outcome.status == "ok" and not outcome.replied
         assert len(prompts) == 1 and "second thought" not in prompts[0]
         assert outcome.consumed == [first.item_id]
-        pending = await store.pending_inbox(first.task_id)
-        assert [json.loads(i.payload)["text"] for i in pending] == ["second thought"]
-        task = await store.get_task(first.task_id)
+        assert await thread.pending() == ["second thought"]
+        task = await thread.store.get_task(first.task_id)
         assert task is not None and b"second thought" not in task.transcript
-    finally:
-        await store.close()
 
 
 async def test_a_message_steered_in_while_the_model_chose_no_reply_is_answered_by_the_next_run(
