@@ -16,6 +16,7 @@ imports). ``THREADBOUND_TEST_SPAWN=1`` turns it off for a run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import multiprocessing.context
 import os
@@ -86,10 +87,8 @@ class PreloadedProcess:
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # exited meanwhile: its code is on its way
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass  # exited meanwhile: its exit code is on its way
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

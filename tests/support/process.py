@@ -81,7 +81,8 @@ class ServerProcess:
 
     #: Fork ``python -m app serve`` children from a preloaded process (module doc); off for benchmarks.
     preloaded: ClassVar[bool] = False
-    #: What each start ran (argv), whichever way it started; the tests' marker check reads it.
+    #: The argv of each forked start, which the tests' marker check (``tests/conftest.py``) cannot
+    #: see through ``subprocess.Popen`` as it sees a spawned one.
     started: ClassVar[list[str]] = []
 
     def __init__(
@@ -136,8 +137,8 @@ class ServerProcess:
             logged = self.log_path.stat().st_size
         except OSError:
             logged = 0
-        ServerProcess.started.append(" ".join(self.argv))
         if self.preloaded and tuple(self.argv[: len(_SERVE)]) == _SERVE:  # serve, maybe with options
+            ServerProcess.started.append(" ".join(self.argv))
             self.proc = PreloadedProcess.start(
                 self.argv[len(_SERVE) - 1 :], self.env, self.cwd, self.log_path
             )
