@@ -385,13 +385,14 @@ async def serve(
     await stop.wait()
     started = time.monotonic()
     log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
-    # Whatever stalls, the process is gone SHUTDOWN_GRACE + SHUTDOWN_MARGIN seconds from now.
-    watchdog = Watchdog(settings.shutdown_grace + SHUTDOWN_MARGIN).start()
+    # Whatever stalls, the process is gone SHUTDOWN_GRACE + SHUTDOWN_MARGIN seconds from now. Never
+    # cancelled: asyncio.run's teardown after this function (cancelling what is left, such as a
+    # store pool's tasks on connections that answer nothing) can hang as well.
+    Watchdog(settings.shutdown_grace + SHUTDOWN_MARGIN).start()
     deadline = Deadline(settings.shutdown_grace + SHUTDOWN_MARGIN)
     # Stop accepting, drain (on_shutdown, run here on the main loop), close the connections.
     await bounded(edge.stop(), deadline.left(reserve=3.0), "draining")
     await bounded(service.mcp.stop(), min(2.0, deadline.left(reserve=2.0)), "stopping MCP servers")
     await bounded(service.adapter.close(), min(1.0, deadline.left(reserve=1.5)), "closing the Slack session")
     await bounded(service.store.close(), deadline.left(reserve=0.5), "closing the store")
-    watchdog.cancel()
     log.info("stopped after %.1fs", time.monotonic() - started)

@@ -1,5 +1,6 @@
 """SIGTERM ends the process within SHUTDOWN_GRACE + 10 s whatever stalls — Slack answering nothing, the
-model answering nothing, Postgres unreachable — and what was running is resumed after restart, once."""
+model answering nothing, Postgres unreachable, the event loop's own teardown — and what was running
+is resumed after restart, once."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,49 @@ async def test_sigterm_while_the_model_answers_nothing(tmp_path: Path) -> None:
         await _sigterm_exits_in_time(first)
         async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "second.log"):
             await _answered_once(slack)
+
+
+#: ``python -m app serve`` with one task on its loop that will not end when cancelled: what a store
+#: pool's tasks on connections that answer nothing did to asyncio.run's teardown, after serve returned.
+_STUCK_SERVE = """
+import asyncio, runpy, sys
+import app.service
+
+real, kept = app.service.serve, []
+
+async def stuck():
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+
+async def serve(settings, **options):
+    kept.append(asyncio.get_running_loop().create_task(stuck()))
+    await real(settings, **options)
+
+app.service.serve = serve
+sys.argv = ["app", "serve"]
+runpy.run_module("app", run_name="__main__", alter_sys=True)
+"""
+
+
+async def test_sigterm_ends_the_process_when_the_loops_teardown_hangs(tmp_path: Path) -> None:
+    """The shutdown's steps finish, but asyncio.run's teardown after them cannot cancel a task: the
+    watchdog, no longer cancelled once the steps are done, ends the process in time (a Postgres
+    frozen mid-run left such tasks behind, and the process hung past its deadline)."""
+    script = tmp_path / "stuck_serve.py"
+    script.write_text(_STUCK_SERVE)
+    async with FakeSlack() as slack, FakeOpenAI(_answer_once) as llm:
+        _workspace(slack)
+        env = _env(slack, llm, tmp_path / "data")
+        log = tmp_path / "stuck.log"
+        server = await ServerProcess(
+            env, cwd=tmp_path, log_path=log, argv=[sys.executable, str(script)]
+        ).start()
+        await _sigterm_exits_in_time(server)
+    logged = log.read_text()
+    assert "stopped after" in logged and "shutdown did not finish in time" in logged, logged[-2000:]
 
 
 async def test_sigterm_while_postgres_is_unreachable(tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ _EXIT_EARLY = 0.5
 
 class Watchdog:
     """Ends the process (exit status 0) ``seconds`` after :meth:`start` unless cancelled; a thread,
-    so it fires even when the event loop is blocked."""
+    so it fires even when the event loop is blocked, and a daemon, so a process that ends first is
+    not held by it. ``serve`` never cancels its own: the event loop's teardown after the shutdown
+    steps may hang as well (a store pool's tasks on connections that answer nothing)."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = max(0.0, seconds - _EXIT_EARLY)
