@@ -11,6 +11,6 @@ Packages, one concern each, in the order calls go:
 ``app.settings``, ``app.logs``, ``app.traces`` (OpenTelemetry spans) and ``app.clicks`` (what a
 click is) are the shared base every
 package may import, and import no app package themselves;
-``app.service`` is the composition root, the one place that knows every part, and
-``app.__main__`` the CLI. ``tests/test_layout.py`` enforces the directions.
+``app.service`` is the composition root, the one place that knows every part (``app.serving``
+runs it as a process), and ``app.__main__`` the CLI. ``tests/test_layout.py`` enforces the directions.
 """

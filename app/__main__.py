@@ -9,11 +9,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from .logs import Held, held_until_started
 from .settings import Settings, explain
+
+if TYPE_CHECKING:
+    from app.intake.edge_process import EdgeProcess
 
 _DESCRIPTION = """threadbound: an LLM agent that lives in your Slack threads and acts only in the thread
 it was called from. Settings come from the environment or ./.env (see the README's Configure
@@ -278,19 +282,27 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
             print(f"threadbound: cannot start: {missing}", file=sys.stderr)
             return 2
     if args.command == "serve":
+        from app.intake.edge_process import EdgeFailed, fork_edge
         from app.service import StartupError
 
+        try:
+            forked = fork_edge(settings)  # before any thread starts, with the heavy imports done
+        except EdgeFailed as exc:
+            print(f"threadbound: cannot start: {exc}", file=sys.stderr)
+            return 2
         # Lines logged while starting are held back: a failed start prints only its `cannot start:`.
         with held_until_started() as held:
             try:
-                asyncio.run(_serve(settings, held))
+                asyncio.run(_serve(settings, held, forked))
             except StartupError as exc:
                 held.discard()
                 print(f"threadbound: cannot start: {exc}", file=sys.stderr)
                 return 2
         return 0
     if args.command == "playground":
-        return asyncio.run(_playground(settings, demo=args.demo))
+        from .playground.command import playground_command
+
+        return asyncio.run(playground_command(settings, demo=args.demo))
     if args.command == "run":
         with held_until_started() as held:
             return asyncio.run(_run(settings, args.channel, args.thread, args.prompt, held))
@@ -309,43 +321,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
-async def _playground(settings: Settings, *, demo: bool) -> int:
-    from app.agent.agent_file import AgentFile
-    from app.service import StartupError
-
-    from .playground import demo_model, ignored_settings, run_playground
-
-    ignored = ignored_settings(settings)
-    if ignored:
-        print(
-            f"threadbound: the playground ignores {', '.join(ignored)}: it is its own Slack workspace, "
-            f"with its store in {settings.data_dir / 'playground'}",
-            file=sys.stderr,
-        )
-    if not demo and not settings.model:
-        try:
-            named = AgentFile.load(settings.resolved_agent_file, settings.mcp_config).model
-        except ValueError:
-            named = "x"  # a broken agent file is reported, named, by the start-up below
-        if not named:
-            print(
-                "threadbound: MODEL is not set: set MODEL and its key (e.g. "
-                "MODEL=anthropic:claude-sonnet-4-5 and ANTHROPIC_API_KEY) in the environment or ./.env, "
-                "or run `python -m app playground --demo` for an echo model that needs no key",
-                file=sys.stderr,
-            )
-            return 2
-    try:
-        await run_playground(settings, model=demo_model() if demo else None)
-    except StartupError as exc:
-        print(f"threadbound: cannot start: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-async def _serve(settings: Settings, held: Held) -> None:
+async def _serve(settings: Settings, held: Held, forked: EdgeProcess | None = None) -> None:
     """``serve``, writing the held start-up lines once it listens."""
-    from app.service import serve
+    from app.serving import serve
 
     ready = asyncio.Event()
 
@@ -355,7 +333,7 @@ async def _serve(settings: Settings, held: Held) -> None:
 
     releasing = asyncio.create_task(release())
     try:
-        await serve(settings, ready=ready)
+        await serve(settings, ready=ready, forked=forked)
     finally:
         releasing.cancel()
 

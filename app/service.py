@@ -1,5 +1,5 @@
 """The composition root: builds the store, Slack adapter, agent, scheduler, intake and the HTTP edge, and
-is the one place that knows every part; ``serve`` runs it until a signal.
+is the one place that knows every part; ``app.serving.serve`` runs it until a signal.
 
 The HTTP edge itself (Bolt, ``/slack/events``, the probes, ``/metrics``) is ``app.intake.http``.
 """
@@ -7,9 +7,7 @@ The HTTP edge itself (Bolt, ``/slack/events``, the probes, ``/metrics``) is ``ap
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
 from dataclasses import dataclass, field
 
@@ -26,17 +24,16 @@ from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
-from app.intake.edge_thread import EdgeThread, MainLoop
+from app.intake.edge_thread import MainLoop
 from app.intake.external import ExternalNotice
-from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler, listen_error
+from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
-from app.ops.heap import freeze_startup_heap
 from app.ops.observe import ModelTiming, Observer, combine
 from app.ops.paas import ephemeral_disk_warning
-from app.ops.shutdown import CANCEL_WAIT, HTTP_WAIT, SHUTDOWN_MARGIN, Deadline, Watchdog, bounded
+from app.ops.shutdown import CANCEL_WAIT, bounded
 from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
@@ -359,40 +356,3 @@ class Service:
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
-
-
-async def serve(
-    settings: Settings, *, model: Model | None = None, ready: asyncio.Event | None = None
-) -> None:
-    """Run the HTTP server until SIGTERM/SIGINT, then drain within ``SHUTDOWN_GRACE`` and exit."""
-    service = await Service.create(settings, model=model)
-    freeze_startup_heap()  # full collections then skip what start-up built (app.ops.heap)
-    edge = EdgeThread(service.http, service.ingress, service.store, service.agent_view, service.main)
-    try:
-        await edge.start(settings.host, settings.port, HTTP_WAIT)  # acks on a loop of their own
-    except OSError as exc:
-        await service.adapter.close()
-        await service.store.close()
-        raise StartupError(listen_error(settings.host, settings.port, exc)) from exc
-    log.info("listening on %s port %s", settings.host, settings.port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
-    await stop.wait()
-    started = time.monotonic()
-    log.info("shutting down: draining running turns for up to %.0fs", settings.shutdown_grace)
-    # Whatever stalls, the process is gone SHUTDOWN_GRACE + SHUTDOWN_MARGIN seconds from now. Never
-    # cancelled: asyncio.run's teardown after this function (cancelling what is left, such as a
-    # store pool's tasks on connections that answer nothing) can hang as well.
-    Watchdog(settings.shutdown_grace + SHUTDOWN_MARGIN).start()
-    deadline = Deadline(settings.shutdown_grace + SHUTDOWN_MARGIN)
-    # Stop accepting, drain (on_shutdown, run here on the main loop), close the connections.
-    await bounded(edge.stop(), deadline.left(reserve=3.0), "draining")
-    await bounded(service.mcp.stop(), min(2.0, deadline.left(reserve=2.0)), "stopping MCP servers")
-    await bounded(service.adapter.close(), min(1.0, deadline.left(reserve=1.5)), "closing the Slack session")
-    await bounded(service.store.close(), deadline.left(reserve=0.5), "closing the store")
-    log.info("stopped after %.1fs", time.monotonic() - started)

@@ -150,6 +150,8 @@ def _app_group(module: str) -> str:
         return "base"
     if module == "app.__main__":
         return "main"
+    if module == "app.serving":  # the composition root's process life
+        return "service"
     return parts[1]
 
 

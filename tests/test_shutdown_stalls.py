@@ -120,9 +120,9 @@ async def test_sigterm_while_the_model_answers_nothing(tmp_path: Path) -> None:
 #: pool's tasks on connections that answer nothing did to asyncio.run's teardown, after serve returned.
 _STUCK_SERVE = """
 import asyncio, runpy, sys
-import app.service
+import app.serving
 
-real, kept = app.service.serve, []
+real, kept = app.serving.serve, []
 
 async def stuck():
     while True:
@@ -135,7 +135,7 @@ async def serve(settings, **options):
     kept.append(asyncio.get_running_loop().create_task(stuck()))
     await real(settings, **options)
 
-app.service.serve = serve
+app.serving.serve = serve
 sys.argv = ["app", "serve"]
 runpy.run_module("app", run_name="__main__", alter_sys=True)
 """

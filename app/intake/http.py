@@ -34,7 +34,6 @@ from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from app.runs.ack_gate import AckGate
 from app.settings import Settings
 from storage import StoreError
 
@@ -100,6 +99,13 @@ def event_handler(
     return handle
 
 
+class AckCounter(Protocol):
+    """Counts a delivery from arrival to answer (:class:`~app.runs.ack_gate.AckGate`, or the edge
+    process's report of it, ``app.intake.edge_wire.ToService``)."""
+
+    def acking(self) -> contextlib.AbstractContextManager[None]: ...
+
+
 class OnMain(Protocol):
     """Runs a call on the service's main loop (``app.intake.edge_thread.MainLoop``)."""
 
@@ -109,6 +115,9 @@ class OnMain(Protocol):
 
     def soon(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
+
+#: Answers a request on the service's process instead: ``(request, its raw body) → the answer``.
+Forward = Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]
 
 #: An ``event_callback`` body → ``(status, reason, finish)``: the claim is durable when it returns;
 #: ``finish()`` (logging, metrics) runs after the answer was written.
@@ -137,6 +146,11 @@ def event_acker(ingress: Ingress, agent_view: AgentView | None, main: OnMain | N
         return result.status, "" if result.status == 200 else result.reason, finish
 
     return accept
+
+
+def _agent_event(body: dict[str, Any]) -> bool:
+    event = body.get("event")
+    return isinstance(event, dict) and event.get("type") in AGENT_EVENTS
 
 
 def _event_callback(raw: bytes, content_type: str) -> dict[str, Any] | None:
@@ -181,26 +195,29 @@ class HttpEdge:
     def __init__(
         self,
         *,
-        bolt: AsyncApp,
+        bolt: AsyncApp | None,
         signing_secret: str,
         max_body_bytes: int,
         metrics_token: str,
         ping: Callable[[], Awaitable[None]],
         metrics: Callable[[], bytes],
-        ack_gate: AckGate | None,
+        ack_gate: AckCounter | None,
         on_startup: Callable[[], Awaitable[None]],
         on_shutdown: Callable[[], Awaitable[None]],
         slack_events: bool = True,
         socket_connected: Callable[[], bool] | None = None,
         events: EventAcker | None = None,
         main: OnMain | None = None,
+        forward: Forward | None = None,
     ) -> None:
         """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
         ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
         :data:`HTTP_EVENTS_OFF`; ``socket_connected`` adds ``socket_mode`` to /readyz. ``events`` takes
         signed JSON ``event_callback`` bodies past Bolt (:func:`event_acker`). ``main``: when the app is
         served from another thread (``app.intake.edge_thread``), Bolt, ``ping`` and the start-up and
-        shutdown hooks run on the main loop through it."""
+        shutdown hooks run on the main loop through it. ``forward``: when the app is served from a
+        process of its own (``app.intake.edge_child``), every request but a signed ``event_callback``
+        (and ``/healthz``) is handed to the service's process through it, which answers it."""
         #: Replaced while served from the edge's thread by one claiming on that thread's loop.
         self.events = events
         self._main = main
@@ -216,11 +233,12 @@ class HttpEdge:
         self._ack_gate = ack_gate
         self._startup = on_startup
         self._shutdown = on_shutdown
+        self._forward = forward
         app = web.Application(client_max_size=max_body_bytes)
         app.router.add_post("/slack/events", self._events)
         app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/readyz", self._readyz if forward is None else self._forwarded)
+        app.router.add_get("/metrics", self._metrics if forward is None else self._forwarded)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         self.app = app
@@ -245,6 +263,8 @@ class HttpEdge:
             return web.Response(status=401, text="invalid request"), None
         acker = self.events
         body = _event_callback(raw, request.content_type) if acker is not None else None
+        if self._forward is not None and (body is None or _agent_event(body)):
+            return await self._forward(request, raw), None
         if body is not None and acker is not None:
             try:
                 status, text, finish = await acker(body)
@@ -269,12 +289,18 @@ class HttpEdge:
             )
         except (ValueError, RecursionError, AttributeError, TypeError):
             return web.Response(status=400, text="malformed request body"), None
+        bolt = self.bolt
+        assert bolt is not None  # only a forwarding edge has none, and it forwarded above
         try:
-            answer = await self._on_main(lambda: self.bolt.async_dispatch(bolt_request))
+            answer = await self._on_main(lambda: bolt.async_dispatch(bolt_request))
             return await to_aiohttp_response(answer), None
         except RecursionError:  # parsed, but nested too deep for what walks it next
             log.warning("a signed request on /slack/events is nested too deeply to handle")
             return web.Response(status=400, text="malformed request body"), None
+
+    async def _forwarded(self, request: web.Request) -> web.StreamResponse:
+        assert self._forward is not None
+        return await self._forward(request, await request.read())
 
     def _refuse(self, reason: str) -> None:
         """One warning line per ``REFUSAL_LOG_INTERVAL`` at most, counting the refusals in between."""

@@ -19,10 +19,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from app import logs, traces
-from app.runs.scheduler import Scheduler
 from app.settings import Settings
 from channel.slack.identity import SlackIdentity
 from storage.base import Store, StoreError
@@ -60,6 +59,13 @@ class IngressResult:
     task_id: str | None = None
 
 
+class Wakes(Protocol):
+    """Where a claimed delivery's wake-up goes: the scheduler, or the wire to the process running it
+    (``app.intake.edge_child``)."""
+
+    def notify(self, task_id: str) -> None: ...
+
+
 def _now(fn: Callable[..., None], *args: Any) -> None:
     fn(*args)
 
@@ -67,7 +73,7 @@ def _now(fn: Callable[..., None], *args: Any) -> None:
 @dataclass(eq=False, kw_only=True)
 class Ingress:
     store: Store
-    scheduler: Scheduler
+    scheduler: Wakes
     #: Who the bot is (``auth.test``): its own posts, and the install's workspace, are told apart by it.
     bot: SlackIdentity
     settings: Settings

@@ -28,8 +28,9 @@ import aiohttp
 from aiohttp import web
 from pydantic_ai.models import Model
 
+from app.intake.http import listen_error
 from app.runs.run import RunHooks
-from app.service import Service, StartupError, listen_error
+from app.service import Service, StartupError
 from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 

@@ -7,7 +7,8 @@ waiting for its 200, or after ``patience`` seconds at most, so a burst of new co
 is acknowledged first and answered right after, instead of slowing every acknowledgement.
 
 Deliveries may be counted from another thread (the HTTP edge runs on a loop of its own,
-``app.intake.edge_thread``); the waiting side (:meth:`AckGate.quiet`) belongs to the loop the
+``app.intake.edge_thread``) or reported by the edge's own process (``app.intake.edge_process``);
+the waiting side (:meth:`AckGate.quiet`) belongs to the loop the
 gate was made on, which hears of changes through ``call_soon_threadsafe``.
 """
 
@@ -39,19 +40,28 @@ class AckGate:
     @contextlib.contextmanager
     def acking(self) -> Iterator[None]:
         """Count one delivery from arrival to answer (on any thread)."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def enter(self) -> None:
+        """One more delivery waits for its answer (on any thread; the edge's own process reports
+        its deliveries in flight through these two)."""
         with self._count:
             self._in_flight += 1
             changed = self._in_flight == 1
         if changed:
             self._changed()
-        try:
-            yield
-        finally:
-            with self._count:
-                self._in_flight -= 1
-                changed = self._in_flight == 0
-            if changed:
-                self._changed()
+
+    def leave(self) -> None:
+        """A delivery counted by :meth:`enter` was answered."""
+        with self._count:
+            self._in_flight -= 1
+            changed = self._in_flight == 0
+        if changed:
+            self._changed()
 
     def _changed(self) -> None:
         loop = self._loop

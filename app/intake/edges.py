@@ -1,0 +1,43 @@
+"""The two ways ``serve`` runs the HTTP edge: in a process of its own (``app.intake.edge_process``,
+forked before the service was built) or on a thread of the service's process
+(``app.intake.edge_thread``, ``EDGE_PROCESS=false`` or no ``fork``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .edge_process import EdgeFailed, EdgeProcess, Wiring, hello
+from .edge_thread import EdgeThread
+from .http import listen_error
+
+if TYPE_CHECKING:
+    from app.service import Service
+
+
+async def start_edge(
+    service: Service, forked: EdgeProcess | None, on_exit: Callable[[], None], wait: float
+) -> EdgeThread | EdgeProcess:
+    """The edge, serving once this returns; EdgeFailed (the service's own resources are the
+    caller's to close) says why it could not. ``on_exit``: the edge's process stopped unasked;
+    ``wait``: seconds a stopping edge lets requests in flight finish."""
+    settings = service.settings
+    if forked is not None:
+        wiring = Wiring(
+            notify=service.runner.notify,
+            delivered=service.ingress.on_result,
+            external=service.ingress.on_external,
+            ack_gate=service.runner.ack_gate,
+        )
+        try:  # acks in a process of their own
+            await forked.start(service.web_app, wiring, hello(service.adapter.identity, wait), on_exit)
+        except EdgeFailed as exc:
+            forked.kill()
+            raise EdgeFailed(f"the HTTP edge process did not start: {exc}") from exc
+        return forked
+    edge = EdgeThread(service.http, service.ingress, service.store, service.agent_view, service.main)
+    try:
+        await edge.start(settings.host, settings.port, wait)  # acks on a loop of their own
+    except OSError as exc:
+        raise EdgeFailed(listen_error(settings.host, settings.port, exc)) from exc
+    return edge

@@ -1,0 +1,171 @@
+"""The HTTP edge's own process (``app.intake.edge_process``, ``app.intake.edge_child``) under the real
+``python -m app serve``: who listens, what it answers itself and what it hands to the service,
+and that either process's death ends the other."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+
+from tests.support import events
+from tests.support.fake_model import FakeOpenAI
+from tests.support.harness import SIGNING_SECRET
+from tests.support.process import ServerProcess, server_env
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
+
+pytestmark = pytest.mark.process
+
+
+def _listener(pid: int, port: int) -> psutil.Process | None:
+    """The process (``pid`` or one of its children) listening on ``port``."""
+    parent = psutil.Process(pid)
+    for proc in (parent, *parent.children(recursive=True)):
+        try:
+            if any(
+                c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+                for c in proc.net_connections()
+            ):
+                return proc
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def _slack(slack: FakeSlack) -> None:
+    slack.add_channel("C1", "general")
+    slack.add_user("U1", "alice", display_name="Alice")
+
+
+def _model() -> FakeOpenAI:
+    return FakeOpenAI()  # echoes the question with channel_reply, then "done"
+
+
+async def test_the_edge_acks_in_a_process_of_its_own_and_hands_the_rest_to_the_service(
+    tmp_path: Path,
+) -> None:
+    """A child of the service listens on PORT, the service itself does not. A mention is acked there
+    and answered by the service's run (the wake-up crossed); the delivery is counted in the
+    service's /metrics (the outcome crossed); /readyz, a url_verification and a click are answered
+    by the service through the child."""
+    async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
+        _slack(slack)
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+            edge = _listener(server.pid, server.port)
+            assert edge is not None and edge.pid != server.pid, server.tail()
+            assert edge.ppid() == server.pid
+
+            root = slack.add_message("C1", "<@UBOT> question", user="U1")
+            mention = events.app_mention("C1", "U1", "<@UBOT> question", root)
+            answer = await events.deliver(http, f"{server.url}/slack/events", mention, SIGNING_SECRET)
+            assert answer.status == 200
+            await eventually(lambda: any("echo: " in m.get("text", "") for m in slack.bot_messages("C1")))
+
+            async with http.get(f"{server.url}/metrics") as metrics:
+                text = await metrics.text()
+            assert metrics.status == 200
+            assert 'threadbound_deliveries_total{outcome="claimed"} 1.0' in text, text[:2000]
+            async with http.get(f"{server.url}/readyz") as ready:
+                assert ready.status == 200 and (await ready.json())["ok"] is True
+            challenge = await events.deliver(
+                http, f"{server.url}/slack/events", events.url_verification("c-42"), SIGNING_SECRET
+            )
+            assert challenge.status == 200 and "c-42" in await challenge.text()
+            click = events.block_actions(
+                channel="C1", user="U1", message_ts=root, action_id="unknown_action", value="x"
+            )
+            clicked = await events.deliver_interaction(
+                http, f"{server.url}/slack/events", click, SIGNING_SECRET
+            )
+            assert clicked.status == 200
+            unsigned = await http.post(f"{server.url}/slack/events", data=b"{}")
+            assert unsigned.status == 401  # refused by the edge itself, before anything is handed on
+        assert server.proc is not None and server.proc.returncode == 0, server.tail()
+        assert not psutil.pid_exists(edge.pid) or edge.status() == psutil.STATUS_ZOMBIE
+
+
+async def test_a_killed_edge_takes_the_service_with_it_and_a_killed_service_its_edge(tmp_path: Path) -> None:
+    """SIGKILL of the edge's process: the service dies by SIGKILL too (as the one process would
+    have). SIGKILL of the service: the kernel ends its edge, and the port is free again."""
+    async with FakeSlack() as slack, _model() as llm:
+        _slack(slack)
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
+        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "first.log")
+        async with first:
+            edge = _listener(first.pid, first.port)
+            assert edge is not None and edge.pid != first.pid
+            edge.kill()
+            assert await first.wait(within=10) == -signal.SIGKILL
+        assert "the HTTP edge process died (signal 9)" in (tmp_path / "first.log").read_text()
+
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "second.log")
+        async with second:
+            edge = _listener(second.pid, second.port)
+            assert edge is not None and edge.pid != second.pid
+            second.kill()
+            assert await second.wait(within=10) == -signal.SIGKILL
+            await eventually(
+                lambda: not edge.is_running() or edge.status() == psutil.STATUS_ZOMBIE, within=10
+            )
+
+
+async def test_sigterm_to_the_edge_alone_stops_the_service_gracefully(tmp_path: Path) -> None:
+    """Someone signals only the edge's process: it stops serving and exits 0, and the service
+    follows with its own graceful stop (exit 0), not a crash."""
+    async with FakeSlack() as slack, _model() as llm:
+        _slack(slack)
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
+        server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log")
+        async with server:
+            edge = _listener(server.pid, server.port)
+            assert edge is not None and edge.pid != server.pid
+            edge.send_signal(signal.SIGTERM)
+            assert await server.wait(within=20) == 0, server.tail()
+        log = (tmp_path / "serve.log").read_text()
+        assert "the HTTP edge process stopped; stopping the service" in log
+        assert "stopped after" in log
+
+
+async def test_edge_process_false_serves_from_the_one_process(tmp_path: Path) -> None:
+    """EDGE_PROCESS=false: the service listens itself (the edge on a thread) and has no child."""
+    async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
+        _slack(slack)
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), EDGE_PROCESS="false")
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+            edge = _listener(server.pid, server.port)
+            assert edge is not None and edge.pid == server.pid
+            assert psutil.Process(server.pid).children() == []
+            root = slack.add_message("C1", "<@UBOT> question", user="U1")
+            mention = events.app_mention("C1", "U1", "<@UBOT> question", root)
+            answer = await events.deliver(http, f"{server.url}/slack/events", mention, SIGNING_SECRET)
+            assert answer.status == 200
+            await eventually(lambda: any("echo: " in m.get("text", "") for m in slack.bot_messages("C1")))
+
+
+async def test_the_service_failing_to_start_leaves_no_edge_behind(tmp_path: Path) -> None:
+    """The edge is forked before the service starts; a start that fails (Slack refuses the token)
+    ends it too, so nothing keeps the port."""
+    async with FakeSlack() as slack, _model() as llm:
+        _slack(slack)
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), SLACK_BOT_TOKEN="xoxb-wrong")
+        server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log")
+        with pytest.raises(Exception):  # noqa: B017 - whatever the harness raises for a failed start
+            await asyncio.wait_for(server.start(), 30)
+        await server.stop()
+        log = (tmp_path / "serve.log").read_text()
+        assert "cannot start" in log, log
+        children = [p for p in psutil.process_iter(["cmdline", "cwd"]) if _in(p, tmp_path)]
+        assert children == []
+
+
+def _in(proc: psutil.Process, where: Path) -> bool:
+    try:
+        return proc.cwd() == str(where)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
