@@ -68,7 +68,7 @@ class Settings(BaseSettings):
     host: str = "0.0.0.0"
     port: int = Field(default=3000, ge=1, le=65535)
     #: ``serve`` answers Slack's deliveries from a process of its own (``app/intake/edge_process.py``),
-    #: so runs never slow an acknowledgement; ``false`` serves them from a thread (one process, ~40 MB less).
+    #: so runs never slow an acknowledgement; ``false`` serves them from a thread (one process, ~25 MB less).
     edge_process: bool = True
     #: Seconds SIGTERM waits for running turns before leases are released (Heroku allows 30).
     shutdown_grace: float = Field(default=20.0, ge=0)

@@ -105,8 +105,7 @@ async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.
             sock.listen(BACKLOG)
             sites.append(web.SockSite(runner, sock))
             await sites[-1].start()
-        gc.collect()
-        gc.freeze()  # what start-up built is not looked at again by every full collection
+        gc.freeze()  # what start-up built is not walked by every full collection (app.ops.heap)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -79,6 +80,9 @@ class EdgeProcess:
         sockets = bind(settings.host, settings.port)
         ours, theirs = socket.socketpair()
         parent = os.getpid()
+        # What is imported by now is shared with the child until written to; frozen, no collection
+        # in either process walks it (a walk would copy every page it touches into both).
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the child: never returns into the caller's code
             code = 1
