@@ -169,3 +169,42 @@ def _in(proc: psutil.Process, where: Path) -> bool:
         return proc.cwd() == str(where)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+
+
+async def test_agent_view_events_and_external_notes_reach_the_service(tmp_path: Path) -> None:
+    """What only the service can do still happens when the edge acks: an ``assistant_thread_started``
+    (handed to the service's web app) gets the agent file's suggested prompts, and a Slack Connect
+    guest's mention (ignored at the edge) gets its one private note from the service."""
+    agent = tmp_path / "agent.toml"
+    agent.write_text('prompts = ["Summarise this thread"]\n')
+    async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
+        _slack(slack)
+        slack.add_channel("D1", "dm", is_im=True, user="U1")
+        slack.add_user("UGUEST", "guest", display_name="Guest")
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), AGENT_FILE=str(agent))
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+            assert (edge := _listener(server.pid, server.port)) is not None and edge.pid != server.pid
+            started = {
+                "type": "assistant_thread_started",
+                "assistant_thread": {"user_id": "U1", "channel_id": "D1", "thread_ts": "1700000000.000100"},
+                "event_ts": "1700000000.000200",
+            }
+            url = f"{server.url}/slack/events"
+            assert (
+                await events.deliver(http, url, events.event_callback(started), SIGNING_SECRET)
+            ).status == 200
+            ts = slack.add_message("C1", "<@UBOT> hi", user="UGUEST")
+            guest = events.app_mention("C1", "UGUEST", "<@UBOT> hi", ts)
+            guest["event"]["team"] = guest["event"]["user_team"] = "TPARTNER"
+            assert (await events.deliver(http, url, guest, SIGNING_SECRET)).status == 200
+            await eventually(lambda: any(e[1] == "UGUEST" for e in slack.ephemerals))
+        assert slack.suggested_prompts == [
+            (
+                "D1",
+                "1700000000.000100",
+                [{"title": "Summarise this thread", "message": "Summarise this thread"}],
+            )
+        ]
+        notes = [e for e in slack.ephemerals if e[1] == "UGUEST"]
+        assert len(notes) == 1 and "own organisation" in notes[0][3]
+        assert slack.bot_messages("C1") == []
