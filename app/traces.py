@@ -10,8 +10,8 @@ The spans (all named ``threadbound …`` except pydantic-ai's own):
 - ``threadbound delivery``: one Slack delivery through the ingress (``event_id``, outcome, task);
 - ``threadbound click``: one button click being handled (its ``action_id``);
 - ``threadbound run``: one agent run, a child of the delivery that claimed its first message when
-  that delivery was seen by this process (else a root), with links to the others; it carries the
-  task, the run and the event ids;
+  that delivery was seen by this process or its HTTP edge's (else a root), with links to the
+  others; it carries the task, the run and the event ids;
 - pydantic-ai's agent run, model request and tool call spans inside it (``include_content=False``:
   no prompt, answer, tool argument or result unless ``TRACE_CONTENT=true``);
 - ``threadbound slack <method>``: each Slack Web API call, with its outcome, under whatever is
@@ -34,7 +34,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from app.settings import Settings
 
@@ -67,6 +67,21 @@ class _Deliveries:
 
     def take(self, task_id: str) -> list[tuple[str, SpanContext]]:
         return self._by_task.pop(task_id, [])
+
+    def take_portable(self, task_id: str) -> list[list[Any]]:
+        """:meth:`take`, as JSON for another process (the HTTP edge's, ``app.intake.edge_wire``)."""
+        return [
+            [event_id, f"{c.trace_id:032x}", f"{c.span_id:016x}", int(c.trace_flags)]
+            for event_id, c in self.take(task_id)
+        ]
+
+    def remember_portable(self, task_id: str, spans: Sequence[Sequence[Any]]) -> None:
+        """Remember what :meth:`take_portable` took in another process."""
+        for event_id, trace_id, span_id, flags in spans:
+            context = SpanContext(
+                int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(flags)
+            )
+            self.remember(task_id, str(event_id), context)
 
 
 DELIVERIES = _Deliveries()
@@ -156,6 +171,17 @@ def slack_call(method: str, outcome: str, seconds: float) -> None:
 
 class TracingUnavailable(Exception):
     """Tracing was asked for (OTEL_EXPORTER_OTLP_ENDPOINT) and cannot work; the message says the fix."""
+
+
+def flush() -> None:
+    """Export the spans still queued and stop exporting: for a process that ends without returning
+    to ``main`` (the HTTP edge's, ``app.intake.edge_process``)."""
+    shutdown = getattr(trace.get_tracer_provider(), "shutdown", None)
+    if callable(shutdown):
+        try:
+            shutdown()
+        except Exception:  # an export that fails is the collector's loss, not a reason to hang
+            log.warning("could not flush the last spans", exc_info=True)
 
 
 def setup_tracing(settings: Settings) -> Any | None:

@@ -208,3 +208,54 @@ async def test_agent_view_events_and_external_notes_reach_the_service(tmp_path: 
         notes = [e for e in slack.ephemerals if e[1] == "UGUEST"]
         assert len(notes) == 1 and "own organisation" in notes[0][3]
         assert slack.bot_messages("C1") == []
+
+
+async def test_a_run_is_the_child_of_the_delivery_its_edge_acked(tmp_path: Path) -> None:
+    """With tracing on, the edge's process exports the delivery's span and the service's run span
+    is its child, in the same trace: the span context crosses the wire with the wake-up."""
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    spans: list[tuple[str, bytes, bytes, bytes]] = []
+
+    async def collect(request: web.Request) -> web.Response:
+        export = ExportTraceServiceRequest()
+        export.ParseFromString(await request.read())
+        for resource in export.resource_spans:
+            for scope in resource.scope_spans:
+                spans.extend((s.name, s.trace_id, s.span_id, s.parent_span_id) for s in scope.spans)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    collector = web.Application()
+    collector.router.add_post("/v1/traces", collect)
+    runner = web.AppRunner(collector, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
+            _slack(slack)
+            env = server_env(
+                slack,
+                llm,
+                DATA_DIR=str(tmp_path / "data"),
+                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                OTEL_BSP_SCHEDULE_DELAY="100",
+            )
+            async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+                assert (edge := _listener(server.pid, server.port)) is not None and edge.pid != server.pid
+                root = slack.add_message("C1", "<@UBOT> question", user="U1")
+                mention = events.app_mention("C1", "U1", "<@UBOT> question", root)
+                assert (
+                    await events.deliver(http, f"{server.url}/slack/events", mention, SIGNING_SECRET)
+                ).status == 200
+                await eventually(lambda: any("echo: " in m.get("text", "") for m in slack.bot_messages("C1")))
+            # Stopped (SIGTERM): both processes flushed what they had queued.
+        deliveries = [s for s in spans if s[0] == "threadbound delivery"]
+        runs = [s for s in spans if s[0] == "threadbound run"]
+        assert len(deliveries) == 1 and len(runs) == 1, [s[0] for s in spans]
+        assert runs[0][1] == deliveries[0][1]  # one trace
+        assert runs[0][3] == deliveries[0][2]  # the run's parent is the delivery
+    finally:
+        await runner.cleanup()

@@ -37,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from app import traces
 from app.runs.ack_gate import AckGate
 from app.settings import Settings
 
@@ -92,6 +93,7 @@ class EdgeProcess:
 
                 code = run(settings, sockets, theirs, parent)
             finally:
+                traces.flush()  # the deliveries' spans still queued for export
                 logging.shutdown()
                 os._exit(code)
         theirs.close()
@@ -133,6 +135,8 @@ class EdgeProcess:
     def _heard(self, said: dict[str, Any], wiring: Wiring) -> None:
         kind = said.get("t")
         if kind == "wake":
+            if said.get("spans"):
+                traces.DELIVERIES.remember_portable(said["task"], said["spans"])
             wiring.notify(said["task"])
         elif kind == "delivered" and wiring.delivered is not None:
             wiring.delivered(IngressResult(said["status"], said["outcome"]), {})

@@ -24,6 +24,8 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from app import traces
+
 from .ingress import IngressResult
 from .router import Decision
 
@@ -60,16 +62,22 @@ class ToService:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._lines: list[bytes] = []
+        self._messages: list[dict[str, Any]] = []
         self._in_flight = 0
 
     def send(self, **message: Any) -> None:
-        self._lines.append(line(**message))
-        if len(self._lines) == 1:
+        self._messages.append(message)
+        if len(self._messages) == 1:
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        data, self._lines = b"".join(self._lines), []
+        messages, self._messages = self._messages, []
+        for message in messages:
+            if message["t"] == "wake":
+                # The claimed deliveries' spans, recorded once the claim returned (just after the
+                # wake-up was queued): the service's run becomes their child (app.traces).
+                message["spans"] = traces.DELIVERIES.take_portable(message["task"])
+        data = b"".join(line(**message) for message in messages)
         if data and not self._writer.is_closing():
             self._writer.write(data)
 
