@@ -477,3 +477,35 @@ async def test_user_max_runs_queues_one_persons_conversations_and_not_others(tmp
             await app.idle()
         assert seen["alice_peak"] == 1 and seen["together"] > 0
         assert [m["text"] for m in slack.bot_messages("C1")] == ["done"] * 4
+
+
+async def test_a_new_conversations_run_knows_its_author_from_the_wake_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim that creates a task tells the scheduler who wrote its one message, so the driver
+    takes the lease without reading the inbox first (one store trip less per new conversation); a
+    reply in an existing conversation is still looked up."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        async with AppHarness(slack, model=echo_model(), data_dir=tmp_path) as app:
+            assert app.service is not None
+            store = app.service.runner.store
+            calls: list[str] = []
+            for name in ("pending_inbox", "take_lease"):
+                real = getattr(store, name)
+
+                def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+                    calls.append(_name)
+                    return _real(*args, **kwargs)
+
+                monkeypatch.setattr(store, name, counted)
+            root = await _mention(app)
+            await app.idle()
+            assert calls[0] == "take_lease", calls
+            calls.clear()
+            ts = slack.add_message("C1", "and then?", user="U2", thread_ts=root)
+            reply = events.message("C1", "U2", "and then?", ts, thread_ts=root)
+            assert (await app.deliver(reply)).status == 200
+            await app.idle()
+            assert calls[:2] == ["pending_inbox", "take_lease"], calls
+        assert len(slack.bot_messages("C1")) == 2

@@ -87,8 +87,8 @@ class ToService:
         with contextlib.suppress(ConnectionError):
             await self._writer.drain()
 
-    def notify(self, task_id: str) -> None:
-        self.send(t="wake", task=task_id)
+    def notify(self, task_id: str, author: str | None = None) -> None:
+        self.send(t="wake", task=task_id, author=author)
 
     def external(self, decision: Decision) -> None:
         self.send(t="external", decision=asdict(decision))

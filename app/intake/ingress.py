@@ -63,7 +63,7 @@ class Wakes(Protocol):
     """Where a claimed delivery's wake-up goes: the scheduler, or the wire to the process running it
     (``app.intake.edge_child``)."""
 
-    def notify(self, task_id: str) -> None: ...
+    def notify(self, task_id: str, author: str | None = None) -> None: ...
 
 
 def _now(fn: Callable[..., None], *args: Any) -> None:
@@ -187,5 +187,11 @@ class Ingress:
                 self._soon(self.scheduler.notify, outcome.task_id)
             return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
         assert outcome.task_id is not None
-        self._soon(self.scheduler.notify, outcome.task_id)
+        if outcome.created:
+            # The task's inbox holds this message alone: its author is the one the run is charged to
+            # (USER_MAX_RUNS), told with the wake-up instead of read back from the store.
+            author = message.get("user")
+            self._soon(self.scheduler.notify, outcome.task_id, author if isinstance(author, str) else "")
+        else:
+            self._soon(self.scheduler.notify, outcome.task_id)
         return IngressResult(200, "claimed", decision.reason, outcome.task_id)

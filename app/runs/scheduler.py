@@ -104,6 +104,8 @@ class Scheduler:
         self.ack_gate = ack_gate
         #: Tasks woken but not yet given a driver, in wake-up order; the dispatcher drains it.
         self._wakeups: dict[str, None] = {}
+        #: The first author of a woken task's inbox, when its wake-up told it (``notify``).
+        self._authors: dict[str, str] = {}
         self._woken = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
         #: Whether start-up swept already (``first_look``), so the sweep loop begins with a wait.
@@ -112,9 +114,11 @@ class Scheduler:
         self._started = asyncio.Event()
 
     # -- wake-ups --------------------------------------------------------------------------
-    def notify(self, task_id: str) -> None:
+    def notify(self, task_id: str, author: str | None = None) -> None:
         """Make sure a driver for ``task_id`` runs in this process soon (it may find the lease
-        taken). Cheap: the driver is started by the dispatcher, off the ack path."""
+        taken). Cheap: the driver is started by the dispatcher, off the ack path. ``author``: the
+        author of the task's oldest pending message when the caller knows it (the claim that created
+        the task): the driver then need not read the inbox to know whom the run counts against."""
         if not self._accepting:
             return
         driver = self._drivers.get(task_id)
@@ -125,6 +129,8 @@ class Scheduler:
             self._again.add(task_id)
             return
         self._wakeups[task_id] = None
+        if author is not None:
+            self._authors[task_id] = author
         self._woken.set()
         if self._dispatcher is None or self._dispatcher.done():
             self._dispatcher = asyncio.create_task(self._dispatch(), name="dispatcher")
@@ -272,6 +278,7 @@ class Scheduler:
         self._accepting = False
         # Woken tasks not started yet keep their inbox: the next start's sweep resumes them.
         self._wakeups.clear()
+        self._authors.clear()
         if self._dispatcher is not None:
             self._dispatcher.cancel()
             await asyncio.gather(self._dispatcher, return_exceptions=True)
@@ -288,7 +295,9 @@ class Scheduler:
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
         async with self._slots:
-            person = first_author(await self.store.pending_inbox(task_id))
+            person = self._authors.pop(task_id, None)
+            if person is None:
+                person = first_author(await self.store.pending_inbox(task_id))
             if not self._people.full(person):
                 async with self._people.hold(person):  # taken at once: nothing awaited since full()
                     await self._drive_leased(task_id)
