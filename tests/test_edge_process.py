@@ -259,3 +259,17 @@ async def test_a_run_is_the_child_of_the_delivery_its_edge_acked(tmp_path: Path)
         assert runs[0][3] == deliveries[0][2]  # the run's parent is the delivery
     finally:
         await runner.cleanup()
+
+
+def test_no_edge_process_where_it_could_not_share_the_database_or_is_turned_off(tmp_path: Path) -> None:
+    """The edge is served from a thread, not forked, when turned off, when deliveries come over
+    Socket Mode only, and when the database is in-memory SQLite (a child would claim into a
+    database of its own, which the service never reads)."""
+    from app.intake.edge_process import fork_edge
+    from app.settings import Settings
+
+    base = {"slack_bot_token": "xoxb-1", "slack_signing_secret": "s", "data_dir": tmp_path, "port": 1}
+    assert fork_edge(Settings(_env_file=None, **base, edge_process=False)) is None
+    assert fork_edge(Settings(_env_file=None, **base, database_url="sqlite:///:memory:")) is None
+    socket_only = Settings(_env_file=None, **base, slack_app_token="xapp-1")
+    assert not socket_only.http_events and fork_edge(socket_only) is None

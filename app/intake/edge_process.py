@@ -231,11 +231,12 @@ def bind(host: str, port: int) -> list[socket.socket]:
 
 def fork_edge(settings: Settings) -> EdgeProcess | None:
     """The HTTP edge's own process (``EDGE_PROCESS``), bound to HOST:PORT; None to serve it from a
-    thread (turned off, Socket Mode only, or a platform without ``fork``). EdgeFailed names a bind
-    that failed (a port in use, say)."""
+    thread (turned off, Socket Mode only, a database only this process can see, or a platform
+    without ``fork``). EdgeFailed names a bind that failed (a port in use, say)."""
     if (
         not settings.edge_process
         or not settings.http_events
+        or _private_database(settings.resolved_database_url)
         or not hasattr(os, "fork")
         or sys.platform == "win32"
     ):
@@ -244,6 +245,11 @@ def fork_edge(settings: Settings) -> EdgeProcess | None:
         return EdgeProcess.fork(settings)
     except OSError as exc:
         raise EdgeFailed(listen_error(settings.host, settings.port, exc)) from exc
+
+
+def _private_database(url: str) -> bool:
+    """An in-memory SQLite database: another process would claim into a database of its own."""
+    return url.lower().startswith("sqlite") and ":memory:" in url
 
 
 def hello(bot: Any, shutdown_timeout: float) -> dict[str, Any]:
