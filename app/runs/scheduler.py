@@ -1,18 +1,17 @@
 """Scheduling: at most one agent run per conversation, fed from the durable inbox.
 
-Which task runs when, and nothing about the run itself (that is ``app.run``):
-leases, their heartbeat, the sweep, the concurrency cap, wake-ups and the hourly
-prune of claim keys. Ordering rules that keep messages from being lost or run twice:
+Which task runs when, and nothing about the run itself (that is ``app.run``): leases, their
+heartbeat, the sweep, the concurrency cap, wake-ups and the hourly prune of claim keys. Ordering
+rules that keep messages from being lost or run twice:
 
 - Ingress appends to the inbox *before* it asks the scheduler to drive a task.
-- A wake-up only queues the task: one dispatcher task starts drivers, at a moment
-  when no delivery waits for its acknowledgement (``app.ack_gate``) or after
-  ``START_PATIENCE`` at most, yielding between starts, so starting runs never
-  competes with the claims the 200s wait for.
-- A driver takes the task's lease in the store (so this holds across instances),
-  runs until the inbox is empty, releases the lease and then looks at the inbox
-  once more: a message appended while another owner held the lease is picked up
-  by that owner's post-release check, by the next delivery, or by the sweep.
+- A wake-up only queues the task: one dispatcher task starts drivers, at a moment when no
+  delivery waits for its acknowledgement (``app.ack_gate``) or after ``START_PATIENCE`` at most,
+  yielding between starts, so starting runs never competes with the claims the 200s wait for.
+- A driver takes the task's lease in the store (so this holds across instances), runs until the
+  inbox is empty, releases the lease and then looks at the inbox once more: a message appended
+  while another owner held the lease is picked up by that owner's post-release check, by the next
+  delivery, or by the sweep.
 - During a run the run polls the task's inbox (handed to it as an ``Inbox``) for
   steering messages, which are consumed with the run; its first look goes to the store only
   when a delivery woke the task since the driver read the inbox.
@@ -104,8 +103,7 @@ class Scheduler:
         self.ack_gate = ack_gate
         #: Tasks woken but not yet given a driver, in wake-up order; the dispatcher drains it.
         self._wakeups: dict[str, None] = {}
-        #: The first author of a woken task's inbox, when its wake-up told it (``notify``).
-        self._authors: dict[str, str] = {}
+        self._authors: dict[str, str] = {}  # woken tasks' first authors, when told (``notify``)
         self._woken = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
         #: Whether start-up swept already (``first_look``), so the sweep loop begins with a wait.
@@ -116,9 +114,8 @@ class Scheduler:
     # -- wake-ups --------------------------------------------------------------------------
     def notify(self, task_id: str, author: str | None = None) -> None:
         """Make sure a driver for ``task_id`` runs in this process soon (it may find the lease
-        taken). Cheap: the driver is started by the dispatcher, off the ack path. ``author``: the
-        author of the task's oldest pending message when the caller knows it (the claim that created
-        the task): the driver then need not read the inbox to know whom the run counts against."""
+        taken). Cheap: the driver is started by the dispatcher, off the ack path. ``author``: who
+        wrote the oldest pending message, when the caller knows (the claim that created the task)."""
         if not self._accepting:
             return
         driver = self._drivers.get(task_id)
@@ -295,9 +292,8 @@ class Scheduler:
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
         async with self._slots:
-            person = self._authors.pop(task_id, None)
-            if person is None:
-                person = first_author(await self.store.pending_inbox(task_id))
+            person = self._authors.pop(task_id, None)  # else read: whom the run counts against
+            person = first_author(await self.store.pending_inbox(task_id)) if person is None else person
             if not self._people.full(person):
                 async with self._people.hold(person):  # taken at once: nothing awaited since full()
                     await self._drive_leased(task_id)
