@@ -48,6 +48,18 @@ class SqlCore(ABC):
         job on its database thread)."""
         return [await self._fetch(statement, params) for statement, params in reads]
 
+    async def _write_then_reads(
+        self,
+        write: Statement,
+        params: Mapping[str, Any],
+        reads: Callable[[Row | None], Sequence[tuple[Statement, Mapping[str, Any]]]],
+    ) -> tuple[Row | None, list[Sequence[Row]]]:
+        """``write``'s first returned row (None: none), then the rows of each read ``reads(row)``
+        names; a backend may make it one database trip (SQLite: one job, in the write's batch)."""
+        rows = await self._fetch(write, params)
+        row = rows[0] if rows else None
+        return row, await self._reads(reads(row))
+
     @abstractmethod
     async def _script(self, make: Callable[[], Script]) -> Any:
         """Drive the script ``make()`` returns in one transaction; its return value. ``make`` is

@@ -258,6 +258,22 @@ class SQLiteStore(SqlStore):
         count: int = await self._batch(lambda db: db.execute(text, params).rowcount, synced=statement.synced)
         return count
 
+    async def _write_then_reads(
+        self,
+        write: Statement,
+        params: Mapping[str, Any],
+        reads: Callable[[Row | None], Sequence[tuple[Statement, Mapping[str, Any]]]],
+    ) -> tuple[Row | None, list[Sequence[Row]]]:
+        text = SQLITE.sql(write)
+
+        def call(db: Db) -> tuple[Row | None, list[Sequence[Row]]]:
+            # In the write's transaction: the reads see it, and nothing else committed between.
+            row = db.execute(text, params).fetchone()
+            return row, [db.execute(SQLITE.sql(s), p).fetchall() for s, p in reads(row)]
+
+        result: tuple[Row | None, list[Sequence[Row]]] = await self._batch(call, synced=write.synced)
+        return result
+
     async def _script(self, make: Callable[[], Script]) -> Any:
         return await self._run(lambda db: _immediate(db, lambda db: _drive(db, make())))
 

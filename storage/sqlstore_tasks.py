@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import ask_statements as ask_sql
 from . import statements as sql
@@ -21,10 +22,24 @@ from .records import (
     TaskRecord,
 )
 from .run_records import RunState
+from .sql import Row, Statement
 from .sqlcore import SqlCore, fence_token, new_id
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
 _PRUNE_BATCH = 10_000
+
+
+def _state_of(rows: Sequence[Sequence[Row]]) -> RunState:
+    """The :class:`RunState` of the rows of ``TaskMethods._state_reads``, in order."""
+    items, effects, tasks, waiting, asks, feedback = rows
+    return RunState(
+        [from_row(InboxItem, r) for r in items],
+        [from_row(EffectRecord, r) for r in effects],
+        from_row(TaskRecord, tasks[0]) if tasks else None,
+        open_approval=bool(waiting and waiting[0]["waiting"]),
+        asks=tuple(from_row(AskRecord, r) for r in asks),
+        feedback=tuple(from_row(FeedbackRecord, r) for r in feedback),
+    )
 
 
 class TaskMethods(SqlCore):
@@ -196,31 +211,38 @@ class TaskMethods(SqlCore):
         """Items not yet consumed by a saved run, oldest first."""
         return [from_row(InboxItem, r) for r in await self._fetch(sql.PENDING_INBOX, {"task_id": task_id})]
 
+    async def take_lease_with_state(
+        self, task_id: str, *, owner: str, ttl: float, now: float
+    ) -> tuple[Fence | None, RunState | None]:
+        """:meth:`~storage.sqlstore_leases.LeaseMethods.take_lease` and, when taken, the task's
+        :meth:`run_state` as of that moment: one trip where the backend can (SQLite)."""
+        params = {"task_id": task_id, "owner": owner, "expires_at": now + ttl, "now": now, "token": new_id()}
+        row, rows = await self._write_then_reads(
+            sql.ACQUIRE_LEASE, params, lambda row: self._state_reads(task_id) if row is not None else ()
+        )
+        if row is None:
+            return None, None
+        return Fence(task_id, owner, str(row["token"])), _state_of(rows)
+
     async def run_state(self, task_id: str) -> RunState:
         """What a run of the task starts from, read together (one trip where the backend can):
         its pending inbox (:meth:`pending_inbox`), its open journal entries (``open_effects``), its
         record (:meth:`get_task`; None for an unknown task), whether an approval of it waits for a
         decision (``has_open_approval``), its undecided asks (``open_asks``) and its feedback not
         shown yet (``pending_feedback``)."""
+        return _state_of(await self._reads(self._state_reads(task_id)))
+
+    @staticmethod
+    def _state_reads(task_id: str) -> list[tuple[Statement, Mapping[str, Any]]]:
         params = {"task_id": task_id}
-        items, effects, tasks, waiting, asks, feedback = await self._reads(
-            [
-                (sql.PENDING_INBOX, params),
-                (sql.OPEN_EFFECTS, params),
-                (sql.GET_TASK, params),
-                (sql.HAS_OPEN_APPROVAL, params),
-                (ask_sql.OPEN_TASK_ASKS, params),
-                (sql.PENDING_FEEDBACK, params),
-            ]
-        )
-        return RunState(
-            [from_row(InboxItem, r) for r in items],
-            [from_row(EffectRecord, r) for r in effects],
-            from_row(TaskRecord, tasks[0]) if tasks else None,
-            open_approval=bool(waiting and waiting[0]["waiting"]),
-            asks=tuple(from_row(AskRecord, r) for r in asks),
-            feedback=tuple(from_row(FeedbackRecord, r) for r in feedback),
-        )
+        return [
+            (sql.PENDING_INBOX, params),
+            (sql.OPEN_EFFECTS, params),
+            (sql.GET_TASK, params),
+            (sql.HAS_OPEN_APPROVAL, params),
+            (ask_sql.OPEN_TASK_ASKS, params),
+            (sql.PENDING_FEEDBACK, params),
+        ]
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:
         """Tasks that have pending inbox items, open effects or an open (checkpointed) run, and no

@@ -491,7 +491,7 @@ async def test_a_new_conversations_run_knows_its_author_from_the_wake_up(
             assert app.service is not None
             store = app.service.runner.store
             calls: list[str] = []
-            for name in ("pending_inbox", "take_lease"):
+            for name in ("pending_inbox", "take_lease_with_state"):
                 real = getattr(store, name)
 
                 def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
@@ -501,11 +501,11 @@ async def test_a_new_conversations_run_knows_its_author_from_the_wake_up(
                 monkeypatch.setattr(store, name, counted)
             root = await _mention(app)
             await app.idle()
-            assert calls[0] == "take_lease", calls
+            assert calls[0] == "take_lease_with_state", calls
             calls.clear()
             ts = slack.add_message("C1", "and then?", user="U2", thread_ts=root)
             reply = events.message("C1", "U2", "and then?", ts, thread_ts=root)
             assert (await app.deliver(reply)).status == 200
             await app.idle()
-            assert calls[:2] == ["pending_inbox", "take_lease"], calls
+            assert calls[:2] == ["pending_inbox", "take_lease_with_state"], calls
         assert len(slack.bot_messages("C1")) == 2

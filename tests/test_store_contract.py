@@ -898,6 +898,29 @@ async def test_run_state_reads_what_a_run_starts_from_together(store: Store) -> 
         assert len(jobs) == 1
 
 
+async def test_take_lease_with_state_is_the_lease_and_the_run_state_together(store: Store) -> None:
+    """take_lease_with_state takes the lease as take_lease does and, when taken, reads the task's
+    run_state as of that moment (one job on SQLite's database thread); not taken, neither."""
+    first = await claim(store)
+    assert first.task_id is not None
+    task_id = first.task_id
+    await store.open_effect(effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0)
+    if isinstance(store, SQLiteStore):
+        jobs = count_jobs(store)
+    fence, state = await store.take_lease_with_state(task_id, owner="A", ttl=10, now=T0)
+    if isinstance(store, SQLiteStore):
+        assert len(jobs) == 1
+    assert fence is not None and state is not None
+    assert state == await store.run_state(task_id)
+    assert len(state.items) == 1 and [e.effect_id for e in state.effects] == ["e1"]
+    assert (await store.get_lease(task_id)).owner == "A"  # type: ignore[union-attr]
+    assert await store.take_lease_with_state(task_id, owner="B", ttl=10, now=T0 + 5) == (None, None)
+    again, _ = await store.take_lease_with_state(task_id, owner="A", ttl=10, now=T0 + 5)
+    assert again == fence  # its own live lease: the same fence, as take_lease keeps it
+    later, _ = await store.take_lease_with_state(task_id, owner="B", ttl=10, now=T0 + 20)
+    assert later is not None and later.token != fence.token
+
+
 async def test_effect_errors(store: Store) -> None:
     """Re-opening an effect id or closing an unknown one is a StoreError."""
     task_id = await new_task(store)

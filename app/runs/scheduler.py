@@ -17,14 +17,13 @@ rules that keep messages from being lost or run twice:
   when a delivery woke the task since the driver read the inbox.
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.lease``): a driver that lost it stops its run and lets go of the task.
-- A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on
-  start, before the instance serves: ``Scheduler.first_look``) the store shows which
-  registered owners' liveness locks are held (``Store.look_at_instances``); the owners
-  judged dead (``app.runs.takeover``: at once when seen alive earlier under our own
-  unbroken lock, else after ``Store.liveness_grace``, since a database restart ends
-  every lock at once) have their leases ended and their conversations driven here.
-  ``LEASE_TTL`` only covers a hung process. A false judgement is harmless: the old
-  owner's writes are fenced (``Store.take_lease``).
+- A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on start,
+  before the instance serves: ``Scheduler.first_look``) the store shows which registered owners'
+  liveness locks are held (``Store.look_at_instances``); the owners judged dead
+  (``app.runs.takeover``: at once when seen alive earlier under our own unbroken lock, else after
+  ``Store.liveness_grace``, since a database restart ends every lock at once) have their leases
+  ended and their conversations driven here. ``LEASE_TTL`` only covers a hung process. A false
+  judgement is harmless: the old owner's writes are fenced (``Store.take_lease``).
 """
 
 from __future__ import annotations
@@ -306,7 +305,7 @@ class Scheduler:
         waiting = False
         while self._accepting:
             self._again.discard(task_id)
-            fence = await self.store.take_lease(
+            fence, state = await self.store.take_lease_with_state(  # one trip on SQLite
                 task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
             )
             if fence is None:
@@ -315,7 +314,7 @@ class Scheduler:
             heartbeat = asyncio.create_task(lease.heartbeat(), name=f"lease:{task_id}")
             try:
                 while self._accepting and not lease.lost.is_set():
-                    state = await self.store.run_state(task_id)  # one trip
+                    state = state if state is not None else await self.store.run_state(task_id)
                     task = state.task
                     if not state.items and not state.effects and not (task is not None and task.run_open):
                         break
@@ -330,6 +329,7 @@ class Scheduler:
                         task=task,
                         start=state,
                     )
+                    state = None  # the next lap reads it afresh
                     if outcome.status == "waiting":
                         waiting = True  # an approval is undecided: its decision wakes the task again
                         break

@@ -100,17 +100,22 @@ class AgentSteps:
                         session.shown_new_message()
                         unanswered.clear()
                     looked: Sequence[InboxItem] | None = None
+                    calls_tools = False
                     if Agent.is_call_tools_node(node):
-                        # The usage row, the checkpoint and the inbox look below go to the store
-                        # together (one trip on SQLite: the two writes share a transaction).
-                        work: list[Awaitable[Any]] = [inbox(), meter.add(node.model_response)]
-                        if checkpoint is not None and any(
-                            isinstance(p, ToolCallPart) for p in node.model_response.parts
-                        ):
+                        calls_tools = any(isinstance(p, ToolCallPart) for p in node.model_response.parts)
+                        # The usage row and the checkpoint go to the store together (one trip on
+                        # SQLite: the two writes share a transaction). Only a final answer needs a
+                        # look at the inbox here, before it is accepted: a response that calls tools
+                        # is followed by a model request, which looks just before it goes out.
+                        work: list[Awaitable[Any]] = [meter.add(node.model_response)]
+                        if calls_tools and checkpoint is not None:
                             # Before its tools run: a crash from here on resumes with this response
                             # (its calls answered from the journal), the items shown so far consumed.
                             work.append(checkpoint(run.all_messages()))
-                        looked = (await asyncio.gather(*work))[0]
+                        elif not calls_tools:
+                            work.append(inbox())
+                        done = await asyncio.gather(*work)
+                        looked = None if calls_tools else done[-1]
                     elif Agent.is_model_request_node(node):
                         if session.turn_end:
                             # no_reply, or it asked someone: the turn ends here, with no more text.
@@ -136,8 +141,9 @@ class AgentSteps:
                             note = hit.note()
                             stop = ModelResponse(parts=[TextPart(note)])
                             return [*run.all_messages(), node.request, stop], "", note
-                    looked = await inbox() if looked is None else looked
-                    fresh = [i for i in looked if i.item_id not in seen]
+                    if not calls_tools:
+                        looked = await inbox() if looked is None else looked
+                    fresh = [i for i in looked or () if i.item_id not in seen]
                     if fresh:
                         # Each steered message against its own author's budget; from here on the
                         # requests are charged to the newest author shown.
