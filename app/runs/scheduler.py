@@ -119,7 +119,7 @@ class Scheduler:
             return
         driver = self._drivers.get(task_id)
         if driver is not None and not driver.done():
-            # Its run polls the inbox at every step and it looks again before it lets go; that last
+            # Its run polls the inbox before each model request and looks again before it lets go; that last
             # look may already be running (on Postgres, on a snapshot older than this message), so
             # the driver is told to look once more.
             self._again.add(task_id)
