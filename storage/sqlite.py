@@ -34,95 +34,15 @@ from typing import Any, ClassVar, TypeVar
 from .liveness import FileLiveness
 from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
+from .sqlite_jobs import Call, drive, immediate, run_batch
 from .sqlite_thread import DatabaseThread, Db, unsynced
 from .sqlstore import SqlStore
 
 T = TypeVar("T")
-#: A procedure and its parameters, or one write statement's work (a function of the connection).
-Call = tuple[Procedure, Mapping[str, Any]] | Callable[[Db], Any]
 #: SQL that only reads, by its first word; anything else writes (INSERT, UPDATE, DELETE, a WITH …).
 _READS = ("SELECT",)
 #: Most procedure calls committed in one transaction: bounds how long one batch holds the write lock.
 _BATCH = 64
-
-
-# -- functions run on the database thread ------------------------------------------------
-
-
-def _rollback(db: Db) -> None:
-    # Also after a failed COMMIT: a transaction left open would break every later BEGIN.
-    with contextlib.suppress(sqlite3.Error):
-        db.execute("ROLLBACK")
-
-
-def _immediate(db: Db, work: Callable[[Db], T]) -> T:
-    """``work`` in a ``BEGIN IMMEDIATE`` transaction, committed if it returns, else rolled back."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        result = work(db)
-        db.execute("COMMIT")
-    except BaseException:
-        _rollback(db)
-        raise
-    return result
-
-
-def _fetch(db: Db, statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
-    return db.execute(SQLITE.sql(statement), params).fetchall()
-
-
-def _procedure(db: Db, call: Call) -> Any:
-    """One call inside the caller's transaction: a procedure's writes, then its result row; or a
-    write statement's work."""
-    if callable(call):
-        return call(db)
-    procedure, params = call
-    *writes, read = procedure.steps
-    for statement in writes:
-        db.execute(SQLITE.sql(statement), params)
-    row: sqlite3.Row | None = db.execute(SQLITE.sql(read), params).fetchone()
-    assert row is not None, procedure.name  # a procedure's result query yields one row
-    return row
-
-
-def _run_batch(db: Db, calls: Sequence[Call]) -> list[Any]:
-    """Each call's result row or error. All calls go in one transaction, in order, so a later one
-    sees an earlier one's writes (two deliveries of one message: one claimed, one duplicate). If a
-    call or the commit fails, the batch is rolled back and every call rerun in a transaction of its
-    own, so a bad call fails alone. A BEGIN that fails (busy past the timeout) fails them all:
-    rerunning would only wait out the timeout once per call."""
-    try:
-        db.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        return [exc] * len(calls)
-    try:
-        results: list[Any] = [_procedure(db, call) for call in calls]
-        db.execute("COMMIT")
-        return results
-    except sqlite3.Error as exc:
-        _rollback(db)
-        if len(calls) == 1:
-            return [exc]
-    except BaseException:
-        _rollback(db)
-        raise
-    results = []
-    for call in calls:
-        try:
-            results.append(_immediate(db, partial(_procedure, call=call)))
-        except sqlite3.Error as exc:
-            results.append(exc)
-    return results
-
-
-def _drive(db: Db, script: Script) -> Any:
-    """Run ``script`` (``sql.Script``) to its end on this connection."""
-    try:
-        statement, params = next(script)
-        while True:
-            statement, params = script.send(_fetch(db, statement, params))
-    except StopIteration as done:
-        return done.value
 
 
 def _store_error(exc: BaseException) -> StoreError:
@@ -275,7 +195,7 @@ class SQLiteStore(SqlStore):
         return result
 
     async def _script(self, make: Callable[[], Script]) -> Any:
-        return await self._run(lambda db: _immediate(db, lambda db: _drive(db, make())))
+        return await self._run(lambda db: immediate(db, lambda db: drive(db, make())))
 
     async def _call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
         row: Row = await self._batch((procedure, params), synced=synced)
@@ -331,7 +251,7 @@ class SQLiteStore(SqlStore):
 
         def commit(db: Db) -> None:
             try:
-                done.append(_run_batch(db, calls) if synced else unsynced(db, partial(_run_batch, db, calls)))
+                done.append(run_batch(db, calls) if synced else unsynced(db, partial(run_batch, db, calls)))
             except BaseException as exc:  # not a driver error (a bug): every call of the batch fails
                 done.append([exc] * len(calls))
 

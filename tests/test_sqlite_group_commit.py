@@ -45,13 +45,13 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
     journal entries opened, checkpoints and saves under ``FULL``, and so does a batch mixing both.
     Each is committed all the same: a new connection (another process) reads it back."""
     levels: list[int] = []
-    real = storage.sqlite._run_batch
+    real = storage.sqlite.run_batch
 
     def spy(db: Any, calls: Sequence[Any]) -> Any:
         levels.append(int(db.execute("PRAGMA synchronous").fetchone()[0]))
         return real(db, calls)
 
-    monkeypatch.setattr(storage.sqlite, "_run_batch", spy)
+    monkeypatch.setattr(storage.sqlite, "run_batch", spy)
     normal, full = 1, 2
     path = tmp_path / "store.db"
     store = open_store(f"sqlite:///{path}")

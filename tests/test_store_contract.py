@@ -283,13 +283,13 @@ def claim_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     import storage.sqlite
 
     sizes: list[int] = []
-    batch = storage.sqlite._run_batch
+    batch = storage.sqlite.run_batch
 
     def spy(db: Any, calls: Sequence[Any]) -> Any:
         sizes.append(len(calls))
         return batch(db, calls)
 
-    monkeypatch.setattr(storage.sqlite, "_run_batch", spy)
+    monkeypatch.setattr(storage.sqlite, "run_batch", spy)
     return sizes
 
 
