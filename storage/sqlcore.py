@@ -24,6 +24,12 @@ def fence_token(task_id: str, fence: Fence | None) -> str | None:
     return fence.token
 
 
+#: The reads that follow a write, given the write's first returned row (``SqlCore._write_then_reads``).
+Reads = Callable[[Row | None], Sequence[tuple[Statement, Mapping[str, Any]]]]
+#: A write's first returned row (None: none) and the rows of each read after it.
+WriteRead = tuple[Row | None, list[Sequence[Row]]]
+
+
 class SqlCore(ABC):
     """The primitives a backend supplies, and the one helper built on them."""
 
@@ -48,12 +54,7 @@ class SqlCore(ABC):
         job on its database thread)."""
         return [await self._fetch(statement, params) for statement, params in reads]
 
-    async def _write_then_reads(
-        self,
-        write: Statement,
-        params: Mapping[str, Any],
-        reads: Callable[[Row | None], Sequence[tuple[Statement, Mapping[str, Any]]]],
-    ) -> tuple[Row | None, list[Sequence[Row]]]:
+    async def _write_then_reads(self, write: Statement, params: Mapping[str, Any], reads: Reads) -> WriteRead:
         """``write``'s first returned row (None: none), then the rows of each read ``reads(row)``
         names; a backend may make it one database trip (SQLite: one job, in the write's batch)."""
         rows = await self._fetch(write, params)

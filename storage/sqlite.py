@@ -34,6 +34,7 @@ from typing import Any, ClassVar, TypeVar
 from .liveness import FileLiveness
 from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
+from .sqlcore import Reads, WriteRead
 from .sqlite_jobs import Call, drive, immediate, run_batch
 from .sqlite_thread import DatabaseThread, Db, unsynced
 from .sqlstore import SqlStore
@@ -178,20 +179,15 @@ class SQLiteStore(SqlStore):
         count: int = await self._batch(lambda db: db.execute(text, params).rowcount, synced=statement.synced)
         return count
 
-    async def _write_then_reads(
-        self,
-        write: Statement,
-        params: Mapping[str, Any],
-        reads: Callable[[Row | None], Sequence[tuple[Statement, Mapping[str, Any]]]],
-    ) -> tuple[Row | None, list[Sequence[Row]]]:
+    async def _write_then_reads(self, write: Statement, params: Mapping[str, Any], reads: Reads) -> WriteRead:
         text = SQLITE.sql(write)
 
-        def call(db: Db) -> tuple[Row | None, list[Sequence[Row]]]:
+        def call(db: Db) -> WriteRead:
             # In the write's transaction: the reads see it, and nothing else committed between.
             row = db.execute(text, params).fetchone()
             return row, [db.execute(SQLITE.sql(s), p).fetchall() for s, p in reads(row)]
 
-        result: tuple[Row | None, list[Sequence[Row]]] = await self._batch(call, synced=write.synced)
+        result: WriteRead = await self._batch(call, synced=write.synced)
         return result
 
     async def _script(self, make: Callable[[], Script]) -> Any:

@@ -37,6 +37,21 @@ def _listener(pid: int, port: int) -> psutil.Process | None:
     return None
 
 
+def _edge_of(server: ServerProcess) -> psutil.Process:
+    """The edge's process of a served app: a child of it, listening on its port."""
+    edge = _listener(server.pid, server.port)
+    assert edge is not None and edge.pid != server.pid, server.tail()
+    return edge
+
+
+def _served(
+    slack: FakeSlack, llm: FakeOpenAI, tmp_path: Path, log: str = "serve", **extra: str
+) -> ServerProcess:
+    """The real ``python -m app serve`` on the fakes, its data and log in ``tmp_path``."""
+    env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), **extra)
+    return ServerProcess(env, cwd=tmp_path, log_path=tmp_path / f"{log}.log")
+
+
 def _slack(slack: FakeSlack) -> None:
     slack.add_channel("C1", "general")
     slack.add_user("U1", "alice", display_name="Alice")
@@ -55,10 +70,8 @@ async def test_the_edge_acks_in_a_process_of_its_own_and_hands_the_rest_to_the_s
     by the service through the child."""
     async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
         _slack(slack)
-        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
-        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
-            edge = _listener(server.pid, server.port)
-            assert edge is not None and edge.pid != server.pid, server.tail()
+        async with _served(slack, llm, tmp_path) as server:
+            edge = _edge_of(server)
             assert edge.ppid() == server.pid
 
             root = slack.add_message("C1", "<@UBOT> question", user="U1")
@@ -95,19 +108,16 @@ async def test_a_killed_edge_takes_the_service_with_it_and_a_killed_service_its_
     have). SIGKILL of the service: the kernel ends its edge, and the port is free again."""
     async with FakeSlack() as slack, _model() as llm:
         _slack(slack)
-        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
-        first = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "first.log")
+        first = _served(slack, llm, tmp_path, "first")
         async with first:
-            edge = _listener(first.pid, first.port)
-            assert edge is not None and edge.pid != first.pid
+            edge = _edge_of(first)
             edge.kill()
             assert await first.wait(within=10) == -signal.SIGKILL
         assert "the HTTP edge process died (signal 9)" in (tmp_path / "first.log").read_text()
 
-        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "second.log")
+        second = _served(slack, llm, tmp_path, "second")
         async with second:
-            edge = _listener(second.pid, second.port)
-            assert edge is not None and edge.pid != second.pid
+            edge = _edge_of(second)
             second.kill()
             assert await second.wait(within=10) == -signal.SIGKILL
             await eventually(
@@ -120,11 +130,9 @@ async def test_sigterm_to_the_edge_alone_stops_the_service_gracefully(tmp_path: 
     follows with its own graceful stop (exit 0), not a crash."""
     async with FakeSlack() as slack, _model() as llm:
         _slack(slack)
-        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
-        server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log")
+        server = _served(slack, llm, tmp_path, "serve")
         async with server:
-            edge = _listener(server.pid, server.port)
-            assert edge is not None and edge.pid != server.pid
+            edge = _edge_of(server)
             edge.send_signal(signal.SIGTERM)
             assert await server.wait(within=20) == 0, server.tail()
         log = (tmp_path / "serve.log").read_text()
@@ -136,8 +144,7 @@ async def test_edge_process_false_serves_from_the_one_process(tmp_path: Path) ->
     """EDGE_PROCESS=false: the service listens itself (the edge on a thread) and has no child."""
     async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
         _slack(slack)
-        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), EDGE_PROCESS="false")
-        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+        async with _served(slack, llm, tmp_path, EDGE_PROCESS="false") as server:
             edge = _listener(server.pid, server.port)
             assert edge is not None and edge.pid == server.pid
             assert psutil.Process(server.pid).children() == []
@@ -153,8 +160,7 @@ async def test_the_service_failing_to_start_leaves_no_edge_behind(tmp_path: Path
     ends it too, so nothing keeps the port."""
     async with FakeSlack() as slack, _model() as llm:
         _slack(slack)
-        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), SLACK_BOT_TOKEN="xoxb-wrong")
-        server = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log")
+        server = _served(slack, llm, tmp_path, SLACK_BOT_TOKEN="xoxb-wrong")
         with pytest.raises(Exception):  # noqa: B017 - whatever the harness raises for a failed start
             await asyncio.wait_for(server.start(), 30)
         await server.stop()
@@ -181,9 +187,8 @@ async def test_agent_view_events_and_external_notes_reach_the_service(tmp_path: 
         _slack(slack)
         slack.add_channel("D1", "dm", is_im=True, user="U1")
         slack.add_user("UGUEST", "guest", display_name="Guest")
-        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), AGENT_FILE=str(agent))
-        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
-            assert (edge := _listener(server.pid, server.port)) is not None and edge.pid != server.pid
+        async with _served(slack, llm, tmp_path, AGENT_FILE=str(agent)) as server:
+            _edge_of(server)
             started = {
                 "type": "assistant_thread_started",
                 "assistant_thread": {"user_id": "U1", "channel_id": "D1", "thread_ts": "1700000000.000100"},
@@ -236,15 +241,12 @@ async def test_a_run_is_the_child_of_the_delivery_its_edge_acked(tmp_path: Path)
     try:
         async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
             _slack(slack)
-            env = server_env(
-                slack,
-                llm,
-                DATA_DIR=str(tmp_path / "data"),
-                OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
-                OTEL_BSP_SCHEDULE_DELAY="100",
-            )
-            async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
-                assert (edge := _listener(server.pid, server.port)) is not None and edge.pid != server.pid
+            traced = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            }
+            async with _served(slack, llm, tmp_path, **traced) as server:
+                _edge_of(server)
                 root = slack.add_message("C1", "<@UBOT> question", user="U1")
                 mention = events.app_mention("C1", "U1", "<@UBOT> question", root)
                 assert (
