@@ -1,7 +1,9 @@
 """The HTTP edge on a thread and event loop of its own, so an acknowledgement never waits behind run work.
 
-Under ``serve`` the aiohttp app of :class:`~app.intake.http.HttpEdge` runs here, not on the main
-loop that runs the agent (pydantic-ai's steps, the model client, prompt building, Slack writes).
+Under ``serve`` with ``EDGE_PROCESS=false`` (by default the edge has a process of its own,
+``app.intake.edge_process``) the aiohttp app of :class:`~app.intake.http.HttpEdge` runs here, not
+on the main loop that runs the agent (pydantic-ai's steps, the model client, prompt building,
+Slack writes).
 A delivery's whole ack path stays on this loop: the signature check, the parse, the router, the
 durable claim and inbox append (through a store of its own, ``Store.for_another_loop``: on
 SQLite the same database thread, on Postgres a small pool of its own) and the 200. What it hands
