@@ -171,8 +171,8 @@ class EdgeProcess:
         log.error("the HTTP edge process died (%s); ending this process as well", how)
         logging.shutdown()
         if code < 0:
-            os.kill(os.getpid(), signal.SIGKILL)
-        os._exit(code)
+            os.kill(os.getpid(), signal.SIGKILL)  # ignored when this is PID 1 of a container: then
+        os._exit(128 - code if code < 0 else code)  # the shell's code for death by that signal
 
     async def stop(self) -> None:
         """Stop the child (it answers the requests in flight), then drain and close the service's app.
