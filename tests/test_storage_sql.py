@@ -20,7 +20,8 @@ from storage._rows import from_row
 from storage.base import ApprovalRecord, AskRecord, CardRecord, ClaimOutcome, TaskRecord, UsageRecord
 from storage.postgres import PostgresStore
 from storage.sql import POSTGRES, SQLITE, SqlType, Statement, typed
-from storage.sqlite import SQLiteStore, _procedure
+from storage.sqlite import SQLiteStore
+from storage.sqlite_jobs import procedure
 from storage.statements import CLAIM, PROCEDURES
 
 #: The ``store_factory`` fixture: ``await factory(migrate=True)`` opens another store on the same database.
@@ -197,7 +198,7 @@ def test_a_sqlite_claim_costs_the_same_however_many_tasks_exist() -> None:
             "claim_id": f"task{n}",
         }
         db.execute("BEGIN IMMEDIATE")
-        assert _procedure(db, (CLAIM, params))["status"] == "claimed"
+        assert procedure(db, (CLAIM, params))["status"] == "claimed"
         db.execute("COMMIT")
 
     def steps_of_one_claim(n: int) -> int:
