@@ -5,7 +5,9 @@ and that either process's death ends the other."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import time
 from pathlib import Path
 
 import aiohttp
@@ -275,3 +277,65 @@ def test_no_edge_process_where_it_could_not_share_the_database_or_is_turned_off(
     assert fork_edge(Settings(_env_file=None, **base, database_url="sqlite:///:memory:")) is None
     socket_only = Settings(_env_file=None, **base, slack_app_token="xapp-1")
     assert not socket_only.http_events and fork_edge(socket_only) is None
+
+
+#: A stand-in for the edge's process: says it is ready, and on SIGTERM says a burst of last wake-ups
+#: (more than one read of the socket holds), then exits.
+_LAST_WORDS = """
+import signal, socket, sys, time
+wire = socket.socket(fileno=int(sys.argv[1]))
+wire.makefile("rb").readline()  # the service's hello
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+wire.sendall(b'{"t":"ready"}\\n')
+while not stopping:
+    time.sleep(0.01)
+wire.sendall(b"".join(b'{"t":"wake","task":"T-%d","author":null}\\n' % n for n in range(60000)))
+"""
+
+
+async def test_what_the_edge_said_before_it_exited_is_heard_when_the_service_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Wake-ups the edge wrote just before it exited on SIGTERM (claims made in its last moment)
+    reach the scheduler before the service's drain, as they did when one process did both."""
+    import socket
+    import subprocess
+    import sys
+
+    from aiohttp import web
+
+    from app.intake.edge_process import EdgeProcess, Wiring
+
+    ours, theirs = socket.socketpair()
+    for end, option in (
+        (theirs, getattr(socket, "SO_SNDBUFFORCE", 32)),
+        (ours, getattr(socket, "SO_RCVBUFFORCE", 33)),
+    ):
+        try:  # room for all the last words at once: the child exits before the service reads them
+            end.setsockopt(socket.SOL_SOCKET, option, 8 << 20)
+        except OSError:
+            pytest.skip("cannot enlarge a socket's buffer here (needs CAP_NET_ADMIN)")
+    # Popen, not asyncio's: the EdgeProcess under test reaps it (asyncio's watcher would race it).
+    child = subprocess.Popen(  # noqa: ASYNC220 - a fork and exec, nothing waited for
+        [sys.executable, "-c", _LAST_WORDS, str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+    )
+    theirs.close()
+    woken: list[str] = []
+    edge = EdgeProcess(child.pid, ours)
+    wiring = Wiring(
+        notify=lambda task, _author: woken.append(task), delivered=None, external=None, ack_gate=None
+    )
+    await edge.start(web.Application(), wiring, {"bot": {}, "shutdown_timeout": 1.0}, on_exit=lambda: None)
+    assert woken == []
+    real_kill = os.kill
+
+    def kill_then_hold(pid: int, sig: int) -> None:
+        # The loop is held while the child says its last words and exits: the service hears of the
+        # exit before it has read them, the order a busy service can meet them in.
+        real_kill(pid, sig)
+        time.sleep(0.5)
+
+    monkeypatch.setattr(os, "kill", kill_then_hold)
+    await asyncio.wait_for(edge.stop(), 10)
+    assert woken == [f"T-{n}" for n in range(60000)]

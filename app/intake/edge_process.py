@@ -49,6 +49,10 @@ from .router import Decision
 log = logging.getLogger(__name__)
 
 
+#: Seconds a stopping service keeps reading what its edge said before it exited.
+WIRE_WAIT = 1.0
+
+
 class EdgeFailed(Exception):
     """The edge's process could not start; the message says why."""
 
@@ -151,8 +155,11 @@ class EdgeProcess:
 
     def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
         """On a thread of its own: the child's exit status, handed to the loop."""
-        _, status = os.waitpid(self.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # reaped by someone else's wait(): gone, how is unknown
+            code = 1
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending
             loop.call_soon_threadsafe(self._set_exited, code)
 
@@ -187,16 +194,24 @@ class EdgeProcess:
         except asyncio.CancelledError:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
+            self._close_wire()
             raise
-        finally:
-            if self._reading is not None:
-                self._reading.cancel()
-            if self._writer is not None:
-                self._writer.close()
+        if self._reading is not None:
+            # What the child said before it exited (the last claims' wake-ups) is heard, up to its
+            # end of file, so those runs start before the drain, as they did in one process.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._reading), WIRE_WAIT)
+        self._close_wire()
         if self._runner is not None:
             await self._runner.cleanup()  # the shutdown hooks (the drain), then the open connections
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _close_wire(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._writer is not None:
+            self._writer.close()
 
     def kill(self) -> None:
         """End the child now (the service failed to start)."""
