@@ -68,11 +68,11 @@ async def test_the_edge_acks_in_a_process_of_its_own_and_hands_the_rest_to_the_s
 ) -> None:
     """A child of the service listens on PORT, the service itself does not. A mention is acked there
     and answered by the service's run (the wake-up crossed); the delivery is counted in the
-    service's /metrics (the outcome crossed); /readyz, a url_verification and a click are answered
-    by the service through the child."""
+    service's /metrics (the outcome crossed; its token checked there); /readyz, a url_verification
+    and a click are answered by the service through the child."""
     async with FakeSlack() as slack, _model() as llm, aiohttp.ClientSession() as http:
         _slack(slack)
-        async with _served(slack, llm, tmp_path) as server:
+        async with _served(slack, llm, tmp_path, METRICS_TOKEN="m-secret") as server:
             edge = _edge_of(server)
             assert edge.ppid() == server.pid
 
@@ -82,7 +82,10 @@ async def test_the_edge_acks_in_a_process_of_its_own_and_hands_the_rest_to_the_s
             assert answer.status == 200
             await eventually(lambda: any("echo: " in m.get("text", "") for m in slack.bot_messages("C1")))
 
-            async with http.get(f"{server.url}/metrics") as metrics:
+            async with http.get(f"{server.url}/metrics") as refused:
+                assert refused.status == 401  # the service's answer, through the edge
+            bearer = {"Authorization": "Bearer m-secret"}  # forwarded with the request
+            async with http.get(f"{server.url}/metrics", headers=bearer) as metrics:
                 text = await metrics.text()
             assert metrics.status == 200
             assert 'threadbound_deliveries_total{outcome="claimed"} 1.0' in text, text[:2000]
