@@ -28,11 +28,11 @@ from channel.contract import Origin
 from channel.fake import FakeAdapter
 from storage import open_store
 from storage.base import InboxItem, Store, UsageRecord
-from tests.support import events
 from tests.support.days import days_ahead
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
 from tests.support.runs import scripted_executor
+from tests.support.steering import reply_while_held
 from threadbound_emulator import FakeSlack
 
 
@@ -164,14 +164,9 @@ async def test_a_message_steered_in_while_the_model_chose_no_reply_is_answered_b
         slack.add_user("U1", "alice", display_name="Alice")
         slack.add_user("U2", "bob", display_name="Bob")
         async with AppHarness(slack, model=scripted(brain), data_dir=tmp_path, stream="off") as app:
-            root = slack.add_message("C1", "<@UBOT> alice thinks aloud", user="U1")
-            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> alice thinks aloud", root))
-            await first.wait()
-            ts = slack.add_message("C1", "bob asks a question", user="U2", thread_ts=root)
-            await app.deliver(events.message("C1", "U2", "bob asks a question", ts, thread_ts=root))
-            proceed.set()
-            await app.idle()
-        texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
+            _, texts = await reply_while_held(
+                app, slack, first, proceed, "<@UBOT> alice thinks aloud", "bob asks a question"
+            )
     assert "bob asks" not in prompts[0] and any("bob asks" in p for p in prompts[1:])
     assert texts == ["answer for bob"]
 

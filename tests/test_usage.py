@@ -25,6 +25,7 @@ from tests.support import events
 from tests.support.days import days_ahead
 from tests.support.harness import AppHarness, settings_for
 from tests.support.models import Turn, call, echo_model, scripted
+from tests.support.steering import reply_while_held
 from threadbound_emulator import FakeSlack
 
 Step = Callable[[list[ModelMessage], AgentInfo], list[Any]]
@@ -439,14 +440,7 @@ async def test_a_budget_note_for_someone_else_does_not_drop_the_final_text_answe
             for day in days_ahead():  # over budget on whichever day the run checks it
                 spent = UsageRecord(day=day, person="U2", channel="C1", input_tokens=500)
                 await app.service.store.record_usage(spent)
-            root = slack.add_message("C1", "<@UBOT> alice asks", user="U1")
-            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> alice asks", root))
-            await held.wait()
-            ts = slack.add_message("C1", "bob says", user="U2", thread_ts=root)
-            await app.deliver(events.message("C1", "U2", "bob says", ts, thread_ts=root))
-            proceed.set()
-            await app.idle()
-        texts = [m["text"] for m in slack.messages("C1", root) if m.get("bot_id")]
+            _, texts = await reply_while_held(app, slack, held, proceed, "<@UBOT> alice asks", "bob says")
     assert sum("500 of your 100 daily model tokens" in t for t in texts) == 1
     assert texts.count("answer as text") == 1
 
