@@ -3,7 +3,8 @@ each other, and how the edge hands a request it does not answer to the service.
 
 The wire is a Unix socket pair, one JSON object a line. The service says ``hello`` once (who the
 bot is, where its own web app listens) and nothing after; closing its end means it is gone. The
-edge says ``ready`` (or ``failed``) once, then per delivery: ``wake`` (a claimed message's task),
+edge says ``ready`` (or ``failed``) once, then per delivery: ``wake`` (a claimed message's task,
+the delivery's span context when tracing is on, and the author when the claim created the task),
 ``external`` (the one-time note for an external author), ``delivered`` (the delivery's outcome,
 for the metrics), and ``busy``/``quiet`` when its first delivery in flight arrives or its last is
 answered (the service's :class:`~app.runs.ack_gate.AckGate`). Lines written in one turn of the
