@@ -9,6 +9,11 @@ from .records import Fence, InstanceLook, LeaseRecord
 from .sqlcore import SqlCore, new_id
 
 
+def acquisition(task_id: str, owner: str, ttl: float, now: float) -> dict[str, object]:
+    """The parameters of ``ACQUIRE_LEASE`` for ``owner`` taking ``task_id`` until ``now + ttl``."""
+    return {"task_id": task_id, "owner": owner, "expires_at": now + ttl, "now": now, "token": new_id()}
+
+
 class LeaseMethods(SqlCore):
     """Taking, renewing and releasing leases; instances and their liveness; written once over SQL."""
 
@@ -20,8 +25,7 @@ class LeaseMethods(SqlCore):
     async def take_lease(self, task_id: str, *, owner: str, ttl: float, now: float) -> Fence | None:
         """:meth:`acquire_lease`, returning the acquisition's :class:`Fence` (None: not taken). An
         owner extending its own live lease keeps its fence; any other acquisition gets a new one."""
-        params = {"task_id": task_id, "owner": owner, "expires_at": now + ttl, "now": now, "token": new_id()}
-        row = await self._one(sql.ACQUIRE_LEASE, **params)
+        row = await self._one(sql.ACQUIRE_LEASE, **acquisition(task_id, owner, ttl, now))
         return None if row is None else Fence(task_id, owner, str(row["token"]))
 
     async def renew_lease(

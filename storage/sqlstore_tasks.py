@@ -24,6 +24,7 @@ from .records import (
 from .run_records import RunState
 from .sql import Row, Statement
 from .sqlcore import SqlCore, fence_token, new_id
+from .sqlstore_leases import acquisition
 
 #: Most claim keys of one table a prune statement deletes: a backlog goes in short transactions.
 _PRUNE_BATCH = 10_000
@@ -216,9 +217,10 @@ class TaskMethods(SqlCore):
     ) -> tuple[Fence | None, RunState | None]:
         """:meth:`~storage.sqlstore_leases.LeaseMethods.take_lease` and, when taken, the task's
         :meth:`run_state` as of that moment: one trip where the backend can (SQLite)."""
-        params = {"task_id": task_id, "owner": owner, "expires_at": now + ttl, "now": now, "token": new_id()}
         row, rows = await self._write_then_reads(
-            sql.ACQUIRE_LEASE, params, lambda row: self._state_reads(task_id) if row is not None else ()
+            sql.ACQUIRE_LEASE,
+            acquisition(task_id, owner, ttl, now),
+            lambda row: self._state_reads(task_id) if row is not None else (),
         )
         if row is None:
             return None, None
