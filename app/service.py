@@ -114,6 +114,8 @@ class Service:
     agent_view: AgentView | None = None
     #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
     socket: SocketModeIntake | None = None
+    #: The runs' visible progress (``app.runs.progress``); the edge's process sets new conversations' status.
+    progress: Progress | None = None
     #: The first Socket Mode URL, got by ``create`` (which thereby checked the app token).
     socket_url: str | None = None
     #: The HTTP edge (``app.intake.http``) and its aiohttp app.
@@ -298,6 +300,7 @@ class Service:
             follow_ups=follow_ups,
             agent_view=agent_view,
             socket=socket,
+            progress=progress,
             socket_url=socket_url,
         )
 

@@ -3,7 +3,8 @@
 ``serve`` forks it before the service starts (``app.intake.edge_process``), with the listening
 sockets already bound. Here a delivery's whole ack path runs: the signature check, the parse, the
 router, the durable claim and inbox append (through a store of its own on the same database) and
-the 200; the task's wake-up then crosses the wire to the service (``app.intake.edge_wire``). What
+the 200; the task's wake-up then crosses the wire to the service (``app.intake.edge_wire``), and a
+new conversation's thinking status is set from here (``app.intake.edge_status``). What
 needs the service — Bolt (``url_verification``, clicks, other payloads), the agent view's events,
 ``/readyz`` and ``/metrics`` — is handed to the service's web app on a Unix socket and answered
 with its answer. Runs working in the service never share a GIL with an acknowledgement.
@@ -33,6 +34,7 @@ from app.settings import Settings
 from channel.slack.identity import SlackIdentity
 from storage import open_store
 
+from .edge_status import EdgeStatus
 from .edge_wire import Forwarder, ToService
 from .http import HttpEdge, event_acker
 from .ingress import Ingress
@@ -74,14 +76,17 @@ async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.
     store = main_store.for_another_loop()  # never registers as an instance; a small pool on Postgres
     forward = Forwarder(said["forward"])
     runner: web.AppRunner | None = None
+    bot = SlackIdentity(**{**said["bot"], "scopes": tuple(said["bot"]["scopes"])})
+    status = EdgeStatus.of(settings, bot, said.get("status"), to_service)
     try:
         ingress = Ingress(
             store=store,
             scheduler=to_service,
-            bot=SlackIdentity(**{**said["bot"], "scopes": tuple(said["bot"]["scopes"])}),
+            bot=bot,
             settings=settings,
             on_result=to_service.delivered,
             on_external=to_service.external,
+            on_created=status.created if status is not None else None,
         )
         edge = HttpEdge(
             bolt=None,
@@ -126,6 +131,8 @@ async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.
     finally:
         if runner is not None:
             await runner.cleanup()
+        if status is not None:
+            await status.close()  # its last outcomes cross before the wire is drained
         await to_service.drain()
         await forward.close()
         await store.close()

@@ -30,7 +30,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,10 @@ class Wiring:
     delivered: Callable[[IngressResult, dict[str, Any]], None] | None
     external: Callable[[Decision], None] | None
     ack_gate: AckGate | None
+    #: A new conversation's status set by the edge: ``(task, "setting" | "ok" | "failed")``.
+    status: Callable[[str, str], None] | None = None
+    #: Each Slack call the edge made: ``(method, outcome, seconds)`` (the metrics).
+    slack_call: Callable[[str, str, float], None] | None = None
 
 
 @dataclass(eq=False)
@@ -146,6 +150,10 @@ class EdgeProcess:
             wiring.delivered(IngressResult(said["status"], said["outcome"]), {})
         elif kind == "external" and wiring.external is not None:
             wiring.external(Decision(**said["decision"]))
+        elif kind == "status" and wiring.status is not None:
+            wiring.status(said["task"], said["state"])
+        elif kind == "slack_call" and wiring.slack_call is not None:
+            wiring.slack_call(said["method"], said["outcome"], float(said["seconds"]))
         elif kind == "busy" and wiring.ack_gate is not None and not self._busy:
             self._busy = True
             wiring.ack_gate.enter()
@@ -267,5 +275,10 @@ def _private_database(url: str) -> bool:
     return url.lower().startswith("sqlite") and ":memory:" in url
 
 
-def hello(bot: Any, shutdown_timeout: float) -> dict[str, Any]:
-    return {"bot": asdict(bot), "shutdown_timeout": shutdown_timeout}
+def hello(bot: Any, shutdown_timeout: float, status: Sequence[str] | None = None) -> dict[str, Any]:
+    """The service's one line to its edge: who the bot is, how long a stop may take, and (when its
+    runs show a thinking status) the loading messages the edge sets with a new conversation's."""
+    said: dict[str, Any] = {"bot": asdict(bot), "shutdown_timeout": shutdown_timeout}
+    if status is not None:
+        said["status"] = {"loading": list(status)}
+    return said

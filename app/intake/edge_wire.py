@@ -6,9 +6,12 @@ bot is, where its own web app listens) and nothing after; closing its end means 
 edge says ``ready`` (or ``failed``) once, then per delivery: ``wake`` (a claimed message's task,
 the delivery's span context when tracing is on, and the author when the claim created the task),
 ``external`` (the one-time note for an external author), ``delivered`` (the delivery's outcome,
-for the metrics), and ``busy``/``quiet`` when its first delivery in flight arrives or its last is
-answered (the service's :class:`~app.runs.ack_gate.AckGate`). Lines written in one turn of the
-edge's loop leave in one write: a burst of deliveries costs a system call per lap, not per delivery.
+for the metrics), ``status`` (``setting`` before a new conversation's wake-up, then ``ok`` or
+``failed``: the thinking status the edge sets, ``app.intake.edge_status``), ``slack_call`` (each
+Slack call it made, for the metrics), and ``busy``/``quiet`` when its first delivery in flight
+arrives or its last is answered (the service's :class:`~app.runs.ack_gate.AckGate`). Lines
+written in one turn of the edge's loop leave in one write: a burst of deliveries costs a system
+call per lap, not per delivery.
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class ToService:
 
     def delivered(self, result: IngressResult, body: dict[str, Any]) -> None:
         self.send(t="delivered", status=result.status, outcome=result.outcome)
+
+    def slack_call(self, method: str, outcome: str, seconds: float) -> None:
+        self.send(t="slack_call", method=method, outcome=outcome, seconds=seconds)
 
     @contextlib.contextmanager
     def acking(self) -> Iterator[None]:

@@ -23,14 +23,19 @@ async def start_edge(
     ``wait``: seconds a stopping edge lets requests in flight finish."""
     settings = service.settings
     if forked is not None:
+        progress = service.progress if service.progress and service.progress.status_wanted else None
         wiring = Wiring(
             notify=service.runner.notify,
             delivered=service.ingress.on_result,
             external=service.ingress.on_external,
             ack_gate=service.runner.ack_gate,
+            status=progress.edge_said if progress is not None else None,
+            slack_call=service.observer.slack_call,
         )
+        loading = progress.loading_messages if progress is not None else None
+        said = hello(service.adapter.identity, wait, loading)
         try:  # acks in a process of their own
-            await forked.start(service.web_app, wiring, hello(service.adapter.identity, wait), on_exit)
+            await forked.start(service.web_app, wiring, said, on_exit)
         except EdgeFailed as exc:
             forked.kill()
             raise EdgeFailed(f"the HTTP edge process did not start: {exc}") from exc

@@ -82,6 +82,9 @@ class Ingress:
     #: Hears of each message ignored because its author is from another organisation (the
     #: one-time private note, ``app.intake.external``).
     on_external: Callable[[Decision], None] | None = None
+    #: Hears of each conversation a claim created, with its task, before the wake-up (the edge's
+    #: process sets its thinking status, ``app.intake.edge_status``).
+    on_created: Callable[[str, Decision], None] | None = None
     _ignored: OrderedDict[str, None] = field(default_factory=OrderedDict, init=False)
     #: Runs a wake-up or a note where the scheduler and the adapter live (``on_loop``).
     _soon: Callable[..., None] = field(init=False)
@@ -191,6 +194,8 @@ class Ingress:
             # The task's inbox holds this message alone: its author is the one the run is charged to
             # (USER_MAX_RUNS), told with the wake-up instead of read back from the store.
             author = message.get("user")
+            if self.on_created is not None:
+                self.on_created(outcome.task_id, decision)
             self._soon(self.scheduler.notify, outcome.task_id, author if isinstance(author, str) else "")
         else:
             self._soon(self.scheduler.notify, outcome.task_id)

@@ -16,6 +16,12 @@ while a run works the status is set again every :data:`REFRESH_S` seconds (the t
 A failure here never fails a run: it is logged and the indicator gives up for that run.
 Nor does it hold a run up: showing the indicator may take ``SETTLE_S`` before the
 run's first tool or its end stops waiting for it, and clearing it ``CLEAR_S``.
+
+Under ``serve`` with the HTTP edge in a process of its own, a new conversation's "is thinking…"
+is set by that process right after its 200 (``app.intake.edge_status``): it says so before the
+conversation's wake-up and tells the outcome when Slack answered (:meth:`Progress.edge_said`).
+The run then takes that status as its own instead of setting it again, and the Slack call's work
+stays off the process that runs the turn.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import asyncio
 import json
 import logging
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -70,6 +77,8 @@ REFRESH_S = 90.0
 SETTLE_S = 5.0
 #: Seconds the run's end spends clearing the indicator (a status Slack clears itself on the next post).
 CLEAR_S = 10.0
+#: Statuses the edge's process is showing, kept for runs not started yet; the oldest go first.
+EDGE_SHOWN_KEPT = 1_000
 # Our own reaction already there (a crashed run left it) or already gone is what we wanted.
 _HARMLESS = frozenset({"already_reacted", "no_reaction"})
 
@@ -101,6 +110,27 @@ class Progress:
         # Per run; weak so a run that never reached on_end (cancelled at shutdown) leaves nothing behind.
         self._runs: WeakKeyDictionary[ChannelSession, _Indicator] = WeakKeyDictionary()
         self._starting: WeakKeyDictionary[ChannelSession, asyncio.Task[None]] = WeakKeyDictionary()
+        # Task id → when the edge's process set its thinking status (loop time), None if it could not.
+        self._edge: OrderedDict[str, asyncio.Future[float | None]] = OrderedDict()
+
+    @property
+    def status_wanted(self) -> bool:
+        """Whether a run shows a status where Slack allows one (the edge's process asks)."""
+        return self.mode in ("auto", "status")
+
+    def edge_said(self, task_id: str, state: str) -> None:
+        """What the HTTP edge's process says of a new conversation's thinking status: ``setting``
+        (before the task's wake-up), then ``ok`` or ``failed`` once Slack answered, before or after
+        the task's run began."""
+        if state == "setting":
+            self._edge[task_id] = asyncio.get_running_loop().create_future()
+            while len(self._edge) > EDGE_SHOWN_KEPT:  # runs that never began (stopped, taken over)
+                _, stale = self._edge.popitem(last=False)
+                stale.cancel()
+            return
+        shown = self._edge.get(task_id)
+        if shown is not None and not shown.done():
+            shown.set_result(asyncio.get_running_loop().time() if state == "ok" else None)
 
     def hooks(self) -> RunHooks:
         if self.mode == "off":
@@ -126,8 +156,18 @@ class Progress:
 
     async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         adapter, origin = session.adapter, session.origin
-        if self.mode in ("auto", "status") and adapter.features.status and origin.thread_ts:
-            if await self._status(adapter, origin, THINKING, self.loading_messages):
+        if self.status_wanted and adapter.features.status and origin.thread_ts:
+            by_edge = self._edge.get(session.task.task_id) if self._edge else None
+            if by_edge is not None:
+                at = await by_edge  # set (or refused: the reaction instead) by the edge; not set again
+                self._edge.pop(session.task.task_id, None)
+                shown = at is not None
+                if at is not None and asyncio.get_running_loop().time() - at > REFRESH_S:
+                    # The run waited long for a slot: Slack may be about to clear it. Set it again now.
+                    shown = await self._status(adapter, origin, THINKING, self.loading_messages)
+            else:
+                shown = await self._status(adapter, origin, THINKING, self.loading_messages)
+            if shown:
                 indicator = _Indicator(
                     "status", origin, loading=self.loading_messages, posts=session.posts_begun
                 )
