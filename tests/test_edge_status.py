@@ -128,6 +128,7 @@ async def test_without_a_status_to_show_the_edge_sets_none(tmp_path: Path) -> No
 class _Wire:
     def __init__(self) -> None:
         self.said: list[dict[str, Any]] = []
+        self.in_flight = 1  # the delivery whose claim created the conversation
 
     def send(self, **message: Any) -> None:
         self.said.append(message)
@@ -171,6 +172,23 @@ async def test_the_edge_says_setting_before_the_wake_up_and_the_outcome_after() 
     status.created("t2", _decision(""))  # a top-level direct message: no thread, no status
     await status.close()
     assert len(wire.said) == 2 and slack.closed
+
+
+async def test_a_busy_edge_leaves_the_status_to_the_run() -> None:
+    """Acks come first: with another delivery in flight, or MAX_CALLS status calls under way, the
+    edge says nothing and sets nothing (the run sets its own status, as without the edge)."""
+    wire, slack = _Wire(), _Slack()
+    status = EdgeStatus(slack, (), wire)  # type: ignore[arg-type]
+    wire.in_flight = 2
+    status.created("t1", _decision("1.1"))
+    assert wire.said == []
+    wire.in_flight = 1
+    for n in range(edge_status.MAX_CALLS + 1):
+        status.created(f"t{n + 2}", _decision(f"2.{n}"))
+    assert [m["task"] for m in wire.said] == [f"t{n + 2}" for n in range(edge_status.MAX_CALLS)]
+    slack.go.set()
+    await status.close()
+    assert len(slack.shown) == edge_status.MAX_CALLS
 
 
 async def test_a_refused_or_unfinished_status_is_told_as_failed(monkeypatch: pytest.MonkeyPatch) -> None:

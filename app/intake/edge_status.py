@@ -8,8 +8,11 @@ on the process that runs the turn. The service's :class:`~app.runs.progress.Prog
 takes the status as its run's own (refreshed, cleared at the end) instead of setting it again.
 
 Only where a run would set it itself: ``PROGRESS`` ``auto`` or ``status``, Slack's ``status``
-feature granted, and a thread to show it in (a top-level direct message has none). Each Slack call
-made here is reported to the service's metrics (``slack_call``).
+feature granted, and a thread to show it in (a top-level direct message has none). And only while
+the edge is otherwise idle — no other delivery in flight, at most :data:`MAX_CALLS` status calls
+of its own under way: acknowledgements come first, so under a burst the runs set their statuses
+themselves, as they do without the edge. Each Slack call made here is reported to the service's
+metrics (``slack_call``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds a stopping edge lets status calls in flight finish (their outcomes still cross).
 CLOSE_WAIT = 2.0
+#: Status calls the edge makes at once at most; beyond them (or with another delivery in flight)
+#: the run sets the status itself.
+MAX_CALLS = 2
 
 
 class EdgeStatus:
@@ -67,6 +73,8 @@ class EdgeStatus:
         status once this loop lap (and with it the 200) is done."""
         if not decision.thread_ts:
             return  # a top-level direct message: no thread to show a status in
+        if self._wire.in_flight > 1 or len(self._calls) >= MAX_CALLS:
+            return  # acks come first: under a burst the run sets its own status, as without the edge
         self._wire.send(t="status", task=task_id, state="setting")
         call = asyncio.create_task(self._show(task_id, Origin(decision.channel, decision.thread_ts)))
         self._calls.add(call)

@@ -103,6 +103,11 @@ class ToService:
     def slack_call(self, method: str, outcome: str, seconds: float) -> None:
         self.send(t="slack_call", method=method, outcome=outcome, seconds=seconds)
 
+    @property
+    def in_flight(self) -> int:
+        """Deliveries the edge is answering now."""
+        return self._in_flight
+
     @contextlib.contextmanager
     def acking(self) -> Iterator[None]:
         self._in_flight += 1
