@@ -323,3 +323,17 @@ async def test_only_a_claim_that_created_its_conversation_is_heard_as_created(tm
             await app.idle()
             task = await app.service.store.find_task("C1", root)
     assert task is not None and heard == [(task, "C1", root)]
+
+
+async def test_a_run_waiting_for_the_edges_word_goes_on_when_the_edge_is_gone() -> None:
+    """The edge's process said its last (stopped, or its wire closed) with a status still being
+    set: the run waiting for the outcome goes on at once as if it failed, not after SETTLE_S."""
+    adapter = FakeAdapter()
+    shown = progress.Progress("auto")
+    run = _Run(adapter, _Task("t1"))
+    shown.edge_said("t1", "setting")
+    await shown.on_start(run, [])  # type: ignore[arg-type]
+    shown.edge_said("", "gone")
+    await asyncio.wait_for(shown.on_tool(run, "channel_reply"), 1)  # type: ignore[arg-type]
+    await shown.on_end(run, [], "ok")  # type: ignore[arg-type]
+    assert adapter.statuses == []  # as a failure: the reaction (none here: no message), no status

@@ -131,9 +131,10 @@ async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.
     finally:
         if runner is not None:
             await runner.cleanup()
+        await to_service.drain()  # the last wake-ups first
         if status is not None:
-            await status.close()  # its last outcomes cross before the wire is drained
-        await to_service.drain()
+            await status.close()  # then the outcomes of statuses still being set
+            await to_service.drain()
         await forward.close()
         await store.close()
         await main_store.close()

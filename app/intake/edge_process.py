@@ -65,7 +65,8 @@ class Wiring:
     delivered: Callable[[IngressResult, dict[str, Any]], None] | None
     external: Callable[[Decision], None] | None
     ack_gate: AckGate | None
-    #: A new conversation's status set by the edge: ``(task, "setting" | "ok" | "failed")``.
+    #: A new conversation's status set by the edge: ``(task, "setting" | "ok" | "failed")``, and
+    #: ``("", "gone")`` once the edge said its last.
     status: Callable[[str, str], None] | None = None
     #: Each Slack call the edge made: ``(method, outcome, seconds)`` (the metrics).
     slack_call: Callable[[str, str, float], None] | None = None
@@ -134,11 +135,15 @@ class EdgeProcess:
         self._reading = asyncio.create_task(self._read(reader, wiring), name="edge-wire")
 
     async def _read(self, reader: asyncio.StreamReader, wiring: Wiring) -> None:
-        while said := await reader.readline():
-            try:
-                self._heard(json.loads(said), wiring)
-            except Exception:  # one bad line is logged; the rest are still heard
-                log.exception("could not act on the HTTP edge's %r", said[:200])
+        try:
+            while said := await reader.readline():
+                try:
+                    self._heard(json.loads(said), wiring)
+                except Exception:  # one bad line is logged; the rest are still heard
+                    log.exception("could not act on the HTTP edge's %r", said[:200])
+        finally:
+            if wiring.status is not None:
+                wiring.status("", "gone")  # no status outcome will come: runs waiting for one go on
 
     def _heard(self, said: dict[str, Any], wiring: Wiring) -> None:
         kind = said.get("t")

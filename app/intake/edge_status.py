@@ -36,7 +36,7 @@ from .router import Decision
 log = logging.getLogger(__name__)
 
 #: Seconds a stopping edge lets status calls in flight finish (their outcomes still cross).
-CLOSE_WAIT = 2.0
+CLOSE_WAIT = 1.0
 #: Status calls the edge makes at once at most; beyond them (or with another delivery in flight)
 #: the run sets the status itself.
 MAX_CALLS = 2

@@ -121,7 +121,12 @@ class Progress:
     def edge_said(self, task_id: str, state: str) -> None:
         """What the HTTP edge's process says of a new conversation's thinking status: ``setting``
         (before the task's wake-up), then ``ok`` or ``failed`` once Slack answered, before or after
-        the task's run began."""
+        the task's run began; ``gone`` (any task) when the edge said its last."""
+        if state == "gone":  # the edge's process said its last: no outcome will come
+            for waiting in self._edge.values():
+                if not waiting.done():
+                    waiting.set_result(None)
+            return
         if state == "setting":
             self._edge[task_id] = asyncio.get_running_loop().create_future()
             while len(self._edge) > EDGE_SHOWN_KEPT:  # runs that never began (stopped, taken over)
