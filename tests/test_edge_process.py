@@ -342,3 +342,23 @@ async def test_what_the_edge_said_before_it_exited_is_heard_when_the_service_sto
     monkeypatch.setattr(os, "kill", kill_then_hold)
     await asyncio.wait_for(edge.stop(), 10)
     assert woken == [f"T-{n}" for n in range(60000)]
+
+
+async def test_a_deliverys_log_line_waits_for_the_wake_up_it_queued() -> None:
+    """In the edge's process the delivery's bookkeeping (log line, metrics) runs after the wire's
+    write that its claim queued (the wake-up), not before it (app.intake.edge_child)."""
+    from app.intake.edge_child import _after_the_wire
+
+    order: list[str] = []
+    loop = asyncio.get_running_loop()
+
+    async def acker(body: dict[str, object]) -> tuple[int, str, object]:
+        loop.call_soon(order.append, "wake-up written")  # what ToService.send queues at the claim
+        return 200, "", lambda: order.append("log line")
+
+    status, _, finish = await _after_the_wire(acker)({})  # type: ignore[arg-type]
+    finish()  # called by the HTTP edge once the 200 is written
+    assert status == 200 and order == []
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert order == ["wake-up written", "log line"]
