@@ -97,6 +97,29 @@ async def test_the_edge_sets_a_new_conversations_status_and_the_run_takes_it_as_
 
 
 @pytest.mark.process
+async def test_a_streamed_answer_ends_with_the_edges_status_cleared(tmp_path: Path) -> None:
+    """STREAM=auto: the run takes the edge's status as its own through a streamed answer and
+    clears it at its end; the thread shows no status afterwards."""
+    async with (
+        FakeSlack() as slack,
+        FakeOpenAI(lambda _: FakeOpenAI.text("Here is a streamed answer.")) as llm,
+        aiohttp.ClientSession() as http,
+    ):
+        _workspace(slack)
+        async with _served(slack, llm, tmp_path, STREAM="auto") as server:
+            root = await _mention(slack, http, server)
+            await eventually(lambda: slack.count("chat.stopStream") == 1)
+            await eventually(
+                lambda: any("streamed answer" in m.get("text", "") for m in slack.bot_messages("C1"))
+            )
+            assert _talks_to(_edge_of(server), slack.api_url)
+        # Set once (by the edge), cleared once by the run's end, as a status the run set itself is
+        # with a streamed answer.
+        assert [(s.status, s.thread_ts) for s in slack.statuses] == [("is thinking…", root), ("", root)]
+        assert slack.status_shown("C1", root) == ""
+
+
+@pytest.mark.process
 async def test_a_status_the_edge_could_not_set_becomes_the_runs_reaction(tmp_path: Path) -> None:
     """Slack refuses the edge's status: the run shows its reaction instead (PROGRESS=auto) and does
     not try the status a second time."""
