@@ -90,8 +90,7 @@ def event_handler(
     """What an ``event_callback`` body becomes, over HTTP and over Socket Mode alike: ``(status, reason)``."""
 
     async def handle(body: dict[str, Any]) -> tuple[int, str]:
-        event = body.get("event")
-        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+        if agent_view is not None and (event := _agent_event(body)) is not None:
             await agent_view.event(event)  # then logged (and ignored) by the ingress like any event
         result = await ingress.handle(body)
         return result.status, "" if result.status == 200 else result.reason
@@ -129,8 +128,7 @@ def event_acker(ingress: Ingress, agent_view: AgentView | None, main: OnMain | N
     ``main`` runs the agent view's calls on the loop its adapter belongs to (``app.intake.edge_thread``)."""
 
     async def accept(body: dict[str, Any]) -> tuple[int, str, Callable[[], None]]:
-        event = body.get("event")
-        if agent_view is not None and isinstance(event, dict) and event.get("type") in AGENT_EVENTS:
+        if agent_view is not None and (event := _agent_event(body)) is not None:
             if main is None:
                 await agent_view.event(event)
             else:
@@ -148,9 +146,10 @@ def event_acker(ingress: Ingress, agent_view: AgentView | None, main: OnMain | N
     return accept
 
 
-def _agent_event(body: dict[str, Any]) -> bool:
+def _agent_event(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The delivery's event when it is one for the agent view (``AGENT_EVENTS``), else None."""
     event = body.get("event")
-    return isinstance(event, dict) and event.get("type") in AGENT_EVENTS
+    return event if isinstance(event, dict) and event.get("type") in AGENT_EVENTS else None
 
 
 def _event_callback(raw: bytes, content_type: str) -> dict[str, Any] | None:
@@ -263,7 +262,7 @@ class HttpEdge:
             return web.Response(status=401, text="invalid request"), None
         acker = self.events
         body = _event_callback(raw, request.content_type) if acker is not None else None
-        if self._forward is not None and (body is None or _agent_event(body)):
+        if self._forward is not None and (body is None or _agent_event(body) is not None):
             return await self._forward(request, raw), None
         if body is not None and acker is not None:
             try:
