@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from channel.errors import ChannelError
 from channel.fake import FakeAdapter
 from storage.base import InboxItem
 from tests.support import events
-from tests.support.fake_model import FakeOpenAI
+from tests.support.fake_model import FakeOpenAI, default_script
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import echo_model
 from tests.support.process import ServerProcess, server_env
@@ -117,6 +118,39 @@ async def test_a_streamed_answer_ends_with_the_edges_status_cleared(tmp_path: Pa
         # with a streamed answer.
         assert [(s.status, s.thread_ts) for s in slack.statuses] == [("is thinking…", root), ("", root)]
         assert slack.status_shown("C1", root) == ""
+
+
+@pytest.mark.process
+async def test_a_sigkill_after_the_edges_status_still_answers_once(tmp_path: Path) -> None:
+    """The edge set the thread's status and the run waits on the model when the service is
+    SIGKILLed (its edge dies with it). The restarted service resumes the conversation: one answer,
+    the status set again by the resumed run (no edge announced it) and cleared by that answer."""
+    asked = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def script(request: dict[str, Any]) -> Any:
+        asked.set()
+        await answer.wait()
+        return default_script(request)
+
+    async with FakeSlack() as slack, FakeOpenAI(script) as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        doomed = _served(slack, llm, tmp_path)
+        async with doomed:
+            root = await _mention(slack, http, doomed)
+            await eventually(lambda: asked.is_set() and len(slack.statuses) == 1)
+            doomed.kill()
+            assert await doomed.wait(within=10) == -signal.SIGKILL
+        answer.set()
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"), PROGRESS="auto")
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "again.log"):
+            await eventually(lambda: len(slack.bot_messages("C1")) == 1)
+            await eventually(
+                lambda: slack.count("chat.postMessage") >= 1 and slack.status_shown("C1", root) == ""
+            )
+        [reply] = slack.bot_messages("C1")
+        assert reply["text"].startswith("echo: ") and reply["text"].endswith("question")
+        assert [s.status for s in slack.statuses] == ["is thinking…", "is thinking…"]
 
 
 @pytest.mark.process
