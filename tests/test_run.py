@@ -21,8 +21,8 @@ from pydantic_ai.messages import (
 )
 
 from app.agent.usage import Budgets
-from app.runs.checkpoint import replied_since_prompt
 from app.runs.limits import RunLimits
+from app.runs.resume import replied_since_prompt
 from app.settings import Settings
 from channel.contract import Origin
 from channel.fake import FakeAdapter

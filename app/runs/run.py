@@ -58,7 +58,7 @@ from storage.base import (
 )
 
 from .budget_screen import BudgetScreen, newest_author
-from .checkpoint import Checkpoints, post_answer, post_note, resume_open_run
+from .checkpoint import Checkpoints, post_answer, post_note
 from .compaction import Compactor
 from .feedback import feedback_notes
 from .history import load_history, trim_history
@@ -67,6 +67,7 @@ from .limits import DEFAULT_LIMITS, RunLimits
 from .outcome import APOLOGY, GONE, Inbox, RunHooks, RunOutcome, RunStopped, slack_refusal, stopped
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
+from .resume import resume_open_run
 from .steps import AgentSteps
 
 __all__ = ["APOLOGY", "RunExecutor", "RunHooks", "RunOutcome", "RunStopped", "trim_history"]
