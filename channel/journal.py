@@ -22,6 +22,10 @@ neither recorded nor made. A journal given the host's lease ``fence`` carries it
 entry it opens and closes: once the lease has moved the store refuses them
 (``storage.base.LeaseMoved``), so a run that lost its lease can commit nothing (invariant 12).
 
+The host may hold writes back until the task's next write (``held``: a run's step checkpoint,
+``app.runs.checkpoint``): an entry opened goes to the store along with them, in one trip, and a
+tool that writes outside the journal has them written first (:meth:`EffectJournal.settle_held`).
+
 The session (``channel.session``) is the only caller.
 """
 
@@ -33,7 +37,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from storage.base import EffectRecord, Fence
 
@@ -42,6 +46,7 @@ from .errors import ChannelError, bounded
 from .store import SessionStore
 
 Result = dict[str, Any]
+T = TypeVar("T")
 
 #: Awaited before every write; raises (the host's own exception) when the task may no longer write.
 WriteGuard = Callable[[], Awaitable[None]]
@@ -53,8 +58,35 @@ CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
 STREAM_EFFECT = "channel_stream"
 #: The note for a reply removed because it was interrupted while being written.
 _CUT_OFF = "was cut off while being written and removed; answer again if still needed"
+#: Tools whose only durable writes are this journal's entries (or none that a rerun would repeat:
+#: a read's handles): they run with held writes still held. Any other tool settles them first.
+JOURNAL_ONLY = frozenset(
+    {
+        "channel_reply",
+        "channel_react",
+        "channel_edit",
+        "channel_retract",
+        "channel_attach",
+        "channel_post_document",
+        "channel_read",
+        "channel_fetch_file",
+        "channel_follow_ups",
+        "skills",
+        "no_reply",
+    }
+)
 #: Provider codes that mean an idempotent write had already taken effect.
 _DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
+
+
+class HeldWrites(Protocol):
+    """Writes the host holds back until the task's next write (module doc)."""
+
+    async def along(self, write: Awaitable[T]) -> T:
+        """``write``'s result, the held writes committed with it (before it, in order)."""
+
+    async def settle(self) -> None:
+        """Commit the held writes now."""
 
 
 @dataclass(eq=False)
@@ -68,6 +100,8 @@ class EffectJournal:
     guard: WriteGuard | None = None
     #: The host's lease acquisition, carried on every entry opened and closed (module doc).
     fence: Fence | None = None
+    #: Writes committed along with the next entry opened (module doc); None: nothing is held.
+    held: HeldWrites | None = None
 
     async def check(self) -> None:
         """Raise (the guard's exception) when the task may no longer write."""
@@ -80,7 +114,7 @@ class EffectJournal:
         neither recorded nor made."""
         await self.check()
         effect_id = effect_id or uuid.uuid4().hex
-        await self.store.open_effect(
+        opened = self.store.open_effect(
             effect_id=effect_id,
             task_id=self.task_id,
             tool=tool,
@@ -89,7 +123,13 @@ class EffectJournal:
             call_id=CALL_ID.get(),
             fence=self.fence,
         )
+        await (opened if self.held is None else self.held.along(opened))
         return effect_id
+
+    async def settle_held(self) -> None:
+        """Commit what the host holds back (before a write outside the journal)."""
+        if self.held is not None:
+            await self.held.settle()
 
     async def get(self, effect_id: str) -> EffectRecord | None:
         return await self.store.get_effect(effect_id)

@@ -37,7 +37,7 @@ STORE_COMMITS: Final = ("claim", "checkpoint", "journal_open", "journal_close", 
 POINTS: Final = frozenset(
     {f"slack.{kind}.{when}" for kind in SLACK_WRITES for when in ("before", "after")}
     | {f"store.{kind}.{when}" for kind in STORE_COMMITS for when in ("before", "after")}
-    | {"model.request"}
+    | {"model.request", "tool.call"}
 )
 
 #: The start of the line the armed seam writes to stderr before the kill; the points passed follow.

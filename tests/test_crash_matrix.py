@@ -63,8 +63,11 @@ ROWS: list[tuple[str, str]] = [
     ("store.journal_open.after:6", STEPS),
     ("store.journal_close.before:6", STEPS),
     ("model.request:8", STEPS),
+    # A later step's tool call, its checkpoint still held: resumed from the step before it.
+    ("tool.call:3", STEPS),
     # A final answer the host posts: checkpointed before it is posted, posted once.
     ("model.request:2", PLAIN),
+    ("tool.call", PLAIN),
     ("store.checkpoint.after:2", PLAIN),
     ("slack.post.before", PLAIN),
     ("slack.post.after", PLAIN),

@@ -127,6 +127,13 @@ class UsageMeter:
 
     async def add(self, response: ModelResponse, *, model: str = "") -> UsageRecord:
         """Store ``response``'s usage (one request) and add it to the run's totals."""
+        record = self.count(response, model=model)
+        await self.store_usage(record)
+        return record
+
+    def count(self, response: ModelResponse, *, model: str = "") -> UsageRecord:
+        """Add ``response``'s usage to the run's totals and tell the listener; the row is stored by
+        :meth:`store_usage` (the caller's choice of when: with the step's checkpoint)."""
         u = response.usage
         now = self.clock()
         record = UsageRecord(
@@ -143,14 +150,16 @@ class UsageMeter:
             at=now,
         )
         self.total = added(self.total, record)
+        if self.listener is not None:
+            self.listener(record)
+        return record
+
+    async def store_usage(self, record: UsageRecord) -> None:
         try:
             await self.store.record_usage(record)
         except Exception:
             # Losing one usage row must not end a run the model already answered.
             log.warning("could not store the usage of a model request", exc_info=True)
-        if self.listener is not None:
-            self.listener(record)
-        return record
 
 
 def footer(total: UsageRecord) -> str:

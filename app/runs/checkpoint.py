@@ -2,10 +2,11 @@
 (``app.runs.resume``).
 
 A run checkpoints (``Store.checkpoint``, one fenced transaction) after every model response that
-calls tools, before the tools run, and after its final response, before the answer is posted: the
-transcript so far, the inbox items it has shown the model (consumed with it), the feedback its
-prompt showed. The task's run stays *open* until the run is saved; an open run is due, so a crash
-at any point is resumed — by a restart or another instance — from the last checkpoint:
+calls tools, before the first of them writes (below), and after its final response, before the
+answer is posted: the transcript so far, the inbox items it has shown the model (consumed with it),
+the feedback its prompt showed. The task's run stays *open* until the run is saved; an open run is
+due, so a crash at any point is resumed — by a restart or another instance — from the last
+checkpoint:
 
 - a response whose tool calls have no results: each call is answered from the effect journal,
   which records the call id with every write the call made (``channel.journal.CALL_ID``). A write
@@ -23,15 +24,27 @@ is a synced commit, which on SQLite syncs the checkpoint before it too; other to
 act on their own. So a checkpoint whose calls are all the run's own tools, or that holds the final
 answer (posted through the journal), is committed without a sync of its own (``synced=False``);
 one calling any other tool is synced itself.
+
+The same reasoning lets a step calling only the run's own tools *hold* its checkpoint
+(:meth:`Checkpoints.hold`) instead of writing it before the tools run: it is written in the same
+trip as the step's first journal entry (``channel.journal.EffectJournal.held``, one SQLite
+transaction, the checkpoint first), before a tool that writes outside the journal (a follow-up,
+a question) or before the next model request, whichever comes first; a newer checkpoint or the
+save supersedes it. Until then nothing has left the process that a rerun from the previous
+checkpoint would repeat — the step's tools only read — so a crash there asks the model that step
+again. The step's usage row goes with it. A turn's reply thus costs one store trip after the
+model's response instead of two.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pydantic_ai.messages import (
     ModelMessage,
@@ -48,6 +61,7 @@ from channel.tools import CATALOG, MCP_SEARCH
 from storage.base import Fence, Store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: The run's own tools: each journals a write before making it, or only reads (module doc).
 _OWN_TOOLS = frozenset({*CATALOG, MCP_SEARCH.name})
@@ -73,6 +87,13 @@ class Checkpoints:
     summary: str | None = field(default=None, init=False)
     #: Items a checkpoint consumed already (the next one sends only the newer ones).
     _done: set[int] = field(default_factory=set, init=False)
+    #: A step's checkpoint held back (module doc): its messages, the items it consumes, and the
+    #: writes that go with it (its usage row).
+    _held: tuple[list[ModelMessage], list[int], tuple[Callable[[], Awaitable[Any]], ...]] | None = field(
+        default=None, init=False
+    )
+    #: The held writes in flight (taken along by one call's write; another call's waits for them).
+    _landing: asyncio.Future[Any] | None = field(default=None, init=False)
 
     def transcript(self, messages: Sequence[ModelMessage]) -> bytes:
         return ModelMessagesTypeAdapter.dump_json(list(messages[self.prefix :]))
@@ -82,8 +103,50 @@ class Checkpoints:
         return upto
 
     async def save(self, messages: Sequence[ModelMessage]) -> None:
-        """Checkpoint ``messages`` (the run's whole history so far) with what the run consumed."""
-        fresh = [i for i in self.consumed if i not in self._done]
+        """Checkpoint ``messages`` (the run's whole history so far) with what the run consumed; a
+        held checkpoint is superseded (its other writes go along)."""
+        await self.along(self._write(messages, self._fresh()), supersedes=True)
+
+    def hold(self, messages: Sequence[ModelMessage], *writes: Callable[[], Awaitable[Any]]) -> None:
+        """Hold the checkpoint of ``messages``, and ``writes``, until the run's next write (module
+        doc): a step whose calls are all the run's own tools (:func:`synced_by_next_write`)."""
+        earlier = self._held[2] if self._held is not None else ()  # superseded, its writes kept
+        self._held = (list(messages), self._fresh(), (*earlier, *writes))
+
+    async def along(self, write: Awaitable[T], *, supersedes: bool = False) -> T:
+        """``write``'s result, what is held committed with it (one trip on SQLite, in order, before
+        it). ``supersedes``: ``write`` is a newer checkpoint or the save, so the held checkpoint is
+        dropped (written after it, it would reopen the run with an older transcript). A write made
+        while another call's write carries them waits until they are in (tools run concurrently)."""
+        if held := self._take(supersedes):
+            self._landing = landing = asyncio.gather(*held)
+            done = await asyncio.gather(landing, write)
+            return cast(T, done[1])
+        if self._landing is not None and not self._landing.done():
+            try:
+                await asyncio.shield(self._landing)  # its failure is this write's too: never before it
+            except BaseException:
+                if inspect.iscoroutine(write):
+                    write.close()
+                raise
+        return await write
+
+    async def settle(self) -> None:
+        """Commit what is held now (before a write outside the journal, or the next model request)."""
+        await self.along(asyncio.sleep(0))
+
+    def _take(self, supersedes: bool) -> list[Awaitable[Any]]:
+        held, self._held = self._held, None
+        if held is None:
+            return []
+        messages, fresh, writes = held
+        first = [] if supersedes else [self._write(messages, fresh)]
+        return [*first, *(w() for w in writes)]
+
+    def _fresh(self) -> list[int]:
+        return [i for i in self.consumed if i not in self._done]
+
+    async def _write(self, messages: Sequence[ModelMessage], fresh: list[int]) -> None:
         await self.store.checkpoint(
             self.task_id,
             transcript=self.transcript(messages),

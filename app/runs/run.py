@@ -232,6 +232,7 @@ class RunExecutor:
         checkpoints = Checkpoints(
             self.store, task.task_id, fence=fence, prefix=0, consumed=consumed, feedback_upto=feedback_upto
         )
+        session.journal.held = checkpoints  # a step's held checkpoint goes with its first entry
         # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
         steered: list[str] = []
         pending = load_history(task.transcript)
@@ -307,7 +308,7 @@ class RunExecutor:
                         inbox,
                         meter,
                         results,
-                        checkpoint=checkpoints.save,
+                        checkpoints=checkpoints,
                         screen=screen,
                     )
                 if isinstance(result, DeferredToolRequests):
@@ -356,7 +357,7 @@ class RunExecutor:
                 # Recorded before the save: a saved transcript's pending calls always have approvals
                 # (one whose run never saved is withdrawn when its card effect is settled).
                 await self.approvals.open(session, requests, meter.person)
-            await self.store.save_run(
+            save = self.store.save_run(
                 task.task_id,
                 # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
                 transcript=ModelMessagesTypeAdapter.dump_json(messages[len(prefix) :]),
@@ -366,6 +367,7 @@ class RunExecutor:
                 fence=fence,
                 feedback_upto=checkpoints.take_feedback(),
             )
+            await checkpoints.along(save, supersedes=True)  # a step's held checkpoint is older
             if requests is not None and self.approvals is not None:
                 await self.approvals.post_cards(session, messages)
             status = run_status

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
@@ -31,6 +32,7 @@ from storage.base import InboxItem
 from storage.crashpoints import crash_point
 
 from .budget_screen import BudgetScreen, newest_author
+from .checkpoint import Checkpoints, synced_by_next_write
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
 from .streaming import EventFeed
@@ -66,7 +68,7 @@ class AgentSteps:
         meter: UsageMeter,
         results: DeferredToolResults | None = None,
         *,
-        checkpoint: Callable[[list[ModelMessage]], Awaitable[None]] | None = None,
+        checkpoints: Checkpoints | None = None,
         screen: BudgetScreen | None = None,
     ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
         """The run's messages, its output (text, or the gated calls waiting for approval), and the
@@ -107,15 +109,23 @@ class AgentSteps:
                         # SQLite: the two writes share a transaction). Only a final answer needs a
                         # look at the inbox here, before it is accepted: a response that calls tools
                         # is followed by a model request, which looks just before it goes out.
-                        work: list[Awaitable[Any]] = [meter.add(node.model_response)]
-                        if calls_tools and checkpoint is not None:
-                            # Before its tools run: a crash from here on resumes with this response
-                            # (its calls answered from the journal), the items shown so far consumed.
-                            work.append(checkpoint(run.all_messages()))
-                        elif not calls_tools:
-                            work.append(inbox())
-                        done = await asyncio.gather(*work)
-                        looked = None if calls_tools else done[-1]
+                        messages = run.all_messages()
+                        if calls_tools and checkpoints is not None and synced_by_next_write(messages):
+                            # Only the run's own tools: held until their first write (a journal
+                            # entry), which takes it and the usage row along (app.runs.checkpoint).
+                            record = meter.count(node.model_response)
+                            checkpoints.hold(messages, partial(meter.store_usage, record))
+                        else:
+                            work: list[Awaitable[Any]] = [meter.add(node.model_response)]
+                            if calls_tools and checkpoints is not None:
+                                # Before its tools run: a crash from here on resumes with this
+                                # response (its calls answered from the journal), the items shown so
+                                # far consumed.
+                                work.append(checkpoints.save(messages))
+                            elif not calls_tools:
+                                work.append(inbox())
+                            done = await asyncio.gather(*work)
+                            looked = None if calls_tools else done[-1]
                     elif Agent.is_model_request_node(node):
                         if session.turn_end:
                             # no_reply, or it asked someone: the turn ends here, with no more text.
@@ -124,6 +134,8 @@ class AgentSteps:
                             _unqueue(queued, consumed, steered, unanswered)
                             said = "(no reply)" if session.silent else "(waiting for the answer)"
                             return [*run.all_messages(), node.request, _said(said)], None, ""
+                        if checkpoints is not None:
+                            await checkpoints.settle()  # held by a step that only read: written now
                         crash_point("model.request")
                     # Steering: before each model request (and before a final answer is accepted),
                     # show messages that arrived mid-run. Other nodes need no look at the inbox.

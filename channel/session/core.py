@@ -10,9 +10,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from storage.base import EffectRecord, LeaseMoved, StoreError
+from storage.crashpoints import crash_point
 
 from ..contract import Step
 from ..errors import ChannelError
+from ..journal import JOURNAL_ONLY
 from ..streaming import FLUSH_INTERVAL, AnswerStream
 from ..tools import CATALOG, MCP_SEARCH
 from .asking import Asking
@@ -122,6 +124,7 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
     async def call(self, name: str, args: Any, *, call_id: str = "") -> Result:
         """Run one tool call; always returns a result (an error result on any refusal or failure).
         ``call_id`` is the model's id for the call (a streamed reply is matched by it)."""
+        crash_point("tool.call")  # a step's checkpoint may still be held here (app.runs.checkpoint)
         token = CALL_ID.set(call_id)
         try:
             return await self._call(name, args)
@@ -139,6 +142,9 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
         except ValidationError as exc:
             return _validation_error(exc).as_result()
         try:
+            if name not in JOURNAL_ONLY:
+                # It may write outside the journal: what the host held back goes first (journal doc).
+                await self.journal.settle_held()
             return await self._handlers[name](parsed)
         except ChannelError as exc:
             return exc.as_result()
