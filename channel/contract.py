@@ -189,6 +189,10 @@ class ChannelAdapter(Protocol):
     async def view(self, raw: Mapping[str, Any]) -> MessageView:
         """Render an inbound message (as the ingress stored it) the way :meth:`read` renders rows."""
 
+    def inbound_ref(self, channel: str, ts: str) -> str | None:
+        """The ref :meth:`view` gives the message ``ts`` of ``channel``, when it is known without a
+        look (its handle is then minted before the run renders it); None when it is not."""
+
     async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
         """Post one message of at most ``max_post_chars`` Markdown into the origin (a thread reply,
         or a new root when ``thread_ts`` is empty). ``effect_id`` travels with the post so a crashed
@@ -261,6 +265,9 @@ class AdapterBase:
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         return []
+
+    def inbound_ref(self, channel: str, ts: str) -> str | None:
+        return None
 
     async def find_unfinished(self, origin: Origin, after: str) -> list[Posted]:
         return []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Sequence
 
 from storage.base import HandleKind, HandleRecord
 
@@ -42,6 +43,12 @@ class HandleRegistry:
         )
         self._by_ref[(kind, ref)] = record
         return record.handle
+
+    def seed(self, records: Sequence[HandleRecord]) -> None:
+        """Records minted for this task already (the woken message's, with the lease)."""
+        for record in records:
+            if record.task_id == self._task_id:
+                self._by_ref[(record.kind, record.ref)] = record
 
     async def resolve(self, handle: str, kind: HandleKind) -> HandleRecord:
         """The record for ``handle``; ``invalid_handle`` if it is not one of this task's ``kind`` handles."""

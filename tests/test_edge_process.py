@@ -327,7 +327,10 @@ async def test_what_the_edge_said_before_it_exited_is_heard_when_the_service_sto
     woken: list[str] = []
     edge = EdgeProcess(child.pid, ours)
     wiring = Wiring(
-        notify=lambda task, _author: woken.append(task), delivered=None, external=None, ack_gate=None
+        notify=lambda task, _author, _message: woken.append(task),
+        delivered=None,
+        external=None,
+        ack_gate=None,
     )
     await edge.start(web.Application(), wiring, {"bot": {}, "shutdown_timeout": 1.0}, on_exit=lambda: None)
     assert woken == []

@@ -72,9 +72,9 @@ async def test_deliveries_are_claimed_on_the_edge_thread_and_woken_on_the_main_l
         assert app.service is not None
         real_notify = app.service.runner.notify
 
-        def notify(task_id: str, author: str | None = None) -> None:
+        def notify(task_id: str, author: str | None = None, message: tuple[str, str] | None = None) -> None:
             woken_on.append(threading.get_ident())
-            real_notify(task_id, author)
+            real_notify(task_id, author, message)
 
         monkeypatch.setattr(app.service.runner, "notify", notify)
         ts = slack.add_message("C1", "<@UBOT> hello there", user="U1")

@@ -16,7 +16,7 @@ from app.runs.limits import RunLimits
 from app.runs.outcome import RunOutcome, RunStopped
 from app.runs.scheduler import Scheduler
 from app.runs.takeover import CONFIRM_S
-from channel.contract import Origin
+from channel.contract import AdapterBase, Origin
 from channel.fake import FakeAdapter
 from storage import open_store
 from storage.base import Fence, InboxItem, InstanceLook, LeaseMoved, Store
@@ -274,6 +274,8 @@ async def test_a_wake_up_during_the_drivers_last_look_is_not_lost(tmp_path: Path
         runs: list[list[int]] = []
 
         class Executor:
+            adapter = AdapterBase()  # names no message without a look: no early handle
+
             async def run_inbox(
                 self, task_id: str, items: Any, effects: Any, inbox: Any, **_: Any
             ) -> RunOutcome:

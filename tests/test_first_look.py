@@ -9,6 +9,7 @@ from typing import Any
 
 from app.runs.outcome import Inbox, RunOutcome
 from app.runs.scheduler import Scheduler
+from channel.contract import AdapterBase
 from storage import open_store
 from storage.base import InboxItem, Store
 
@@ -21,6 +22,7 @@ class _Looks:
 
     def __init__(self, store: Store, arrive: str = "") -> None:
         self.store = store
+        self.adapter = AdapterBase()  # names no message without a look: no early handle
         self.arrive = arrive  # a message delivered (and the task woken) before the first look
         self.scheduler: Scheduler | None = None
         self.looks: list[list[str]] = []

@@ -14,12 +14,12 @@ from tests.support.models import Turn, call, scripted
 from tests.support.sqlite_jobs import count_jobs
 from threadbound_emulator import Call, FakeSlack
 
-#: Jobs before the reply is posted: the claim, the lease with the run's start state, the inbound
-#: message's handle, and the journal entry with the step's usage row and held checkpoint (one
-#: transaction, app.runs.checkpoint).
-BEFORE_REPLY = 4
+#: Jobs before the reply is posted: the claim, the lease with the run's start state and the woken
+#: message's handle (one batch, app.runs.start), and the journal entry with the step's usage row and
+#: held checkpoint (one transaction, app.runs.checkpoint).
+BEFORE_REPLY = 3
 #: The whole turn, through the lease's release and the driver's last look.
-TURN = 13
+TURN = 12
 #: The instance's own loops (app.service): their looks are not the turn's.
 BACKGROUND = frozenset({"sweeper", "follow-ups", "takeover"})
 
@@ -32,7 +32,8 @@ async def test_a_turn_makes_a_bounded_number_of_store_trips(tmp_path: Path) -> N
     """One mention answered by a reply: the database thread gets at most BEFORE_REPLY jobs before
     the post goes out and TURN in all (12 and 21 before the run's start state was read in one trip
     and the call-tools step's writes and look went together; 5 and 14 before its checkpoint and usage
-    row went along with its journal entry)."""
+    row went along with its journal entry; 4 and 13 before the woken message's handle was minted with
+    the lease)."""
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")

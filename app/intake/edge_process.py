@@ -61,7 +61,7 @@ class EdgeFailed(Exception):
 class Wiring:
     """What the child's lines reach in the service."""
 
-    notify: Callable[[str, str | None], None]
+    notify: Callable[[str, str | None, tuple[str, str] | None], None]
     delivered: Callable[[IngressResult, dict[str, Any]], None] | None
     external: Callable[[Decision], None] | None
     ack_gate: AckGate | None
@@ -150,7 +150,8 @@ class EdgeProcess:
         if kind == "wake":
             if said.get("spans"):
                 traces.DELIVERIES.remember_portable(said["task"], said["spans"])
-            wiring.notify(said["task"], said.get("author"))
+            message = said.get("message")
+            wiring.notify(said["task"], said.get("author"), tuple(message) if message else None)
         elif kind == "delivered" and wiring.delivered is not None:
             wiring.delivered(IngressResult(said["status"], said["outcome"]), {})
         elif kind == "external" and wiring.external is not None:

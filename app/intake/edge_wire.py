@@ -91,8 +91,8 @@ class ToService:
         with contextlib.suppress(ConnectionError):
             await self._writer.drain()
 
-    def notify(self, task_id: str, author: str | None = None) -> None:
-        self.send(t="wake", task=task_id, author=author)
+    def notify(self, task_id: str, author: str | None = None, message: tuple[str, str] | None = None) -> None:
+        self.send(t="wake", task=task_id, author=author, message=message)
 
     def external(self, decision: Decision) -> None:
         self.send(t="external", decision=asdict(decision))

@@ -63,7 +63,9 @@ class Wakes(Protocol):
     """Where a claimed delivery's wake-up goes: the scheduler, or the wire to the process running it
     (``app.intake.edge_child``)."""
 
-    def notify(self, task_id: str, author: str | None = None) -> None: ...
+    def notify(self, task_id: str, author: str | None = None, message: tuple[str, str] | None = None) -> None:
+        """``message``: the claimed message's ``(channel, ts)``, whose handle the run mints with its
+        lease (``app.runs.scheduler``)."""
 
 
 def _now(fn: Callable[..., None], *args: Any) -> None:
@@ -196,7 +198,8 @@ class Ingress:
             author = message.get("user")
             if self.on_created is not None:
                 self.on_created(outcome.task_id, decision)
-            self._soon(self.scheduler.notify, outcome.task_id, author if isinstance(author, str) else "")
+            who = author if isinstance(author, str) else ""
+            self._soon(self.scheduler.notify, outcome.task_id, who, (decision.channel, decision.ts))
         else:
-            self._soon(self.scheduler.notify, outcome.task_id)
+            self._soon(self.scheduler.notify, outcome.task_id, None, (decision.channel, decision.ts))
         return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -48,6 +48,7 @@ from channel.streaming import FLUSH_INTERVAL
 from storage.base import (
     EffectRecord,
     Fence,
+    HandleRecord,
     InboxItem,
     LeaseMoved,
     RunState,
@@ -171,17 +172,20 @@ class RunExecutor:
         fence: Fence | None = None,
         task: TaskRecord | None = None,
         start: RunState | None = None,
+        minted: Sequence[HandleRecord] = (),
     ) -> RunOutcome:
         """Run the task on ``items`` after settling ``effects``; ``inbox`` supplies steering messages,
         ``guard`` is awaited before every write and ``fence`` carried by every durable write (see the
         module docstring); ``task``: its record, read with them; ``start``: the rest of what the
-        store read with them (``Store.run_state``), so the prompt costs no more trips. A run left
-        open by a crash goes on from its last checkpoint."""
+        store read with them (``Store.run_state``), so the prompt costs no more trips; ``minted``:
+        handles minted for the task already (the woken message's). A run left open by a crash goes
+        on from its last checkpoint."""
         task = task or await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts
         session = self.session(task, Origin(task.channel, thread_ts), guard=guard, fence=fence)
+        session.handles.seed(minted)
         session.look_ahead()  # the instructions' channel lookup overlaps the store trips below
         cards = [e for e in effects if e.tool == CARD_EFFECT]
         effects = [e for e in effects if e.tool != CARD_EFFECT]  # settled apart

@@ -33,17 +33,17 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 
-from storage.base import Fence, InboxItem, Store, TaskRecord
+from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
 from .lease import Lease
-from .outcome import Inbox
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
+from .start import steering_inbox, take_task
 from .takeover import CONFIRM_S, Judge
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ class Scheduler:
         #: Tasks woken but not yet given a driver, in wake-up order; the dispatcher drains it.
         self._wakeups: dict[str, None] = {}
         self._authors: dict[str, str] = {}  # woken tasks' first authors, when told (``notify``)
+        self._messages: dict[str, tuple[str, str]] = {}  # woken tasks' claimed messages (``notify``)
         self._woken = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
         #: Whether start-up swept already (``first_look``), so the sweep loop begins with a wait.
@@ -111,10 +112,12 @@ class Scheduler:
         self._started = asyncio.Event()
 
     # -- wake-ups --------------------------------------------------------------------------
-    def notify(self, task_id: str, author: str | None = None) -> None:
+    def notify(self, task_id: str, author: str | None = None, message: tuple[str, str] | None = None) -> None:
         """Make sure a driver for ``task_id`` runs in this process soon (it may find the lease
         taken). Cheap: the driver is started by the dispatcher, off the ack path. ``author``: who
-        wrote the oldest pending message, when the caller knows (the claim that created the task)."""
+        wrote the oldest pending message, when the caller knows (the claim that created the task);
+        ``message``: the claimed message's ``(channel, ts)``, whose handle the driver mints in the
+        lease's store trip (its run's prompt shows it)."""
         if not self._accepting:
             return
         driver = self._drivers.get(task_id)
@@ -127,6 +130,8 @@ class Scheduler:
         self._wakeups[task_id] = None
         if author is not None:
             self._authors[task_id] = author
+        if message is not None:
+            self._messages[task_id] = message
         self._woken.set()
         if self._dispatcher is None or self._dispatcher.done():
             self._dispatcher = asyncio.create_task(self._dispatch(), name="dispatcher")
@@ -290,24 +295,32 @@ class Scheduler:
 
     # -- driving one task under its lease ----------------------------------------------------
     async def _drive(self, task_id: str) -> None:
+        message = self._messages.pop(task_id, None)
         async with self._slots:
             person = self._authors.pop(task_id, None)  # else read: whom the run counts against
             person = first_author(await self.store.pending_inbox(task_id)) if person is None else person
             if not self._people.full(person):
                 async with self._people.hold(person):  # taken at once: nothing awaited since full()
-                    await self._drive_leased(task_id)
+                    await self._drive_leased(task_id, message)
                 return
         # This person has USER_MAX_RUNS conversations running: wait holding no run slot, then run.
         async with self._people.hold(person), self._slots:
-            await self._drive_leased(task_id)
+            await self._drive_leased(task_id, message)
 
-    async def _drive_leased(self, task_id: str) -> None:
+    async def _drive_leased(self, task_id: str, message: tuple[str, str] | None = None) -> None:
         waiting = False
         while self._accepting:
             self._again.discard(task_id)
-            fence, state = await self.store.take_lease_with_state(  # one trip on SQLite
-                task_id, owner=self.owner, ttl=self.lease_ttl, now=self.clock()
+            fence, state, minted = await take_task(  # one trip on SQLite
+                self.store,
+                self.executor.adapter,
+                task_id,
+                owner=self.owner,
+                ttl=self.lease_ttl,
+                now=self.clock(),
+                message=message,
             )
+            message = None  # the next lap's state is read afresh
             if fence is None:
                 return  # another instance runs it; it will see our inbox item
             lease = self._lease(fence)
@@ -318,7 +331,7 @@ class Scheduler:
                     task = state.task
                     if not state.items and not state.effects and not (task is not None and task.run_open):
                         break
-                    inbox = self._inbox(task_id)
+                    inbox = steering_inbox(self.store, task_id, self._again)
                     outcome = await self.executor.run_inbox(
                         task_id,
                         state.items,
@@ -328,7 +341,9 @@ class Scheduler:
                         fence=fence,
                         task=task,
                         start=state,
+                        minted=minted,
                     )
+                    minted = []
                     state = None  # the next lap reads it afresh
                     if outcome.status == "waiting":
                         waiting = True  # an approval is undecided: its decision wakes the task again
@@ -346,23 +361,6 @@ class Scheduler:
                 return
             if not await self.store.pending_inbox(task_id) and task_id not in self._again:
                 return
-
-    def _inbox(self, task_id: str) -> Inbox:
-        """The run's look at its inbox for steering. ``run_state`` has just read the items, so the
-        first look (before the first model request) goes to the store only when a delivery woke the
-        task since the driver's last look; a message that is claimed without waking this process (on
-        another instance) is seen at the next look, after the first model response."""
-        first = True
-
-        async def look() -> Sequence[InboxItem]:
-            nonlocal first
-            if first and task_id not in self._again:
-                first = False
-                return ()
-            first = False
-            return await self.store.pending_inbox(task_id)
-
-        return look
 
     def _lease(self, fence: Fence) -> Lease:
         """The lease just acquired (``fence``), as the heartbeat and the run's writes see it."""

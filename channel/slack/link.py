@@ -49,10 +49,15 @@ class SlackLink:
             link += f"?thread_ts={thread_ts}&cid={channel}"
         return link
 
+    @staticmethod
+    def inbound_ref(channel: str, ts: str) -> str:
+        """The ref of message ``ts`` in ``channel``, as every view and post of it carries."""
+        return f"{channel}:{ts}"
+
     def posted(self, origin: Origin, ts: str) -> Posted:
         """The :class:`Posted` of message ``ts`` in ``origin``."""
         return Posted(
-            ref=f"{origin.channel}:{ts}",
+            ref=self.inbound_ref(origin.channel, ts),
             new_root="" if origin.thread_ts else ts,
             permalink=self.permalink(origin.channel, ts, origin.thread_ts),
         )

@@ -101,7 +101,7 @@ class Reads(Lookups):
         reactions = {str(r.get("name")): int(r.get("count") or 0) for r in message.get("reactions") or []}
         ts = str(message.get("ts") or "")
         return MessageView(
-            ref=f"{channel}:{ts}",
+            ref=self.inbound_ref(channel, ts),
             author=author,
             text=render_message(message, names),
             time=iso_time(ts),
