@@ -58,9 +58,8 @@ CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
 STREAM_EFFECT = "channel_stream"
 #: The note for a reply removed because it was interrupted while being written.
 _CUT_OFF = "was cut off while being written and removed; answer again if still needed"
-#: Tools whose only durable writes are this journal's entries (or none that a rerun would repeat:
-#: a read's handles): they run with held writes still held. Any other tool settles them first.
-JOURNAL_ONLY = frozenset(
+#: Channel tools that journal before they write: a call of one with no journal entry wrote nothing.
+JOURNALLED = frozenset(
     {
         "channel_reply",
         "channel_react",
@@ -68,6 +67,12 @@ JOURNAL_ONLY = frozenset(
         "channel_retract",
         "channel_attach",
         "channel_post_document",
+    }
+)
+#: Tools whose only durable writes are this journal's entries (or none that a rerun would repeat:
+#: a read's handles): they run with held writes still held. Any other tool settles them first.
+JOURNAL_ONLY = JOURNALLED | frozenset(
+    {
         "channel_read",
         "channel_fetch_file",
         "channel_follow_ups",

@@ -5,14 +5,17 @@ carries the message across the edge's wire."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from app.intake.edge_process import EdgeProcess, Wiring
 from app.intake.edge_wire import ToService
+from storage.base import Store
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
@@ -38,41 +41,45 @@ def _react_to_the_prompt(prompts: list[str]) -> Any:
     return scripted(script)
 
 
-async def test_the_prompts_handle_is_the_one_minted_with_the_lease(tmp_path: Path) -> None:
-    prompts: list[str] = []
+@contextlib.asynccontextmanager
+async def _served(tmp_path: Path, prompts: list[str]) -> AsyncIterator[tuple[FakeSlack, AppHarness, Store]]:
     async with FakeSlack() as slack:
         _workspace(slack)
         async with AppHarness(
             slack, model=_react_to_the_prompt(prompts), data_dir=tmp_path, stream="off"
         ) as app:
             assert app.service is not None
-            store = app.service.store
-            minted: list[str] = []
-            order: list[str] = []
-            mint, take = store.mint_handle, store.take_lease_with_state
+            yield slack, app, app.service.store
 
-            async def recording(**kwargs: Any) -> Any:
-                order.append("mint")
-                record = await mint(**kwargs)
-                minted.append(record.handle)
-                return record
 
-            async def taking(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    return await take(*args, **kwargs)
-                finally:
-                    order.append("lease taken")
+async def test_the_prompts_handle_is_the_one_minted_with_the_lease(tmp_path: Path) -> None:
+    """Minted before the lease's trip returned, once; the prompt shows it and a tool resolves it."""
+    prompts: list[str] = []
+    async with _served(tmp_path, prompts) as (slack, app, store):
+        minted: list[str] = []
+        order: list[str] = []
+        mint, take = store.mint_handle, store.take_lease_with_state
 
-            store.mint_handle = recording  # type: ignore[method-assign]
-            store.take_lease_with_state = taking  # type: ignore[method-assign]
-            ts = slack.add_message("C1", "<@UBOT> look at this", user="U1")
-            assert (
-                await app.deliver(events.app_mention("C1", "U1", "<@UBOT> look at this", ts))
-            ).status == 200
-            await app.idle()
-            task_id = await store.find_task("C1", ts)
-            assert task_id is not None
-            record = await store.find_handle(task_id, "msg", f"C1:{ts}")
+        async def recording(**kwargs: Any) -> Any:
+            order.append("mint")
+            record = await mint(**kwargs)
+            minted.append(record.handle)
+            return record
+
+        async def taking(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await take(*args, **kwargs)
+            finally:
+                order.append("lease taken")
+
+        store.mint_handle = recording  # type: ignore[method-assign]
+        store.take_lease_with_state = taking  # type: ignore[method-assign]
+        ts = slack.add_message("C1", "<@UBOT> look at this", user="U1")
+        assert (await app.deliver(events.app_mention("C1", "U1", "<@UBOT> look at this", ts))).status == 200
+        await app.idle()
+        task_id = await store.find_task("C1", ts)
+        assert task_id is not None
+        record = await store.find_handle(task_id, "msg", f"C1:{ts}")
         [prompt] = prompts
         assert record is not None and HANDLE.findall(prompt)[-1] == record.handle
         assert minted == [record.handle]  # minted once: with the lease, not again for the prompt
@@ -85,24 +92,18 @@ async def test_a_handle_the_message_had_already_is_the_one_shown(tmp_path: Path)
     """The early mint is an upsert: a reply in a thread whose message the task knew already (a
     channel_read minted its handle) is shown with that handle, never a second one."""
     prompts: list[str] = []
-    async with FakeSlack() as slack:
-        _workspace(slack)
-        async with AppHarness(
-            slack, model=_react_to_the_prompt(prompts), data_dir=tmp_path, stream="off"
-        ) as app:
-            assert app.service is not None
-            store = app.service.store
-            root = slack.add_message("C1", "<@UBOT> first", user="U1")
-            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> first", root))
-            await app.idle()
-            task_id = await store.find_task("C1", root)
-            assert task_id is not None
-            reply = slack.add_message("C1", "<@UBOT> second", user="U1", thread_ts=root)
-            known = await store.mint_handle(
-                task_id=task_id, kind="msg", ref=f"C1:{reply}", handle="msg_known1234"
-            )
-            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> second", reply, thread_ts=root))
-            await app.idle()
+    async with _served(tmp_path, prompts) as (slack, app, store):
+        root = slack.add_message("C1", "<@UBOT> first", user="U1")
+        await app.deliver(events.app_mention("C1", "U1", "<@UBOT> first", root))
+        await app.idle()
+        task_id = await store.find_task("C1", root)
+        assert task_id is not None
+        reply = slack.add_message("C1", "<@UBOT> second", user="U1", thread_ts=root)
+        known = await store.mint_handle(
+            task_id=task_id, kind="msg", ref=f"C1:{reply}", handle="msg_known1234"
+        )
+        await app.deliver(events.app_mention("C1", "U1", "<@UBOT> second", reply, thread_ts=root))
+        await app.idle()
         assert len(prompts) == 2 and HANDLE.findall(prompts[1])[-1] == known.handle == "msg_known1234"
 
 

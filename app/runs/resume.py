@@ -20,7 +20,7 @@ from pydantic_ai.messages import (
 )
 
 from channel.errors import ChannelError
-from channel.journal import CALL_ID
+from channel.journal import CALL_ID, JOURNALLED
 from channel.session import ChannelSession
 from channel.session.asking import ASK_TOOLS
 from storage.base import EffectRecord, Store, TaskRecord
@@ -29,18 +29,6 @@ from .checkpoint import ANSWER_KEY
 from .history import load_history
 
 log = logging.getLogger(__name__)
-
-#: Channel tools that journal before they write: a call of one with no journal entry wrote nothing.
-_JOURNALLED = frozenset(
-    {
-        "channel_reply",
-        "channel_react",
-        "channel_edit",
-        "channel_retract",
-        "channel_attach",
-        "channel_post_document",
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +87,7 @@ def _result(tool: str, effects: Sequence[EffectRecord]) -> Any:
         return result
     if results:
         return results[-1]
-    if tool in _JOURNALLED:
+    if tool in JOURNALLED:
         return _interrupted("Your run was interrupted before this call wrote anything; nothing was done.")
     return _interrupted("Your run was interrupted while this call ran; its result is unknown. Check first.")
 
