@@ -53,6 +53,9 @@ WITHIN_S = 40.0
 STEPS = "steps"
 PLAIN = "plain"
 STREAM = "stream"
+#: The answer is a channel_reply whose text streams while the model writes it (its finish makes
+#: the message whole in the tool call, with the step's checkpoint held until then).
+STREAM_REPLY = "stream-reply"
 _STREAMED = {"startStream", "appendStream", "stopStream"}
 ROWS: list[tuple[str, str]] = [
     *((point, STREAM if point.split(".")[1] in _STREAMED else STEPS) for point in sorted(POINTS)),
@@ -76,6 +79,10 @@ ROWS: list[tuple[str, str]] = [
     ("model.request:2", STREAM),
     ("store.checkpoint.after:2", STREAM),
     ("store.journal_close.before:2", STREAM),
+    ("tool.call", STREAM_REPLY),
+    ("slack.stopStream.before", STREAM_REPLY),
+    ("slack.stopStream.after", STREAM_REPLY),
+    ("store.journal_close.before", STREAM_REPLY),
 ]
 IDS = [f"{scenario}-{point}" for point, scenario in ROWS]
 #: Writes that change no message of an answer (statuses, titles, prompts, ephemeral notes, canvases).
@@ -139,6 +146,12 @@ class Conversation:
             match = re.search(rf'"{key}":\s*"({value})"', found or "")
             return match.group(1) if match else ""
 
+        if self.scenario == STREAM_REPLY:
+            posted = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
+            if any(handle(p) for p in posted):
+                return FakeOpenAI.text("done")
+            text = f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6
+            return FakeOpenAI.tool_call("channel_reply", {"text": text.rstrip()})
         if result("channel_react") is None:
             asked = re.search(r"\"message\": \"(msg_[^\"]+)\"", ask)
             return FakeOpenAI.tool_call(
@@ -189,7 +202,7 @@ def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: 
         llm,
         SLACK_FILE_ORIGINS=slack.files_origin,
         DATA_DIR=str(data_dir),
-        STREAM="auto" if scenario == STREAM else "off",
+        STREAM="auto" if scenario in (STREAM, STREAM_REPLY) else "off",
     )
     if url:
         env["DATABASE_URL"] = url

@@ -68,6 +68,10 @@ _OWN_TOOLS = frozenset({*CATALOG, MCP_SEARCH.name})
 
 #: Key of the answer marker in a final response's ``metadata``.
 ANSWER_KEY = "threadbound_answer"
+#: Key, in a response's ``metadata``, of the journal entries of the messages its ``channel_reply``
+#: calls streamed while the model wrote them (by call id): opened before the call existed, they are
+#: how a resumed run knows the call's reply reached the thread (``app.runs.resume``).
+STREAMED_KEY = "threadbound_streamed"
 
 
 @dataclass(eq=False)
@@ -157,6 +161,25 @@ class Checkpoints:
             synced=not synced_by_next_write(messages),
         )
         self._done.update(fresh)
+
+
+def tag_streamed(messages: list[ModelMessage], streamed: Sequence[str], effects: Sequence[str]) -> None:
+    """Name on the last response (a step calling tools) the journal entries ``effects`` of the
+    answer streamed so far, for each ``channel_reply`` call among its ``streamed`` sources, before
+    the step is checkpointed: finishing the reply makes that text a whole message, and a crash after
+    it must find it posted, not ask for it again."""
+    last = messages[-1] if messages else None
+    if not effects or not isinstance(last, ModelResponse):
+        return
+    calls = {
+        p.tool_call_id: list(effects)
+        for p in last.parts
+        if isinstance(p, ToolCallPart)
+        and p.tool_name == "channel_reply"
+        and f"call:{p.tool_call_id}" in streamed
+    }
+    if calls:
+        messages[-1] = replace(last, metadata={**(last.metadata or {}), STREAMED_KEY: calls})
 
 
 def synced_by_next_write(messages: Sequence[ModelMessage]) -> bool:

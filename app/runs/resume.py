@@ -25,7 +25,7 @@ from channel.session import ChannelSession
 from channel.session.asking import ASK_TOOLS
 from storage.base import EffectRecord, Store, TaskRecord
 
-from .checkpoint import ANSWER_KEY
+from .checkpoint import ANSWER_KEY, STREAMED_KEY
 from .history import load_history
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,11 @@ async def resume(store: Store, task: TaskRecord) -> tuple[TaskRecord, OpenAnswer
     by_call: dict[str, list[EffectRecord]] = {}
     for effect in await store.call_effects(task.task_id):
         by_call.setdefault(effect.call_id, []).append(effect)
+    streamed = (last.metadata or {}).get(STREAMED_KEY)
+    for call_id, effect_ids in (streamed if isinstance(streamed, dict) else {}).items():
+        # Streamed while the model wrote the call, before it existed: journalled with no call id.
+        found = [await store.get_effect(str(effect_id)) for effect_id in effect_ids]
+        by_call[str(call_id)] = [e for e in found if e is not None] + by_call.get(str(call_id), [])
     returns = [
         ToolReturnPart(c.tool_name, _result(c.tool_name, by_call.get(c.tool_call_id, [])), c.tool_call_id)
         for c in calls

@@ -32,7 +32,7 @@ from storage.base import InboxItem
 from storage.crashpoints import crash_point
 
 from .budget_screen import BudgetScreen, newest_author
-from .checkpoint import Checkpoints, synced_by_next_write
+from .checkpoint import Checkpoints, synced_by_next_write, tag_streamed
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
 from .streaming import EventFeed
@@ -109,7 +109,9 @@ class AgentSteps:
                         # SQLite: the two writes share a transaction). Only a final answer needs a
                         # look at the inbox here, before it is accepted: a response that calls tools
                         # is followed by a model request, which looks just before it goes out.
-                        messages = run.all_messages()
+                        messages = list(run.all_messages())  # pydantic-ai's own list: not ours to change
+                        if session.answer is not None:
+                            tag_streamed(messages, session.answer.sources, session.answer.effect_ids)
                         if calls_tools and checkpoints is not None and synced_by_next_write(messages):
                             # Only the run's own tools: held until their first write (a journal
                             # entry), which takes it and the usage row along (app.runs.checkpoint).

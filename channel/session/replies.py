@@ -27,6 +27,9 @@ class Replies(SessionState):
         call_id = CALL_ID.get()
         if answer is not None and call_id and f"call:{call_id}" in answer.sources:
             self.answer = None
+            # Finishing makes the streamed text a whole message without a journal entry of its own
+            # (the stream's were opened as it started): what the host holds back goes first.
+            await self.journal.settle_held()
             result = await answer.finish(args.text)
             self.replied = True
             await self._remember_streamed(args.text, result)
