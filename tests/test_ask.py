@@ -286,7 +286,9 @@ async def test_no_reply_posts_nothing_even_when_streaming(
     slack: FakeSlack, tmp_path: Path, stream: str
 ) -> None:
     """A turn ended with no_reply posts nothing (text streamed before it is removed, nothing after it
-    is written), and it is counted as a silent turn in /metrics."""
+    is written, the model is not asked again), and it is counted as a silent turn in /metrics. Two
+    turns, one after the other (a run starts as soon as its delivery is acknowledged, so a message
+    delivered right after another may reach the first run or start the next)."""
     calls = 0
 
     def script(turn: Turn) -> list[Any]:
@@ -299,15 +301,16 @@ async def test_no_reply_posts_nothing_even_when_streaming(
     async with AppHarness(slack, model=scripted(script, chunk=4), data_dir=tmp_path, stream=stream) as app:
         root = slack.add_message("C1", "<@UBOT> hi", user="U1")
         await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", root))
+        await _settle(app)
         ts = slack.add_message("C1", "talking to Bob", user="U1", thread_ts=root)
         await app.deliver(events.message("C1", "U1", "talking to Bob", ts, thread_ts=root))
         await _settle(app)
         assert app.service is not None
         metrics = app.service.observer.metrics.render().decode()
-    assert calls == 1
+    assert calls == 2  # one request a turn: none after no_reply
     assert slack.bot_messages("C1") == []
     assert slack.statuses and slack.statuses[-1].status == ""  # the status cleared
-    assert "threadbound_silent_turns_total 1.0" in metrics
+    assert "threadbound_silent_turns_total 2.0" in metrics
 
 
 def test_option_actions_are_distinct() -> None:
