@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -454,6 +455,7 @@ async def test_user_max_runs_queues_one_persons_conversations_and_not_others(tmp
     runs beside them; every conversation is answered (queued, never dropped)."""
     in_flight = {"Alice": 0, "Bob": 0}
     seen = {"alice_peak": 0, "together": 0}
+    bob_started = asyncio.Event()
 
     async def script(turn: Turn) -> list[Any]:
         if not turn.prompt:
@@ -463,6 +465,13 @@ async def test_user_max_runs_queues_one_persons_conversations_and_not_others(tmp
         seen["alice_peak"] = max(seen["alice_peak"], in_flight["Alice"])
         seen["together"] += in_flight["Alice"] > 0 and in_flight["Bob"] > 0
         try:
+            if who == "Bob":
+                bob_started.set()
+            else:
+                # Alice's request waits (a while at most) for Bob's to start: beside hers, unless his
+                # run were queued behind her conversations. Not a race with the machine's speed.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(bob_started.wait(), 5.0)
             await asyncio.sleep(0.05)
             return [call("channel_reply", text="done")]
         finally:
