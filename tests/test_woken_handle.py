@@ -124,7 +124,12 @@ async def test_the_wake_up_carries_the_claimed_message_across_the_wire() -> None
         edge = EdgeProcess(0, theirs)
         for line in lines:
             edge._heard(json.loads(line), wiring)
-        assert heard == [("T1", "U1", ("C1", "1700000000.000100")), ("T2", None, None)]
+        for odd in (["C1"], ["C1", 5], "C1:1.0", ["", ""]):  # not a (channel, ts): no early mint
+            edge._heard({"t": "wake", "task": "T3", "message": odd}, wiring)
+        assert (
+            heard
+            == [("T1", "U1", ("C1", "1700000000.000100")), ("T2", None, None)] + [("T3", None, None)] * 4
+        )
         writer.close()
     finally:
         ours.close()

@@ -150,8 +150,7 @@ class EdgeProcess:
         if kind == "wake":
             if said.get("spans"):
                 traces.DELIVERIES.remember_portable(said["task"], said["spans"])
-            message = said.get("message")
-            wiring.notify(said["task"], said.get("author"), tuple(message) if message else None)
+            wiring.notify(said["task"], said.get("author"), _message(said.get("message")))
         elif kind == "delivered" and wiring.delivered is not None:
             wiring.delivered(IngressResult(said["status"], said["outcome"]), {})
         elif kind == "external" and wiring.external is not None:
@@ -288,3 +287,10 @@ def hello(bot: Any, shutdown_timeout: float, status: Sequence[str] | None = None
     if status is not None:
         said["status"] = {"loading": list(status)}
     return said
+
+
+def _message(said: Any) -> tuple[str, str] | None:
+    """A wake-up's ``(channel, ts)``; None for anything else (the run then mints the handle itself)."""
+    if isinstance(said, list) and len(said) == 2 and all(isinstance(part, str) and part for part in said):
+        return said[0], said[1]
+    return None
