@@ -113,10 +113,11 @@ class EffectJournal:
         if self.guard is not None:
             await self.guard()
 
-    async def open(self, tool: str, args: Result, *, effect_id: str = "") -> str:
+    async def open(self, tool: str, args: Result, *, effect_id: str = "", call_id: str = "") -> str:
         """Record that ``tool`` is about to write with ``args``; returns the new effect's id (``effect_id``
-        when given: one a restart can look up). The guard runs first: a write the host forbids is
-        neither recorded nor made."""
+        when given: one a restart can look up). ``call_id``: what the entry is recorded under when no
+        tool call is being handled (:data:`CALL_ID` unset; a streamed answer's own key). The guard runs
+        first: a write the host forbids is neither recorded nor made."""
         await self.check()
         effect_id = effect_id or uuid.uuid4().hex
         opened = self.store.open_effect(
@@ -125,7 +126,7 @@ class EffectJournal:
             tool=tool,
             args=json.dumps(args),
             now=self.clock(),
-            call_id=CALL_ID.get(),
+            call_id=CALL_ID.get() or call_id,
             fence=self.fence,
         )
         await (opened if self.held is None else self.held.along(opened))

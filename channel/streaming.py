@@ -23,6 +23,10 @@ messages exactly the reply a non-streamed ``post_markdown`` would have posted:
   opened before it starts; its ref is journalled (``channel_stream``) as soon as the
   provider answers, before any append, so a crashed run's partial message is found
   and removed (:func:`channel.journal.reconcile`) instead of being answered twice.
+  A message started while no tool call is handled (the text streams while the model
+  writes it, before its call exists) is journalled under the answer's own :attr:`key`:
+  a checkpoint names the key, not the entries, so a message started at any moment,
+  even after the checkpoint was taken, is found by a resumed run.
 - **Handles.** Each message gets its own handle, so edits and retractions work on it.
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +48,8 @@ from .stream_parts import Sources, StreamedMessage, stable_end
 
 log = logging.getLogger(__name__)
 
+#: How an answer's :attr:`AnswerStream.key` begins (a call id never does).
+STREAM_KEY_PREFIX = "stream:"
 #: Seconds between appends after the first: ~5 calls for a 5-second answer.
 FLUSH_INTERVAL = 1.0
 
@@ -77,6 +84,8 @@ class AnswerStream:
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
         self._done = False
+        #: The call id this answer's entries are journalled under when no tool call is handled.
+        self.key = f"{STREAM_KEY_PREFIX}{uuid.uuid4().hex}"
 
     # -- what the host feeds ------------------------------------------------------------
     @property
@@ -100,11 +109,6 @@ class AnswerStream:
     @property
     def shown_anything(self) -> bool:
         return bool(self._messages)
-
-    @property
-    def effect_ids(self) -> list[str]:
-        """The journal entries of the messages shown so far (a checkpoint of the answer names them)."""
-        return [m.effect_id for m in self._messages]
 
     def _wake(self) -> None:
         self._dirty.set()
@@ -272,7 +276,9 @@ class AnswerStream:
         # bot's unfinished message after ``after`` to be found and removed (journal.reconcile).
         where = {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts}
         after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
-        effect_id = await journal.open("channel_reply", {**where, "part": k, "stream": True, "after": after})
+        effect_id = await journal.open(
+            "channel_reply", {**where, "part": k, "stream": True, "after": after}, call_id=self.key
+        )
         steps = tuple(self._take_steps())
         try:
             start = StreamStart(rest, steps, effect_id, self._recipient)
@@ -333,6 +339,7 @@ class AnswerStream:
         effect_id = await session.journal.open(
             "channel_reply",
             {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts, "part": k},
+            call_id=self.key,
         )
         try:
             posted = await session.post_once(rest, effect_id, feedback=feedback)

@@ -56,6 +56,18 @@ STREAM = "stream"
 #: The answer is a channel_reply whose text streams while the model writes it (its finish makes
 #: the message whole in the tool call, with the step's checkpoint held until then).
 STREAM_REPLY = "stream-reply"
+#: The same two with Slack slow to start the stream: the model has finished writing (the step's
+#: checkpoint, or the answer's, is taken) while the first message is still being started.
+STREAM_SLOW = "stream-slow"
+STREAM_REPLY_SLOW = "stream-reply-slow"
+_SLOW_START = {STREAM_SLOW: 1.0, STREAM_REPLY_SLOW: 1.0}
+#: An answer of two messages (longer than one may hold): a reply (posted, or streamed) and final
+#: text. A crash after its first part was posted posts the second as the run resumes, never the first again.
+LONG = "long"
+LONG_STREAM = "long-stream"
+LONG_PLAIN = "long-plain"
+_LONG = {LONG, LONG_STREAM, LONG_PLAIN}
+LONG_TEXT = f"{ANSWER}: " + " ".join(f"w{i:05d}" for i in range(1500))
 _STREAMED = {"startStream", "appendStream", "stopStream"}
 ROWS: list[tuple[str, str]] = [
     *((point, STREAM if point.split(".")[1] in _STREAMED else STEPS) for point in sorted(POINTS)),
@@ -83,6 +95,16 @@ ROWS: list[tuple[str, str]] = [
     ("slack.stopStream.before", STREAM_REPLY),
     ("slack.stopStream.after", STREAM_REPLY),
     ("store.journal_close.before", STREAM_REPLY),
+    ("slack.stopStream.after", STREAM_SLOW),
+    ("store.journal_close.before", STREAM_SLOW),
+    ("slack.stopStream.after", STREAM_REPLY_SLOW),
+    ("store.journal_close.before", STREAM_REPLY_SLOW),
+    ("slack.post.after", LONG),
+    ("slack.post.before:2", LONG),
+    ("store.journal_close.before:2", LONG),
+    ("slack.post.after", LONG_PLAIN),
+    ("slack.post.before:2", LONG_PLAIN),
+    ("slack.stopStream.after", LONG_STREAM),
 ]
 IDS = [f"{scenario}-{point}" for point, scenario in ROWS]
 #: Writes that change no message of an answer (statuses, titles, prompts, ephemeral notes, canvases).
@@ -122,6 +144,10 @@ class Conversation:
             for c in m.get("tool_calls") or []
         ]
         results = {m.get("tool_call_id"): message_text(m) for m in turn if m.get("role") == "tool"}
+        if self.scenario == LONG_PLAIN:
+            return FakeOpenAI.text(LONG_TEXT)
+        if self.scenario == STREAM_SLOW:
+            return FakeOpenAI.text(f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6)
         if self.scenario in (STREAM, PLAIN):
             if not done:
                 # Streamed, the read opens the message (its step) and the answer is appended to it.
@@ -146,11 +172,13 @@ class Conversation:
             match = re.search(rf'"{key}":\s*"({value})"', found or "")
             return match.group(1) if match else ""
 
-        if self.scenario == STREAM_REPLY:
+        if self.scenario in (STREAM_REPLY, STREAM_REPLY_SLOW, LONG, LONG_STREAM):
             posted = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
             if any(handle(p) for p in posted):
                 return FakeOpenAI.text("done")
             text = f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6
+            if self.scenario in _LONG:
+                text = LONG_TEXT
             return FakeOpenAI.tool_call("channel_reply", {"text": text.rstrip()})
         if result("channel_react") is None:
             asked = re.search(r"\"message\": \"(msg_[^\"]+)\"", ask)
@@ -184,6 +212,12 @@ class Conversation:
         return FakeOpenAI.tool_call("channel_reply", {"text": ANSWER})
 
 
+def _shown(message: dict[str, Any]) -> str:
+    """What a reader sees of a bot message: its markdown block (``text`` is the notification fallback)."""
+    blocks = [str(b.get("text", "")) for b in message.get("blocks", []) if b.get("type") == "markdown"]
+    return "".join(blocks) if blocks else str(message.get("text", ""))
+
+
 def _asks(request: dict[str, Any]) -> bool:
     return any(m.get("role") == "user" and ASK in message_text(m) for m in request["messages"])
 
@@ -202,7 +236,7 @@ def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: 
         llm,
         SLACK_FILE_ORIGINS=slack.files_origin,
         DATA_DIR=str(data_dir),
-        STREAM="auto" if scenario in (STREAM, STREAM_REPLY) else "off",
+        STREAM="off" if scenario in (STEPS, PLAIN, LONG, LONG_PLAIN) else "auto",
     )
     if url:
         env["DATABASE_URL"] = url
@@ -261,6 +295,8 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         slack.add_user("U1", "alice", display_name="Alice")
         slack.add_file("F1", "report.txt", "text/plain", b"the report\n" * 10)
         files = [slack.file_object("F1")]
+        if scenario in _SLOW_START:
+            slack.delay("chat.startStream", _SLOW_START[scenario])
         env = _env(slack, llm, data_dir, scenario, url)
         doomed = ServerProcess(
             {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
@@ -329,7 +365,12 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         texts = [m.get("text", "") for m in slack.bot_messages("C1") if m.get("text")]
         answers = [t for t in texts if ANSWER in t]
         assert len(answers) == 1, texts
-        assert answers[0].startswith(ANSWER) and (scenario == STEPS or answers[0].rstrip().endswith("say."))
+        assert answers[0].startswith(ANSWER)
+        if scenario in _LONG:  # every word of the answer once, in order, over its messages
+            shown = " ".join(_shown(m) for m in slack.bot_messages("C1") if SECOND not in _shown(m))
+            assert shown.split() == LONG_TEXT.split(), texts
+        else:
+            assert scenario == STEPS or answers[0].rstrip().endswith("say.")
         assert sum(SECOND in t for t in texts) == 1, texts
         assert not [t for t in texts if "working" in t or "look that up" in t], texts  # nothing partial left
         uploads = [m for m in slack.bot_messages("C1") if m.get("files")]

@@ -68,9 +68,10 @@ _OWN_TOOLS = frozenset({*CATALOG, MCP_SEARCH.name})
 
 #: Key of the answer marker in a final response's ``metadata``.
 ANSWER_KEY = "threadbound_answer"
-#: Key, in a response's ``metadata``, of the journal entries of the messages its ``channel_reply``
-#: calls streamed while the model wrote them (by call id): opened before the call existed, they are
-#: how a resumed run knows the call's reply reached the thread (``app.runs.resume``).
+#: Key, in a response's ``metadata``, of the streamed answer its ``channel_reply`` calls finish (by
+#: call id): the messages streamed while the model wrote a call were journalled before the call
+#: existed, under the answer's key (``channel.streaming.AnswerStream.key``); the key is how a resumed
+#: run knows the call's reply reached the thread (``app.runs.resume``), however late they started.
 STREAMED_KEY = "threadbound_streamed"
 
 
@@ -163,16 +164,17 @@ class Checkpoints:
         self._done.update(fresh)
 
 
-def tag_streamed(messages: list[ModelMessage], streamed: Sequence[str], effects: Sequence[str]) -> None:
-    """Name on the last response (a step calling tools) the journal entries ``effects`` of the
-    answer streamed so far, for each ``channel_reply`` call among its ``streamed`` sources, before
-    the step is checkpointed: finishing the reply makes that text a whole message, and a crash after
-    it must find it posted, not ask for it again."""
+def tag_streamed(messages: list[ModelMessage], streamed: Sequence[str], key: str) -> None:
+    """Name on the last response (a step calling tools) the key ``key`` of the answer being
+    streamed, for each ``channel_reply`` call among its ``streamed`` sources, before the step is
+    checkpointed: finishing the reply makes the streamed text whole messages, journalled under the
+    key (some may start only after this checkpoint), and a crash after it must find them posted,
+    not ask for the reply again."""
     last = messages[-1] if messages else None
-    if not effects or not isinstance(last, ModelResponse):
+    if not isinstance(last, ModelResponse):
         return
     calls = {
-        p.tool_call_id: list(effects)
+        p.tool_call_id: [key]
         for p in last.parts
         if isinstance(p, ToolCallPart)
         and p.tool_name == "channel_reply"
@@ -195,8 +197,9 @@ def mark_answer(
     messages: list[ModelMessage], text: str, effects: Sequence[str], *, note: bool = False
 ) -> str:
     """Put an answer marker on the final response (the last message): the call id its writes are
-    journalled under. ``effects``: journal entries of the answer made already (a streamed start);
-    ``note``: the run's stop note (posted without feedback buttons)."""
+    journalled under. ``effects``: the key of the answer being streamed, whose messages started
+    before the marker existed (``channel.streaming.AnswerStream.key``); ``note``: the run's stop
+    note (posted without feedback buttons)."""
     marker = f"answer:{uuid.uuid4().hex}"
     last = messages[-1]
     if isinstance(last, ModelResponse):
@@ -211,7 +214,7 @@ async def _post_marked(
     session: ChannelSession, checkpoints: Checkpoints, messages: list[ModelMessage], text: str, *, note: bool
 ) -> None:
     """Checkpoint ``messages`` with an answer marker for ``text``, then post it journalled under it."""
-    effects = () if note or session.answer is None else session.answer.effect_ids
+    effects = () if note or session.answer is None else (session.answer.key,)
     marker = mark_answer(messages, text, effects, note=note)
     await checkpoints.save(messages)
     token = CALL_ID.set(marker)

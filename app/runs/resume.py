@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +23,7 @@ from channel.errors import ChannelError
 from channel.journal import CALL_ID, JOURNALLED
 from channel.session import ChannelSession
 from channel.session.asking import ASK_TOOLS
+from channel.streaming import STREAM_KEY_PREFIX
 from storage.base import EffectRecord, Store, TaskRecord
 
 from .checkpoint import ANSWER_KEY, STREAMED_KEY
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class OpenAnswer:
-    """A final answer checkpointed before it was posted: its text, marker and earlier journal entries."""
+    """A final answer checkpointed before it was posted: its text, marker, and the journal names of
+    its streamed messages (:func:`entries_named`)."""
 
     text: str
     call: str
@@ -42,9 +44,17 @@ class OpenAnswer:
     note: bool = False
 
 
-async def resume(store: Store, task: TaskRecord) -> tuple[TaskRecord, OpenAnswer | None]:
+#: Posts a reply's parts from one on (``ChannelSession.post_rest``): a reply a crash cut off.
+RestPoster = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def resume(
+    store: Store, task: TaskRecord, rest: RestPoster | None = None
+) -> tuple[TaskRecord, OpenAnswer | None]:
     """The task of an open run, ready to go on (module doc): its dangling tool calls answered from
-    the journal, or the final answer it had not finished posting. Run after the journal's reconcile."""
+    the journal, or the final answer it had not finished posting. A reply cut off after some of its
+    parts were posted is finished with ``rest`` first (its result then names every part). Run after
+    the journal's reconcile."""
     history = load_history(task.transcript)
     last = history[-1] if history else None
     if not isinstance(last, ModelResponse):
@@ -69,16 +79,72 @@ async def resume(store: Store, task: TaskRecord) -> tuple[TaskRecord, OpenAnswer
     for effect in await store.call_effects(task.task_id):
         by_call.setdefault(effect.call_id, []).append(effect)
     streamed = (last.metadata or {}).get(STREAMED_KEY)
-    for call_id, effect_ids in (streamed if isinstance(streamed, dict) else {}).items():
-        # Streamed while the model wrote the call, before it existed: journalled with no call id.
-        found = [await store.get_effect(str(effect_id)) for effect_id in effect_ids]
-        by_call[str(call_id)] = [e for e in found if e is not None] + by_call.get(str(call_id), [])
-    returns = [
-        ToolReturnPart(c.tool_name, _result(c.tool_name, by_call.get(c.tool_call_id, [])), c.tool_call_id)
-        for c in calls
-    ]
+    for call_id, names in (streamed if isinstance(streamed, dict) else {}).items():
+        # Streamed while the model wrote the call, before it existed: journalled under the answer's key.
+        found = await entries_named(store, by_call, names)
+        by_call[str(call_id)] = found + by_call.get(str(call_id), [])
+    returns = []
+    for call in calls:
+        effects = by_call.get(call.tool_call_id, [])
+        content = _result(call.tool_name, effects)
+        if rest is not None and call.tool_name == "channel_reply" and _parts_posted(effects):
+            content = await _finish_reply(rest, call, effects, content)
+        returns.append(ToolReturnPart(call.tool_name, content, call.tool_call_id))
     history.append(ModelRequest(parts=returns))
     return replace(task, transcript=ModelMessagesTypeAdapter.dump_json(history)), None
+
+
+async def entries_named(
+    store: Store, by_call: dict[str, list[EffectRecord]], names: object
+) -> list[EffectRecord]:
+    """The journal entries a checkpoint names for a streamed answer: each name is the answer's key
+    (its entries, from ``by_call``: the task's entries by call id) or, in a checkpoint written by an
+    earlier version, one entry's id."""
+    found: list[EffectRecord] = []
+    for name in names if isinstance(names, (list, tuple)) else ():
+        name = str(name)
+        if name.startswith(STREAM_KEY_PREFIX):
+            found += by_call.get(name, [])
+        elif (effect := await store.get_effect(name)) is not None:
+            found.append(effect)
+    return found
+
+
+def _parts_posted(effects: Sequence[EffectRecord]) -> int:
+    """How many leading parts of a reply its journal entries posted: one past the last part posted."""
+    last = -1
+    for effect in effects:
+        result = json.loads(effect.result) if effect.state == "done" and effect.result else None
+        posted = isinstance(result, dict) and isinstance(result.get("message"), str)
+        if effect.tool == "channel_reply" and posted:
+            part = json.loads(effect.args).get("part", 0)
+            last = max(last, part if isinstance(part, int) else 0)
+    return last + 1
+
+
+async def _finish_reply(
+    rest: RestPoster, call: ToolCallPart, effects: Sequence[EffectRecord], content: dict[str, Any]
+) -> dict[str, Any]:
+    """A reply whose first parts were posted before the crash: its other parts posted now, under
+    its call (never twice: they are journalled as the call's), and named in its result."""
+    try:
+        text = call.args_as_dict().get("text")
+    except ValueError:
+        return content
+    if not isinstance(text, str):
+        return content
+    token = CALL_ID.set(call.tool_call_id)
+    try:
+        more = await rest(text, _parts_posted(effects))
+    except ChannelError as exc:
+        return {**content, "note": f"{content['note']}; its last parts could not be posted: {exc.message}"}
+    finally:
+        CALL_ID.reset(token)
+    if not more:
+        return content
+    parts = [*(content.get("parts") or [content["message"]]), *more]
+    note = "posted before your run was interrupted (its last parts as it resumed)"
+    return {**content, "parts": parts, "note": note}
 
 
 def _result(tool: str, effects: Sequence[EffectRecord]) -> Any:
@@ -101,26 +167,22 @@ def _interrupted(message: str) -> dict[str, Any]:
     return {"error": {"code": "interrupted", "message": message}}
 
 
-async def answered(store: Store, task_id: str, answer: OpenAnswer) -> bool:
-    """Whether the open answer reached the thread: a journal entry of it records a posted message."""
-    entries = [e for e in await store.call_effects(task_id) if e.call_id == answer.call]
-    for effect_id in answer.effects:
-        effect = await store.get_effect(effect_id)
-        if effect is not None:
-            entries.append(effect)
-    for effect in entries:
-        result = json.loads(effect.result) if effect.state == "done" and effect.result else None
-        if isinstance(result, dict) and isinstance(result.get("message"), str):
-            return True
-    return False
+async def parts_posted(store: Store, task_id: str, answer: OpenAnswer) -> int:
+    """How many leading parts of the open answer reached the thread (its journal entries record
+    the posted messages)."""
+    by_call: dict[str, list[EffectRecord]] = {}
+    for effect in await store.call_effects(task_id):
+        by_call.setdefault(effect.call_id, []).append(effect)
+    return _parts_posted(by_call.get(answer.call, []) + await entries_named(store, by_call, answer.effects))
 
 
 async def finish_answer(store: Store, session: ChannelSession, answer: OpenAnswer) -> None:
-    """Post the open answer unless it reached the thread already, then close the run."""
-    if answer.text.strip() and not await answered(store, session.task.task_id, answer):
+    """Post the open answer, or the parts of it that did not reach the thread, then close the run."""
+    if answer.text.strip():
+        first = await parts_posted(store, session.task.task_id, answer)
         token = CALL_ID.set(answer.call)
         try:
-            await session.post_markdown(answer.text, feedback=not answer.note)
+            await session.post_rest(answer.text, first, feedback=not answer.note)
         except ChannelError as exc:
             log.warning(
                 "could not post the interrupted answer of task %s: %s", session.task.task_id, exc.message
@@ -176,7 +238,7 @@ async def resume_open_run(store: Store, session: ChannelSession, fresh: bool, fe
     """Make ``session`` go on from its task's checkpoint (module doc). True when the run had its
     final answer: it is now posted once and the run closed, nothing more to do. ``fresh``: new
     messages came meanwhile (the resumed run answers them too, so it has not replied yet)."""
-    session.task, answer = await resume(store, session.task)
+    session.task, answer = await resume(store, session.task, session.post_rest)
     session.replied = not fresh and replied_since_prompt(session.task.transcript)
     if answer is None:
         if not fresh and asked(session.task.transcript):

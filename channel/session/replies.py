@@ -36,17 +36,20 @@ class Replies(SessionState):
             return result
         return await self.post_markdown(args.text)
 
-    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> Result:
+    async def post_markdown(self, markdown: str, *, feedback: bool = True, first: int = 0) -> Result:
         """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too
-        (``feedback=False``: no feedback buttons, e.g. on an apology)."""
+        (``feedback=False``: no feedback buttons, e.g. on an apology). ``first``: the parts before
+        it were posted already (:meth:`post_rest`)."""
         text = strip_mass_mentions(markdown)
         parts = split_markdown(text, self.adapter.max_post_chars)
-        if not parts:
+        if len(parts) <= first:
             raise ChannelError("invalid_arguments", "text is blank; write the reply in text.")
         handles: list[str] = []
         first_permalink: str | None = None
         bridge_error: str | None = None
         for index, part in enumerate(parts):
+            if index < first:
+                continue
             effect_id = await self.journal.open(
                 "channel_reply",
                 {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index},
@@ -62,7 +65,7 @@ class Replies(SessionState):
                 await self.journal.close(effect_id, exc.as_result())
                 if handles:
                     exc.message = bounded(
-                        f"{exc.message} (parts 1-{index} were posted: {', '.join(handles)})"
+                        f"{exc.message} (parts {first + 1}-{index} were posted: {', '.join(handles)})"
                     )
                 raise
             if self.origin.thread_ts and not posted.new_root:
@@ -87,6 +90,16 @@ class Replies(SessionState):
         if bridge_error:
             result["bridge_error"] = bridge_error
         return result
+
+    async def post_rest(self, markdown: str, first: int, *, feedback: bool = True) -> list[str]:
+        """Post the parts of the reply ``markdown`` from part ``first`` (0-based) on: a reply a crash
+        cut off after its earlier parts were posted, finished under the call it belongs to
+        (``CALL_ID``). Returns their handles; none when the reply had no more parts."""
+        parts = split_markdown(strip_mass_mentions(markdown), self.adapter.max_post_chars)
+        if len(parts) <= first:
+            return []
+        result = await self.post_markdown(markdown, feedback=feedback, first=first)
+        return list(result.get("parts") or [result["message"]])
 
     async def post_note_once(self, effect_id: str, markdown: str) -> None:
         """Post a short host note (no feedback buttons) exactly once across crashes: ``effect_id`` is

@@ -1,0 +1,149 @@
+"""A streamed answer's messages are found by a resumed run however late they started.
+
+Messages streamed while the model writes are journalled before any tool call exists: under the
+answer's own key, which the step's checkpoint (or the answer's marker) names. A message that starts
+after the checkpoint was taken (Slack slow to start the stream, a later part) is thus still found;
+the crash matrix (``stream-slow``, ``stream-reply-slow`` rows) shows it across a real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from pydantic_ai.messages import (
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from app.runs.checkpoint import STREAMED_KEY, tag_streamed
+from app.runs.resume import OpenAnswer, parts_posted, resume
+from channel.slack.adapter import MAX_POST_CHARS
+from storage import Store, TaskRecord
+from tests.support.sessions import slack_session
+from threadbound_emulator import FakeSlack
+
+
+def _thread(slack: FakeSlack) -> str:
+    slack.add_channel("C1", "general")
+    slack.add_user("U1", "alice", display_name="Alice")
+    return slack.add_message("C1", "<@UBOT> how much?", user="U1")
+
+
+async def test_a_stream_journals_what_it_starts_outside_a_call_under_its_key(tmp_path: Path) -> None:
+    """The first message starts while no call is handled: journalled under the answer's key; the
+    second part, started by the reply's call as it finishes, under the call's id."""
+    answer = "word " * (MAX_POST_CHARS // 5 + 200)
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            session = env.session
+            assert session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
+            session.stream_text("call:c1", "word word ")
+            await slack.wait_for_calls("chat.startStream")
+            assert session.answer is not None
+            key = session.answer.key
+            result = await session.call("channel_reply", {"text": answer}, call_id="c1")
+            assert len(result["parts"]) == 2, result
+            entries = [e for e in await env.store.call_effects(env.task.task_id) if e.tool == "channel_reply"]
+            assert [e.call_id for e in entries] == [key, "c1"]
+            assert [json.loads(e.result or "{}").get("message") for e in entries] == result["parts"]
+
+
+async def _journalled(store: Store, task: TaskRecord, call_id: str, message: str) -> str:
+    """A done channel_reply entry of ``task`` under ``call_id`` that posted ``message``; its id."""
+    effect_id = f"e-{message}"
+    await store.open_effect(
+        effect_id=effect_id,
+        task_id=task.task_id,
+        tool="channel_reply",
+        args=json.dumps({"part": 0, "stream": True}),
+        now=time.time(),
+        call_id=call_id,
+        fence=None,
+    )
+    await store.close_effect(effect_id, result=json.dumps({"message": message}), fence=None)
+    return effect_id
+
+
+def _checkpointed(task: TaskRecord, names: list[str]) -> TaskRecord:
+    """``task`` checkpointed after a response calling channel_reply (``c1``) whose text streamed,
+    the step naming ``names`` for it."""
+    call = ToolCallPart("channel_reply", {"text": "the answer"}, tool_call_id="c1")
+    messages = [ModelRequest(parts=[UserPromptPart("how much?")]), ModelResponse(parts=[call])]
+    if names:
+        messages[-1] = replace(messages[-1], metadata={STREAMED_KEY: {"c1": names}})
+    return replace(task, transcript=ModelMessagesTypeAdapter.dump_json(messages))
+
+
+def _result(task: TaskRecord) -> object:
+    last = ModelMessagesTypeAdapter.validate_json(task.transcript)[-1]
+    assert isinstance(last, ModelRequest)
+    [part] = last.parts
+    assert isinstance(part, ToolReturnPart) and part.tool_call_id == "c1"
+    return part.content
+
+
+async def test_a_resumed_reply_is_answered_from_its_streamed_answers_key(tmp_path: Path) -> None:
+    """The checkpoint names the key: the call is answered with the streamed message journalled
+    under it and the part its own call posted; without the name it wrote nothing (and would be
+    asked again: the hole the key closes)."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            await _journalled(env.store, env.task, "stream:k1", "msg_a")
+            await _journalled(env.store, env.task, "c1", "msg_b")
+            await _journalled(env.store, env.task, "stream:other", "msg_c")
+            task, _ = await resume(env.store, _checkpointed(env.task, ["stream:k1"]))
+            content = _result(task)
+            assert isinstance(content, dict)
+            assert content["message"] == "msg_a" and content["parts"] == ["msg_a", "msg_b"]
+            task, _ = await resume(env.store, _checkpointed(env.task, []))
+            assert _result(task) == {
+                "message": "msg_b",
+                "note": "posted before your run was interrupted",
+            }
+
+
+async def test_a_checkpoint_naming_entries_by_id_still_resumes(tmp_path: Path) -> None:
+    """A checkpoint written by an earlier version names the streamed entries by id."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            effect_id = await _journalled(env.store, env.task, "", "msg_a")
+            task, _ = await resume(env.store, _checkpointed(env.task, [effect_id]))
+            content = _result(task)
+            assert isinstance(content, dict) and content["message"] == "msg_a"
+
+
+async def test_an_open_answer_is_answered_by_a_message_under_its_streams_key(tmp_path: Path) -> None:
+    """The answer's marker names the stream's key: a message started before the marker existed
+    counts as the answer posted; another answer's key does not."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            await _journalled(env.store, env.task, "stream:k1", "msg_a")
+
+            async def posted(*names: str) -> int:
+                return await parts_posted(
+                    env.store, env.task.task_id, OpenAnswer("the answer", "answer:m1", names)
+                )
+
+            assert await posted("stream:k1") == 1
+            assert await posted("stream:k2") == 0
+            assert await posted() == 0
+
+
+def test_every_streamed_reply_call_is_tagged_even_before_a_message_started() -> None:
+    """The step is tagged from the sources alone: no message needs to exist yet."""
+    streamed = ToolCallPart("channel_reply", {"text": "a"}, tool_call_id="c1")
+    other = ToolCallPart("channel_reply", {"text": "b"}, tool_call_id="c2")
+    messages: list = [ModelResponse(parts=[streamed, other])]
+    tag_streamed(messages, ["text:1:0", "call:c1"], "stream:k1")
+    assert messages[0].metadata == {STREAMED_KEY: {"c1": ["stream:k1"]}}
