@@ -86,6 +86,8 @@ class AnswerStream:
         self._done = False
         #: The call id this answer's entries are journalled under when no tool call is handled.
         self.key = f"{STREAM_KEY_PREFIX}{uuid.uuid4().hex}"
+        #: The ``channel_reply`` call this answer is finished by (:attr:`owner`), once the host says.
+        self._owner: str | None = None
 
     # -- what the host feeds ------------------------------------------------------------
     @property
@@ -105,6 +107,20 @@ class AnswerStream:
             return
         self._steps.append(step)
         self._wake()
+
+    @property
+    def owner(self) -> str:
+        """The id of the one ``channel_reply`` call that finishes this answer: the one the host named
+        (:meth:`own`: its step's checkpoint names this answer for it), else the first call whose text
+        streamed into it. Any other reply call posts on its own, so a resumed run attributes every
+        streamed message to exactly one call."""
+        if self._owner is not None:
+            return self._owner
+        return next((s.removeprefix("call:") for s in self._sources.order if s.startswith("call:")), "")
+
+    def own(self, call_id: str) -> None:
+        """Name the call that finishes this answer ("": none of the step's calls)."""
+        self._owner = call_id
 
     @property
     def shown_anything(self) -> bool:

@@ -68,6 +68,10 @@ LONG_STREAM = "long-stream"
 LONG_PLAIN = "long-plain"
 _LONG = {LONG, LONG_STREAM, LONG_PLAIN}
 LONG_TEXT = f"{ANSWER}: " + " ".join(f"w{i:05d}" for i in range(1500))
+#: Two channel_reply calls in one response, both streamed while the model wrote them: the stream
+#: is the first one's, the second is posted; each must reach the thread once.
+TWO_REPLIES = "two-replies"
+OTHER = "OTHER NOTE"
 _STREAMED = {"startStream", "appendStream", "stopStream"}
 ROWS: list[tuple[str, str]] = [
     *((point, STREAM if point.split(".")[1] in _STREAMED else STEPS) for point in sorted(POINTS)),
@@ -105,6 +109,8 @@ ROWS: list[tuple[str, str]] = [
     ("slack.post.after", LONG_PLAIN),
     ("slack.post.before:2", LONG_PLAIN),
     ("slack.stopStream.after", LONG_STREAM),
+    ("slack.post.before", TWO_REPLIES),
+    ("slack.post.after", TWO_REPLIES),
 ]
 IDS = [f"{scenario}-{point}" for point, scenario in ROWS]
 #: Writes that change no message of an answer (statuses, titles, prompts, ephemeral notes, canvases).
@@ -172,6 +178,19 @@ class Conversation:
             match = re.search(rf'"{key}":\s*"({value})"', found or "")
             return match.group(1) if match else ""
 
+        if self.scenario == TWO_REPLIES:
+            wanted = {
+                ANSWER: f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6,
+                OTHER: f"{OTHER}: one more thing.",
+            }
+            done_texts = [
+                k
+                for k in wanted
+                for c in calls
+                if k in c["function"]["arguments"] and handle(results.get(c["id"], ""))
+            ]
+            todo = [("channel_reply", {"text": t.rstrip()}) for k, t in wanted.items() if k not in done_texts]
+            return FakeOpenAI.tool_calls(*todo) if todo else FakeOpenAI.text("done")
         if self.scenario in (STREAM_REPLY, STREAM_REPLY_SLOW, LONG, LONG_STREAM):
             posted = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
             if any(handle(p) for p in posted):
@@ -372,6 +391,8 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         else:
             assert scenario == STEPS or answers[0].rstrip().endswith("say.")
         assert sum(SECOND in t for t in texts) == 1, texts
+        if scenario == TWO_REPLIES:
+            assert sum(OTHER in t for t in texts) == 1, texts
         assert not [t for t in texts if "working" in t or "look that up" in t], texts  # nothing partial left
         uploads = [m for m in slack.bot_messages("C1") if m.get("files")]
         assert len(uploads) <= 1  # an upload cut off in flight is reported, never repeated

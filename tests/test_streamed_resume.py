@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pydantic_ai.messages import (
+    ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
@@ -140,10 +141,35 @@ async def test_an_open_answer_is_answered_by_a_message_under_its_streams_key(tmp
             assert await posted() == 0
 
 
-def test_every_streamed_reply_call_is_tagged_even_before_a_message_started() -> None:
-    """The step is tagged from the sources alone: no message needs to exist yet."""
-    streamed = ToolCallPart("channel_reply", {"text": "a"}, tool_call_id="c1")
-    other = ToolCallPart("channel_reply", {"text": "b"}, tool_call_id="c2")
-    messages: list = [ModelResponse(parts=[streamed, other])]
-    tag_streamed(messages, ["text:1:0", "call:c1"], "stream:k1")
+def test_only_the_first_streamed_reply_call_is_tagged_even_before_a_message_started() -> None:
+    """The step is tagged from the sources alone (no message needs to exist yet), for one call: the
+    first streamed reply, which finishes the answer; another reply call posts on its own."""
+    first = ToolCallPart("channel_reply", {"text": "a"}, tool_call_id="c1")
+    second = ToolCallPart("channel_reply", {"text": "b"}, tool_call_id="c2")
+    messages: list[ModelMessage] = [ModelResponse(parts=[first, second])]
+    assert tag_streamed(messages, ["text:1:0", "call:c2", "call:c1"], "stream:k1") == "c1"
     assert messages[0].metadata == {STREAMED_KEY: {"c1": ["stream:k1"]}}
+    read = [ModelResponse(parts=[ToolCallPart("channel_read", {}, tool_call_id="c3")])]
+    assert tag_streamed(read, ["call:c1"], "stream:k1") == "" and read[0].metadata is None
+
+
+async def test_of_two_streamed_reply_calls_only_the_owner_finishes_the_answer(tmp_path: Path) -> None:
+    """Both calls' text streamed; whichever runs first, the stream is the named call's and the other
+    reply is posted on its own, so each call's journal entries are its own."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            session = env.session
+            assert session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
+            session.stream_text("call:c1", "first reply ")
+            session.stream_text("call:c2", "second reply ")
+            await slack.wait_for_calls("chat.startStream")
+            assert session.answer is not None and session.answer.owner == "c1"
+            session.answer.own("c2")
+            one = await session.call("channel_reply", {"text": "first reply"}, call_id="c1")
+            two = await session.call("channel_reply", {"text": "second reply"}, call_id="c2")
+            assert slack.count("chat.postMessage") == 1 and slack.count("chat.stopStream") == 1
+            entries = {e.call_id: e for e in await env.store.call_effects(env.task.task_id)}
+            assert json.loads(entries["c1"].result or "{}")["message"] == one["message"]
+            stream_key = next(k for k in entries if k.startswith("stream:"))
+            assert json.loads(entries[stream_key].result or "{}")["message"] == two["message"]

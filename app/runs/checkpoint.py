@@ -164,24 +164,30 @@ class Checkpoints:
         self._done.update(fresh)
 
 
-def tag_streamed(messages: list[ModelMessage], streamed: Sequence[str], key: str) -> None:
+def tag_streamed(messages: list[ModelMessage], streamed: Sequence[str], key: str) -> str:
     """Name on the last response (a step calling tools) the key ``key`` of the answer being
-    streamed, for each ``channel_reply`` call among its ``streamed`` sources, before the step is
-    checkpointed: finishing the reply makes the streamed text whole messages, journalled under the
-    key (some may start only after this checkpoint), and a crash after it must find them posted,
-    not ask for the reply again."""
+    streamed, for the first of its ``channel_reply`` calls among the ``streamed`` sources, before
+    the step is checkpointed; returns that call's id ("" for none), the one call that finishes
+    the answer (``AnswerStream.own``; any other reply call posts on its own). Finishing the reply
+    makes the streamed text whole messages, journalled under the key (some may start only after this
+    checkpoint), and a crash after it must find them posted, not ask for the reply again."""
     last = messages[-1] if messages else None
     if not isinstance(last, ModelResponse):
-        return
-    calls = {
-        p.tool_call_id: [key]
-        for p in last.parts
-        if isinstance(p, ToolCallPart)
-        and p.tool_name == "channel_reply"
-        and f"call:{p.tool_call_id}" in streamed
-    }
-    if calls:
-        messages[-1] = replace(last, metadata={**(last.metadata or {}), STREAMED_KEY: calls})
+        return ""
+    owner = next(
+        (
+            p.tool_call_id
+            for p in last.parts
+            if isinstance(p, ToolCallPart)
+            and p.tool_name == "channel_reply"
+            and f"call:{p.tool_call_id}" in streamed
+        ),
+        "",
+    )
+    if owner:
+        metadata = {**(last.metadata or {}), STREAMED_KEY: {owner: [key]}}
+        messages[-1] = replace(last, metadata=metadata)
+    return owner
 
 
 def synced_by_next_write(messages: Sequence[ModelMessage]) -> bool:

@@ -111,7 +111,8 @@ class AgentSteps:
                         # is followed by a model request, which looks just before it goes out.
                         messages = list(run.all_messages())  # pydantic-ai's own list: not ours to change
                         if session.answer is not None:
-                            tag_streamed(messages, session.answer.sources, session.answer.key)
+                            answer = session.answer
+                            answer.own(tag_streamed(messages, answer.sources, answer.key))
                         if calls_tools and checkpoints is not None and synced_by_next_write(messages):
                             # Only the run's own tools: held until their first write (a journal
                             # entry), which takes it and the usage row along (app.runs.checkpoint).

@@ -25,7 +25,7 @@ class Replies(SessionState):
     async def _reply(self, args: ReplyArgs) -> Result:
         answer = self.answer
         call_id = CALL_ID.get()
-        if answer is not None and call_id and f"call:{call_id}" in answer.sources:
+        if answer is not None and call_id and answer.owner == call_id:
             self.answer = None
             # Finishing makes the streamed text a whole message without a journal entry of its own
             # (the stream's were opened as it started): what the host holds back goes first.
