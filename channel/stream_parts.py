@@ -22,6 +22,9 @@ class StreamedMessage:
     handle: str = ""
     #: False once stopped, closed by the provider, or posted whole.
     open: bool = False
+    #: Closed by the provider (time, size) before all of its text was in: it may hold less than its
+    #: part, and says how much when journalled.
+    cut: bool = False
 
 
 @dataclass(slots=True)

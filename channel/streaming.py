@@ -251,6 +251,7 @@ class AnswerStream(StreamCleanup):
                     current.shown = (current.shown + delta)[
                         : len(current.shown) + len(delta) - len(exc.unsent)
                     ]
+                    current.cut = True
                     await self._stop(current, "")
                     continue  # the rest goes into a new message
                 except ChannelError as exc:
@@ -275,7 +276,9 @@ class AnswerStream(StreamCleanup):
         where = {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts}
         after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
         effect_id = await journal.open(
-            "channel_reply", {**where, "part": k, "stream": True, "after": after}, call_id=self.key
+            "channel_reply",
+            {**where, "part": k, "base": pos, "stream": True, "after": after},
+            call_id=self.key,
         )
         steps = tuple(self._take_steps())
         try:
@@ -309,6 +312,7 @@ class AnswerStream(StreamCleanup):
             try:
                 await message.live.stop(effect_id=message.effect_id, feedback=feedback)
             except StreamClosed as exc:
+                message.cut = True
                 if exc.unsent:
                     message.shown = message.shown[: len(message.shown) - len(exc.unsent)]
             except ChannelError as exc:
@@ -321,7 +325,10 @@ class AnswerStream(StreamCleanup):
             return
         journal = self._session.journal
         message.handle = await self._session.record_post(message.posted)
-        await journal.close(message.effect_id, {"message": message.handle})
+        result: dict[str, Any] = {"message": message.handle}
+        if message.cut:  # how much of its part it holds: the part is whole only with what follows
+            result["chars"] = len(message.shown)
+        await journal.close(message.effect_id, result)
         if message.stream_effect:
             await journal.close(message.stream_effect, {"ok": True})
 
@@ -336,7 +343,12 @@ class AnswerStream(StreamCleanup):
         session = self._session
         effect_id = await session.journal.open(
             "channel_reply",
-            {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts, "part": k},
+            {
+                "channel": session.origin.channel,
+                "thread_ts": session.origin.thread_ts,
+                "part": k,
+                "base": pos,
+            },
             call_id=self.key,
         )
         try:

@@ -68,6 +68,10 @@ LONG_STREAM = "long-stream"
 LONG_PLAIN = "long-plain"
 _LONG = {LONG, LONG_STREAM, LONG_PLAIN}
 LONG_TEXT = f"{ANSWER}: " + " ".join(f"w{i:05d}" for i in range(1500))
+#: A streamed reply whose first message Slack ends (its stream expired) before all of it was in:
+#: the rest is posted as a second message; a crash around that post leaves the resumed run to post
+#: what the first message lacks, once.
+STREAM_CUT = "stream-cut"
 #: Two channel_reply calls in one response, both streamed while the model wrote them: the stream
 #: is the first one's, the second is posted; each must reach the thread once.
 TWO_REPLIES = "two-replies"
@@ -109,6 +113,8 @@ ROWS: list[tuple[str, str]] = [
     ("slack.post.after", LONG_PLAIN),
     ("slack.post.before:2", LONG_PLAIN),
     ("slack.stopStream.after", LONG_STREAM),
+    ("slack.post.before", STREAM_CUT),
+    ("slack.post.after", STREAM_CUT),
     ("slack.post.before", TWO_REPLIES),
     ("slack.post.after", TWO_REPLIES),
 ]
@@ -191,7 +197,7 @@ class Conversation:
             ]
             todo = [("channel_reply", {"text": t.rstrip()}) for k, t in wanted.items() if k not in done_texts]
             return FakeOpenAI.tool_calls(*todo) if todo else FakeOpenAI.text("done")
-        if self.scenario in (STREAM_REPLY, STREAM_REPLY_SLOW, LONG, LONG_STREAM):
+        if self.scenario in (STREAM_REPLY, STREAM_REPLY_SLOW, LONG, LONG_STREAM, STREAM_CUT):
             posted = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
             if any(handle(p) for p in posted):
                 return FakeOpenAI.text("done")
@@ -316,6 +322,9 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         files = [slack.file_object("F1")]
         if scenario in _SLOW_START:
             slack.delay("chat.startStream", _SLOW_START[scenario])
+        if scenario == STREAM_CUT:  # the first append arrives after the stream expired
+            slack.stream_ttl = 0.3
+            slack.delay("chat.appendStream", 0.6)
         env = _env(slack, llm, data_dir, scenario, url)
         doomed = ServerProcess(
             {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
@@ -366,7 +375,7 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
                 )
                 assert retry.status == 200
             await eventually(
-                lambda: any(ANSWER in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
+                lambda: ANSWER in "".join(_shown(m) for m in slack.bot_messages("C1")), within=WITHIN_S
             )
             # The follow-up goes to the next run (one steered into this one would find it replied).
             await _settled(data_dir, url)
@@ -382,13 +391,18 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
             await survivor.stop()
             (tmp_path / "requests.json").write_text(json.dumps(model.requests, indent=1))
         texts = [m.get("text", "") for m in slack.bot_messages("C1") if m.get("text")]
-        answers = [t for t in texts if ANSWER in t]
-        assert len(answers) == 1, texts
-        assert answers[0].startswith(ANSWER)
-        if scenario in _LONG:  # every word of the answer once, in order, over its messages
+        if scenario in _LONG | {STREAM_CUT}:  # every word of the answer once, in order, over its messages
             shown = " ".join(_shown(m) for m in slack.bot_messages("C1") if SECOND not in _shown(m))
-            assert shown.split() == LONG_TEXT.split(), texts
+            whole = (
+                LONG_TEXT
+                if scenario in _LONG
+                else f"{ANSWER}: " + "the thread says what you hoped it would say. " * 6
+            )
+            assert shown.split() == whole.split(), texts
         else:
+            answers = [t for t in texts if ANSWER in t]
+            assert len(answers) == 1, texts
+            assert answers[0].startswith(ANSWER)
             assert scenario == STEPS or answers[0].rstrip().endswith("say.")
         assert sum(SECOND in t for t in texts) == 1, texts
         if scenario == TWO_REPLIES:

@@ -24,7 +24,7 @@ from pydantic_ai.messages import (
 )
 
 from app.runs.checkpoint import STREAMED_KEY, tag_streamed
-from app.runs.resume import OpenAnswer, parts_posted, resume
+from app.runs.resume import OpenAnswer, answer_reached, resume
 from channel.slack.adapter import MAX_POST_CHARS
 from storage import Store, TaskRecord
 from tests.support.sessions import slack_session
@@ -131,14 +131,13 @@ async def test_an_open_answer_is_answered_by_a_message_under_its_streams_key(tmp
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
             await _journalled(env.store, env.task, "stream:k1", "msg_a")
 
-            async def posted(*names: str) -> int:
-                return await parts_posted(
-                    env.store, env.task.task_id, OpenAnswer("the answer", "answer:m1", names)
-                )
+            async def reached(*names: str) -> object:
+                answer = OpenAnswer("the answer", "answer:m1", names)
+                return await answer_reached(env.store, env.task.task_id, answer)
 
-            assert await posted("stream:k1") == 1
-            assert await posted("stream:k2") == 0
-            assert await posted() == 0
+            assert await reached("stream:k1") == (0, None)
+            assert await reached("stream:k2") is None
+            assert await reached() is None
 
 
 def test_only_the_first_streamed_reply_call_is_tagged_even_before_a_message_started() -> None:
@@ -173,3 +172,30 @@ async def test_of_two_streamed_reply_calls_only_the_owner_finishes_the_answer(tm
             assert json.loads(entries["c1"].result or "{}")["message"] == one["message"]
             stream_key = next(k for k in entries if k.startswith("stream:"))
             assert json.loads(entries[stream_key].result or "{}")["message"] == two["message"]
+
+
+async def test_a_part_slack_cut_short_is_finished_from_where_its_message_stops(tmp_path: Path) -> None:
+    """A streamed message Slack ended early records how much of its part it holds; resumed, the reply
+    gets the rest of that part as a new message (and nothing it showed again)."""
+    text = "the first words and then the rest of the answer"
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            effect_id = await _journalled(env.store, env.task, "c1", "msg_a")
+            await env.store.close_effect(
+                effect_id,
+                result=json.dumps({"message": "msg_a", "chars": len("the first words ")}),
+                fence=None,
+            )
+            call = ToolCallPart("channel_reply", {"text": text}, tool_call_id="c1")
+            messages = [ModelRequest(parts=[UserPromptPart("how much?")]), ModelResponse(parts=[call])]
+            task = replace(env.task, transcript=ModelMessagesTypeAdapter.dump_json(messages))
+            task, _ = await resume(env.store, task, env.session.post_rest)
+            content = _result(task)
+            assert isinstance(content, dict) and content["parts"][0] == "msg_a" and len(content["parts"]) == 2
+            [posted] = slack.bot_messages("C1")
+            assert posted["text"] == "and then the rest of the answer"
+            # Resumed again (a second crash): the rest is journalled as the call's now, not posted twice.
+            again = replace(env.task, transcript=ModelMessagesTypeAdapter.dump_json(messages))
+            await resume(env.store, again, env.session.post_rest)
+            assert len(slack.bot_messages("C1")) == 1

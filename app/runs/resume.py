@@ -44,8 +44,10 @@ class OpenAnswer:
     note: bool = False
 
 
-#: Posts a reply's parts from one on (``ChannelSession.post_rest``): a reply a crash cut off.
-RestPoster = Callable[[str, int], Awaitable[list[str]]]
+#: Where a reply's messages reached: (part, characters of it shown; None: all of it).
+Reached = tuple[int, int | None]
+#: Posts what a reply has after a point (``ChannelSession.post_rest``): a reply a crash cut off.
+RestPoster = Callable[[str, Reached | None], Awaitable[list[str]]]
 
 
 async def resume(
@@ -87,7 +89,7 @@ async def resume(
     for call in calls:
         effects = by_call.get(call.tool_call_id, [])
         content = _result(call.tool_name, effects)
-        if rest is not None and call.tool_name == "channel_reply" and _parts_posted(effects):
+        if rest is not None and call.tool_name == "channel_reply" and _reached(effects) is not None:
             content = await _finish_reply(rest, call, effects, content)
         returns.append(ToolReturnPart(call.tool_name, content, call.tool_call_id))
     history.append(ModelRequest(parts=returns))
@@ -110,16 +112,26 @@ async def entries_named(
     return found
 
 
-def _parts_posted(effects: Sequence[EffectRecord]) -> int:
-    """How many leading parts of a reply its journal entries posted: one past the last part posted."""
-    last = -1
+def _reached(effects: Sequence[EffectRecord]) -> Reached | None:
+    """How far a reply's posted messages reach, from its journal entries: the last part with a
+    message, and how many of its characters they show (None: all; a message records ``chars``
+    when it may hold less, a streamed one Slack ended early). None when nothing was posted."""
+    reached: Reached | None = None
     for effect in effects:
         result = json.loads(effect.result) if effect.state == "done" and effect.result else None
-        posted = isinstance(result, dict) and isinstance(result.get("message"), str)
-        if effect.tool == "channel_reply" and posted:
-            part = json.loads(effect.args).get("part", 0)
-            last = max(last, part if isinstance(part, int) else 0)
-    return last + 1
+        if effect.tool != "channel_reply" or not isinstance(result, dict):
+            continue
+        if not isinstance(result.get("message"), str):
+            continue
+        args = json.loads(effect.args)
+        part = args.get("part", 0) if isinstance(args.get("part", 0), int) else 0
+        chars = result.get("chars")
+        end = int(args.get("base") or 0) + chars if isinstance(chars, int) else None
+        if reached is None or part > reached[0]:
+            reached = (part, end)
+        elif part == reached[0] and reached[1] is not None:
+            reached = (part, None if end is None else max(end, reached[1]))
+    return reached
 
 
 async def _finish_reply(
@@ -135,7 +147,7 @@ async def _finish_reply(
         return content
     token = CALL_ID.set(call.tool_call_id)
     try:
-        more = await rest(text, _parts_posted(effects))
+        more = await rest(text, _reached(effects))
     except ChannelError as exc:
         return {**content, "note": f"{content['note']}; its last parts could not be posted: {exc.message}"}
     finally:
@@ -167,22 +179,21 @@ def _interrupted(message: str) -> dict[str, Any]:
     return {"error": {"code": "interrupted", "message": message}}
 
 
-async def parts_posted(store: Store, task_id: str, answer: OpenAnswer) -> int:
-    """How many leading parts of the open answer reached the thread (its journal entries record
-    the posted messages)."""
+async def answer_reached(store: Store, task_id: str, answer: OpenAnswer) -> Reached | None:
+    """How far the open answer's messages reach in the thread (:func:`_reached`); None: nowhere."""
     by_call: dict[str, list[EffectRecord]] = {}
     for effect in await store.call_effects(task_id):
         by_call.setdefault(effect.call_id, []).append(effect)
-    return _parts_posted(by_call.get(answer.call, []) + await entries_named(store, by_call, answer.effects))
+    return _reached(by_call.get(answer.call, []) + await entries_named(store, by_call, answer.effects))
 
 
 async def finish_answer(store: Store, session: ChannelSession, answer: OpenAnswer) -> None:
     """Post the open answer, or the parts of it that did not reach the thread, then close the run."""
     if answer.text.strip():
-        first = await parts_posted(store, session.task.task_id, answer)
+        reached = await answer_reached(store, session.task.task_id, answer)
         token = CALL_ID.set(answer.call)
         try:
-            await session.post_rest(answer.text, first, feedback=not answer.note)
+            await session.post_rest(answer.text, reached, feedback=not answer.note)
         except ChannelError as exc:
             log.warning(
                 "could not post the interrupted answer of task %s: %s", session.task.task_id, exc.message

@@ -36,24 +36,27 @@ class Replies(SessionState):
             return result
         return await self.post_markdown(args.text)
 
-    async def post_markdown(self, markdown: str, *, feedback: bool = True, first: int = 0) -> Result:
+    async def post_markdown(
+        self, markdown: str, *, feedback: bool = True, start: tuple[int, int] = (0, 0)
+    ) -> Result:
         """Post Markdown as one or more consecutive messages; the host uses this for fallbacks too
-        (``feedback=False``: no feedback buttons, e.g. on an apology). ``first``: the parts before
-        it were posted already (:meth:`post_rest`)."""
+        (``feedback=False``: no feedback buttons, e.g. on an apology). ``start``: (part, offset in
+        it) where posting begins, what is before it posted already (:meth:`post_rest`)."""
         text = strip_mass_mentions(markdown)
         parts = split_markdown(text, self.adapter.max_post_chars)
+        first, offset = start
         if len(parts) <= first:
             raise ChannelError("invalid_arguments", "text is blank; write the reply in text.")
         handles: list[str] = []
         first_permalink: str | None = None
         bridge_error: str | None = None
-        for index, part in enumerate(parts):
+        for index, whole in enumerate(parts):
             if index < first:
                 continue
-            effect_id = await self.journal.open(
-                "channel_reply",
-                {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index},
-            )
+            base = offset if index == first else 0
+            part = whole[base:]
+            where = {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index}
+            effect_id = await self.journal.open("channel_reply", {**where, "base": base} if base else where)
             last = index == len(parts) - 1
             self.posts_begun += 1
             begun = self.posts_begun
@@ -91,14 +94,22 @@ class Replies(SessionState):
             result["bridge_error"] = bridge_error
         return result
 
-    async def post_rest(self, markdown: str, first: int, *, feedback: bool = True) -> list[str]:
-        """Post the parts of the reply ``markdown`` from part ``first`` (0-based) on: a reply a crash
-        cut off after its earlier parts were posted, finished under the call it belongs to
-        (``CALL_ID``). Returns their handles; none when the reply had no more parts."""
+    async def post_rest(
+        self, markdown: str, reached: tuple[int, int | None] | None, *, feedback: bool = True
+    ) -> list[str]:
+        """Post what the reply ``markdown`` has after ``reached`` — (part, characters of it shown;
+        None: the whole part), as the thread shows it; None: nothing of it — a reply a crash cut off,
+        finished under the call it belongs to (``CALL_ID``). Returns the new messages' handles;
+        none when nothing was missing."""
         parts = split_markdown(strip_mass_mentions(markdown), self.adapter.max_post_chars)
-        if len(parts) <= first:
+        start = (0, 0)
+        if reached is not None:
+            part, shown = reached
+            cut = shown is not None and part < len(parts) and bool(parts[part][shown:].strip())
+            start = (part, shown or 0) if cut else (part + 1, 0)
+        if len(parts) <= start[0]:
             return []
-        result = await self.post_markdown(markdown, feedback=feedback, first=first)
+        result = await self.post_markdown(markdown, feedback=feedback, start=start)
         return list(result.get("parts") or [result["message"]])
 
     async def post_note_once(self, effect_id: str, markdown: str) -> None:
