@@ -34,34 +34,29 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from functools import partial
 
 from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
+from .instances import InstanceLooks
 from .lease import Lease
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 from .start import steering_inbox, take_task
-from .takeover import CONFIRM_S, Judge
+from .takeover import Judge
 
 log = logging.getLogger(__name__)
 
 #: Seconds between prunes of old claim keys by the sweep.
 PRUNE_INTERVAL = 3600.0
-#: Seconds between looks for dead instances whose conversations to take over (a look is two
-#: sub-millisecond queries and a ping of the liveness session).
-TAKEOVER_INTERVAL = 1.0
-#: Most seconds start-up waits for its first look at the other instances and first sweep.
-FIRST_LOOK_S = 5.0
 #: Most seconds run start-ups wait for a moment without acknowledgements in flight.
 START_PATIENCE = 0.25
 #: Drivers started at once when patience ran out during a sustained burst.
 START_BATCH = 8
 
 
-class Scheduler:
+class Scheduler(InstanceLooks):
     """Drives tasks with pending work through a :class:`RunExecutor`, one run per task at a time."""
 
     def __init__(
@@ -201,48 +196,6 @@ class Scheduler:
             except Exception:
                 log.exception("pruning claim keys failed")
             await asyncio.sleep(interval)
-
-    async def take_over(self) -> int:
-        """End the leases of registered instances whose process is gone and drive their
-        conversations (and anything else due) now; how many dead instances were found."""
-        # Our own liveness first: a database restart ends the session holding it, and then every
-        # other instance would take our conversations every few seconds.
-        await self.store.register_instance(self.owner, now=self.clock())
-        look = await self.store.look_at_instances(self.owner, now=self.clock())
-        missing = tuple(o for o in look.missing if o != self.owner)
-        dead = self._judge.dead(replace(look, missing=missing), self.clock())
-        for owner, reason in dead.items():
-            ended = await self.store.expire_leases(owner, now=self.clock())
-            log.warning("instance %s is gone (%s); taking over its %d conversations", owner, reason, ended)
-        if dead:
-            await self.sweep()
-        return len(dead)
-
-    async def first_look(self, within: float = FIRST_LOOK_S) -> None:
-        """At start-up, before the instance serves: look at the other instances (a dead one's
-        conversations are taken over) and resume whatever a previous process left (pending inboxes,
-        open effects, expired leases). An instance that answers has done both, so its first sweep
-        cannot take a message delivered to another instance after this one was up, and every
-        instance alive then was seen alive under our own lock (its death is judged at once). A store
-        that slow or failing leaves both to the loops (:meth:`sweep_forever`, :meth:`take_over_forever`)."""
-        try:
-            async with asyncio.timeout(within):
-                await self.take_over()
-                await self.sweep()
-                self._swept = True
-        except TimeoutError:
-            log.warning("the first look and sweep took over %.0f s; the loops go on with them", within)
-        except Exception:
-            log.exception("the first look and sweep failed; the loops retry")
-
-    async def take_over_forever(self, interval: float = TAKEOVER_INTERVAL) -> None:
-        while self._accepting:
-            try:
-                await self.take_over()
-            except Exception:
-                log.exception("looking for dead instances failed")
-            # An owner seen alive went missing: its confirming look comes sooner.
-            await asyncio.sleep(min(interval, CONFIRM_S) if self._judge.confirming else interval)
 
     async def prune_claims(self) -> int | None:
         """Drop claim keys older than ``claim_retention``, at most once per ``PRUNE_INTERVAL``
