@@ -37,9 +37,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from storage.base import EffectRecord, Fence
+from storage.base import EffectRecord, Fence, once_more
 
 from .contract import ChannelAdapter, Origin, Posted
 from .errors import ChannelError, bounded
@@ -141,7 +142,11 @@ class EffectJournal:
         return await self.store.get_effect(effect_id)
 
     async def close(self, effect_id: str, result: Result) -> None:
-        await self.store.close_effect(effect_id, result=json.dumps(result), fence=self.fence)
+        """Record the write's result. Made again once when the store failed (a close only sets the
+        entry's result, so twice is once): a write that happened must not stay open for want of a
+        second try, after a database failover ended the session the first one went to."""
+        write = partial(self.store.close_effect, effect_id, result=json.dumps(result), fence=self.fence)
+        await once_more(write)
 
     async def write(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         """Run ``action`` inside an effect; its result (or its error result) closes the effect."""

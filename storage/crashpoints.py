@@ -8,6 +8,12 @@ Armed, the seam remembers the points the process passes, in order, and just befo
 them to stderr in one line starting with :data:`TRAIL` (a test reads from it what the process had
 committed when it died, a fact nothing done after the kill can change).
 
+``THREADBOUND_FAILOVER_AT=point[:n]`` arms the same points for a database failover instead: at the
+point the process writes a :data:`FAILOVER` line to stderr and stops (blocking, as a stalled process
+would) until the file ``THREADBOUND_FAILOVER_GO`` names exists, while the test ends every database
+session the process holds; then it goes on, and its next store call meets the ended sessions
+(``tests/test_failover_matrix.py``).
+
 Every point the code passes is named in :data:`POINTS`; ``tests/test_crash_matrix.py`` kills the app
 at each of them and fails when the code names a point the matrix does not cover. The seam lives in
 ``storage`` because every layer (``channel``, ``app``) may import it.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -42,6 +49,10 @@ POINTS: Final = frozenset(
 
 #: The start of the line the armed seam writes to stderr before the kill; the points passed follow.
 TRAIL: Final = "THREADBOUND_CRASH_AT passed:"
+#: The line the seam armed for a failover writes when it stops at its point.
+FAILOVER: Final = "THREADBOUND_FAILOVER_AT stopped at"
+#: Seconds a process stopped for a failover waits for the go-ahead before it goes on regardless.
+_FAILOVER_WAIT = 60.0
 
 
 def _parse(spec: str) -> tuple[str, int]:
@@ -74,6 +85,23 @@ def _armed(target: str, nth: int) -> Callable[[str], None]:
     return crash
 
 
+def _stalled(target: str, nth: int, go: str) -> Callable[[str], None]:
+    seen = 0
+
+    def stall(name: str) -> None:
+        nonlocal seen
+        if name != target:
+            return
+        seen += 1
+        if seen == nth:
+            os.write(2, f"{FAILOVER} {name}\n".encode())
+            deadline = time.monotonic() + _FAILOVER_WAIT
+            while not os.path.exists(go) and time.monotonic() < deadline:
+                time.sleep(0.01)  # the whole process stops here, event loop and all, as a stall would
+
+    return stall
+
+
 _point: Callable[[str], None] = _noop
 
 
@@ -87,7 +115,13 @@ def arm_from_environment() -> None:
     tests' preloaded server children, ``tests/support/preloaded.py``), whose environment is its own."""
     global _point
     spec = os.environ.get("THREADBOUND_CRASH_AT", "")
-    _point = _armed(*_parse(spec)) if spec else _noop
+    failover = os.environ.get("THREADBOUND_FAILOVER_AT", "")
+    if spec:
+        _point = _armed(*_parse(spec))
+    elif failover:
+        _point = _stalled(*_parse(failover), os.environ.get("THREADBOUND_FAILOVER_GO", ""))
+    else:
+        _point = _noop
 
 
 arm_from_environment()

@@ -22,6 +22,7 @@ created by ``migrate()`` if missing; tests use it for isolation.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
 import zlib
@@ -67,11 +68,52 @@ _LIVE_KEYS = (
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 _TX_ATTEMPTS = 3
+_READ = re.compile(r"\s*(SELECT|WITH)\b", re.IGNORECASE)
+_WRITES = re.compile(
+    r"\b(INSERT|UPDATE|DELETE|MERGE|pg_advisory\w*|nextval|setval)\b|\bFOR\s+UPDATE\b", re.IGNORECASE
+)
 #: Connections of a store made by ``for_another_loop`` (the HTTP edge's claims), and the seconds its
 #: close waits for them before dropping them (it runs inside the shutdown's drain step).
 SIBLING_POOL = 4
 SIBLING_CLOSE_TIMEOUT = 1.0
 _CLOSE_TIMEOUT = 10.0
+
+
+def _session_ended(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection's session is gone (terminated, dropped, its protocol
+    left mid-message by a terminated backend), not that a statement failed."""
+    return isinstance(
+        exc,
+        (
+            asyncpg.InterfaceError,
+            asyncpg.exceptions.InternalClientError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.exceptions.OperatorInterventionError,
+            OSError,
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _reads_only(sql: str) -> bool:
+    """Whether a statement only reads (a SELECT that writes nothing): making it twice is harmless."""
+    return bool(_READ.match(sql)) and not _WRITES.search(sql)
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """Whether the call failed before its statement could reach the server, so that making it again
+    cannot make it twice: the connection was in no state to send (a terminated backend's FATAL
+    arrived while it was idle: "cannot switch to state …"), or writing to its socket failed."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (asyncpg.exceptions.InternalClientError, BrokenPipeError)):
+            return True
+        if isinstance(cause, asyncpg.InterfaceError) and "cannot switch to state" in str(cause):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -190,9 +232,12 @@ class PostgresStore(SqlStore):
             raise StoreError("store is closed")
         return pool
 
-    async def _transact(self, work: Callable[[Any], Awaitable[T]], *, transaction: bool = False) -> T:
+    async def _transact(
+        self, work: Callable[[Any], Awaitable[T]], *, transaction: bool = False, reads: bool = False
+    ) -> T:
         """Run ``work(conn)`` on a pooled connection, rerunning it when Postgres aborts it as a
-        deadlock or serialization failure (nothing of it was committed then). Without
+        deadlock or serialization failure (nothing of it was committed then), and when its session
+        had ended (a restart, a failover) if it only ``reads`` or never reached the server. Without
         ``transaction`` ``work`` is one statement, atomic on its own: no BEGIN/COMMIT trips."""
         for attempt in range(1, _TX_ATTEMPTS + 1):
             pool = await self._get_pool()
@@ -206,13 +251,22 @@ class PostgresStore(SqlStore):
                 if attempt == _TX_ATTEMPTS:
                     raise StoreError(f"postgres: {exc}") from exc
             except _DRIVER_ERRORS as exc:
-                raise StoreError(f"postgres: {exc or type(exc).__name__}") from exc
+                ended = _session_ended(exc)
+                if ended:
+                    # A restart or failover ended every session: the pool's idle connections are
+                    # dead too; each would fail its next call. Replace them all at their next use.
+                    await pool.expire_connections()
+                    if attempt < _TX_ATTEMPTS and (reads or _never_sent(exc)):
+                        continue  # a read, or nothing reached the server: made again (it cannot count twice)
+                error = StoreError(f"postgres: {exc or type(exc).__name__}")
+                error.session_ended = ended
+                raise error from exc
         raise AssertionError("unreachable")
 
     # -- the four primitives -------------------------------------------------------
     async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[Row]:
         sql, args = POSTGRES.sql(statement), POSTGRES.args(statement, params)
-        return await self._transact(lambda conn: conn.fetch(sql, *args))
+        return await self._transact(lambda conn: conn.fetch(sql, *args), reads=_reads_only(sql))
 
     async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
         sql, args = POSTGRES.sql(statement), POSTGRES.args(statement, params)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
@@ -28,7 +29,10 @@ __all__ = [
     "StoreStats",
     "TaskRecord",
     "UsageRecord",
+    "once_more",
 ]
+
+_W = TypeVar("_W")
 
 HandleKind = Literal["msg", "file"]
 ClaimStatus = Literal["claimed", "duplicate", "no_task"]
@@ -233,9 +237,24 @@ class StoreStats:
 class StoreError(Exception):
     """The store could not do what was asked (connection lost, constraint broken)."""
 
+    #: The failure was the database session ending (a restart, a failover): a new session may do it.
+    session_ended: bool = False
+
 
 class LeaseMoved(StoreError):
     """A fenced write was refused: the lease it carried has moved to another acquisition."""
+
+
+async def once_more(write: Callable[[], Awaitable[_W]]) -> _W:
+    """``write()``, made a second time when the database session ended under the first (a failover;
+    for a write that is the same done twice: a close, an upsert, a claim of one event). Any other
+    failure, and a lease that moved, is final."""
+    try:
+        return await write()
+    except StoreError as exc:
+        if not exc.session_ended or isinstance(exc, LeaseMoved):
+            raise
+    return await write()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 from app import logs, traces
 from app.settings import Settings
 from channel.slack.identity import SlackIdentity
-from storage.base import Store, StoreError
+from storage.base import Store, StoreError, once_more
 
 from .router import Decision, classify, edited_message
 
@@ -170,7 +171,11 @@ class Ingress:
         message = message if message is not None else event
         payload = json.dumps({k: message[k] for k in _KEPT if k in message})
         try:
-            outcome = await self.store.claim_message(
+            # Made again once when the store failed it: a claim of the same event twice is one claim
+            # (the second finds it, a duplicate, and wakes the task), and a failover should not cost
+            # the delivery Slack's retry.
+            claim = partial(
+                self.store.claim_message,
                 event_id=event_id,
                 channel=decision.channel,
                 ts=decision.ts,
@@ -179,6 +184,7 @@ class Ingress:
                 payload=payload,
                 now=self.clock(),
             )
+            outcome = await once_more(claim)
         except StoreError as exc:
             log.error("could not claim event %s: %s", event_id, exc)
             return IngressResult(503, "unavailable", "store unavailable")

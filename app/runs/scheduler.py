@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between prunes of old claim keys by the sweep.
 PRUNE_INTERVAL = 3600.0
+#: Seconds after a driver failed (its store call, say) before its task is driven again.
+DRIVER_RETRY_S = 1.0
 #: Most seconds run start-ups wait for a moment without acknowledgements in flight.
 START_PATIENCE = 0.25
 #: Drivers started at once when patience ran out during a sustained burst.
@@ -90,6 +92,8 @@ class Scheduler(InstanceLooks):
         self._drivers: dict[str, asyncio.Task[None]] = {}
         #: Tasks woken while their driver ran: it looks at the inbox again before it ends.
         self._again: set[str] = set()
+        #: Tasks whose driver failed and was started again (once, ``DRIVER_RETRY_S`` later).
+        self._retried: set[str] = set()
         #: Which owners whose liveness lock is missing count as dead (``app.runs.takeover``).
         self._judge = Judge(getattr(store, "liveness_grace", 0.0))
         self._accepting = True
@@ -165,8 +169,15 @@ class Scheduler(InstanceLooks):
         task_id = driver.get_name().removeprefix("drive:")
         if self._drivers.get(task_id) is driver:
             del self._drivers[task_id]
-        if not driver.cancelled() and driver.exception() is not None:
-            log.error("driver for task %s failed", task_id, exc_info=driver.exception())
+        if driver.cancelled() or driver.exception() is None:
+            self._retried.discard(task_id)
+            return
+        log.error("driver for task %s failed", task_id, exc_info=driver.exception())
+        # A store that failed over, say: what waits for the task (the rest of its run, a message
+        # that came meanwhile) is looked at again soon, once; failing again, it waits for the sweep.
+        if self._accepting and task_id not in self._retried:
+            self._retried.add(task_id)
+            asyncio.get_running_loop().call_later(DRIVER_RETRY_S, self.notify, task_id)
 
     async def sweep(self) -> int:
         """Drive every task whose inbox or effects are pending and whose lease is free or expired."""

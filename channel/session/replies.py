@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from functools import partial
 
-from storage.base import EffectRecord, StoreError
+from storage.base import EffectRecord, StoreError, once_more
 
 from ..contract import Origin, Posted
 from ..errors import ChannelError, bounded
@@ -197,9 +198,11 @@ class Replies(SessionState):
             return found[0]
 
     async def record_post(self, posted: Posted) -> str:
-        """Mint the handle of a message the bot just posted (and route a new root to this task)."""
-        handle = await self.handles.mint("msg", posted.ref, authored=True)
-        self.posted.append(handle)
+        """Mint the handle of a message the bot just posted (and route a new root to this task);
+        the mint (an upsert) is made again once when the store failed the first."""
+        handle = await once_more(partial(self.handles.mint, "msg", posted.ref, authored=True))
+        if handle not in self.posted:
+            self.posted.append(handle)
         if posted.new_root:
             await self.store.record_root(
                 channel=self.origin.channel, ts=posted.new_root, task_id=self.task.task_id
