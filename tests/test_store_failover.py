@@ -141,6 +141,13 @@ async def test_a_pool_of_ended_sessions_answers_the_next_read_and_the_write_made
             await store.close()
 
 
+async def _claim(store: SQLiteStore, ts: str, *, create: bool = False) -> Any:
+    """A message ``ts`` in the thread of ``1.0`` in C1, claimed."""
+    return await store.claim_message(
+        event_id=f"Ev{ts}", channel="C1", ts=ts, thread_ts="1.0", create=create, payload="{}", now=time.time()
+    )
+
+
 async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, monkeypatch: Any) -> None:
     """A run whose store call failed (a failover) is driven again a moment later, not left until the
     sweep; failing again, it is left to the sweep (no retry loop)."""
@@ -148,15 +155,7 @@ async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, mo
     store = SQLiteStore(tmp_path / "db.sqlite")
     await store.migrate()
     try:
-        claimed = await store.claim_message(
-            event_id="Ev1",
-            channel="C1",
-            ts="1.0",
-            thread_ts="1.0",
-            create=True,
-            payload="{}",
-            now=time.time(),
-        )
+        claimed = await _claim(store, "1.0", create=True)
         assert claimed.task_id is not None
         task_id = claimed.task_id
         failures = [StoreError("failover"), StoreError("failover"), StoreError("failover")]
@@ -184,15 +183,7 @@ async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, mo
         await eventually(lambda: task_id not in scheduler._drivers, within=5)
         assert await store.pending_inbox(task_id) == []
         # Failing twice in a row: driven twice, then left for the sweep.
-        again = await store.claim_message(
-            event_id="Ev2",
-            channel="C1",
-            ts="2.0",
-            thread_ts="1.0",
-            create=False,
-            payload="{}",
-            now=time.time(),
-        )
+        again = await _claim(store, "2.0")
         assert again.status == "claimed"
         runs.clear()
         allowed_failures = 2
