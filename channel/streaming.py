@@ -318,6 +318,7 @@ class AnswerStream(StreamCleanup):
             except ChannelError as exc:
                 log.warning("stopping a stream failed: %s", exc.provider_code or exc.code)
                 self.broken = True
+                message.cut = True
         await self._record(message)
 
     async def _record(self, message: StreamedMessage) -> None:
@@ -336,6 +337,7 @@ class AnswerStream(StreamCleanup):
         """Streaming failed: keep what is shown, post the rest as ordinary messages at the end."""
         log.warning("streaming failed, posting the rest instead: %s", exc.provider_code or exc.code)
         self.broken = True
+        message.cut = True  # it holds what was shown; the rest of its part follows as a post
         await self._stop(message, "")
         message.open = False
 

@@ -72,6 +72,8 @@ LONG_TEXT = f"{ANSWER}: " + " ".join(f"w{i:05d}" for i in range(1500))
 #: the rest is posted as a second message; a crash around that post leaves the resumed run to post
 #: what the first message lacks, once.
 STREAM_CUT = "stream-cut"
+#: The same with the stream broken instead (an append refused): the rest is posted after what it shows.
+STREAM_BROKEN = "stream-broken"
 #: Two channel_reply calls in one response, both streamed while the model wrote them: the stream
 #: is the first one's, the second is posted; each must reach the thread once.
 TWO_REPLIES = "two-replies"
@@ -115,6 +117,7 @@ ROWS: list[tuple[str, str]] = [
     ("slack.stopStream.after", LONG_STREAM),
     ("slack.post.before", STREAM_CUT),
     ("slack.post.after", STREAM_CUT),
+    ("slack.post.before", STREAM_BROKEN),
     ("slack.post.before", TWO_REPLIES),
     ("slack.post.after", TWO_REPLIES),
 ]
@@ -197,7 +200,7 @@ class Conversation:
             ]
             todo = [("channel_reply", {"text": t.rstrip()}) for k, t in wanted.items() if k not in done_texts]
             return FakeOpenAI.tool_calls(*todo) if todo else FakeOpenAI.text("done")
-        if self.scenario in (STREAM_REPLY, STREAM_REPLY_SLOW, LONG, LONG_STREAM, STREAM_CUT):
+        if self.scenario in (STREAM_REPLY, STREAM_REPLY_SLOW, LONG, LONG_STREAM, STREAM_CUT, STREAM_BROKEN):
             posted = [results.get(c["id"], "") for c in calls if ANSWER in c["function"]["arguments"]]
             if any(handle(p) for p in posted):
                 return FakeOpenAI.text("done")
@@ -322,6 +325,8 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         files = [slack.file_object("F1")]
         if scenario in _SLOW_START:
             slack.delay("chat.startStream", _SLOW_START[scenario])
+        if scenario == STREAM_BROKEN:
+            slack.fail("chat.appendStream", "invalid_blocks", times=1)
         if scenario == STREAM_CUT:  # the first append arrives after the stream expired
             slack.stream_ttl = 0.3
             slack.delay("chat.appendStream", 0.6)
@@ -391,7 +396,10 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
             await survivor.stop()
             (tmp_path / "requests.json").write_text(json.dumps(model.requests, indent=1))
         texts = [m.get("text", "") for m in slack.bot_messages("C1") if m.get("text")]
-        if scenario in _LONG | {STREAM_CUT}:  # every word of the answer once, in order, over its messages
+        if scenario in _LONG | {
+            STREAM_CUT,
+            STREAM_BROKEN,
+        }:  # every word of the answer once, in order, over its messages
             shown = " ".join(_shown(m) for m in slack.bot_messages("C1") if SECOND not in _shown(m))
             whole = (
                 LONG_TEXT

@@ -199,3 +199,23 @@ async def test_a_part_slack_cut_short_is_finished_from_where_its_message_stops(t
             again = replace(env.task, transcript=ModelMessagesTypeAdapter.dump_json(messages))
             await resume(env.store, again, env.session.post_rest)
             assert len(slack.bot_messages("C1")) == 1
+
+
+async def test_a_message_whose_stream_broke_records_how_much_of_its_part_it_holds(tmp_path: Path) -> None:
+    """Appending failed (not a closed stream): the message keeps what it showed, the rest of the part
+    is posted after it, and the first message's entry says how much of the part it holds — so a
+    crash before that post has the rest posted as the run resumes, not lost."""
+    first = "the first words "
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            session = env.session
+            assert session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
+            session.stream_text("call:c1", first)
+            await slack.wait_for_calls("chat.startStream")
+            slack.fail("chat.appendStream", "invalid_blocks", times=None)
+            result = await session.call("channel_reply", {"text": first + "and the rest"}, call_id="c1")
+            assert len(result["parts"]) == 2
+            entries = [e for e in await env.store.call_effects(env.task.task_id) if e.tool == "channel_reply"]
+            closes = [json.loads(e.result or "{}") for e in entries]
+            assert closes[0].get("chars") == len(first) and "chars" not in closes[1], closes
