@@ -215,3 +215,18 @@ async def test_a_run_leaves_no_log_fields_behind(tmp_path: Path) -> None:
             outcome = await app.service.runner.run_prompt(task, "hello", adopt_first_root=True)
             assert outcome.status == "ok"
             assert dict(logs._FIELDS.get()) == before
+
+
+async def test_a_model_request_cut_off_by_the_runs_end_is_counted_as_an_error(tmp_path: Path) -> None:
+    """A request still in flight when the run ends (RUN_TIMEOUT cancels it) is timed and counted as
+    an error, not left out of the model latency metric."""
+    async with FakeSlack() as slack:
+        _workspace(slack)
+        never = scripted(lambda turn: ["too late"], delay=60.0)
+        async with AppHarness(slack, model=never, data_dir=tmp_path, stream="off", run_timeout=0.5) as app:
+            ts = slack.add_message("C1", "<@UBOT> hi", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> hi", ts))
+            await app.idle()
+            samples = await _samples(app)
+        assert _get(samples, "threadbound_model_request_duration_seconds_count", outcome="error") == 1
+        assert _get(samples, "threadbound_model_request_duration_seconds_count", outcome="ok") == 0

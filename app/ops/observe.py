@@ -84,6 +84,9 @@ class Observer:
         run = self._runs.pop(session, None)
         if run is None:
             return
+        if run.model_started:  # a request still in flight: cut off (a timeout, a shutdown), an error
+            self.model_request(time.perf_counter() - run.model_started, "error")
+            run.model_started = 0.0
         seconds = time.perf_counter() - run.started
         self.metrics.runs_finished.labels(outcome=status).inc()
         self.metrics.run_duration.observe(seconds)
