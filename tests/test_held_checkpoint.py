@@ -216,7 +216,34 @@ async def test_a_write_made_while_another_carries_the_held_checkpoint_waits_for_
     assert log.index("follow_up") > log.index("checkpoint<"), log
 
 
-async def test_a_failed_held_checkpoint_fails_the_write_that_waits_for_it() -> None:
+async def test_a_failed_held_checkpoint_is_carried_again_by_the_write_that_waits_for_it() -> None:
+    """The write carrying the held checkpoint failed (a failover ended its session): the checkpoint
+    is held again, and a write that waited for it carries it; the first write fails."""
+    log: list[str] = []
+    checkpoints = _checkpoints(log)
+    attempts: list[int] = []
+
+    async def flaky(task_id: str, **_: Any) -> None:
+        attempts.append(1)
+        await asyncio.sleep(0.01)
+        if len(attempts) == 1:
+            raise RuntimeError("session ended")
+        log.append("checkpoint")
+
+    checkpoints.store.checkpoint = flaky  # type: ignore[method-assign]
+    checkpoints.hold(_messages())
+    carried = asyncio.ensure_future(checkpoints.along(_logged(log, "entry")))
+    await asyncio.sleep(0)
+    assert await checkpoints.along(_logged(log, "follow_up")) == "follow_up"
+    assert len(attempts) == 2 and "checkpoint" in log, log
+    assert log.index("follow_up>") > log.index("entry<")  # never before the first attempt ended
+    with pytest.raises(RuntimeError, match="session ended"):
+        await carried
+    await checkpoints.settle()
+    assert len(attempts) == 2  # written: nothing held any more
+
+
+async def test_a_held_checkpoint_failing_again_fails_the_write_that_carries_it() -> None:
     log: list[str] = []
     checkpoints = _checkpoints(log)
 
@@ -230,9 +257,10 @@ async def test_a_failed_held_checkpoint_fails_the_write_that_waits_for_it() -> N
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="disk full"):
         await checkpoints.along(_logged(log, "follow_up"))
-    assert "follow_up>" not in log  # never written after a checkpoint that is not in
     with pytest.raises(RuntimeError):
         await carried
+    with pytest.raises(RuntimeError, match="disk full"):  # still held: the next model request tries
+        await checkpoints.settle()
 
 
 async def test_a_newer_checkpoint_supersedes_the_held_one_and_keeps_its_writes() -> None:

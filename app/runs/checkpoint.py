@@ -44,6 +44,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from pydantic_ai.messages import (
@@ -122,19 +123,36 @@ class Checkpoints:
         """``write``'s result, what is held committed with it (one trip on SQLite, in order, before
         it). ``supersedes``: ``write`` is a newer checkpoint or the save, so the held checkpoint is
         dropped (written after it, it would reopen the run with an older transcript). A write made
-        while another call's write carries them waits until they are in (tools run concurrently)."""
-        if held := self._take(supersedes):
-            self._landing = landing = asyncio.gather(*held)
-            done = await asyncio.gather(landing, write)
-            return cast(T, done[1])
-        if self._landing is not None and not self._landing.done():
+        while another call's write carries them waits until they are in (tools run concurrently);
+        if that failed, the held checkpoint is held again and this write carries it."""
+        while True:
+            before = self._held
+            if held := self._take(supersedes):
+                self._landing = landing = asyncio.gather(*held)
+                if before is not None and not supersedes:
+                    landing.add_done_callback(partial(self._unless_landed, before[:2]))
+                done = await asyncio.gather(landing, write)
+                return cast(T, done[1])
+            carrying = self._landing
+            if carrying is None or carrying.done():
+                return await write
             try:
-                await asyncio.shield(self._landing)  # its failure is this write's too: never before it
+                await asyncio.shield(carrying)  # never before it
             except BaseException:
+                if self._held is not None and not carrying.cancelled():
+                    continue  # held again (``_unless_landed``): written with this write now
                 if inspect.iscoroutine(write):
                     write.close()
                 raise
-        return await write
+            return await write
+
+    def _unless_landed(
+        self, checkpoint: tuple[list[ModelMessage], list[int]], landing: asyncio.Future[Any]
+    ) -> None:
+        """The held checkpoint's write failed (a store failover, say): held again, so the run's next
+        write or model request writes it, unless a newer one is held by then."""
+        if (landing.cancelled() or landing.exception() is not None) and self._held is None:
+            self._held = (*checkpoint, ())
 
     async def settle(self) -> None:
         """Commit what is held now (before a write outside the journal, or the next model request)."""
