@@ -281,3 +281,21 @@ async def test_holding_again_keeps_the_earlier_writes() -> None:
     checkpoints.hold([*_messages(), ModelResponse(parts=[TextPart("more")])], lambda: _logged(log, "usage2"))
     await checkpoints.settle()
     assert log.count("checkpoint>") == 1 and "usage1<" in log and "usage2<" in log, log
+
+
+async def test_a_write_cancelled_while_it_waits_for_the_held_checkpoint_stays_cancelled() -> None:
+    """Cancelled while it waits for the write carrying the held checkpoint (the run ends), a write
+    is cancelled, not turned into a second attempt at the checkpoint."""
+    log: list[str] = []
+    checkpoints = _checkpoints(log)
+    checkpoints.hold(_messages())
+    carried = asyncio.ensure_future(checkpoints.along(_logged(log, "entry")))
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(checkpoints.along(_logged(log, "follow_up")))
+    await asyncio.sleep(0.005)
+    checkpoints.hold(_messages())  # a newer step's checkpoint held meanwhile
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert await carried == "entry"
+    assert "follow_up>" not in log and log.count("checkpoint>") == 1, log

@@ -139,7 +139,8 @@ class Checkpoints:
             try:
                 await asyncio.shield(carrying)  # never before it
             except BaseException:
-                if self._held is not None and not carrying.cancelled():
+                failed = carrying.done() and not carrying.cancelled() and carrying.exception() is not None
+                if failed and self._held is not None:
                     continue  # held again (``_unless_landed``): written with this write now
                 if inspect.iscoroutine(write):
                     write.close()
