@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from app.runs.checkpoint import STREAMED_KEY, tag_streamed
 from app.runs.resume import OpenAnswer, answer_reached, resume
 from channel.slack.adapter import MAX_POST_CHARS
 from storage import Store, TaskRecord
-from tests.support.sessions import slack_session
+from tests.support.sessions import SessionEnv, slack_session
 from threadbound_emulator import FakeSlack
 
 
@@ -37,24 +39,31 @@ def _thread(slack: FakeSlack) -> str:
     return slack.add_message("C1", "<@UBOT> how much?", user="U1")
 
 
+@asynccontextmanager
+async def _streaming(tmp_path: Path) -> AsyncIterator[tuple[FakeSlack, SessionEnv]]:
+    """A session in a thread of C1 streaming its answers (each flush at once)."""
+    async with FakeSlack() as slack:
+        root = _thread(slack)
+        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
+            assert env.session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
+            yield slack, env
+
+
 async def test_a_stream_journals_what_it_starts_outside_a_call_under_its_key(tmp_path: Path) -> None:
     """The first message starts while no call is handled: journalled under the answer's key; the
     second part, started by the reply's call as it finishes, under the call's id."""
     answer = "word " * (MAX_POST_CHARS // 5 + 200)
-    async with FakeSlack() as slack:
-        root = _thread(slack)
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            session = env.session
-            assert session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
-            session.stream_text("call:c1", "word word ")
-            await slack.wait_for_calls("chat.startStream")
-            assert session.answer is not None
-            key = session.answer.key
-            result = await session.call("channel_reply", {"text": answer}, call_id="c1")
-            assert len(result["parts"]) == 2, result
-            entries = [e for e in await env.store.call_effects(env.task.task_id) if e.tool == "channel_reply"]
-            assert [e.call_id for e in entries] == [key, "c1"]
-            assert [json.loads(e.result or "{}").get("message") for e in entries] == result["parts"]
+    async with _streaming(tmp_path) as (slack, env):
+        session = env.session
+        session.stream_text("call:c1", "word word ")
+        await slack.wait_for_calls("chat.startStream")
+        assert session.answer is not None
+        key = session.answer.key
+        result = await session.call("channel_reply", {"text": answer}, call_id="c1")
+        assert len(result["parts"]) == 2, result
+        entries = [e for e in await env.store.call_effects(env.task.task_id) if e.tool == "channel_reply"]
+        assert [e.call_id for e in entries] == [key, "c1"]
+        assert [json.loads(e.result or "{}").get("message") for e in entries] == result["parts"]
 
 
 async def _journalled(store: Store, task: TaskRecord, call_id: str, message: str) -> str:
@@ -155,23 +164,20 @@ def test_only_the_first_streamed_reply_call_is_tagged_even_before_a_message_star
 async def test_of_two_streamed_reply_calls_only_the_owner_finishes_the_answer(tmp_path: Path) -> None:
     """Both calls' text streamed; whichever runs first, the stream is the named call's and the other
     reply is posted on its own, so each call's journal entries are its own."""
-    async with FakeSlack() as slack:
-        root = _thread(slack)
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            session = env.session
-            assert session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
-            session.stream_text("call:c1", "first reply ")
-            session.stream_text("call:c2", "second reply ")
-            await slack.wait_for_calls("chat.startStream")
-            assert session.answer is not None and session.answer.owner == "c1"
-            session.answer.own("c2")
-            one = await session.call("channel_reply", {"text": "first reply"}, call_id="c1")
-            two = await session.call("channel_reply", {"text": "second reply"}, call_id="c2")
-            assert slack.count("chat.postMessage") == 1 and slack.count("chat.stopStream") == 1
-            entries = {e.call_id: e for e in await env.store.call_effects(env.task.task_id)}
-            assert json.loads(entries["c1"].result or "{}")["message"] == one["message"]
-            stream_key = next(k for k in entries if k.startswith("stream:"))
-            assert json.loads(entries[stream_key].result or "{}")["message"] == two["message"]
+    async with _streaming(tmp_path) as (slack, env):
+        session = env.session
+        session.stream_text("call:c1", "first reply ")
+        session.stream_text("call:c2", "second reply ")
+        await slack.wait_for_calls("chat.startStream")
+        assert session.answer is not None and session.answer.owner == "c1"
+        session.answer.own("c2")
+        one = await session.call("channel_reply", {"text": "first reply"}, call_id="c1")
+        two = await session.call("channel_reply", {"text": "second reply"}, call_id="c2")
+        assert slack.count("chat.postMessage") == 1 and slack.count("chat.stopStream") == 1
+        entries = {e.call_id: e for e in await env.store.call_effects(env.task.task_id)}
+        assert json.loads(entries["c1"].result or "{}")["message"] == one["message"]
+        stream_key = next(k for k in entries if k.startswith("stream:"))
+        assert json.loads(entries[stream_key].result or "{}")["message"] == two["message"]
 
 
 async def test_a_part_slack_cut_short_is_finished_from_where_its_message_stops(tmp_path: Path) -> None:
@@ -206,16 +212,13 @@ async def test_a_message_whose_stream_broke_records_how_much_of_its_part_it_hold
     is posted after it, and the first message's entry says how much of the part it holds — so a
     crash before that post has the rest posted as the run resumes, not lost."""
     first = "the first words "
-    async with FakeSlack() as slack:
-        root = _thread(slack)
-        async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            session = env.session
-            assert session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
-            session.stream_text("call:c1", first)
-            await slack.wait_for_calls("chat.startStream")
-            slack.fail("chat.appendStream", "invalid_blocks", times=None)
-            result = await session.call("channel_reply", {"text": first + "and the rest"}, call_id="c1")
-            assert len(result["parts"]) == 2
-            entries = [e for e in await env.store.call_effects(env.task.task_id) if e.tool == "channel_reply"]
-            closes = [json.loads(e.result or "{}") for e in entries]
-            assert closes[0].get("chars") == len(first) and "chars" not in closes[1], closes
+    async with _streaming(tmp_path) as (slack, env):
+        session = env.session
+        session.stream_text("call:c1", first)
+        await slack.wait_for_calls("chat.startStream")
+        slack.fail("chat.appendStream", "invalid_blocks", times=None)
+        result = await session.call("channel_reply", {"text": first + "and the rest"}, call_id="c1")
+        assert len(result["parts"]) == 2
+        entries = [e for e in await env.store.call_effects(env.task.task_id) if e.tool == "channel_reply"]
+        closes = [json.loads(e.result or "{}") for e in entries]
+        assert closes[0].get("chars") == len(first) and "chars" not in closes[1], closes

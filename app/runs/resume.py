@@ -77,9 +77,7 @@ async def resume(
     calls = [c for c in calls if c.tool_call_id not in gated]
     if not calls:
         return task, None  # calls waiting for approval: the approvals pass their results
-    by_call: dict[str, list[EffectRecord]] = {}
-    for effect in await store.call_effects(task.task_id):
-        by_call.setdefault(effect.call_id, []).append(effect)
+    by_call = await _by_call(store, task.task_id)
     streamed = (last.metadata or {}).get(STREAMED_KEY)
     for call_id, names in (streamed if isinstance(streamed, dict) else {}).items():
         # Streamed while the model wrote the call, before it existed: journalled under the answer's key.
@@ -94,6 +92,14 @@ async def resume(
         returns.append(ToolReturnPart(call.tool_name, content, call.tool_call_id))
     history.append(ModelRequest(parts=returns))
     return replace(task, transcript=ModelMessagesTypeAdapter.dump_json(history)), None
+
+
+async def _by_call(store: Store, task_id: str) -> dict[str, list[EffectRecord]]:
+    """The task's journal entries made under a call id (a tool call's, an answer's, a stream's), by it."""
+    by_call: dict[str, list[EffectRecord]] = {}
+    for effect in await store.call_effects(task_id):
+        by_call.setdefault(effect.call_id, []).append(effect)
+    return by_call
 
 
 async def entries_named(
@@ -181,9 +187,7 @@ def _interrupted(message: str) -> dict[str, Any]:
 
 async def answer_reached(store: Store, task_id: str, answer: OpenAnswer) -> Reached | None:
     """How far the open answer's messages reach in the thread (:func:`_reached`); None: nowhere."""
-    by_call: dict[str, list[EffectRecord]] = {}
-    for effect in await store.call_effects(task_id):
-        by_call.setdefault(effect.call_id, []).append(effect)
+    by_call = await _by_call(store, task_id)
     return _reached(by_call.get(answer.call, []) + await entries_named(store, by_call, answer.effects))
 
 
