@@ -17,6 +17,14 @@ share their syncs instead of queueing one per statement; a write is answered onl
 A batch of writes that need no sync of their own (``Statement.synced``, ``_call(synced=False)``)
 commits under ``synchronous = NORMAL``: it survives the process dying, and a power loss from the next
 synced commit on (whose sync covers all the WAL before it).
+
+While the process has nothing else to do (``inline_when``: one run working, no delivery waiting
+for its 200) and the database thread has no job, a read or a batch runs on the caller's thread
+instead, its loop waiting out the statements and the sync: the two thread hops and the loop laps
+around them cost more than the job then. It never waits for another process's lock there (busy
+timeout 0; the job goes to the thread, which waits), and a batch with a failing call is rolled
+back and redone on the thread, so the outcome is the thread's. Under load the thread does the
+work as before, and the loop goes on with everything else meanwhile.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from .liveness import FileLiveness
 from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
 from .sqlcore import Reads, WriteRead
-from .sqlite_jobs import Call, drive, immediate, run_batch
+from .sqlite_jobs import Call, NotHere, drive, immediate, run_batch, without_waiting
 from .sqlite_thread import DatabaseThread, Db, unsynced
 from .sqlstore import SqlStore
 
@@ -90,6 +98,8 @@ class SQLiteStore(SqlStore):
         #: The store whose database thread this one uses (``for_another_loop``); None: its own.
         self._parent: SQLiteStore | None = None
         self._thread_lock = threading.Lock()
+        #: Whether this process has nothing else to do now (``inline_when``); None: always queue.
+        self._alone: Callable[[], bool] | None = None
 
     def for_another_loop(self) -> SQLiteStore:
         """The same database, batched on the calling loop, through this store's database thread
@@ -98,6 +108,11 @@ class SQLiteStore(SqlStore):
         sibling._parent = self
         sibling._liveness = None  # instances register through the main store only
         return sibling
+
+    def inline_when(self, alone: Callable[[], bool]) -> None:
+        """While ``alone()``, run reads and batches on the caller's thread when the database
+        thread is idle (module docstring)."""
+        self._alone = alone
 
     @property
     def path(self) -> str:
@@ -110,7 +125,11 @@ class SQLiteStore(SqlStore):
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: the sqlite3 module must not open transactions behind our back;
         # timeout is SQLite's busy timeout, how long to wait for another process's write lock.
-        db = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout)
+        # check_same_thread=False: a caller's thread may use it between the thread's jobs (run_here,
+        # which holds the connection's lock).
+        db = sqlite3.connect(
+            self._path, isolation_level=None, timeout=self._busy_timeout, check_same_thread=False
+        )
         try:
             db.row_factory = sqlite3.Row
             self._enable_wal(db)
@@ -158,11 +177,30 @@ class SQLiteStore(SqlStore):
         except (sqlite3.Error, OSError) as exc:
             raise _store_error(exc) from exc
 
+    def _here(self, fn: Callable[[Db], T]) -> tuple[bool, T | None]:
+        """``(True, fn(connection))`` run on this thread while the process is alone and the database
+        thread idle; ``(False, None)``: queue it (module docstring)."""
+        if self._alone is None or self._closed or not self._alone():
+            return False, None
+        thread = self._parent._thread if self._parent is not None else self._thread
+        if thread is None:
+            return False, None
+        try:
+            return thread.run_here(partial(without_waiting, work=fn, busy_ms=int(self._busy_timeout * 1000)))
+        except (NotHere, sqlite3.Error, OSError):
+            # Nothing done here: the thread does it and reports what fails (its errors are the store's).
+            return False, None
+
+    async def _read(self, fn: Callable[[Db], T]) -> T:
+        """``fn``, which only reads, here when it can be, else on the database thread."""
+        done, result = self._here(fn)
+        return result if done else await self._run(fn)  # type: ignore[return-value]
+
     # -- the four primitives -------------------------------------------------------
     async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         text = SQLITE.sql(statement)
         if text.lstrip().split(None, 1)[0].upper() in _READS:
-            return await self._run(lambda db: db.execute(text, params).fetchall())
+            return await self._read(lambda db: db.execute(text, params).fetchall())
         rows: list[sqlite3.Row] = await self._batch(
             lambda db: db.execute(text, params).fetchall(), synced=statement.synced
         )
@@ -172,7 +210,7 @@ class SQLiteStore(SqlStore):
         texts = [(SQLITE.sql(statement), params) for statement, params in reads]
         if any(text.lstrip().split(None, 1)[0].upper() not in _READS for text, _ in texts):
             return await super()._reads(reads)
-        return await self._run(lambda db: [db.execute(text, params).fetchall() for text, params in texts])
+        return await self._read(lambda db: [db.execute(text, params).fetchall() for text, params in texts])
 
     async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
         text = SQLITE.sql(statement)
@@ -245,12 +283,25 @@ class SQLiteStore(SqlStore):
         synced = any(sync for _, _, sync in batch)
         done: list[Sequence[Any]] = []
 
-        def commit(db: Db) -> None:
-            try:
-                done.append(run_batch(db, calls) if synced else unsynced(db, partial(run_batch, db, calls)))
-            except BaseException as exc:  # not a driver error (a bug): every call of the batch fails
-                done.append([exc] * len(calls))
+        def commit(db: Db, here: bool = False) -> None:
+            def work() -> None:
+                done.append(run_batch(db, calls, here=here))
 
+            try:
+                work() if synced else unsynced(db, work)
+            except NotHere:
+                raise
+            except BaseException as exc:
+                if done:
+                    return  # committed: a pragma failing after it changes nothing
+                if here and isinstance(exc, sqlite3.Error):
+                    raise  # nothing done here: the thread does it and reports its failure
+                done.append([exc] * len(calls))  # not a driver error (a bug): every call fails
+
+        self._here(partial(commit, here=True))
+        if done:  # committed here (a failure after the commit, restoring a pragma, changes nothing)
+            _answer(futures, done[0])
+            return
         try:
             await self._run(commit)
         except asyncio.CancelledError:

@@ -1,5 +1,7 @@
 """What a :class:`~storage.sqlite.SQLiteStore` runs on its database thread: transactions, a batch
-of calls committed together (each rerun alone if one fails), a script driven to its end."""
+of calls committed together (each rerun alone if one fails), a script driven to its end; and
+the same work run on the caller's thread, which never waits for another connection's lock
+(:func:`without_waiting`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,25 @@ from .sqlite_thread import Db
 T = TypeVar("T")
 #: A procedure and its parameters, or one write statement's work (a function of the connection).
 Call = tuple[Procedure, Mapping[str, Any]] | Callable[[Db], Any]
+
+
+class NotHere(Exception):
+    """The job did nothing here (another connection holds a lock it needs, or a call of its batch
+    failed and was rolled back): queue it to the database thread, which waits and reruns."""
+
+
+def without_waiting(db: Db, work: Callable[[Db], T], *, busy_ms: int) -> T:
+    """``work(db)`` with SQLite's busy timeout off: a lock another process holds raises
+    :class:`NotHere` at once instead of blocking the caller's event loop for up to the timeout."""
+    db.execute("PRAGMA busy_timeout = 0")
+    try:
+        return work(db)
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise NotHere from exc
+        raise
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {busy_ms}")
 
 
 def rollback(db: Db) -> None:
@@ -53,15 +74,19 @@ def procedure(db: Db, call: Call) -> Any:
     return row
 
 
-def run_batch(db: Db, calls: Sequence[Call]) -> list[Any]:
+def run_batch(db: Db, calls: Sequence[Call], *, here: bool = False) -> list[Any]:
     """Each call's result row or error. All calls go in one transaction, in order, so a later one
     sees an earlier one's writes (two deliveries of one message: one claimed, one duplicate). If a
     call or the commit fails, the batch is rolled back and every call rerun in a transaction of its
     own, so a bad call fails alone. A BEGIN that fails (busy past the timeout) fails them all:
-    rerunning would only wait out the timeout once per call."""
+    rerunning would only wait out the timeout once per call. ``here`` (on the caller's thread,
+    :func:`without_waiting`): a BEGIN or a call that fails raises :class:`NotHere`, nothing
+    committed, and the database thread does the rest."""
     try:
         db.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
+        if here:
+            raise NotHere from exc
         return [exc] * len(calls)
     try:
         results: list[Any] = [procedure(db, call) for call in calls]
@@ -69,6 +94,8 @@ def run_batch(db: Db, calls: Sequence[Call]) -> list[Any]:
         return results
     except sqlite3.Error as exc:
         rollback(db)
+        if here:
+            raise NotHere from exc
         if len(calls) == 1:
             return [exc]
     except BaseException:

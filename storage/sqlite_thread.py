@@ -1,5 +1,6 @@
-"""The SQLite store's database thread: one daemon thread that alone uses the connection and runs
-the store's jobs in order, each settling its caller's future on the caller's loop."""
+"""The SQLite store's database thread: one daemon thread that runs the store's jobs in order, each
+settling its caller's future on the caller's loop; while it has none, a caller may run its job on
+its own thread instead (:meth:`DatabaseThread.run_here`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class DatabaseThread:
         #: Set by ``stop``: jobs submitted afterwards (from another loop's thread) fail at once.
         self._stopping = False
         self._lock = threading.Lock()
+        #: Jobs submitted and not yet run to their end: ``run_here`` waits for none of them.
+        self._pending = 0
+        #: Held by whoever uses the connection: the thread for each job, or a ``run_here`` caller.
+        self._use = threading.Lock()
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._thread.start()
 
@@ -41,14 +46,33 @@ class DatabaseThread:
             if self._stopping:
                 future.set_exception(sqlite3.ProgrammingError("the database thread has stopped"))
             else:
+                self._pending += 1
                 self._jobs.put((fn, future))
         return future
+
+    def run_here(self, fn: Callable[[Db], T]) -> tuple[bool, T | None]:
+        """``(True, fn(connection))``, run on the calling thread, when no job is queued or running
+        (so jobs still use the connection one at a time, each after those made before it);
+        ``(False, None)`` when there is one, or before the thread opened the connection. What
+        ``fn`` raises reaches the caller."""
+        if self._pending or self._db is None or self._stopping:
+            return False, None
+        if not self._use.acquire(blocking=False):  # another loop's thread is running one here
+            return False, None
+        try:
+            db = self._db
+            if self._pending or db is None:  # a job was queued from another thread meanwhile
+                return False, None
+            return True, fn(db)
+        finally:
+            self._use.release()
 
     async def stop(self) -> None:
         """Close the connection after the jobs queued so far, then end the thread."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         with self._lock:
             self._stopping = True
+            self._pending += 1
             self._jobs.put((self._close, future))
             self._jobs.put(None)
         try:
@@ -63,15 +87,15 @@ class DatabaseThread:
     def _main(self) -> None:
         while (job := self._jobs.get()) is not None:
             fn, future = job
-            try:
-                if self._db is None:
-                    if fn == self._close:
-                        _settle(future, None, None)
-                        continue
-                    self._db = self._opener()
-                result, error = fn(self._db), None
-            except BaseException as exc:  # handed to the caller, whatever it is
-                result, error = None, exc
+            with self._use:
+                try:
+                    if self._db is None and fn != self._close:
+                        self._db = self._opener()
+                    result, error = (fn(self._db) if self._db is not None else None), None
+                except BaseException as exc:  # handed to the caller, whatever it is
+                    result, error = None, exc
+            with self._lock:
+                self._pending -= 1
             _settle(future, result, error)
         if self._db is not None:  # stop() without its close job having run (cannot happen; cheap)
             self._db.close()

@@ -12,6 +12,8 @@ method's docstring (in the ``sqlstore_*.py`` mixins) is its contract.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import statements as sql
 from ._rows import stats_from_row
 from .records import StoreStats
@@ -44,6 +46,12 @@ class SqlStore(TaskMethods, LeaseMethods, SessionMethods, PeopleMethods, FollowU
         (Postgres, whose connections belong to one loop). Use it and close it on that loop only;
         closing it leaves this store open, and closing this store ends it too."""
         raise NotImplementedError(f"{type(self).__name__} cannot be used from another loop")
+
+    def inline_when(self, alone: Callable[[], bool]) -> None:
+        """``alone()``: whether this process has nothing else to do now (one run working, no
+        delivery waiting for its 200). A backend whose calls hop to a thread of its own (SQLite)
+        then makes them on the caller's thread, where the hop costs more than the call; the others
+        ignore it."""
 
     async def stats(self) -> StoreStats:
         """Counts for readiness probes and benchmarks."""

@@ -1,7 +1,8 @@
 """Shared fixtures.
 
 Store fixtures: every contract test runs once per backend. ``sqlite`` uses a file
-under ``tmp_path``; ``postgres`` needs ``TEST_DATABASE_URL`` (e.g.
+under ``tmp_path``; ``sqlite-inline`` the same with every job run on the loop's thread when the
+database thread is idle (``Store.inline_when``, as while one run works); ``postgres`` needs ``TEST_DATABASE_URL`` (e.g.
 ``postgresql://postgres@127.0.0.1:5432/test``) and gets a fresh schema per test,
 dropped afterwards, so tests never see each other's rows.
 
@@ -60,11 +61,11 @@ async def database_url() -> AsyncIterator[str]:
         yield schema.url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-inline", "postgres"])
 async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
     base_url = ""
     schema = ""
-    if request.param == "sqlite":
+    if request.param.startswith("sqlite"):
         url = f"sqlite:///{tmp_path}/store.db"
     else:
         base_url = os.environ.get("TEST_DATABASE_URL", "")
@@ -76,6 +77,9 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
 
     async def make(*, migrate: bool = True) -> Store:
         store = open_store(url)
+        if request.param == "sqlite-inline":
+            # As when the process has nothing else to do: jobs run on the loop's thread when they can.
+            store.inline_when(lambda: True)
         opened.append(store)
         if migrate:
             await store.migrate()

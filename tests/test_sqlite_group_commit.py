@@ -47,9 +47,9 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
     levels: list[int] = []
     real = storage.sqlite.run_batch
 
-    def spy(db: Any, calls: Sequence[Any]) -> Any:
+    def spy(db: Any, calls: Sequence[Any], **how: Any) -> Any:
         levels.append(int(db.execute("PRAGMA synchronous").fetchone()[0]))
-        return real(db, calls)
+        return real(db, calls, **how)
 
     monkeypatch.setattr(storage.sqlite, "run_batch", spy)
     normal, full = 1, 2

@@ -285,9 +285,9 @@ def claim_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     batch = storage.sqlite.run_batch
 
-    def spy(db: Any, calls: Sequence[Any]) -> Any:
+    def spy(db: Any, calls: Sequence[Any], **how: Any) -> Any:
         sizes.append(len(calls))
-        return batch(db, calls)
+        return batch(db, calls, **how)
 
     monkeypatch.setattr(storage.sqlite, "run_batch", spy)
     return sizes

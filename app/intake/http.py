@@ -104,6 +104,9 @@ class AckCounter(Protocol):
 
     def acking(self) -> contextlib.AbstractContextManager[None]: ...
 
+    @property
+    def in_flight(self) -> int: ...
+
 
 class OnMain(Protocol):
     """Runs a call on the service's main loop (``app.intake.edge_thread.MainLoop``)."""
@@ -241,6 +244,11 @@ class HttpEdge:
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         self.app = app
+
+    def alone(self) -> bool:
+        """At most one delivery in flight (the caller's): the edge's store may work inline
+        (``Store.inline_when``)."""
+        return self._ack_gate is None or self._ack_gate.in_flight <= 1
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         if not self._slack_events:

@@ -33,6 +33,11 @@ class AckGate:
             self._loop = None
 
     @property
+    def in_flight(self) -> int:
+        """Deliveries waiting for their acknowledgement."""
+        return self._in_flight
+
+    @property
     def busy(self) -> bool:
         """A delivery is waiting for its acknowledgement."""
         return self._in_flight > 0

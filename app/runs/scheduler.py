@@ -110,6 +110,10 @@ class Scheduler(InstanceLooks):
         #: Set (and replaced) whenever the dispatcher started drivers, for ``idle``.
         self._started = asyncio.Event()
 
+    def alone(self) -> bool:
+        """At most one driver at work and no delivery waiting for its 200 (``Store.inline_when``)."""
+        return len(self._drivers) <= 1 and not (self.ack_gate is not None and self.ack_gate.busy)
+
     # -- wake-ups --------------------------------------------------------------------------
     def notify(self, task_id: str, author: str | None = None, message: tuple[str, str] | None = None) -> None:
         """Make sure a driver for ``task_id`` runs in this process soon (it may find the lease
