@@ -4,8 +4,7 @@ Store fixtures: every contract test runs once per backend. ``sqlite`` uses a fil
 under ``tmp_path``; ``sqlite-inline`` the same with every job run on the loop's thread when the
 database thread is idle (``Store.inline_when``, as while one run works); ``postgres`` needs
 ``TEST_DATABASE_URL`` (e.g. ``postgresql://postgres@127.0.0.1:5432/test``) and gets a fresh
-schema per test,
-dropped afterwards, so tests never see each other's rows.
+schema per test, dropped afterwards, so tests never see each other's rows.
 
 A test that starts a Python process (a server, the CLI, an MCP server) must be marked
 ``@pytest.mark.process`` (``-m "not process and not browser"`` is the fast subset); an unmarked one
