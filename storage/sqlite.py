@@ -44,7 +44,7 @@ from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
 from .sqlcore import Reads, WriteRead
 from .sqlite_jobs import Call, NotHere, drive, immediate, run_batch, without_waiting
-from .sqlite_thread import DatabaseThread, Db, unsynced
+from .sqlite_thread import DatabaseThread, Db
 from .sqlstore import SqlStore
 
 T = TypeVar("T")
@@ -128,9 +128,10 @@ class SQLiteStore(SqlStore):
         # check_same_thread=False: a caller's thread may use it between the thread's jobs (run_here,
         # which holds the connection's lock).
         db = sqlite3.connect(
-            self._path, isolation_level=None, timeout=self._busy_timeout, check_same_thread=False
+            self._path, isolation_level=None, timeout=self._busy_timeout, check_same_thread=False, factory=Db
         )
         try:
+            db.busy_ms = int(self._busy_timeout * 1000)
             db.row_factory = sqlite3.Row
             self._enable_wal(db)
             # FULL: a claim acknowledged to Slack must survive a power loss, not only a crash.
@@ -186,7 +187,7 @@ class SQLiteStore(SqlStore):
         if thread is None:
             return False, None
         try:
-            return thread.run_here(partial(without_waiting, work=fn, busy_ms=int(self._busy_timeout * 1000)))
+            return thread.run_here(partial(without_waiting, work=fn))
         except (NotHere, sqlite3.Error, OSError):
             # Nothing done here: the thread does it and reports what fails (its errors are the store's).
             return False, None
@@ -288,7 +289,8 @@ class SQLiteStore(SqlStore):
                 done.append(run_batch(db, calls, here=here))
 
             try:
-                work() if synced else unsynced(db, work)
+                db.syncs(synced)  # FULL again for the next synced batch (``Db``)
+                work()
             except NotHere:
                 raise
             except BaseException as exc:

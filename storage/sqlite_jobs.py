@@ -24,18 +24,17 @@ class NotHere(Exception):
     failed and was rolled back): queue it to the database thread, which waits and reruns."""
 
 
-def without_waiting(db: Db, work: Callable[[Db], T], *, busy_ms: int) -> T:
-    """``work(db)`` with SQLite's busy timeout off: a lock another process holds raises
-    :class:`NotHere` at once instead of blocking the caller's event loop for up to the timeout."""
-    db.execute("PRAGMA busy_timeout = 0")
+def without_waiting(db: Db, work: Callable[[Db], T]) -> T:
+    """``work(db)`` with SQLite's busy timeout off (the database thread turns it on again before its
+    next job): a lock another process holds raises :class:`NotHere` at once instead of blocking the
+    caller's event loop for up to the timeout."""
+    db.waits_for_locks(False)
     try:
         return work(db)
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             raise NotHere from exc
         raise
-    finally:
-        db.execute(f"PRAGMA busy_timeout = {busy_ms}")
 
 
 def rollback(db: Db) -> None:

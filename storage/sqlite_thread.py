@@ -13,7 +13,29 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-Db = sqlite3.Connection
+
+
+class Db(sqlite3.Connection):
+    """The store's connection (``sqlite3.connect(factory=Db)``). It keeps the two settings its jobs
+    switch as they are now, so that a switch costs a statement only when it changes one: whether
+    it waits ``busy_ms`` for another connection's lock (the database thread's jobs) or not at all
+    (a job run on the caller's thread), and whether a commit syncs the WAL (``synchronous = FULL``,
+    the store's default) or not (``NORMAL``: a batch of writes synced by the next commit)."""
+
+    busy_ms = 0
+    _waits = True
+    _synced = True
+
+    def waits_for_locks(self, on: bool) -> None:
+        if self._waits != on:
+            self.execute(f"PRAGMA busy_timeout = {self.busy_ms if on else 0}")
+            self._waits = on
+
+    def syncs(self, on: bool) -> None:
+        if self._synced != on:
+            # Outside any transaction: SQLite refuses to change it inside one.
+            self.execute(f"PRAGMA synchronous = {'FULL' if on else 'NORMAL'}")
+            self._synced = on
 
 
 class DatabaseThread:
@@ -91,6 +113,10 @@ class DatabaseThread:
                 try:
                     if self._db is None and fn != self._close:
                         self._db = self._opener()
+                    if self._db is not None and fn != self._close:
+                        # Each job here starts waiting for locks and syncing its commits.
+                        self._db.waits_for_locks(True)
+                        self._db.syncs(True)
                     result, error = (fn(self._db) if self._db is not None else None), None
                 except BaseException as exc:  # handed to the caller, whatever it is
                     result, error = None, exc
@@ -113,13 +139,3 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
     # The caller's loop may be closed already (a store never closed, at exit): nobody is waiting.
     with contextlib.suppress(RuntimeError):
         future.get_loop().call_soon_threadsafe(settle)
-
-
-def unsynced(db: Db, work: Callable[[], T]) -> T:
-    """``work()``, its commits made without a WAL sync (``storage.sqlite``); the connection is back to
-    ``synchronous = FULL`` afterwards."""
-    db.execute("PRAGMA synchronous = NORMAL")  # outside any transaction: SQLite refuses it inside one
-    try:
-        return work()
-    finally:
-        db.execute("PRAGMA synchronous = FULL")

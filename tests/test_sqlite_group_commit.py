@@ -55,6 +55,7 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
     normal, full = 1, 2
     path = tmp_path / "store.db"
     store = open_store(f"sqlite:///{path}")
+    assert isinstance(store, SQLiteStore)
     await store.migrate()
     try:
         claimed = await store.claim_message(
@@ -70,6 +71,8 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
             UsageRecord(day="2026-12-01", person="U1", channel="C1", task_id=task_id, model="m", at=T0)
         )
         assert levels[1:] == [normal] * 4
+        # Any other job on the thread (a script, a read) finds FULL again: nothing inherits NORMAL.
+        assert await store._run(lambda db: int(db.execute("PRAGMA synchronous").fetchone()[0])) == full
         await store.open_effect(
             effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0, fence=fence
         )
@@ -84,7 +87,7 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
             store.save_run(task_id, transcript=b"[]", consumed=[], fence=None),
         )
         assert levels[9:] in ([full], [normal, full], [full, normal])
-        # Back to FULL after every batch that went without a sync: nothing else inherits NORMAL.
+        # A synced batch after one that went without a sync commits under FULL.
         levels.clear()
         await store.claim_message(
             event_id="Ev2", channel="C1", ts="1.2", thread_ts="1.1", create=False, payload="{}", now=T0
