@@ -285,23 +285,16 @@ class SQLiteStore(SqlStore):
         done: list[Sequence[Any]] = []
 
         def commit(db: Db, here: bool = False) -> None:
-            def work() -> None:
-                done.append(run_batch(db, calls, here=here))
-
             try:
-                db.syncs(synced)  # FULL again for the next synced batch (``Db``)
-                work()
-            except NotHere:
-                raise
+                db.syncs(synced)  # the level this batch needs (``Db``)
+                done.append(run_batch(db, calls, here=here))
             except BaseException as exc:
-                if done:
-                    return  # committed: a pragma failing after it changes nothing
-                if here and isinstance(exc, sqlite3.Error):
+                if here and isinstance(exc, (NotHere, sqlite3.Error)):
                     raise  # nothing done here: the thread does it and reports its failure
                 done.append([exc] * len(calls))  # not a driver error (a bug): every call fails
 
         self._here(partial(commit, here=True))
-        if done:  # committed here (a failure after the commit, restoring a pragma, changes nothing)
+        if done:  # committed here
             _answer(futures, done[0])
             return
         try:
