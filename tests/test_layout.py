@@ -1,4 +1,4 @@
-"""The shape of the code: short modules, no import circles, imports only downward, four installed packages.
+"""The shape of the code: modules of a readable size, no import circles, imports only downward, four installed packages.
 
 The import graph is read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from … import`` of one of our modules counts, at module level or inside a function, except
@@ -19,7 +19,8 @@ from setuptools import find_namespace_packages
 ROOT = Path(__file__).resolve().parent.parent
 #: Everything outside tests/ that is Python and ours.
 TOP_LEVEL = ("app", "channel", "storage", "threadbound_emulator", "bench")
-MAX_LINES = 400
+#: Module size is a guideline (about 600 lines), never the reason for a split; this is the hard stop.
+MAX_LINES = 1000
 
 #: app's layers, lowest first (see app/__init__.py); a module may import its own group and those
 #: listed for it. ``base`` is app.settings, app.logs, app.traces and app.clicks (and the bare
@@ -179,7 +180,7 @@ def _direction_error(source: str, target: str) -> str | None:
 
 
 def test_no_module_over_the_line_limit() -> None:
-    """No module outside tests is longer than 400 lines."""
+    """No module outside tests is longer than 1,000 lines (about 600 is the guideline)."""
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
     over = {name: lines for name, lines in sizes.items() if lines > MAX_LINES}
     assert not over, f"split these by concept into modules named for what they hold: {over}"
