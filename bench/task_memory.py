@@ -1,6 +1,6 @@
 """task_memory and run_memory: what a conversation costs in memory, at rest and while its run waits.
 
-``task_memory`` — RSS growth per **resting** conversation at 1,000 conversations (issue #22's
+``task_memory`` — RSS growth per **resting** conversation at 1,000 conversations (the
 "memory per conversation"). The app runs in this process (``AppHarness``: the real ``Service`` over
 real HTTP, SQLite store, model built from ``MODEL=openai-chat:fake`` as in production, default
 ``MAX_CONCURRENT_RUNS``). FakeSlack and a fast FakeOpenAI run in a helper child (``bench.fakes``),

@@ -2,7 +2,7 @@
 
 :class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required`` pattern): a
 matching call raises ``ApprovalRequired`` instead of running, unless its arguments cannot all be
-shown on a card (then it is denied at once: never gated half-visible, invariant 11). An approved
+shown on a card (then it is denied at once: never gated half-visible — Approvals show everything). An approved
 call is marked started in the store before it runs, so it runs at most once even after a crash.
 """
 
@@ -80,7 +80,7 @@ class ApprovalGate(WrapperToolset[RunDeps]):
             try:
                 arg_sections(json.dumps(tool_args, ensure_ascii=False))
             except ArgumentsUnshowable as exc:
-                # Never gated half-visible: a person could approve what they cannot see (invariant 11).
+                # Never gated half-visible: a person could approve what they cannot see (Approvals show everything).
                 log.warning("a gated call was denied: its arguments cannot be shown on a card (%s)", name)
                 return json.loads(
                     error_json(

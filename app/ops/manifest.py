@@ -31,7 +31,7 @@ BOT_EVENTS: dict[str, str] = {
     "message.mpim": "mpim:history",
 }
 
-#: Bot events the agent messaging experience adds (``--agent-view``); answered by ``app.agent_view``.
+#: Bot events the agent messaging experience adds (``--agent-view``); answered by ``app.intake.agent_view``.
 AGENT_VIEW_EVENTS: tuple[str, ...] = ("app_home_opened", "assistant_thread_started")
 
 _DEV_HOSTS = ("localhost", "127.0.0.1", "::1")

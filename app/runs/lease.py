@@ -5,11 +5,11 @@ While a run works, :meth:`Lease.heartbeat` renews it every third of ``ttl``. Whe
 renewal finds another owner, or no renewal succeeded for ``ttl`` (a hung process, an
 unreachable database), the lease counts as lost: :attr:`Lease.lost` is set and
 :meth:`Lease.check` — awaited before every write of the run — raises
-:class:`~app.run.RunStopped`, so the run ends before it posts anything more. A
+:class:`~app.runs.outcome.RunStopped`, so the run ends before it posts anything more. A
 check more than :data:`CONFIRM_AFTER` seconds after the store last confirmed the
 lease asks the store first, so even a process that was frozen cannot write on an old
 belief. The lease's :class:`~storage.base.Fence` goes with every durable write of the
-run, so a write that slips past the check is still refused by the store (invariant 12).
+run, so a write that slips past the check is still refused by the store (Fencing).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Slack file downloads, fenced because the request carries the bot token (invariant 7).
+"""Slack file downloads, fenced because the request carries the bot token (Guarded files).
 
 Only from ``SLACK_FILE_ORIGINS``, never through a redirect, at most 100 MiB and
 never more than the declared size, and never Slack's HTML sign-in page. Bytes

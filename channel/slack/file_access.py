@@ -5,7 +5,7 @@
 - A file inside a forwarded or linked message (``is_share``/``is_msg_unfurl`` attachment) is
   only *named* by the attachment, and anyone can post an attachment naming any file ID. It gets
   a handle only when ``files.info`` shows it shared in this conversation's channel; otherwise
-  it is listed as unavailable, with the reason (invariant 14: no fetch from another conversation).
+  it is listed as unavailable, with the reason (Text is data: no fetch from another conversation).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 from channel.contract import FileMeta
 
-#: Largest file fetched or attached (invariant 7).
+#: Largest file fetched or attached (Guarded files).
 MAX_BYTES = 100 * 2**20
 
 
