@@ -1,4 +1,4 @@
-"""The shape of the code: modules of a readable size, no import circles, imports only downward, four installed packages.
+"""The shape of the code: readable modules, no import circles, imports only downward, four packages.
 
 The import graph is read from the source with ``ast`` (nothing is imported): every ``import`` and
 ``from … import`` of one of our modules counts, at module level or inside a function, except

@@ -80,7 +80,8 @@ class ApprovalGate(WrapperToolset[RunDeps]):
             try:
                 arg_sections(json.dumps(tool_args, ensure_ascii=False))
             except ArgumentsUnshowable as exc:
-                # Never gated half-visible: a person could approve what they cannot see (Approvals show everything).
+                # Never gated half-visible: a person could approve what they cannot see
+                # (Approvals show everything).
                 log.warning("a gated call was denied: its arguments cannot be shown on a card (%s)", name)
                 return json.loads(
                     error_json(

@@ -130,7 +130,8 @@ def build_agent(
     capabilities: Sequence[AbstractCapability[Any]] = (),
 ) -> Agent[RunDeps, Any]:
     """The agent with the channel toolset first, then ``toolsets`` (the MCP tools). ``gate`` wraps
-    them all (``app.agent.approval_gate.ApprovalGate``): gated calls end the run with ``DeferredToolRequests``.
+    them all (``app.agent.approval_gate.ApprovalGate``): gated calls end the run with
+    ``DeferredToolRequests``.
     ``capabilities``: pydantic-ai hooks around each request (``app.ops.observe.ModelTiming``)."""
     # `None` output is allowed: ending with no text is how the model chooses to stay silent.
     # The tool budget also covers unknown tool names, which pydantic-ai charges to the agent's default.
