@@ -29,7 +29,7 @@ __all__ = [
     "StoreStats",
     "TaskRecord",
     "UsageRecord",
-    "once_more",
+    "retry_if_session_ended",
 ]
 
 _W = TypeVar("_W")
@@ -245,7 +245,7 @@ class LeaseMoved(StoreError):
     """A fenced write was refused: the lease it carried has moved to another acquisition."""
 
 
-async def once_more(write: Callable[[], Awaitable[_W]]) -> _W:
+async def retry_if_session_ended(write: Callable[[], Awaitable[_W]]) -> _W:
     """``write()``, made a second time when the database session ended under the first (a failover;
     for a write that is the same done twice: a close, an upsert, a claim of one event). Any other
     failure, and a lease that moved, is final."""
