@@ -43,7 +43,7 @@ from .liveness import FileLiveness
 from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
 from .sqlcore import Reads, WriteRead
-from .sqlite_jobs import Call, NotHere, drive, immediate, run_batch, without_waiting
+from .sqlite_jobs import Call, NeedsTheThread, drive, immediate, run_batch, without_waiting
 from .sqlite_thread import DatabaseThread, Db
 from .sqlstore import SqlStore
 
@@ -188,7 +188,7 @@ class SQLiteStore(SqlStore):
             return False, None
         try:
             return thread.run_here(partial(without_waiting, work=fn))
-        except (NotHere, sqlite3.Error, OSError):
+        except (NeedsTheThread, sqlite3.Error, OSError):
             # Nothing done here: the thread does it and reports what fails (its errors are the store's).
             return False, None
 
@@ -289,7 +289,7 @@ class SQLiteStore(SqlStore):
                 db.syncs(synced)  # the level this batch needs (``Db``)
                 done.append(run_batch(db, calls, here=here))
             except BaseException as exc:
-                if here and isinstance(exc, (NotHere, sqlite3.Error)):
+                if here and isinstance(exc, (NeedsTheThread, sqlite3.Error)):
                     raise  # nothing done here: the thread does it and reports its failure
                 done.append([exc] * len(calls))  # not a driver error (a bug): every call fails
 
