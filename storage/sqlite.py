@@ -99,7 +99,7 @@ class SQLiteStore(SqlStore):
         self._parent: SQLiteStore | None = None
         self._thread_lock = threading.Lock()
         #: Whether this process has nothing else to do now (``inline_when``); None: always queue.
-        self._alone: Callable[[], bool] | None = None
+        self._nothing_else_to_do: Callable[[], bool] | None = None
 
     def for_another_loop(self) -> SQLiteStore:
         """The same database, batched on the calling loop, through this store's database thread
@@ -109,10 +109,10 @@ class SQLiteStore(SqlStore):
         sibling._liveness = None  # instances register through the main store only
         return sibling
 
-    def inline_when(self, alone: Callable[[], bool]) -> None:
-        """While ``alone()``, run reads and batches on the caller's thread when the database
+    def inline_when(self, nothing_else_to_do: Callable[[], bool]) -> None:
+        """While ``nothing_else_to_do()``, run reads and batches on the caller's thread when the database
         thread is idle (module docstring)."""
-        self._alone = alone
+        self._nothing_else_to_do = nothing_else_to_do
 
     @property
     def path(self) -> str:
@@ -179,9 +179,9 @@ class SQLiteStore(SqlStore):
             raise _store_error(exc) from exc
 
     def _here(self, fn: Callable[[Db], T]) -> tuple[bool, T | None]:
-        """``(True, fn(connection))`` run on this thread while the process is alone and the database
-        thread idle; ``(False, None)``: queue it (module docstring)."""
-        if self._alone is None or self._closed or not self._alone():
+        """``(True, fn(connection))`` run on this thread while the process has nothing else to do
+        and the database thread is idle; ``(False, None)``: queue it (module docstring)."""
+        if self._nothing_else_to_do is None or self._closed or not self._nothing_else_to_do():
             return False, None
         thread = self._parent._thread if self._parent is not None else self._thread
         if thread is None:

@@ -47,9 +47,9 @@ class SqlStore(TaskMethods, LeaseMethods, SessionMethods, PeopleMethods, FollowU
         closing it leaves this store open, and closing this store ends it too."""
         raise NotImplementedError(f"{type(self).__name__} cannot be used from another loop")
 
-    def inline_when(self, alone: Callable[[], bool]) -> None:
-        """``alone()``: whether this process has nothing else to do now (one run working, no
-        delivery waiting for its 200). A backend whose calls hop to a thread of its own (SQLite)
+    def inline_when(self, nothing_else_to_do: Callable[[], bool]) -> None:
+        """``nothing_else_to_do()``: whether this process has nothing else to do now (one run
+        working, no delivery waiting for its 200). A backend whose calls hop to a thread of its own (SQLite)
         then makes them on the caller's thread, where the hop costs more than the call; the others
         ignore it."""
 

@@ -110,7 +110,7 @@ class Scheduler(InstanceLooks):
         #: Set (and replaced) whenever the dispatcher started drivers, for ``idle``.
         self._started = asyncio.Event()
 
-    def alone(self) -> bool:
+    def nothing_else_to_do(self) -> bool:
         """At most one driver at work and no delivery waiting for its 200 (``Store.inline_when``)."""
         return len(self._drivers) <= 1 and not (self.ack_gate is not None and self.ack_gate.busy)
 
