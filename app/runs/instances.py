@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from storage.base import Store
 
-from .takeover import CONFIRM_S, Judge
+from .takeover import CONFIRM_S, TakeoverRule
 
 log = logging.getLogger("app.runs.scheduler")
 
@@ -27,7 +27,7 @@ class InstanceLooks:
     store: Store
     owner: str
     clock: Callable[[], float]
-    _judge: Judge
+    _rule: TakeoverRule
     _swept: bool
     _accepting: bool
     sweep: Callable[[], Awaitable[int]]
@@ -40,7 +40,7 @@ class InstanceLooks:
         await self.store.register_instance(self.owner, now=self.clock())
         look = await self.store.look_at_instances(self.owner, now=self.clock())
         missing = tuple(o for o in look.missing if o != self.owner)
-        dead = self._judge.dead(replace(look, missing=missing), self.clock())
+        dead = self._rule.dead(replace(look, missing=missing), self.clock())
         for owner, reason in dead.items():
             ended = await self.store.expire_leases(owner, now=self.clock())
             log.warning("instance %s is gone (%s); taking over its %d conversations", owner, reason, ended)
@@ -72,4 +72,4 @@ class InstanceLooks:
             except Exception:
                 log.exception("looking for dead instances failed")
             # An owner seen alive went missing: its confirming look comes sooner.
-            await asyncio.sleep(min(interval, CONFIRM_S) if self._judge.confirming else interval)
+            await asyncio.sleep(min(interval, CONFIRM_S) if self._rule.confirming else interval)

@@ -44,7 +44,7 @@ from .lease import Lease
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 from .start import steering_inbox, take_task
-from .takeover import Judge
+from .takeover import TakeoverRule
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Scheduler(InstanceLooks):
         #: Tasks whose driver failed and was started again (once, ``DRIVER_RETRY_S`` later).
         self._retried: set[str] = set()
         #: Which owners whose liveness lock is missing count as dead (``app.runs.takeover``).
-        self._judge = Judge(getattr(store, "liveness_grace", 0.0))
+        self._rule = TakeoverRule(getattr(store, "liveness_grace", 0.0))
         self._accepting = True
         #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate

@@ -28,7 +28,7 @@ from storage.base import InstanceLook
 CONFIRM_S = 0.5
 
 
-class Judge:
+class TakeoverRule:
     """Remembers, across looks, who was seen alive under our own lock and since when who is missing."""
 
     def __init__(self, grace: float) -> None:
