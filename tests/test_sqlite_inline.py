@@ -41,7 +41,7 @@ async def traced(tmp_path: Path) -> AsyncIterator[tuple[SQLiteStore, Traced, lis
     store.inline_when(lambda: alone[0])
     await store.migrate()
     trace = Traced()
-    await store._run(lambda db: db.set_trace_callback(trace))
+    await store.database._run(lambda db: db.set_trace_callback(trace))
     try:
         yield store, trace, alone
     finally:
