@@ -39,12 +39,11 @@ from functools import partial
 from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
-from .instances import InstanceLooks
 from .lease import Lease
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 from .start import steering_inbox, take_task
-from .takeover import TakeoverRule
+from .takeover import InstanceLooks, TakeoverRule
 
 log = logging.getLogger(__name__)
 
