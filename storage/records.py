@@ -50,7 +50,7 @@ class TaskRecord:
     #: Deferred tools the model enabled with ``tool_search``; kept across resumes.
     enabled_tools: tuple[str, ...]
     created_at: float
-    #: The compacted summary of the conversation's older turns (``app/compaction.py``); ``""`` if none.
+    #: The compacted summary of the conversation's older turns (``app/runs/compaction.py``); ``""`` if none.
     summary: str = ""
     #: A run checkpointed its transcript and has not finished (it is resumed from there).
     run_open: bool = False

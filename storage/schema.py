@@ -22,7 +22,7 @@ Tables (same shape on both dialects):
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
 - ``model_usage`` (v7): one row per model request (tokens by kind) with its task, person, channel,
   model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v7)
-  is the compacted summary of a long conversation's older turns (``app/compaction.py``).
+  is the compacted summary of a long conversation's older turns (``app/runs/compaction.py``).
 - ``approvals`` (v8): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once: "Approvals show everything").
