@@ -257,7 +257,7 @@ class Service:
             ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
-        store.inline_when(runner.alone)  # SQLite: a job on the loop's thread while one run works
+        store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
         follow_ups = FollowUpSweep(
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
         )

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from storage.base import EffectRecord, Fence, once_more
+from storage.base import EffectRecord, Fence, retry_if_session_ended
 
 from .contract import ChannelAdapter, Origin, Posted
 from .errors import ChannelError, bounded
@@ -146,7 +146,7 @@ class EffectJournal:
         entry's result, so twice is once): a write that happened must not stay open for want of a
         second try, after a database failover ended the session the first one went to."""
         write = partial(self.store.close_effect, effect_id, result=json.dumps(result), fence=self.fence)
-        await once_more(write)
+        await retry_if_session_ended(write)
 
     async def write(self, tool: str, args: Result, action: Callable[[], Awaitable[Result]]) -> Result:
         """Run ``action`` inside an effect; its result (or its error result) closes the effect."""

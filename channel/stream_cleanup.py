@@ -5,7 +5,7 @@ of starts whose answer was lost looked for and removed."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import ChannelError
@@ -16,22 +16,27 @@ log = logging.getLogger(__name__)
 
 
 class StreamCleanup:
-    """The end-of-answer repairs of :class:`channel.streaming.AnswerStream` (its state, declared here)."""
+    """The end-of-answer repairs of one :class:`channel.streaming.AnswerStream`, which owns it and
+    hands it its messages: corrections, removals, and the look for messages of lost starts."""
 
-    _session: ReplyHost
-    _recipient: Mapping[str, Any] | None
-    _feedback: str
-    _messages: list[StreamedMessage]
-    _closed_parts: list[str]
-    _unknown: list[str]
+    def __init__(self, session: ReplyHost, *, recipient: Mapping[str, Any] | None, feedback: str) -> None:
+        self._session = session
+        self._recipient = recipient
+        self._feedback = feedback
+        #: ``channel_stream`` effects of starts whose answer was lost (the message may exist).
+        self._lost_starts: list[str] = []
 
-    async def _remove_unknown(self) -> None:
-        """Look for messages of starts whose answer was lost (none of this answer's own) and remove
-        them; what cannot be looked at now stays journalled for the next run."""
-        if not self._unknown:
+    def lost_start(self, effect_id: str) -> None:
+        """A start had no clear answer: its message may exist, and is looked for at the end."""
+        self._lost_starts.append(effect_id)
+
+    async def remove_lost(self, messages: Sequence[StreamedMessage]) -> None:
+        """Look for messages of starts whose answer was lost (none of ``messages``, the answer's own)
+        and remove them; what cannot be looked at now stays journalled for the next run."""
+        if not self._lost_starts:
             return
         session = self._session
-        mine = {m.posted.ref for m in self._messages if m.posted is not None}
+        mine = {m.posted.ref for m in messages if m.posted is not None}
         after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
         try:
             for orphan in await session.adapter.find_unfinished(session.origin, after):
@@ -40,11 +45,12 @@ class StreamCleanup:
         except ChannelError as exc:
             log.warning("could not remove a stream whose start had no answer: %s", exc.message)
             return
-        for effect in self._unknown:
+        for effect in self._lost_starts:
             await session.journal.close(effect, {"removed": "its start had no answer"})
-        self._unknown.clear()
+        self._lost_starts.clear()
 
-    async def _edit(self, message: StreamedMessage, text: str, feedback: str = "") -> None:
+    async def edit(self, message: StreamedMessage, text: str, feedback: str = "") -> None:
+        """Correct a streamed message to ``text`` (a failure is logged: the message stays as shown)."""
         if message.posted is None:
             return
         try:
@@ -53,23 +59,24 @@ class StreamCleanup:
         except ChannelError as exc:
             log.warning("correcting a streamed message failed: %s", exc.provider_code or exc.code)
 
-    async def _repair(self, parts: list[str]) -> None:
-        """Parts closed while the text was still growing must equal the final split (rarely not:
-        later text can change how earlier Markdown parses); correct, and remove messages of parts
-        the final split does not have."""
-        for k, closed in enumerate(self._closed_parts[: len(parts)]):
+    async def repair(
+        self, messages: Sequence[StreamedMessage], closed_parts: Sequence[str], parts: Sequence[str]
+    ) -> None:
+        """Parts closed while the text was still growing must equal the final split ``parts``
+        (rarely not: later text can change how earlier Markdown parses): correct them, and remove
+        the extra messages of a corrected part. Messages of parts the final split does not have
+        are the stream's to drop (:meth:`remove`)."""
+        for k, closed in enumerate(closed_parts[: len(parts)]):
             if closed == parts[k]:
                 continue
-            mine = [m for m in self._messages if m.part == k]
+            mine = [m for m in messages if m.part == k]
             if mine:
-                await self._edit(mine[0], parts[k], self._feedback if k == len(parts) - 1 else "")
+                await self.edit(mine[0], parts[k], self._feedback if k == len(parts) - 1 else "")
                 for extra in mine[1:]:
-                    await self._remove(extra, "replaced by a corrected part")
-        for message in [m for m in self._messages if m.part >= len(parts)]:
-            await self._remove(message, "not part of the final answer")
-            self._messages.remove(message)
+                    await self.remove(extra, "replaced by a corrected part")
 
-    async def _remove(self, message: StreamedMessage, why: str) -> None:
+    async def remove(self, message: StreamedMessage, why: str) -> None:
+        """Remove ``message`` from the conversation and close its journal entries with ``why``."""
         journal = self._session.journal
         # Deleted as it is, never stopped first: a stopped message carries the effect id, and if the
         # deletion then failed (or the process died) it would pass for a posted answer.

@@ -57,7 +57,7 @@ FLUSH_INTERVAL = 1.0
 Result = dict[str, Any]
 
 
-class AnswerStream(StreamCleanup):
+class AnswerStream:
     """One answer being streamed for a session (see the module docstring)."""
 
     def __init__(
@@ -72,6 +72,8 @@ class AnswerStream(StreamCleanup):
         self._recipient = recipient
         self._feedback = feedback
         self._interval = interval
+        #: Sets the messages right as the answer ends (and corrects one that diverged).
+        self._cleanup = StreamCleanup(session, recipient=recipient, feedback=feedback)
         self._sources = Sources()
         self._steps: list[Step] = []
         self._messages: list[StreamedMessage] = []
@@ -79,8 +81,6 @@ class AnswerStream(StreamCleanup):
         self._closed_parts: list[str] = []
         #: Streaming failed: what is not shown yet is posted when the answer ends.
         self.broken = False
-        #: ``channel_stream`` effects of starts whose answer was lost (the message may exist).
-        self._unknown: list[str] = []
         self._dirty = asyncio.Event()
         self._lock = asyncio.Lock()
         self._flusher: asyncio.Task[None] | None = None
@@ -171,8 +171,11 @@ class AnswerStream(StreamCleanup):
             raise ChannelError("invalid_arguments", "text is blank; write the reply in text.")
         parts = split_markdown(text, self._session.adapter.max_post_chars)
         await self._sync(text, final=True, parts=parts)
-        await self._repair(parts)
-        await self._remove_unknown()
+        await self._cleanup.repair(self._messages, self._closed_parts, parts)
+        for message in [m for m in self._messages if m.part >= len(parts)]:
+            await self._cleanup.remove(message, "not part of the final answer")
+            self._messages.remove(message)
+        await self._cleanup.remove_lost(self._messages)
         handles = [m.handle for m in self._messages if m.handle]
         if not handles:
             raise ChannelError("provider_error", "the reply could not be posted")
@@ -187,9 +190,9 @@ class AnswerStream(StreamCleanup):
         await self._stop_flusher()
         self._done = True
         for message in self._messages:
-            await self._remove(message, "the streamed text was not an answer")
+            await self._cleanup.remove(message, "the streamed text was not an answer")
         self._messages.clear()
-        await self._remove_unknown()
+        await self._cleanup.remove_lost(self._messages)
 
     # -- showing -----------------------------------------------------------------------------
     async def _sync(self, text: str, *, final: bool, parts: list[str] | None = None) -> bool:
@@ -236,7 +239,7 @@ class AnswerStream(StreamCleanup):
             if not rest.startswith(current.shown):
                 if complete:
                     await self._stop(current, "")
-                    await self._edit(current, rest, feedback)
+                    await self._cleanup.edit(current, rest, feedback)
                     return True
                 return sent  # diverged while being written: settled when the part completes
             delta = rest[len(current.shown) :]
@@ -290,7 +293,7 @@ class AnswerStream(StreamCleanup):
                 # looked for and removed (at the end of this answer, else by the next run).
                 log.warning("starting a stream had no clear answer, posting instead: %s", exc.provider_code)
                 unknown = {**where, "ref": "", "reply": effect_id, "after": after}
-                self._unknown.append(await journal.open(STREAM_EFFECT, unknown))
+                self._cleanup.lost_start(await journal.open(STREAM_EFFECT, unknown))
             else:
                 log.info("streaming refused, posting instead: %s", exc.provider_code or exc.code)
             await journal.close(effect_id, exc.as_result())

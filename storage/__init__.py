@@ -13,15 +13,20 @@ failures surface as :class:`StoreError` from that first call.
 
 Where things are
 ----------------
-- ``base.py``: the vocabulary, :class:`Store` and the records every caller relies on.
+- ``base.py``: the vocabulary, :class:`Store` (and ``SessionStore``, the part a session uses) and
+  the records every caller relies on.
 - ``schema.py``: the tables, as numbered migrations per dialect, and the one migration runner.
 - ``statements.py``: every statement and procedure the store runs, written once for both dialects.
 - ``sql.py``: how one statement becomes each dialect's SQL (placeholders, the few spellings that
   differ) and how a procedure becomes a Postgres function.
-- ``sqlstore.py``: every Store method, once, over four primitives a backend supplies (in the
-  ``sqlstore_*.py`` mixins, each method's docstring its contract).
-- ``sqlite.py`` / ``postgres.py``: the backends, connection plumbing only (a database thread with
-  group commit; an asyncpg pool).
+- ``sqlstore.py``: the store, every Store method once with its contract in its docstring, handing
+  each call to one of its statement groups (``sqlstore_*.py``: tasks, leases, sessions, people,
+  follow-ups, asks), which run their statements on the store's database.
+- ``sqlcore.py``: :class:`~storage.sqlcore.Database`, what a backend supplies: a few ways to run
+  statements (one, a procedure in one trip, a migration script) and the instances' liveness locks.
+- ``sqlite.py`` / ``postgres.py``: the backends, connection plumbing only (``SQLiteDatabase``: a
+  database thread with group commit; ``PostgresDatabase``: an asyncpg pool), and ``SQLiteStore`` /
+  ``PostgresStore``, the store over each.
 - ``_rows.py``: result rows to records (``from_row``: columns named like the record's fields).
 
 Adding a table and its statements
@@ -32,9 +37,10 @@ Adding a table and its statements
 2. ``statements.py``: write each statement once with ``:named`` parameters. A write that needs
    several statements in one transaction is a ``Procedure`` (writes first, then one query for the
    result row); add it to ``PROCEDURES`` so ``migrate()`` creates its Postgres function.
-3. a ``sqlstore_*.py`` mixin: write the method once, its contract in its docstring, with
-   ``self._one`` / ``self._fetch`` / ``self._execute`` / ``self._call``; a record it returns is
-   read with ``_rows.from_row`` (its columns named like its fields).
+3. a statement group (``sqlstore_*.py``): write the method once over its database, with
+   ``self._db.one`` / ``.fetch`` / ``.execute`` / ``.call``; a record it returns is read with
+   ``_rows.from_row`` (its columns named like its fields). ``sqlstore.py``: the Store method of
+   that name, its contract in its docstring, hands the call to the group.
 4. ``tests/test_store_contract.py``: test it there; it runs on both backends.
 Neither backend module changes unless the database needs something new from its driver.
 """

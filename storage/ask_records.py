@@ -1,4 +1,4 @@
-"""The record of a question (``q_…``) or approval (``ap_…``) the agent asked in a thread (issue 24)."""
+"""The record of a question (``q_…``) or approval (``ap_…``) the agent asked in a thread."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The ``asks`` table and its statements: questions (``q_…``) and approvals (``ap_…``) the agent
-itself asked in a thread (issue 24, ``app/agent/asks.py``). Written once for both dialects.
+itself asked in a thread (``app/agent/asks.py``). Written once for both dialects.
 
 Unlike operator-gated approvals (``approval_statements.py``) an open ask does not hold the task's
 inbox: the run that asked ended, messages go on arriving (a free-text answer is one of them), and

@@ -1,4 +1,5 @@
-"""A test-only seam that kills the process (SIGKILL) at a named point (invariant 13's crash matrix).
+"""A test-only seam that kills the process (SIGKILL) at a named point (the crash matrix of the
+invariant "Exactly once", docs/architecture.md).
 
 ``THREADBOUND_CRASH_AT=point`` (or ``point:n``, the n-th time the point is passed; default the first)
 is read when this module is imported (:func:`arm_from_environment`). Unset (always, outside tests),

@@ -1,4 +1,4 @@
-"""Follow-ups (issue 23): the table, written once for both dialects, and every statement on it.
+"""Follow-ups: the table, written once for both dialects, and every statement on it.
 
 A follow-up is a note a task scheduled for itself; when it is due it is appended to the task's
 inbox like a message (``Store.fire_follow_ups``). ``state`` moves once, from ``pending`` to

@@ -1,4 +1,5 @@
-"""Statements of leases, their fencing and the liveness of their owners (invariants 3, 10 and 12).
+"""Statements of leases, their fencing and the liveness of their owners (the invariants "One run
+per conversation", "Fast takeover, fenced writes" and "Fencing", docs/architecture.md).
 
 ``statements.py`` re-exports every name here; its fenced writes use :func:`fenced`.
 """
@@ -13,7 +14,7 @@ LEASE_COLUMNS = "task_id, owner, expires_at"
 
 
 def fenced(task: str = ":task_id") -> str:
-    """The condition of a fenced write (invariant 12): no ``:fence`` given (an unfenced write, e.g.
+    """The condition of a fenced write ("Fencing"): no ``:fence`` given (an unfenced write, e.g.
     a test's or the `run` command's without a lease), or the lease of ``task`` is still the
     acquisition ``:fence`` names. On Postgres the lease row is share-locked until the write commits,
     so a new owner's acquisition waits for it (and every later fenced write sees the new token)."""

@@ -34,6 +34,7 @@ import asyncpg
 
 from .records import StoreError
 from .sql import POSTGRES, Procedure, Row, Script, Statement
+from .sqlcore import Database
 from .sqlstore import SqlStore
 
 T = TypeVar("T")
@@ -145,8 +146,9 @@ def split_schema(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), schema or None
 
 
-class PostgresStore(SqlStore):
-    """:class:`~storage.base.Store` on Postgres; safe to share between processes and machines."""
+class PostgresDatabase(Database):
+    """Postgres as a :class:`~storage.sqlstore.SqlStore` reaches it: an asyncpg pool, every call one
+    round trip (module docstring)."""
 
     dialect: ClassVar = POSTGRES
     #: A database restart, a failover or a terminated backend ends every instance's liveness session
@@ -190,10 +192,10 @@ class PostgresStore(SqlStore):
     def schema(self) -> str | None:
         return self._schema
 
-    def for_another_loop(self) -> PostgresStore:
+    def for_another_loop(self) -> PostgresDatabase:
         """The same database and schema through a pool of its own (at most ``SIBLING_POOL``
         connections), created on first use on the calling loop."""
-        sibling = PostgresStore(
+        sibling = PostgresDatabase(
             self._dsn,
             schema=self._schema,
             min_size=1,
@@ -263,18 +265,18 @@ class PostgresStore(SqlStore):
                 raise error from exc
         raise AssertionError("unreachable")
 
-    # -- the four primitives -------------------------------------------------------
-    async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[Row]:
+    # -- statements ------------------------------------------------------------------
+    async def fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[Row]:
         sql, args = POSTGRES.sql(statement), POSTGRES.args(statement, params)
         return await self._transact(lambda conn: conn.fetch(sql, *args), reads=_reads_only(sql))
 
-    async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
+    async def execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
         sql, args = POSTGRES.sql(statement), POSTGRES.args(statement, params)
         status: str = await self._transact(lambda conn: conn.execute(sql, *args))
         # The command tag: "DELETE 3", "UPDATE 1", "INSERT 0 1"; the count comes last.
         return int(status.rsplit(" ", 1)[-1])
 
-    async def _call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
+    async def call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
         # ``synced`` is SQLite's business: every Postgres commit waits for its WAL flush.
         call = procedure.call
         sql, args = POSTGRES.sql(call), POSTGRES.args(call, params)
@@ -282,7 +284,7 @@ class PostgresStore(SqlStore):
         assert row is not None, procedure.name  # a procedure's result query yields one row
         return row
 
-    async def _script(self, make: Callable[[], Script]) -> Any:
+    async def script(self, make: Callable[[], Script]) -> Any:
         async def drive(conn: Any) -> Any:
             script = make()
             try:
@@ -295,7 +297,7 @@ class PostgresStore(SqlStore):
 
         return await self._transact(drive, transaction=True)
 
-    def _migration_prelude(self) -> Sequence[tuple[Statement, Mapping[str, Any]]]:
+    def migration_prelude(self) -> Sequence[tuple[Statement, Mapping[str, Any]]]:
         schema = self._schema
         lock_key = zlib.crc32((schema or "").encode()) - 0x80000000  # fit Postgres' signed int4
         # Transaction-scoped: released on commit or rollback, so a crashed migrator never wedges it.
@@ -307,7 +309,7 @@ class PostgresStore(SqlStore):
         return steps
 
     # -- liveness ----------------------------------------------------------------
-    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
+    async def hold_liveness(self, owner: str) -> tuple[int, bool]:
         held = self._liveness
         if held is not None and not held.is_closed() and self._liveness_of is not None:
             if self._liveness_of[0] == owner and await _alive(held):
@@ -330,11 +332,11 @@ class PostgresStore(SqlStore):
             old.terminate()  # a session that may be dead already: no goodbye
         return key, True
 
-    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
-        _, held = await self._lock_states("", owners)
+    async def dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+        _, held = await self.lock_states("", owners)
         return [owner for owner, alive in held.items() if not alive]
 
-    async def _lock_states(
+    async def lock_states(
         self, owner: str, owners: Sequence[tuple[str, int]]
     ) -> tuple[int | None, dict[str, bool]]:
         # One pg_locks read: a consistent snapshot of every lock, ours included.
@@ -355,6 +357,38 @@ class PostgresStore(SqlStore):
             pool, self._pool = self._pool, None
         if pool is not None:
             await _close(pool, self._close_timeout)
+
+
+class PostgresStore(SqlStore):
+    """:class:`~storage.base.Store` on Postgres; safe to share between processes and machines."""
+
+    database: PostgresDatabase
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+        command_timeout: float = COMMAND_TIMEOUT,
+        acquire_timeout: float = ACQUIRE_TIMEOUT,
+    ) -> None:
+        database = PostgresDatabase(
+            url,
+            schema=schema,
+            min_size=min_size,
+            max_size=max_size,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            acquire_timeout=acquire_timeout,
+        )
+        super().__init__(database)
+
+    @property
+    def schema(self) -> str | None:
+        return self.database.schema
 
 
 async def _close(closable: asyncpg.Connection | asyncpg.Pool, within: float = _CLOSE_TIMEOUT) -> None:

@@ -29,7 +29,7 @@ __all__ = [
     "StoreStats",
     "TaskRecord",
     "UsageRecord",
-    "once_more",
+    "retry_if_session_ended",
 ]
 
 _W = TypeVar("_W")
@@ -50,7 +50,7 @@ class TaskRecord:
     #: Deferred tools the model enabled with ``tool_search``; kept across resumes.
     enabled_tools: tuple[str, ...]
     created_at: float
-    #: The compacted summary of the conversation's older turns (``app/compaction.py``); ``""`` if none.
+    #: The compacted summary of the conversation's older turns (``app/runs/compaction.py``); ``""`` if none.
     summary: str = ""
     #: A run checkpointed its transcript and has not finished (it is resumed from there).
     run_open: bool = False
@@ -64,7 +64,7 @@ class InboxItem:
     ts: str
     #: The conversation key's thread_ts this message arrived in (``""`` for a DM's top level).
     thread_ts: str
-    #: JSON text the router wrote (an ``app.inbound.Inbound`` dump); opaque to the store.
+    #: JSON text ingress wrote (``app.intake.ingress``: the kept fields of the message); opaque to the store.
     payload: str
     created_at: float
 
@@ -245,7 +245,7 @@ class LeaseMoved(StoreError):
     """A fenced write was refused: the lease it carried has moved to another acquisition."""
 
 
-async def once_more(write: Callable[[], Awaitable[_W]]) -> _W:
+async def retry_if_session_ended(write: Callable[[], Awaitable[_W]]) -> _W:
     """``write()``, made a second time when the database session ended under the first (a failover;
     for a write that is the same done twice: a close, an upsert, a claim of one event). Any other
     failure, and a lease that moved, is final."""

@@ -22,11 +22,11 @@ Tables (same shape on both dialects):
 - ``effects``: the journal of Slack writes; ``seq`` keeps insertion order.
 - ``model_usage`` (v7): one row per model request (tokens by kind) with its task, person, channel,
   model and UTC ``day``; budgets and ``python -m app usage`` sum it by day. ``tasks.summary`` (v7)
-  is the compacted summary of a long conversation's older turns (``app/compaction.py``).
+  is the compacted summary of a long conversation's older turns (``app/runs/compaction.py``).
 - ``approvals`` (v8): gated tool calls waiting for (or given) a person's decision. ``decision`` is
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
-  ``executed_at`` is set once, before an approved call runs (at most once, invariant 11).
-- ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people (issue 24).
+  ``executed_at`` is set once, before an approved call runs (at most once: "Approvals show everything").
+- ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ _V8_POSTGRES: Final[tuple[str, ...]] = (
     *_V8_SQLITE[1:],
 )
 
-#: v9 (issue 18): ``leases.token`` (fences a run's writes), ``tasks.run_open`` (checkpointed mid-way).
+#: v9: ``leases.token`` (fences a run's writes), ``tasks.run_open`` (checkpointed mid-way).
 _V9: Final[tuple[str, ...]] = (
     "ALTER TABLE leases ADD COLUMN token TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE tasks ADD COLUMN run_open BOOLEAN NOT NULL DEFAULT FALSE",

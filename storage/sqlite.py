@@ -1,7 +1,8 @@
 """The embedded store: one SQLite file, driven by the standard ``sqlite3`` module on one thread.
 
-The store owns one connection and one daemon thread (``storage.sqlite_thread.DatabaseThread``) that alone uses
-it. Each operation is one plain function queued to that thread: its statements, transaction
+:class:`SQLiteDatabase` owns one connection and one daemon thread
+(``storage.sqlite_thread.DatabaseThread``), the only user of that connection besides the inline jobs
+below. Each operation is one plain function queued to that thread: its statements, transaction
 included, run back to back there, so the hop between threads is paid once per operation, not once
 per statement, and operations of this process never interleave on the connection (the thread runs
 them in order). Across processes the database does the work: procedures (claims, task creation,
@@ -14,7 +15,7 @@ lease, handles, effect journal, usage), made while a batch is on the thread queu
 batch (at most ``_BATCH``) commits in one transaction, one WAL sync for all of them
 (``synchronous = FULL`` makes that sync the cost of a write). Fifty conversations' turns thus
 share their syncs instead of queueing one per statement; a write is answered only once committed.
-A batch of writes that need no sync of their own (``Statement.synced``, ``_call(synced=False)``)
+A batch of writes that need no sync of their own (``Statement.synced``, ``call(synced=False)``)
 commits under ``synchronous = NORMAL``: it survives the process dying, and a power loss from the next
 synced commit on (whose sync covers all the WAL before it).
 
@@ -42,8 +43,8 @@ from typing import Any, ClassVar, TypeVar
 from .liveness import FileLiveness
 from .records import StoreError
 from .sql import SQLITE, Procedure, Row, Script, Statement
-from .sqlcore import Reads, WriteRead
-from .sqlite_jobs import Call, NotHere, drive, immediate, run_batch, without_waiting
+from .sqlcore import Database, Reads, WriteRead
+from .sqlite_jobs import Call, NeedsTheThread, drive, immediate, run_batch, without_waiting
 from .sqlite_thread import DatabaseThread, Db
 from .sqlstore import SqlStore
 
@@ -75,8 +76,9 @@ def _answer(futures: Sequence[asyncio.Future[Any]], results: Sequence[Any]) -> N
             future.set_result(result)
 
 
-class SQLiteStore(SqlStore):
-    """:class:`~storage.base.Store` on a SQLite file (``":memory:"`` works for a single store)."""
+class SQLiteDatabase(Database):
+    """A SQLite file as a :class:`~storage.sqlstore.SqlStore` reaches it: one connection on a
+    database thread, writes group-committed (module docstring)."""
 
     dialect: ClassVar = SQLITE
 
@@ -95,24 +97,24 @@ class SQLiteStore(SqlStore):
         self._stragglers: set[asyncio.Task[None]] = set()
         #: Lock files of registered instances (none for an in-memory database: no other process sees it).
         self._liveness = FileLiveness(self._path) if self._path != ":memory:" else None
-        #: The store whose database thread this one uses (``for_another_loop``); None: its own.
-        self._parent: SQLiteStore | None = None
+        #: The database whose thread this one uses (``for_another_loop``); None: its own.
+        self._parent: SQLiteDatabase | None = None
         self._thread_lock = threading.Lock()
         #: Whether this process has nothing else to do now (``inline_when``); None: always queue.
-        self._alone: Callable[[], bool] | None = None
+        self._nothing_else_to_do: Callable[[], bool] | None = None
 
-    def for_another_loop(self) -> SQLiteStore:
-        """The same database, batched on the calling loop, through this store's database thread
-        (so its operations and this store's still run one at a time, in order)."""
-        sibling = SQLiteStore(self._path, busy_timeout=self._busy_timeout)
+    def for_another_loop(self) -> SQLiteDatabase:
+        """The same database, batched on the calling loop, through this one's database thread
+        (so its operations and this one's still run one at a time, in order)."""
+        sibling = SQLiteDatabase(self._path, busy_timeout=self._busy_timeout)
         sibling._parent = self
         sibling._liveness = None  # instances register through the main store only
         return sibling
 
-    def inline_when(self, alone: Callable[[], bool]) -> None:
-        """While ``alone()``, run reads and batches on the caller's thread when the database
+    def inline_when(self, nothing_else_to_do: Callable[[], bool]) -> None:
+        """While ``nothing_else_to_do()``, run reads and batches on the caller's thread when the database
         thread is idle (module docstring)."""
-        self._alone = alone
+        self._nothing_else_to_do = nothing_else_to_do
 
     @property
     def path(self) -> str:
@@ -158,7 +160,7 @@ class SQLiteStore(SqlStore):
             time.sleep(0.02)
 
     def _database_thread(self) -> DatabaseThread:
-        """The thread running this store's jobs (the parent's for a sibling), started on first use."""
+        """The thread running this database's jobs (the parent's for a sibling), started on first use."""
         if self._parent is not None:
             if self._parent._closed:
                 raise StoreError("store is closed")
@@ -179,16 +181,16 @@ class SQLiteStore(SqlStore):
             raise _store_error(exc) from exc
 
     def _here(self, fn: Callable[[Db], T]) -> tuple[bool, T | None]:
-        """``(True, fn(connection))`` run on this thread while the process is alone and the database
-        thread idle; ``(False, None)``: queue it (module docstring)."""
-        if self._alone is None or self._closed or not self._alone():
+        """``(True, fn(connection))`` run on this thread while the process has nothing else to do
+        and the database thread is idle; ``(False, None)``: queue it (module docstring)."""
+        if self._nothing_else_to_do is None or self._closed or not self._nothing_else_to_do():
             return False, None
         thread = self._parent._thread if self._parent is not None else self._thread
         if thread is None:
             return False, None
         try:
             return thread.run_here(partial(without_waiting, work=fn))
-        except (NotHere, sqlite3.Error, OSError):
+        except (NeedsTheThread, sqlite3.Error, OSError):
             # Nothing done here: the thread does it and reports what fails (its errors are the store's).
             return False, None
 
@@ -197,8 +199,8 @@ class SQLiteStore(SqlStore):
         done, result = self._here(fn)
         return result if done else await self._run(fn)  # type: ignore[return-value]
 
-    # -- the four primitives -------------------------------------------------------
-    async def _fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
+    # -- statements ------------------------------------------------------------------
+    async def fetch(self, statement: Statement, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         text = SQLITE.sql(statement)
         if text.lstrip().split(None, 1)[0].upper() in _READS:
             return await self._read(lambda db: db.execute(text, params).fetchall())
@@ -207,18 +209,18 @@ class SQLiteStore(SqlStore):
         )
         return rows
 
-    async def _reads(self, reads: Sequence[tuple[Statement, Mapping[str, Any]]]) -> list[Sequence[Row]]:
+    async def reads(self, reads: Sequence[tuple[Statement, Mapping[str, Any]]]) -> list[Sequence[Row]]:
         texts = [(SQLITE.sql(statement), params) for statement, params in reads]
         if any(text.lstrip().split(None, 1)[0].upper() not in _READS for text, _ in texts):
-            return await super()._reads(reads)
+            return await super().reads(reads)
         return await self._read(lambda db: [db.execute(text, params).fetchall() for text, params in texts])
 
-    async def _execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
+    async def execute(self, statement: Statement, params: Mapping[str, Any]) -> int:
         text = SQLITE.sql(statement)
         count: int = await self._batch(lambda db: db.execute(text, params).rowcount, synced=statement.synced)
         return count
 
-    async def _write_then_reads(self, write: Statement, params: Mapping[str, Any], reads: Reads) -> WriteRead:
+    async def write_then_reads(self, write: Statement, params: Mapping[str, Any], reads: Reads) -> WriteRead:
         text = SQLITE.sql(write)
 
         def call(db: Db) -> WriteRead:
@@ -229,10 +231,10 @@ class SQLiteStore(SqlStore):
         result: WriteRead = await self._batch(call, synced=write.synced)
         return result
 
-    async def _script(self, make: Callable[[], Script]) -> Any:
+    async def script(self, make: Callable[[], Script]) -> Any:
         return await self._run(lambda db: immediate(db, lambda db: drive(db, make())))
 
-    async def _call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
+    async def call(self, procedure: Procedure, params: Mapping[str, Any], *, synced: bool = True) -> Row:
         row: Row = await self._batch((procedure, params), synced=synced)
         return row
 
@@ -289,7 +291,7 @@ class SQLiteStore(SqlStore):
                 db.syncs(synced)  # the level this batch needs (``Db``)
                 done.append(run_batch(db, calls, here=here))
             except BaseException as exc:
-                if here and isinstance(exc, (NotHere, sqlite3.Error)):
+                if here and isinstance(exc, (NeedsTheThread, sqlite3.Error)):
                     raise  # nothing done here: the thread does it and reports its failure
                 done.append([exc] * len(calls))  # not a driver error (a bug): every call fails
 
@@ -319,7 +321,7 @@ class SQLiteStore(SqlStore):
         _answer(futures, done[0] if done else [interrupted] * len(futures))
 
     # -- liveness ----------------------------------------------------------------
-    async def _hold_liveness(self, owner: str) -> tuple[int, bool]:
+    async def hold_liveness(self, owner: str) -> tuple[int, bool]:
         if self._liveness is not None and self._liveness.holds(owner):
             return 0, False
         if self._liveness is not None:
@@ -331,12 +333,12 @@ class SQLiteStore(SqlStore):
                 raise _store_error(exc) from exc
         return 0, True
 
-    async def _dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+    async def dead(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         if self._liveness is None:
             return []
         return await self._liveness.dead([owner for owner, _ in owners])
 
-    async def _lock_states(
+    async def lock_states(
         self, owner: str, owners: Sequence[tuple[str, int]]
     ) -> tuple[int | None, dict[str, bool]]:
         if self._liveness is None:
@@ -345,14 +347,14 @@ class SQLiteStore(SqlStore):
         session = 0 if self._liveness.holds(owner) else None
         return session, await self._liveness.states([name for name, _ in owners])
 
-    async def _gone(self, owners: Sequence[tuple[str, int]]) -> list[str]:
+    async def gone(self, owners: Sequence[tuple[str, int]]) -> list[str]:
         if self._liveness is None:
             return []
         # A clean stop removed its lock file: gone too (``dead`` skips a missing file, which could be
         # an instance on another machine; one without leases is harmless to forget, it re-registers).
         return await self._liveness.gone([owner for owner, _ in owners])
 
-    async def _forget_liveness(self, owner: str) -> None:
+    async def forget_liveness(self, owner: str) -> None:
         if self._liveness is not None:
             await self._liveness.forget(owner)
 
@@ -376,3 +378,16 @@ class SQLiteStore(SqlStore):
             # Jobs already queued finish first (the queue is FIFO); then the thread ends.
             with contextlib.suppress(sqlite3.Error):
                 await thread.stop()
+
+
+class SQLiteStore(SqlStore):
+    """:class:`~storage.base.Store` on a SQLite file (``":memory:"`` works for a single store)."""
+
+    database: SQLiteDatabase
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 10.0) -> None:
+        super().__init__(SQLiteDatabase(path, busy_timeout=busy_timeout))
+
+    @property
+    def path(self) -> str:
+        return self.database.path

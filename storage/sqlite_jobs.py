@@ -19,21 +19,22 @@ T = TypeVar("T")
 Call = tuple[Procedure, Mapping[str, Any]] | Callable[[Db], Any]
 
 
-class NotHere(Exception):
-    """The job did nothing here (another connection holds a lock it needs, or a call of its batch
-    failed and was rolled back): queue it to the database thread, which waits and reruns."""
+class NeedsTheThread(Exception):
+    """The job cannot be done on the caller's thread without waiting, and did nothing there (another
+    connection holds a lock it needs, or a call of its batch failed and was rolled back): queue it
+    to the database thread, which waits and reruns."""
 
 
 def without_waiting(db: Db, work: Callable[[Db], T]) -> T:
     """``work(db)`` with SQLite's busy timeout off (the database thread turns it on again before its
-    next job): a lock another process holds raises :class:`NotHere` at once instead of blocking the
-    caller's event loop for up to the timeout."""
+    next job): a lock another process holds raises :class:`NeedsTheThread` at once instead of
+    blocking the caller's event loop for up to the timeout."""
     db.waits_for_locks(False)
     try:
         return work(db)
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise NotHere from exc
+            raise NeedsTheThread from exc
         raise
 
 
@@ -79,13 +80,13 @@ def run_batch(db: Db, calls: Sequence[Call], *, here: bool = False) -> list[Any]
     call or the commit fails, the batch is rolled back and every call rerun in a transaction of its
     own, so a bad call fails alone. A BEGIN that fails (busy past the timeout) fails them all:
     rerunning would only wait out the timeout once per call. ``here`` (on the caller's thread,
-    :func:`without_waiting`): a BEGIN or a call that fails raises :class:`NotHere`, nothing
+    :func:`without_waiting`): a BEGIN or a call that fails raises :class:`NeedsTheThread`, nothing
     committed, and the database thread does the rest."""
     try:
         db.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
         if here:
-            raise NotHere from exc
+            raise NeedsTheThread from exc
         return [exc] * len(calls)
     try:
         results: list[Any] = [procedure(db, call) for call in calls]
@@ -94,7 +95,7 @@ def run_batch(db: Db, calls: Sequence[Call], *, here: bool = False) -> list[Any]
     except sqlite3.Error as exc:
         rollback(db)
         if here:
-            raise NotHere from exc
+            raise NeedsTheThread from exc
         if len(calls) == 1:
             return [exc]
     except BaseException:

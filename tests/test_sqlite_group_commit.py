@@ -72,7 +72,9 @@ async def test_writes_synced_by_the_next_commit_are_committed_without_a_sync(
         )
         assert levels[1:] == [normal] * 4
         # Any other job on the thread (a script, a read) finds FULL again: nothing inherits NORMAL.
-        assert await store._run(lambda db: int(db.execute("PRAGMA synchronous").fetchone()[0])) == full
+        assert (
+            await store.database._run(lambda db: int(db.execute("PRAGMA synchronous").fetchone()[0])) == full
+        )
         await store.open_effect(
             effect_id="e1", task_id=task_id, tool="channel_reply", args="{}", now=T0, fence=fence
         )

@@ -35,13 +35,13 @@ class Traced:
 
 @pytest.fixture
 async def traced(tmp_path: Path) -> AsyncIterator[tuple[SQLiteStore, Traced, list[bool]]]:
-    """A migrated store whose ``inline_when`` says what the returned flag says (alone: True)."""
+    """A migrated store whose ``inline_when`` says what the returned flag says (nothing else to do: True)."""
     store = SQLiteStore(tmp_path / "store.db")
     alone = [True]
     store.inline_when(lambda: alone[0])
     await store.migrate()
     trace = Traced()
-    await store._run(lambda db: db.set_trace_callback(trace))
+    await store.database._run(lambda db: db.set_trace_callback(trace))
     try:
         yield store, trace, alone
     finally:
@@ -100,17 +100,17 @@ async def test_the_loop_never_waits_for_another_process_lock(
 async def test_the_scheduler_is_alone_with_one_driver_and_no_delivery_waiting(tmp_path: Path) -> None:
     gate = AckGate()
     scheduler = Scheduler(store=SQLiteStore(tmp_path / "s.db"), executor=None, ack_gate=gate)  # type: ignore[arg-type]
-    assert scheduler.alone()
+    assert scheduler.nothing_else_to_do()
     never = asyncio.get_running_loop().create_future()
     drivers = [asyncio.ensure_future(never) for _ in range(2)]
     scheduler._drivers["t1"] = drivers[0]
-    assert scheduler.alone()  # the caller's own run
+    assert scheduler.nothing_else_to_do()  # the caller's own run
     scheduler._drivers["t2"] = drivers[1]
-    assert not scheduler.alone()
+    assert not scheduler.nothing_else_to_do()
     del scheduler._drivers["t2"]
     with gate.acking():
-        assert not scheduler.alone()  # a delivery waits for its 200: acks first
-    assert scheduler.alone()
+        assert not scheduler.nothing_else_to_do()  # a delivery waits for its 200: acks first
+    assert scheduler.nothing_else_to_do()
     never.cancel()
 
 
@@ -118,8 +118,8 @@ def test_the_edge_is_alone_with_at_most_one_delivery_in_flight() -> None:
     gate = AckGate()
     edge = HttpEdge.__new__(HttpEdge)
     edge._ack_gate = gate
-    assert edge.alone()
+    assert edge.nothing_else_to_do()
     with gate.acking():
-        assert edge.alone()  # the delivery whose claim asks
+        assert edge.nothing_else_to_do()  # the delivery whose claim asks
         with gate.acking():
-            assert not edge.alone()
+            assert not edge.nothing_else_to_do()

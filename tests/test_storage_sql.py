@@ -141,7 +141,7 @@ async def _v2_database(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
             {},
         ),
     ):
-        await store._execute(Statement(sql), {"t": "old-task", "now": T0, **params})
+        await store.database.execute(Statement(sql), {"t": "old-task", "now": T0, **params})
 
 
 async def test_upgrade_to_one_claim_definition_keeps_earlier_claims(
@@ -164,7 +164,7 @@ async def test_upgrade_to_one_claim_definition_keeps_earlier_claims(
     assert (reply.status, reply.task_id, reply.created) == ("claimed", "old-task", False)
 
     if isinstance(store, PostgresStore):
-        rows = await store._fetch(
+        rows = await store.database.fetch(
             Statement(
                 "SELECT proname FROM pg_proc"
                 " WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = :schema)"

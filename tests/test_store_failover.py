@@ -21,7 +21,7 @@ from app.runs import scheduler as scheduler_module
 from app.runs.outcome import RunOutcome
 from app.runs.scheduler import Scheduler
 from channel.contract import AdapterBase
-from storage.base import LeaseMoved, StoreError, once_more
+from storage.base import LeaseMoved, StoreError, retry_if_session_ended
 from storage.postgres import PostgresStore, _never_sent, _reads_only
 from storage.sqlite import SQLiteStore
 from tests.support.postgres import fresh_schema
@@ -34,7 +34,7 @@ def _ended(message: str = "terminating connection", *, lease: bool = False) -> S
     return error
 
 
-async def test_once_more_makes_a_write_again_only_when_its_session_ended() -> None:
+async def test_retry_if_session_ended_makes_a_write_again_only_when_its_session_ended() -> None:
     calls: list[int] = []
 
     def failing(*errors: StoreError) -> Any:
@@ -48,18 +48,18 @@ async def test_once_more_makes_a_write_again_only_when_its_session_ended() -> No
 
         return write
 
-    assert await once_more(failing(_ended())) == "done" and len(calls) == 2
+    assert await retry_if_session_ended(failing(_ended())) == "done" and len(calls) == 2
     calls.clear()
     with pytest.raises(StoreError):  # a second ended session is final
-        await once_more(failing(_ended(), _ended()))
+        await retry_if_session_ended(failing(_ended(), _ended()))
     assert len(calls) == 2
     calls.clear()
     with pytest.raises(StoreError):  # a timeout, a constraint: not made again
-        await once_more(failing(StoreError("busy")))
+        await retry_if_session_ended(failing(StoreError("busy")))
     assert len(calls) == 1
     calls.clear()
     with pytest.raises(LeaseMoved):  # the lease moved: never
-        await once_more(failing(_ended(lease=True)))
+        await retry_if_session_ended(failing(_ended(lease=True)))
     assert len(calls) == 1
 
 
@@ -110,8 +110,8 @@ def _own_ports(url: str) -> list[int]:
 @pytest.mark.process
 async def test_a_pool_of_ended_sessions_answers_the_next_read_and_the_write_made_again() -> None:
     """Every session of the store's pool ended while idle (a restart): the next read is answered
-    (made again on a new session), and so is a claim made again by ``once_more``; the pool's other
-    dead connections are replaced rather than failing call after call."""
+    (made again on a new session), and so is a claim made again by ``retry_if_session_ended``; the
+    pool's other dead connections are replaced rather than failing call after call."""
     async with fresh_schema("tb_store_failover") as pg:
         store = PostgresStore(pg.url, min_size=3, max_size=3)
         await store.migrate()
@@ -123,7 +123,7 @@ async def test_a_pool_of_ended_sessions_answers_the_next_read_and_the_write_made
             # backends' goodbyes wait unread in the idle connections until their next use.
             _terminate_blocking(pg.base, ports)
             assert await store.find_task("C1", "1.0") is None
-            outcome = await once_more(
+            outcome = await retry_if_session_ended(
                 lambda: store.claim_message(
                     event_id="Ev1",
                     channel="C1",

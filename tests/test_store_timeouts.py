@@ -46,7 +46,7 @@ async def test_waiting_for_a_pooled_connection_is_bounded(pg: tuple[str, str]) -
     base, schema = pg
     store = PostgresStore(base, schema=schema, min_size=1, max_size=1, acquire_timeout=0.5)
     await store.migrate()
-    pool = await store._get_pool()
+    pool = await store.database._get_pool()
     try:
         async with pool.acquire():
             with pytest.raises(StoreError):

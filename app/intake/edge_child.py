@@ -102,7 +102,7 @@ async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.
             events=_after_the_wire(event_acker(ingress, None)),
             forward=forward,
         )
-        store.inline_when(edge.alone)
+        store.inline_when(edge.nothing_else_to_do)
         runner = web.AppRunner(
             edge.app, handle_signals=False, access_log=None, shutdown_timeout=float(said["shutdown_timeout"])
         )

@@ -174,7 +174,7 @@ class EdgeThread:
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
         store = self.store.for_another_loop()
-        store.inline_when(self.edge.alone)
+        store.inline_when(self.edge.nothing_else_to_do)
         # The claims of HTTP deliveries run here; their wake-ups and notes cross to the main loop.
         ingress = self.ingress.on_loop(store, self.main.soon)
         previous = self.edge.events

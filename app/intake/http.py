@@ -245,7 +245,7 @@ class HttpEdge:
         app.on_shutdown.append(self._on_shutdown)
         self.app = app
 
-    def alone(self) -> bool:
+    def nothing_else_to_do(self) -> bool:
         """At most one delivery in flight (the caller's): the edge's store may work inline
         (``Store.inline_when``)."""
         return self._ack_gate is None or self._ack_gate.in_flight <= 1

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from app import logs, traces
 from app.settings import Settings
 from channel.slack.identity import SlackIdentity
-from storage.base import Store, StoreError, once_more
+from storage.base import Store, StoreError, retry_if_session_ended
 
 from .router import Decision, classify, edited_message
 
@@ -184,7 +184,7 @@ class Ingress:
                 payload=payload,
                 now=self.clock(),
             )
-            outcome = await once_more(claim)
+            outcome = await retry_if_session_ended(claim)
         except StoreError as exc:
             log.error("could not claim event %s: %s", event_id, exc)
             return IngressResult(503, "unavailable", "store unavailable")

@@ -1,12 +1,12 @@
 """Scheduling: at most one agent run per conversation, fed from the durable inbox.
 
-Which task runs when, and nothing about the run itself (that is ``app.run``): leases, their
+Which task runs when, and nothing about the run itself (that is ``app.runs.run``): leases, their
 heartbeat, the sweep, the concurrency cap, wake-ups and the hourly prune of claim keys. Ordering
 rules that keep messages from being lost or run twice:
 
 - Ingress appends to the inbox *before* it asks the scheduler to drive a task.
 - A wake-up only queues the task: one dispatcher task starts drivers, at a moment when no
-  delivery waits for its acknowledgement (``app.ack_gate``) or after ``START_PATIENCE`` at most,
+  delivery waits for its acknowledgement (``app.runs.ack_gate``) or after ``START_PATIENCE`` at most,
   yielding between starts, so starting runs never competes with the claims the 200s wait for.
 - A driver takes the task's lease in the store (so this holds across instances), runs until the
   inbox is empty, releases the lease and then looks at the inbox once more: a message appended
@@ -16,7 +16,7 @@ rules that keep messages from being lost or run twice:
   steering messages, which are consumed with the run; its first look goes to the store only
   when a delivery woke the task since the driver read the inbox.
 - The lease is renewed by a heartbeat and checked before every write of the run
-  (``app.lease``): a driver that lost it stops its run and lets go of the task.
+  (``app.runs.lease``): a driver that lost it stops its run and lets go of the task.
 - A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on start,
   before the instance serves: ``Scheduler.first_look``) the store shows which registered owners'
   liveness locks are held (``Store.look_at_instances``); the owners judged dead
@@ -39,12 +39,11 @@ from functools import partial
 from storage.base import Fence, Store, TaskRecord
 
 from .ack_gate import AckGate
-from .instances import InstanceLooks
 from .lease import Lease
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 from .start import steering_inbox, take_task
-from .takeover import Judge
+from .takeover import FIRST_LOOK_S, TAKEOVER_INTERVAL, Takeover
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,7 @@ START_PATIENCE = 0.25
 START_BATCH = 8
 
 
-class Scheduler(InstanceLooks):
+class Scheduler:
     """Drives tasks with pending work through a :class:`RunExecutor`, one run per task at a time."""
 
     def __init__(
@@ -94,10 +93,8 @@ class Scheduler(InstanceLooks):
         self._again: set[str] = set()
         #: Tasks whose driver failed and was started again (once, ``DRIVER_RETRY_S`` later).
         self._retried: set[str] = set()
-        #: Which owners whose liveness lock is missing count as dead (``app.runs.takeover``).
-        self._judge = Judge(getattr(store, "liveness_grace", 0.0))
         self._accepting = True
-        #: The ack path's right of way (``app.ack_gate``); None: drivers start at once.
+        #: The ack path's right of way (``app.runs.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate
         #: Tasks woken but not yet given a driver, in wake-up order; the dispatcher drains it.
         self._wakeups: dict[str, None] = {}
@@ -109,8 +106,11 @@ class Scheduler(InstanceLooks):
         self._swept = False
         #: Set (and replaced) whenever the dispatcher started drivers, for ``idle``.
         self._started = asyncio.Event()
+        #: The looks at the other instances, and the takeover of a dead one's conversations (its
+        #: clock is this scheduler's, which tests may replace).
+        self.takeover = Takeover(store, self.owner, lambda: self.clock(), self.sweep)
 
-    def alone(self) -> bool:
+    def nothing_else_to_do(self) -> bool:
         """At most one driver at work and no delivery waiting for its 200 (``Store.inline_when``)."""
         return len(self._drivers) <= 1 and not (self.ack_gate is not None and self.ack_gate.busy)
 
@@ -183,6 +183,25 @@ class Scheduler(InstanceLooks):
             self._retried.add(task_id)
             asyncio.get_running_loop().call_later(DRIVER_RETRY_S, self.notify, task_id)
 
+    # -- the other instances (``app.runs.takeover``) -------------------------------------------
+    async def take_over(self) -> int:
+        """End the leases of registered instances whose process is gone and drive their
+        conversations (and anything else due) now; how many dead instances were found."""
+        return await self.takeover.take_over()
+
+    async def first_look(self, within: float = FIRST_LOOK_S) -> None:
+        """At start-up, before the instance serves: look at the other instances (a dead one's
+        conversations are taken over) and resume whatever a previous process left (pending inboxes,
+        open effects, expired leases). An instance that answers has done both, so its first sweep
+        cannot take a message delivered to another instance after this one was up, and every
+        instance alive then was seen alive under our own lock (its death is judged at once). A store
+        that slow or failing leaves both to the loops (:meth:`sweep_forever`, :meth:`take_over_forever`)."""
+        self._swept = await self.takeover.first_look(within)
+
+    async def take_over_forever(self, interval: float = TAKEOVER_INTERVAL) -> None:
+        await self.takeover.forever(interval)
+
+    # -- the sweep ---------------------------------------------------------------------------
     async def sweep(self) -> int:
         """Drive every task whose inbox or effects are pending and whose lease is free or expired."""
         if self.on_sweep is not None:
@@ -245,6 +264,7 @@ class Scheduler(InstanceLooks):
         ``cancel_wait``: seconds the cancelled runs get to clean up before shutdown goes on without them
         (None: as long as they take); one stuck on Slack or the store leaves its lease to expire."""
         self._accepting = False
+        self.takeover.stop()
         # Woken tasks not started yet keep their inbox: the next start's sweep resumes them.
         self._wakeups.clear()
         self._authors.clear()

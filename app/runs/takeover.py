@@ -1,4 +1,6 @@
-"""When a lease owner whose liveness lock is missing counts as dead (the scheduler's takeover).
+"""Taking over a dead instance's conversations: the scheduler's looks at the other instances
+(:class:`Takeover`), and when an owner whose liveness lock is missing counts as dead
+(:class:`TakeoverRule`).
 
 Every instance holds a liveness lock that ends with its process (``Store.register_instance``); a
 missing lock usually means the process is gone. On Postgres it can also mean that the database
@@ -22,13 +24,18 @@ harmless: the old owner's writes are fenced by its lease (``Store.take_lease``).
 
 from __future__ import annotations
 
-from storage.base import InstanceLook
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from storage.base import InstanceLook, Store
 
 #: Seconds an owner seen alive must stay missing (while our lock holds) before it counts as dead.
 CONFIRM_S = 0.5
 
 
-class Judge:
+class TakeoverRule:
     """Remembers, across looks, who was seen alive under our own lock and since when who is missing."""
 
     def __init__(self, grace: float) -> None:
@@ -69,3 +76,75 @@ class Judge:
             self._seen.discard(owner)
         self._seen |= look.live
         return dead
+
+
+log = logging.getLogger(__name__)
+
+#: Seconds between looks for dead instances whose conversations to take over (a look is two
+#: sub-millisecond queries and a ping of the liveness session).
+TAKEOVER_INTERVAL = 1.0
+#: Most seconds start-up waits for its first look at the other instances and first sweep.
+FIRST_LOOK_S = 5.0
+
+
+class Takeover:
+    """The scheduler's looks at the other instances: a dead one's leases ended and its
+    conversations driven here (by ``sweep``), and the first look at start-up."""
+
+    def __init__(
+        self, store: Store, owner: str, clock: Callable[[], float], sweep: Callable[[], Awaitable[int]]
+    ) -> None:
+        self.store = store
+        #: This instance, whose own liveness each look renews.
+        self.owner = owner
+        self.clock = clock
+        #: Drives every task that is due (``Scheduler.sweep``): a dead owner's, once its leases ended.
+        self.sweep = sweep
+        #: Which owners whose liveness lock is missing count as dead.
+        self.rule = TakeoverRule(getattr(store, "liveness_grace", 0.0))
+        self._looking = True
+
+    async def take_over(self) -> int:
+        """End the leases of registered instances whose process is gone and drive their
+        conversations (and anything else due) now; how many dead instances were found."""
+        # Our own liveness first: a database restart ends the session holding it, and then every
+        # other instance would take our conversations every few seconds.
+        await self.store.register_instance(self.owner, now=self.clock())
+        look = await self.store.look_at_instances(self.owner, now=self.clock())
+        missing = tuple(o for o in look.missing if o != self.owner)
+        dead = self.rule.dead(replace(look, missing=missing), self.clock())
+        for owner, reason in dead.items():
+            ended = await self.store.expire_leases(owner, now=self.clock())
+            log.warning("instance %s is gone (%s); taking over its %d conversations", owner, reason, ended)
+        if dead:
+            await self.sweep()
+        return len(dead)
+
+    async def first_look(self, within: float = FIRST_LOOK_S) -> bool:
+        """:meth:`take_over`, then a sweep, within ``within`` seconds; whether both finished (a
+        store that slow or failing leaves both to the loops). ``Scheduler.first_look`` says why."""
+        try:
+            async with asyncio.timeout(within):
+                await self.take_over()
+                await self.sweep()
+                return True
+        except TimeoutError:
+            log.warning("the first look and sweep took over %.0f s; the loops go on with them", within)
+        except Exception:
+            log.exception("the first look and sweep failed; the loops retry")
+        return False
+
+    async def forever(self, interval: float = TAKEOVER_INTERVAL) -> None:
+        """:meth:`take_over` every ``interval`` seconds (sooner while a missing owner seen alive
+        waits for its confirming look), until :meth:`stop`."""
+        while self._looking:
+            try:
+                await self.take_over()
+            except Exception:
+                log.exception("looking for dead instances failed")
+            # An owner seen alive went missing: its confirming look comes sooner.
+            await asyncio.sleep(min(interval, CONFIRM_S) if self.rule.confirming else interval)
+
+    def stop(self) -> None:
+        """End :meth:`forever` after its current look (shutdown)."""
+        self._looking = False

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from functools import partial
 
-from storage.base import EffectRecord, StoreError, once_more
+from storage.base import EffectRecord, StoreError, retry_if_session_ended
 
 from ..contract import Origin, Posted
 from ..errors import ChannelError, bounded
@@ -200,7 +200,7 @@ class Replies(SessionState):
     async def record_post(self, posted: Posted) -> str:
         """Mint the handle of a message the bot just posted (and route a new root to this task);
         the mint (an upsert) is made again once when the store failed the first."""
-        handle = await once_more(partial(self.handles.mint, "msg", posted.ref, authored=True))
+        handle = await retry_if_session_ended(partial(self.handles.mint, "msg", posted.ref, authored=True))
         if handle not in self.posted:
             self.posted.append(handle)
         if posted.new_root:

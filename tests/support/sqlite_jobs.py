@@ -13,10 +13,10 @@ def count_jobs(store: SQLiteStore) -> list[Any]:
     """From now on, every job ``store`` submits to its (started) database thread, or runs on the
     caller's thread instead, is appended to the returned list before it runs, as the name of the
     asyncio task that made it (None outside a task) and the job."""
-    assert store._thread is not None
+    assert store.database._thread is not None
     jobs: list[Any] = []
-    real = store._thread.submit
-    here = store._thread.run_here
+    real = store.database._thread.submit
+    here = store.database._thread.run_here
 
     def name() -> str | None:
         task = asyncio.current_task()
@@ -32,6 +32,6 @@ def count_jobs(store: SQLiteStore) -> list[Any]:
             jobs.append((name(), fn))
         return ran, result
 
-    store._thread.submit = counting  # type: ignore[method-assign]
-    store._thread.run_here = counting_here  # type: ignore[method-assign]
+    store.database._thread.submit = counting  # type: ignore[method-assign]
+    store.database._thread.run_here = counting_here  # type: ignore[method-assign]
     return jobs
