@@ -71,8 +71,8 @@ class SlackAdapter(Writes, AdapterBase):
         self.on_call = on_call
         # One session (made here, so inside the running loop) for API calls, uploads and downloads.
         self.http = http if http is not None else http_session()
-        self.reads = read_client(token, api_url, self.http)
-        self.writes = write_client(token, api_url, self.http)
+        self.read_client = read_client(token, api_url, self.http)
+        self.write_client = write_client(token, api_url, self.http)
         #: Every write goes through it: paced per channel, 429s waited out until ``write_deadline``.
         self.outbound = Outbound(deadline=write_deadline, observer=on_call)
         self.identity = identity
@@ -114,8 +114,8 @@ class SlackAdapter(Writes, AdapterBase):
 
     # -- files and documents --------------------------------------------------------------------
     async def file_info(self, ref: str) -> FileMeta:
-        async with self._call("files.info"):
-            response = await self.reads.files_info(file=ref)
+        async with self.call("files.info"):
+            response = await self.read_client.files_info(file=ref)
         return file_meta(response.get("file") or {"id": ref})
 
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
@@ -132,20 +132,20 @@ class SlackAdapter(Writes, AdapterBase):
         comment = strip_mass_mentions(comment) if comment else comment
         with _maybe_done("attached"):
             return await upload(
-                self.writes,
+                self.write_client,
                 origin,
                 path,
                 title=title,
                 comment=comment,
                 outbound=self.outbound,
-                files_info=self._files_info,
+                files_info=self.files_info,
             )
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
         markdown = strip_mass_mentions(markdown)
         with _maybe_done("posted"):
             return await create_canvas(
-                self.writes,
+                self.write_client,
                 origin,
                 title,
                 markdown,
@@ -154,8 +154,8 @@ class SlackAdapter(Writes, AdapterBase):
             )
 
     async def _file_permalink(self, file_id: str) -> str | None:
-        async with self._call("files.info"):
-            info = await self.reads.files_info(file=file_id)
+        async with self.call("files.info"):
+            info = await self.read_client.files_info(file=file_id)
         return str((info.get("file") or {}).get("permalink") or "") or None
 
 

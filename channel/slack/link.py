@@ -28,15 +28,15 @@ EFFECT_EVENT = "threadbound_effect"
 class SlackLink:
     """The adapter's shared state (set by ``SlackAdapter.__init__``) and the helpers over it."""
 
-    reads: AsyncWebClient
-    writes: AsyncWebClient
+    read_client: AsyncWebClient
+    write_client: AsyncWebClient
     outbound: Outbound
     identity: SlackIdentity
     http: aiohttp.ClientSession
     #: Told of every Slack call this adapter makes (method, outcome, seconds); the host's metrics.
     on_call: SlackCallObserver | None
 
-    def _call(self, method: str) -> AbstractAsyncContextManager[None]:
+    def call(self, method: str) -> AbstractAsyncContextManager[None]:
         """:func:`slack_call` reporting to this adapter's ``on_call``."""
         return slack_call(method, self.on_call)
 

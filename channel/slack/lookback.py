@@ -67,14 +67,14 @@ class Lookback(Reads):
         it is gone."""
         channel, ts = split_ref(ref)
         try:
-            thread = await self._replies(Origin(channel, ts), metadata=True)
+            thread = await self.replies(Origin(channel, ts), metadata=True)
         except ChannelError as exc:
             if exc.code == "not_found":
                 return None
             raise
         return next((m for m in thread if str(m.get("ts")) == ts), None)
 
-    def _by_us(self, message: dict[str, Any]) -> bool:
+    def by_us(self, message: dict[str, Any]) -> bool:
         user, bot = message.get("user"), message.get("bot_id")
         return user == self.identity.user_id or (bool(bot) and bot == self.identity.bot_id)
 
@@ -90,8 +90,8 @@ class Lookback(Reads):
         floor = _ts_key(after or origin.thread_ts)
         return [
             m
-            for m in await self._replies(origin, metadata=True)
-            if self._by_us(m)
+            for m in await self.replies(origin, metadata=True)
+            if self.by_us(m)
             and str(m.get("ts")) != origin.thread_ts
             and _ts_key(str(m.get("ts") or "")) > floor
             and not effect_id_of(m)

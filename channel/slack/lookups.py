@@ -61,7 +61,7 @@ class Lookups(SlackLink):
         # workspace, a private channel): cosmetic, so a failed lookup is not retried.
         self._channel_names: TtlCache[str, str] = TtlCache(MAX_CHANNELS)
         # files.info answers for file stubs and forwarded files, and which of them get a handle.
-        self._file_infos = FileInfos(self._files_info)
+        self._file_infos = FileInfos(self.files_info)
         if self.identity.user_id and self.identity.bot_name:
             # auth.test already named the bot: mentions of it cost no users.info call.
             self._user_names[self.identity.user_id] = (self.identity.bot_name, True)
@@ -112,8 +112,8 @@ class Lookups(SlackLink):
 
     async def _look_up_user(self, user_id: str) -> tuple[str, bool]:
         try:
-            async with self._lookup_slots, self._call("users.info"):
-                response = await self.reads.users_info(user=user_id)
+            async with self._lookup_slots, self.call("users.info"):
+                response = await self.read_client.users_info(user=user_id)
         except ChannelError:
             # Remembered briefly: a later lookup may succeed. A name is cosmetic, so degrade, never fail.
             self._user_failures[user_id] = time.monotonic() + FAILED_LOOKUP_TTL
@@ -168,20 +168,20 @@ class Lookups(SlackLink):
         if cached is not None:
             return cached
         try:
-            async with self._call("conversations.info"):
-                response = await self.reads.conversations_info(channel=channel)
+            async with self.call("conversations.info"):
+                response = await self.read_client.conversations_info(channel=channel)
         except ChannelError:
             return {"id": channel}
         info = dict(response.get("channel") or {})
         self._channels[channel] = info
         return info
 
-    async def _files_info(self, file_id: str) -> Mapping[str, Any]:
-        async with self._call("files.info"):
-            response = await self.reads.files_info(file=file_id)
+    async def files_info(self, file_id: str) -> Mapping[str, Any]:
+        async with self.call("files.info"):
+            response = await self.read_client.files_info(file=file_id)
         return {"file": response.get("file")}
 
-    async def _resolve(self, refs: References) -> Names:
+    async def resolve(self, refs: References) -> Names:
         """Names for every reference, looked up (cached) where the message gave no label."""
         users = await self._names(refs.users)
         lookups = sorted(refs.channels)
@@ -196,8 +196,8 @@ class Lookups(SlackLink):
         info = self._channels.get(channel)
         if info is None:
             try:
-                async with self._lookup_slots, self._call("conversations.info"):
-                    response = await self.reads.conversations_info(channel=channel)
+                async with self._lookup_slots, self.call("conversations.info"):
+                    response = await self.read_client.conversations_info(channel=channel)
                 info = dict(response.get("channel") or {})
                 self._channels[channel] = info
             except ChannelError:

@@ -43,15 +43,15 @@ class Reads(Lookups):
         return OriginInfo("slack", name, link, bool(origin.thread_ts), is_direct)
 
     async def read(self, origin: Origin) -> list[MessageView]:
-        raw = await (self._replies(origin) if origin.thread_ts else self._history(origin))
-        return await self._views(origin.channel, raw)
+        raw = await (self.replies(origin) if origin.thread_ts else self.history(origin))
+        return await self.views(origin.channel, raw)
 
-    async def _replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
+    async def replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            async with self._call("conversations.replies"):
-                response = await self.reads.conversations_replies(
+            async with self.call("conversations.replies"):
+                response = await self.read_client.conversations_replies(
                     channel=origin.channel,
                     ts=origin.thread_ts,
                     limit=REPLIES_PAGE,
@@ -63,14 +63,14 @@ class Reads(Lookups):
             if not cursor:
                 return messages
 
-    async def _history(
+    async def history(
         self, origin: Origin, *, cap: int = HISTORY_CAP, metadata: bool = False
     ) -> list[dict[str, Any]]:
         newest_first: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(newest_first) < cap:
-            async with self._call("conversations.history"):
-                response = await self.reads.conversations_history(
+            async with self.call("conversations.history"):
+                response = await self.read_client.conversations_history(
                     channel=origin.channel,
                     limit=min(HISTORY_PAGE, cap - len(newest_first)),
                     cursor=cursor,
@@ -82,8 +82,8 @@ class Reads(Lookups):
                 break
         return list(reversed(newest_first[:cap]))
 
-    async def _views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
-        names = await self._resolve(self.bounded_references(raw))
+    async def views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
+        names = await self.resolve(self.bounded_references(raw))
         files = await self._file_infos.resolve(channel, raw)
         return [self._view(channel, with_files(m, files), names) for m in raw]
 
@@ -111,13 +111,13 @@ class Reads(Lookups):
 
     async def view(self, raw: Mapping[str, Any]) -> MessageView:
         channel = str(raw.get("channel") or "")
-        return (await self._views(channel, [raw]))[0]
+        return (await self.views(channel, [raw]))[0]
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         if origin.thread_ts:
-            raw = await self._replies(origin, metadata=True)
+            raw = await self.replies(origin, metadata=True)
         else:
-            raw = await self._history(origin, cap=200, metadata=True)
+            raw = await self.history(origin, cap=200, metadata=True)
         return [
             self.posted(origin, str(message.get("ts")))
             for message in raw

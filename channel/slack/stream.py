@@ -117,7 +117,7 @@ class SlackLiveMessage:
             kwargs["chunks"] = chunks
 
         async def send() -> str:
-            response = await adapter.writes.chat_startStream(**kwargs)
+            response = await adapter.write_client.chat_startStream(**kwargs)
             return str(response["ts"])
 
         async def check() -> str | None:
@@ -152,7 +152,7 @@ class SlackLiveMessage:
             return
 
         async def send() -> bool:
-            await self._adapter.writes.chat_appendStream(
+            await self._adapter.write_client.chat_appendStream(
                 channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
             )
             return True
@@ -188,7 +188,7 @@ class SlackLiveMessage:
             kwargs["blocks"] = feedback_blocks(feedback)
 
         async def send() -> bool:
-            await self._adapter.writes.chat_stopStream(**kwargs)
+            await self._adapter.write_client.chat_stopStream(**kwargs)
             return True
 
         async def check() -> bool | None:
@@ -222,7 +222,7 @@ class SlackLiveMessage:
             blocks += feedback_blocks(feedback)
 
         async def send() -> bool:
-            await self._adapter.writes.chat_update(
+            await self._adapter.write_client.chat_update(
                 channel=self._channel,
                 ts=self.ts,
                 text=fallback_text(self.sent) or " ",

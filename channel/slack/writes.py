@@ -57,7 +57,7 @@ class Writes(Lookback):
             kwargs["thread_ts"] = origin.thread_ts
 
         async def send() -> Posted:
-            response = await self.writes.chat_postMessage(**kwargs)
+            response = await self.write_client.chat_postMessage(**kwargs)
             return self.posted(origin, str(response["ts"]))
 
         async def check() -> Posted | None:
@@ -71,7 +71,7 @@ class Writes(Lookback):
         channel, ts = split_ref(ref)
 
         async def send() -> bool:
-            await self.writes.chat_update(
+            await self.write_client.chat_update(
                 channel=channel, ts=ts, text=text, blocks=[dict(b) for b in blocks], **NO_UNFURL
             )
             return True
@@ -88,7 +88,7 @@ class Writes(Lookback):
         if thread_ts:
             kwargs["thread_ts"] = thread_ts
         await self.outbound.write(
-            "chat.postEphemeral", lambda: self.writes.chat_postEphemeral(**kwargs), channel=channel
+            "chat.postEphemeral", lambda: self.write_client.chat_postEphemeral(**kwargs), channel=channel
         )
 
     async def react(self, ref: str, emoji: str, *, add: bool) -> None:
@@ -96,9 +96,9 @@ class Writes(Lookback):
 
         async def send() -> bool:
             if add:
-                await self.writes.reactions_add(channel=channel, timestamp=ts, name=emoji)
+                await self.write_client.reactions_add(channel=channel, timestamp=ts, name=emoji)
             else:
-                await self.writes.reactions_remove(channel=channel, timestamp=ts, name=emoji)
+                await self.write_client.reactions_remove(channel=channel, timestamp=ts, name=emoji)
             return True
 
         async def check() -> bool | None:
@@ -123,7 +123,7 @@ class Writes(Lookback):
             blocks += feedback_blocks(feedback)
 
         async def send() -> bool:
-            await self.writes.chat_update(
+            await self.write_client.chat_update(
                 channel=channel, ts=ts, text=fallback_text(markdown), blocks=blocks, **NO_UNFURL
             )
             return True
@@ -138,7 +138,7 @@ class Writes(Lookback):
         channel, ts = split_ref(ref)
 
         async def send() -> bool:
-            await self.writes.chat_delete(channel=channel, ts=ts)
+            await self.write_client.chat_delete(channel=channel, ts=ts)
             return True
 
         async def check() -> bool | None:
@@ -153,7 +153,7 @@ class Writes(Lookback):
         """Name a DM thread in Slack's agent view (``assistant.threads.setTitle``)."""
         await self.outbound.write(
             "assistant.threads.setTitle",
-            lambda: self.writes.assistant_threads_setTitle(
+            lambda: self.write_client.assistant_threads_setTitle(
                 channel_id=origin.channel, thread_ts=origin.thread_ts, title=title
             ),
             deadline=STATUS_DEADLINE,
@@ -164,7 +164,7 @@ class Writes(Lookback):
         entries = [{"title": p[:75], "message": p} for p in prompts]
         await self.outbound.write(
             "assistant.threads.setSuggestedPrompts",
-            lambda: self.writes.assistant_threads_setSuggestedPrompts(
+            lambda: self.write_client.assistant_threads_setSuggestedPrompts(
                 channel_id=origin.channel, thread_ts=origin.thread_ts, prompts=entries
             ),
             deadline=STATUS_DEADLINE,
@@ -173,7 +173,7 @@ class Writes(Lookback):
     async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         await self.outbound.write(
             "assistant.threads.setStatus",
-            lambda: self.writes.assistant_threads_setStatus(
+            lambda: self.write_client.assistant_threads_setStatus(
                 channel_id=origin.channel,
                 thread_ts=origin.thread_ts,
                 status=status,
