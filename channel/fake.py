@@ -49,8 +49,8 @@ from .contract import (
 from .errors import ChannelError, MessageGone
 from .fake_messages import FakeDocument, FakeLive, FakeMessage
 
-#: Every capability the fake implements, all but cards (``ask``: it has no ``post_blocks``): what a
-#: test gets unless it asks for less.
+#: Every capability the fake implements, all but cards (``ask``: it does not implement
+#: ``post_blocks``): what a test gets unless it asks for less.
 ALL_FEATURES = ChannelFeatures(**{name: name != "ask" for name in FEATURE_METHODS})
 _EPOCH = 1_700_000_000
 
