@@ -20,7 +20,8 @@ Before any write is recorded, the journal awaits the host's ``guard`` (if any): 
 that may no longer act for the task (its lease was lost) raises there, so the write is
 neither recorded nor made. A journal given the host's lease ``fence`` carries it on every
 entry it opens and closes: once the lease has moved the store refuses them
-(``storage.base.LeaseMoved``), so a run that lost its lease can commit nothing (invariant 12).
+(``storage.records.LeaseMoved``), so a run that lost its lease can commit nothing (invariant
+"Fencing", docs/architecture.md).
 
 The host may hold writes back until the task's next write (``held``: a run's step checkpoint,
 ``app.runs.checkpoint``): an entry opened goes to the store along with them, in one trip, and a
