@@ -239,8 +239,15 @@ class ChannelAdapter(Protocol):
         """Show progress text ("is thinking…"); an empty string clears it. ``loading_messages``, when
         given, are shown in turn instead of the text while it lasts (Slack takes up to 10)."""
 
+    async def post_blocks(
+        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
+    ) -> Posted:
+        """Post a card (the provider's ``blocks``, ``text`` its plain fallback) into the origin,
+        carrying ``effect_id`` as :meth:`post` does; its buttons' clicks come back to the host."""
 
-#: The method behind each feature flag; registration checks the adapter overrides it.
+
+#: The method behind each feature flag, each a method of :class:`ChannelAdapter`; registration
+#: checks the adapter overrides it.
 FEATURE_METHODS: dict[str, str] = {
     "read": "read",
     "react": "react",
@@ -301,6 +308,11 @@ class AdapterBase:
 
     async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
         raise _unsupported("streaming")
+
+    async def post_blocks(
+        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
+    ) -> Posted:
+        raise _unsupported("cards")
 
 
 def _unsupported(what: str) -> Exception:

@@ -9,6 +9,10 @@ Tree::
     ├── code "unsupported"         the adapter or this conversation cannot do it
     ├── code "file_refused"        a download or upload refused for safety (origin, size, type, path)
     ├── code "not_found"           the provider says the object is gone
+    │   └── MessageGone            ... and that object is the message the call names (a write to it
+    │                              that a crash interrupted counts as done: the effect journal)
+    ├── code "already_done"        the write had taken effect already (the reaction was there, or was
+    │                              gone): its callers count it done, so the model never reads this code
     ├── code "rate_limited"        the provider kept refusing for rate limits
     ├── code "provider_error"      any other provider failure (the provider's code is in the message)
     ├── code "slack_error"         the Slack adapter's name for provider_error (the contract's code)
@@ -18,6 +22,7 @@ Tree::
 Adapters map provider exceptions into ``ChannelError`` at one place each
 (``channel.slack.errors``); the session turns it into
 ``{"error": {"code": ..., "message": ...}}``. A tool call never raises to the agent.
+Callers branch on these codes and classes; ``provider_code`` (the provider's own string) is for logs.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ ErrorCode = Literal[
     "unsupported",
     "file_refused",
     "not_found",
+    "already_done",
     "rate_limited",
     "provider_error",
     "slack_error",
@@ -58,7 +64,7 @@ class ChannelError(Exception):
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = bounded(message)
-        #: The provider's own error string (e.g. ``already_reacted``), for callers that branch on it.
+        #: The provider's own error string (e.g. Slack's ``already_reacted``), for logs and metrics.
         self.provider_code = provider_code
         #: The provider may have done it anyway (a dropped connection, a 5xx, ``internal_error``):
         #: look before reporting it failed or doing it again.
@@ -66,6 +72,13 @@ class ChannelError(Exception):
 
     def as_result(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}
+
+
+class MessageGone(ChannelError):
+    """The message a call names no longer exists (code ``not_found``, as the model reads it)."""
+
+    def __init__(self, message: str, *, provider_code: str | None = None) -> None:
+        super().__init__("not_found", message, provider_code=provider_code)
 
 
 class StreamClosed(ChannelError):

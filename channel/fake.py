@@ -4,7 +4,7 @@
 Python lists and dicts (file bytes live on disk under a directory it owns) and
 behaves like a provider should: it refuses what its :class:`ChannelFeatures` do
 not claim, refuses to edit or delete other people's messages, reports
-``already_reacted``/``no_reaction`` the way Slack does, and records every call
+``already_done`` for a reaction already added (or not there to remove), and records every call
 in :attr:`FakeAdapter.calls` so a test can assert that nothing reached it::
 
     adapter = FakeAdapter(files_dir=tmp_path / "provider")
@@ -46,11 +46,11 @@ from .contract import (
     StreamStart,
     Uploaded,
 )
-from .errors import ChannelError
+from .errors import ChannelError, MessageGone
 from .fake_messages import FakeDocument, FakeLive, FakeMessage
 
-#: Every capability the fake implements, all but cards (``ask``: it has no ``post_blocks``): what a
-#: test gets unless it asks for less.
+#: Every capability the fake implements, all but cards (``ask``: it does not implement
+#: ``post_blocks``): what a test gets unless it asks for less.
 ALL_FEATURES = ChannelFeatures(**{name: name != "ask" for name in FEATURE_METHODS})
 _EPOCH = 1_700_000_000
 
@@ -185,9 +185,7 @@ class FakeAdapter(AdapterBase):
     def _find(self, ref: str) -> FakeMessage:
         message = self.message(ref)
         if message is None:
-            raise ChannelError(
-                "not_found", "That message no longer exists.", provider_code="message_not_found"
-            )
+            raise MessageGone("That message no longer exists.")
         return message
 
     def _own(self, ref: str, what: str) -> FakeMessage:
@@ -279,11 +277,11 @@ class FakeAdapter(AdapterBase):
         who = message.reactions.setdefault(emoji, [])
         if add:
             if self.bot_name in who:
-                raise ChannelError("provider_error", "Already reacted.", provider_code="already_reacted")
+                raise ChannelError("already_done", "Already reacted.")
             who.append(self.bot_name)
         else:
             if self.bot_name not in who:
-                raise ChannelError("provider_error", "No such reaction.", provider_code="no_reaction")
+                raise ChannelError("already_done", "No such reaction.")
             who.remove(self.bot_name)
 
     async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:

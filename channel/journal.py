@@ -13,14 +13,15 @@ settled by :func:`reconcile` at the start of the next run:
   was lost: ``channel_stream`` with no ref) is looked for as the bot's unfinished message in the
   thread after the message it answered (``after``), and removed;
 - reactions, edits and retractions are idempotent, so they are re-attempted
-  (``already_reacted``, ``no_reaction`` and ``message_not_found`` mean already done);
+  (``already_done`` and :class:`~channel.errors.MessageGone` mean already done);
 - uploads and documents carry no marker to look for: they are reported, never repeated.
 
 Before any write is recorded, the journal awaits the host's ``guard`` (if any): a host
 that may no longer act for the task (its lease was lost) raises there, so the write is
 neither recorded nor made. A journal given the host's lease ``fence`` carries it on every
 entry it opens and closes: once the lease has moved the store refuses them
-(``storage.base.LeaseMoved``), so a run that lost its lease can commit nothing (invariant 12).
+(``storage.records.LeaseMoved``), so a run that lost its lease can commit nothing (invariant
+"Fencing", docs/architecture.md).
 
 The host may hold writes back until the task's next write (``held``: a run's step checkpoint,
 ``app.runs.checkpoint``): an entry opened goes to the store along with them, in one trip, and a
@@ -43,7 +44,7 @@ from typing import Any, Protocol, TypeVar
 from storage.base import EffectRecord, Fence, retry_if_session_ended
 
 from .contract import ChannelAdapter, Origin, Posted
-from .errors import ChannelError, bounded
+from .errors import ChannelError, MessageGone, bounded
 from .store import SessionStore
 
 Result = dict[str, Any]
@@ -81,8 +82,6 @@ JOURNAL_ONLY = JOURNALLED | frozenset(
         "no_reply",
     }
 )
-#: Provider codes that mean an idempotent write had already taken effect.
-_DONE_CODES = frozenset({"already_reacted", "no_reaction", "message_not_found"})
 
 
 class HeldWrites(Protocol):
@@ -217,7 +216,7 @@ async def _retract(adapter: ChannelAdapter, ref: str) -> None:
     try:
         await adapter.retract(ref)
     except ChannelError as exc:
-        if exc.provider_code != "message_not_found" and exc.code != "not_found":
+        if exc.code != "not_found":
             raise
 
 
@@ -283,6 +282,7 @@ async def _settle(
             error = ChannelError("not_found", "the interrupted action's result is unavailable")
             return error.as_result(), "has an unavailable result; check before doing it again"
     except ChannelError as exc:
-        if exc.provider_code not in _DONE_CODES:
+        # An idempotent write that had already taken effect, or whose message is gone.
+        if exc.code != "already_done" and not isinstance(exc, MessageGone):
             raise
     return {"ok": True}, "was completed"

@@ -20,7 +20,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-import channel.slack.adapter
+import channel.slack.link
 from app.agent.usage import UsageMeter
 from app.runs.compaction import SUMMARISER_INSTRUCTIONS, SUMMARY_HEADER, Compactor, _cut, render
 from channel.slack.outbound import Outbound
@@ -87,7 +87,7 @@ async def test_a_fact_from_turn_1_is_reachable_at_turn_40_after_compaction(
     1's fact and its message handle in it (the handle still resolves), and compactions are counted."""
     # Slack's pace of one post a second per channel (channel.slack.outbound) is not under test here and
     # would make 40 answers in one thread take 40 s: this adapter's posts are not spaced.
-    monkeypatch.setattr(channel.slack.adapter, "Outbound", partial(Outbound, rate=1000.0, burst=1000))
+    monkeypatch.setattr(channel.slack.link, "Outbound", partial(Outbound, rate=1000.0, burst=1000))
     reader = Reader()
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")

@@ -118,7 +118,7 @@ async def test_a_programming_error_in_a_slack_call_is_not_a_slack_error(env: Ses
     async def broken(**_: Any) -> None:
         raise TypeError("a bug in our code")
 
-    env.adapter.writes = SimpleNamespace(chat_postMessage=broken)  # type: ignore[assignment]
+    env.adapter.link.write_client = SimpleNamespace(chat_postMessage=broken)  # type: ignore[assignment]
     with pytest.raises(TypeError, match="a bug in our code"):
         await env.session.call("channel_reply", {"text": "hello"})
 

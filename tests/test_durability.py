@@ -164,7 +164,7 @@ async def test_a_rate_limited_post_is_retried_until_it_is_posted_once(
 async def test_a_write_still_rate_limited_at_its_deadline_is_rate_limited(env: SessionEnv) -> None:
     """When waiting out Retry-After would pass the write deadline, the model gets rate_limited,
     told the post was not done, and nothing was posted."""
-    env.adapter.outbound.deadline = 0.5
+    env.adapter.link.outbound.deadline = 0.5
     env.slack.fail("chat.postMessage", error="ratelimited", retry_after=30, times=None)
     limited = await env.session.call("channel_reply", {"text": "again"})
     assert limited["error"]["code"] == "rate_limited"

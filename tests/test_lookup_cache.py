@@ -38,7 +38,7 @@ async def test_a_renamed_person_shows_their_new_name_after_the_time_to_live(tmp_
         root = slack.add_message("C1", "hi", user="U1")
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
             now = [0.0]
-            env.adapter._user_names.clock = lambda: now[0]
+            env.adapter.lookups._user_names.clock = lambda: now[0]
             assert (await env.adapter.user("U1"))[0] == "Alice"
             slack.add_user("U1", "alice", display_name="Alicia")
             assert (await env.adapter.user("U1"))[0] == "Alice"

@@ -18,7 +18,15 @@ from pydantic_ai.models import Model
 from app.agent.agent_file import AgentFile
 from app.service import Service, StartupError
 from channel import tool_search
-from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, missing_implementations
+from channel.contract import (
+    FEATURE_METHODS,
+    AdapterBase,
+    ChannelAdapter,
+    ChannelFeatures,
+    MessageView,
+    Origin,
+    missing_implementations,
+)
 from channel.fake import ALL_FEATURES, FakeAdapter
 from channel.selection import select_tools
 from channel.session import ChannelSession
@@ -678,6 +686,15 @@ def test_missing_implementations_flags_claimed_but_unimplemented_features() -> N
 
     assert missing_implementations(Half()) == ["documents", "edit"]
     assert missing_implementations(FakeAdapter()) == []
+
+
+def test_every_feature_method_is_a_method_of_the_adapter_protocol() -> None:
+    """Each method FEATURE_METHODS names is declared by ChannelAdapter and defaulted by AdapterBase,
+    and every feature flag has one."""
+    assert set(FEATURE_METHODS) == set(ChannelFeatures().__dataclass_fields__)
+    for flag, method in FEATURE_METHODS.items():
+        assert callable(getattr(ChannelAdapter, method, None)), (flag, method)
+        assert callable(getattr(AdapterBase, method, None)), (flag, method)
 
 
 def test_select_tools_follows_features_and_the_agent_file() -> None:

@@ -49,7 +49,7 @@ async def resolve_thread(adapter: SlackAdapter, channel_id: str, thread_ts: str)
         )
     try:
         async with slack_call("conversations.replies"):
-            await adapter.reads.conversations_replies(channel=channel_id, ts=thread_ts, limit=1)
+            await adapter.link.read_client.conversations_replies(channel=channel_id, ts=thread_ts, limit=1)
     except ChannelError as exc:
         code = exc.provider_code or exc.code
         if code == "thread_not_found":
@@ -72,7 +72,7 @@ async def _find_by_name(adapter: SlackAdapter, name: str) -> str:
     while True:
         try:
             async with slack_call("conversations.list"):
-                response = await adapter.reads.conversations_list(
+                response = await adapter.link.read_client.conversations_list(
                     types=types, limit=_PAGE, exclude_archived=True, cursor=cursor or None
                 )
         except ChannelError as exc:
@@ -93,7 +93,7 @@ async def _find_by_name(adapter: SlackAdapter, name: str) -> str:
 async def _info(adapter: SlackAdapter, channel_id: str) -> dict[str, Any]:
     try:
         async with slack_call("conversations.info"):
-            response = await adapter.reads.conversations_info(channel=channel_id)
+            response = await adapter.link.read_client.conversations_info(channel=channel_id)
     except ChannelError as exc:
         if exc.provider_code == "missing_scope":
             return {}  # without channels:read the ID cannot be checked here; the run itself will tell

@@ -79,8 +79,6 @@ SETTLE_S = 5.0
 CLEAR_S = 10.0
 #: Statuses the edge's process is showing, kept for runs not started yet; the oldest go first.
 EDGE_SHOWN_KEPT = 1_000
-# Our own reaction already there (a crashed run left it) or already gone is what we wanted.
-_HARMLESS = frozenset({"already_reacted", "no_reaction"})
 
 
 @dataclass(slots=True)
@@ -262,7 +260,7 @@ class Progress:
         try:
             await adapter.react(ref, self.emoji, add=add)
         except ChannelError as exc:
-            if exc.provider_code in _HARMLESS:
+            if exc.code == "already_done":  # left by a crashed run, or already gone: what we wanted
                 return True
             log.debug(
                 "progress: reaction not %s (%s)", "added" if add else "removed", exc.provider_code or exc.code

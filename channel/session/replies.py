@@ -232,11 +232,11 @@ class Replies(SessionState):
             try:
                 await self.adapter.react(record.ref, emoji, add=add)
             except ChannelError as exc:
-                if exc.provider_code == "already_reacted":
+                if exc.code != "already_done":
+                    raise
+                if add:
                     return {"ok": True, "note": f"you had already reacted with :{emoji}:"}
-                if exc.provider_code == "no_reaction":
-                    return {"ok": True, "note": f"there was no :{emoji}: reaction of yours to remove"}
-                raise
+                return {"ok": True, "note": f"there was no :{emoji}: reaction of yours to remove"}
             return {"ok": True}
 
         return await self.journal.write("channel_react", {"ref": record.ref, "emoji": emoji, "add": add}, act)

@@ -5,22 +5,37 @@ resolved here, in trusted code, and cached; message refs are ``CHANNEL:TS`` and
 file refs are file ids — the session turns both into opaque handles. Outgoing
 text loses Slack's mass-mention syntax here (``render.strip_mass_mentions``).
 
-The adapter is assembled from parts, one concern each: :mod:`.lookups` (cached
-names, channel and file info), :mod:`.reads` (threads, history, effect look-ups),
-:mod:`.lookback` (what Slack holds after an ambiguous answer), :mod:`.writes` (posts,
-edits, reactions, statuses, streams), over :mod:`.link`
-(the clients and outbound path they share); files and documents are here.
+The adapter owns its parts, one concern each, and hands every call to the one that
+does it: :mod:`.lookups` (cached names, channel and file info), :mod:`.reads` (threads,
+history, effect look-ups), :mod:`.lookback` (what Slack holds after an ambiguous answer;
+over the reads), :mod:`.writes` (posts, edits, reactions, statuses, streams; settled by the
+look-back), each given the :mod:`.link` (the clients, outbound path and identity they
+share). Files and documents are here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
-from channel.contract import AdapterBase, ChannelFeatures, Document, Fetched, FileMeta, Origin, Uploaded
+from channel.contract import (
+    AdapterBase,
+    ChannelFeatures,
+    Document,
+    Fetched,
+    FileMeta,
+    LiveMessage,
+    MessageView,
+    Origin,
+    OriginInfo,
+    Posted,
+    StreamStart,
+    Uploaded,
+)
 from channel.errors import ChannelError, bounded
 
 from .canvases import create_canvas
@@ -28,11 +43,14 @@ from .downloads import download
 from .errors import SlackCallObserver
 from .file_meta import file_meta
 from .identity import SlackIdentity, fetch_identity
-from .link import EFFECT_EVENT
-from .outbound import DEFAULT_DEADLINE, Outbound
+from .link import EFFECT_EVENT, SlackLink
+from .lookback import Lookback
+from .lookups import Lookups
+from .outbound import DEFAULT_DEADLINE
+from .reads import Reads
 from .render import fallback_text, strip_mass_mentions
 from .scopes import features_from_scopes
-from .transport import http_session, read_client, write_client
+from .transport import http_session
 from .uploads import upload
 from .writes import STATUS_DEADLINE, Writes
 
@@ -51,7 +69,10 @@ __all__ = [
 MAX_POST_CHARS = 8000
 
 
-class SlackAdapter(Writes, AdapterBase):
+class SlackAdapter(AdapterBase):
+    """The channel contract over Slack, handed to the parts it owns: ``link`` (clients, outbound
+    path, identity), ``lookups``, ``reads``, ``lookback`` and ``writes``."""
+
     provider = "slack"
     max_post_chars = MAX_POST_CHARS
 
@@ -68,17 +89,20 @@ class SlackAdapter(Writes, AdapterBase):
         on_call: SlackCallObserver | None = None,
     ) -> None:
         self._token = token
-        self.on_call = on_call
-        # One session (made here, so inside the running loop) for API calls, uploads and downloads.
-        self.http = http if http is not None else http_session()
-        self.reads = read_client(token, api_url, self.http)
-        self.writes = write_client(token, api_url, self.http)
-        #: Every write goes through it: paced per channel, 429s waited out until ``write_deadline``.
-        self.outbound = Outbound(deadline=write_deadline, observer=on_call)
-        self.identity = identity
+        self.link = SlackLink(
+            token=token,
+            api_url=api_url,
+            identity=identity,
+            http=http if http is not None else http_session(),
+            write_deadline=write_deadline,
+            on_call=on_call,
+        )
+        self.lookups = Lookups(self.link)
+        self.reads = Reads(self.link, self.lookups)
+        self.lookback = Lookback(self.link, self.reads)
+        self.writes = Writes(self.link, self.reads, self.lookback)
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
-        self._init_lookups()
 
     @classmethod
     async def connect(
@@ -109,13 +133,91 @@ class SlackAdapter(Writes, AdapterBase):
 
     async def close(self) -> None:
         """Stop lookups in flight and close the HTTP session (its pooled connections with it)."""
-        await self._close_lookups()
-        await self.http.close()
+        await self.lookups.close()
+        await self.link.http.close()
+
+    @property
+    def identity(self) -> SlackIdentity:
+        """Who the bot is in this workspace (from ``auth.test``)."""
+        return self.link.identity
+
+    # -- names ----------------------------------------------------------------------------------
+    async def user(self, user_id: str) -> tuple[str, bool]:
+        """``(display name, is_bot)`` of a user (see :meth:`.lookups.Lookups.user`)."""
+        return await self.lookups.user(user_id)
+
+    async def time_zone(self, user_id: str) -> str:
+        """The user's IANA time zone; ``""`` if unknown."""
+        return await self.lookups.time_zone(user_id)
+
+    def known_user(self, user_id: str) -> str:
+        """The user's display name if known now, else ``""`` (see :meth:`.lookups.Lookups.known_user`)."""
+        return self.lookups.known_user(user_id)
+
+    # -- reading --------------------------------------------------------------------------------
+    async def describe(self, origin: Origin) -> OriginInfo:
+        return await self.reads.describe(origin)
+
+    async def view(self, raw: Mapping[str, Any]) -> MessageView:
+        return await self.reads.view(raw)
+
+    def inbound_ref(self, channel: str, ts: str) -> str:
+        return self.link.inbound_ref(channel, ts)
+
+    async def read(self, origin: Origin) -> list[MessageView]:
+        return await self.reads.read(origin)
+
+    async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
+        return await self.reads.find_posted(origin, effect_id)
+
+    async def find_unfinished(self, origin: Origin, after: str) -> list[Posted]:
+        return await self.lookback.find_unfinished(origin, after)
+
+    # -- writing --------------------------------------------------------------------------------
+    async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
+        return await self.writes.post(origin, markdown, effect_id=effect_id, feedback=feedback)
+
+    async def post_blocks(
+        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
+    ) -> Posted:
+        """Post a card built of Block Kit ``blocks`` (see :meth:`.writes.Writes.post_blocks`)."""
+        return await self.writes.post_blocks(origin, text, blocks, effect_id=effect_id)
+
+    async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None:
+        """Replace a card's text and blocks (an approval card once decided)."""
+        await self.writes.update_blocks(ref, text, blocks)
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
+        """Show ``text`` to ``user`` only, in ``thread_ts`` when given."""
+        await self.writes.tell_privately(channel, user, text, thread_ts=thread_ts)
+
+    async def react(self, ref: str, emoji: str, *, add: bool) -> None:
+        await self.writes.react(ref, emoji, add=add)
+
+    async def edit(self, ref: str, markdown: str, *, feedback: str = "", footer: str = "") -> None:
+        await self.writes.edit(ref, markdown, feedback=feedback, footer=footer)
+
+    async def retract(self, ref: str) -> None:
+        await self.writes.retract(ref)
+
+    async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
+        return await self.writes.open_stream(origin, start)
+
+    async def set_title(self, origin: Origin, title: str) -> None:
+        """Name a DM thread in Slack's agent view."""
+        await self.writes.set_title(origin, title)
+
+    async def suggest_prompts(self, origin: Origin, prompts: Sequence[str]) -> None:
+        """Offer prompts in a new agent-view thread."""
+        await self.writes.suggest_prompts(origin, prompts)
+
+    async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
+        await self.writes.set_status(origin, status, loading_messages)
 
     # -- files and documents --------------------------------------------------------------------
     async def file_info(self, ref: str) -> FileMeta:
-        async with self._call("files.info"):
-            response = await self.reads.files_info(file=ref)
+        async with self.link.call("files.info"):
+            response = await self.link.read_client.files_info(file=ref)
         return file_meta(response.get("file") or {"id": ref})
 
     async def fetch_file(self, meta: FileMeta, dest_dir: Path, *, variant: str | None) -> Fetched:
@@ -125,37 +227,37 @@ class SlackAdapter(Writes, AdapterBase):
             variant=variant,
             token=self._token,
             origins=self.file_origins,
-            session=self.http,
+            session=self.link.http,
         )
 
     async def attach(self, origin: Origin, path: Path, *, title: str | None, comment: str | None) -> Uploaded:
         comment = strip_mass_mentions(comment) if comment else comment
         with _maybe_done("attached"):
             return await upload(
-                self.writes,
+                self.link.write_client,
                 origin,
                 path,
                 title=title,
                 comment=comment,
-                outbound=self.outbound,
-                files_info=self._files_info,
+                outbound=self.link.outbound,
+                files_info=self.lookups.files_info,
             )
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
         markdown = strip_mass_mentions(markdown)
         with _maybe_done("posted"):
             return await create_canvas(
-                self.writes,
+                self.link.write_client,
                 origin,
                 title,
                 markdown,
                 permalink_of=self._file_permalink,
-                outbound=self.outbound,
+                outbound=self.link.outbound,
             )
 
     async def _file_permalink(self, file_id: str) -> str | None:
-        async with self._call("files.info"):
-            info = await self.reads.files_info(file=file_id)
+        async with self.link.call("files.info"):
+            info = await self.link.read_client.files_info(file=file_id)
         return str((info.get("file") or {}).get("permalink") or "") or None
 
 

@@ -1,7 +1,10 @@
 """The one place Slack failures become ``ChannelError``s.
 
 ``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429) maps by its error
-string; transport failures (aiohttp, timeouts) become ``slack_error``. Anything
+string to the contract's neutral codes (``already_reacted`` and ``no_reaction`` to
+``already_done``, ``message_not_found`` to :class:`~channel.errors.MessageGone`), Slack's
+string kept as ``provider_code`` for logs; transport failures (aiohttp, timeouts) become
+``slack_error``. Anything
 else raised inside a Slack call is a bug in our code, not Slack's answer: it is
 not mapped, so it propagates with its traceback (the run logs it and apologises).
 Messages name the method and Slack's error code, never the token or a payload.
@@ -23,7 +26,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from channel.errors import ChannelError, ErrorCode
+from channel.errors import ChannelError, ErrorCode, MessageGone
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,8 @@ _CODES: dict[str, tuple[ErrorCode, str]] = {
     "edit_window_closed": ("slack_error", "The edit window for that message has closed; reply instead."),
     "msg_too_long": ("invalid_arguments", "The text is too long for one Slack message."),
     "msg_blocks_too_long": ("invalid_arguments", "The text is too long for one Slack message."),
-    "already_reacted": ("slack_error", "You had already added that reaction."),
-    "no_reaction": ("slack_error", "You have no such reaction on that message."),
+    "already_reacted": ("already_done", "You had already added that reaction."),
+    "no_reaction": ("already_done", "You have no such reaction on that message."),
     "invalid_name": ("invalid_arguments", "That is not an emoji name this workspace knows."),
     "too_many_reactions": ("slack_error", "That message has too many reactions already."),
     "missing_scope": ("unsupported", "The Slack app is missing a permission (scope) for this."),
@@ -52,6 +55,8 @@ _CODES: dict[str, tuple[ErrorCode, str]] = {
     "restricted_action": ("unsupported", "A workspace setting forbids this action."),
 }
 
+#: Slack's answers that the message a call names is gone (the rest of ``not_found`` is not).
+_MESSAGE_GONE = frozenset({"message_not_found"})
 
 #: Slack answers that do not say whether the write happened (Slack's own "something went wrong";
 #: an HTML page from a proxy reads as ``unknown_error``): looked up before they count as failures.
@@ -73,6 +78,8 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError | None:
         ambiguous = code in AMBIGUOUS_CODES or status >= 500
         if status >= 500:
             message = f"Slack answered HTTP {status} ({code})."
+        if code in _MESSAGE_GONE and not ambiguous:
+            return MessageGone(f"{method}: {message}", provider_code=code)
         return ChannelError(mapped, f"{method}: {message}", provider_code=code, ambiguous=ambiguous)
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ClientError | SlackClientError | OSError):
         return ChannelError(

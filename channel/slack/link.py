@@ -1,8 +1,8 @@
 """What every part of the Slack adapter shares: its clients, outbound path and identity.
 
-:class:`SlackLink` is the base of the adapter's parts (:mod:`.lookups`, :mod:`.reads`,
-:mod:`.writes`) and what a streamed message (:mod:`.stream`) writes through, so none of
-them imports the adapter. Message refs are ``CHANNEL:TS``.
+:class:`SlackLink` is handed to each of the adapter's parts (:mod:`.lookups`, :mod:`.reads`,
+:mod:`.lookback`, :mod:`.writes`) and to a streamed message (:mod:`.stream`), so none of them
+imports the adapter. Message refs are ``CHANNEL:TS``.
 """
 
 from __future__ import annotations
@@ -20,23 +20,36 @@ from channel.errors import ChannelError
 from .errors import SlackCallObserver, slack_call
 from .identity import SlackIdentity
 from .outbound import Outbound
+from .transport import read_client, write_client
 
 #: Metadata event type that carries the effect id of a post (see the effect journal).
 EFFECT_EVENT = "threadbound_effect"
 
 
 class SlackLink:
-    """The adapter's shared state (set by ``SlackAdapter.__init__``) and the helpers over it."""
+    """The adapter's clients, outbound path and identity, and the helpers over them."""
 
-    reads: AsyncWebClient
-    writes: AsyncWebClient
-    outbound: Outbound
-    identity: SlackIdentity
-    http: aiohttp.ClientSession
-    #: Told of every Slack call this adapter makes (method, outcome, seconds); the host's metrics.
-    on_call: SlackCallObserver | None
+    def __init__(
+        self,
+        *,
+        token: str,
+        api_url: str,
+        identity: SlackIdentity,
+        http: aiohttp.ClientSession,
+        write_deadline: float,
+        on_call: SlackCallObserver | None,
+    ) -> None:
+        #: One session (made in the running loop) for API calls, uploads and downloads.
+        self.http = http
+        self.read_client: AsyncWebClient = read_client(token, api_url, http)
+        self.write_client: AsyncWebClient = write_client(token, api_url, http)
+        #: Every write goes through it: paced per channel, 429s waited out until ``write_deadline``.
+        self.outbound = Outbound(deadline=write_deadline, observer=on_call)
+        self.identity = identity
+        #: Told of every Slack call this adapter makes (method, outcome, seconds); the host's metrics.
+        self.on_call = on_call
 
-    def _call(self, method: str) -> AbstractAsyncContextManager[None]:
+    def call(self, method: str) -> AbstractAsyncContextManager[None]:
         """:func:`slack_call` reporting to this adapter's ``on_call``."""
         return slack_call(method, self.on_call)
 

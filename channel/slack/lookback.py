@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from channel.contract import Origin, Posted
 from channel.errors import ChannelError
 
-from .link import effect_id_of, split_ref
+from .link import SlackLink, effect_id_of, split_ref
 from .reads import Reads
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Lookback(Reads):
-    """Ambiguous write answers settled by a look at Slack (mixed into ``SlackAdapter``)."""
+class Lookback:
+    """Ambiguous write answers settled by a look at Slack: writes through the ``link``'s outbound
+    path, looks through ``reads``."""
+
+    def __init__(self, link: SlackLink, reads: Reads) -> None:
+        self.link = link
+        self.reads = reads
 
     async def once(
         self,
@@ -45,7 +50,7 @@ class Lookback(Reads):
         """Make the write ``call`` once (through the outbound path); when its answer is ambiguous,
         ``check`` says what Slack holds: a result (it was done), None (it was not)."""
         try:
-            return await self.outbound.write(method, call, channel=channel, post=post, deadline=deadline)
+            return await self.link.outbound.write(method, call, channel=channel, post=post, deadline=deadline)
         except ChannelError as exc:
             if not exc.ambiguous:
                 raise
@@ -67,21 +72,22 @@ class Lookback(Reads):
         it is gone."""
         channel, ts = split_ref(ref)
         try:
-            thread = await self._replies(Origin(channel, ts), metadata=True)
+            thread = await self.reads.replies(Origin(channel, ts), metadata=True)
         except ChannelError as exc:
             if exc.code == "not_found":
                 return None
             raise
         return next((m for m in thread if str(m.get("ts")) == ts), None)
 
-    def _by_us(self, message: dict[str, Any]) -> bool:
+    def by_us(self, message: dict[str, Any]) -> bool:
         user, bot = message.get("user"), message.get("bot_id")
-        return user == self.identity.user_id or (bool(bot) and bot == self.identity.bot_id)
+        me = self.link.identity
+        return user == me.user_id or (bool(bot) and bot == me.bot_id)
 
     async def find_unfinished(self, origin: Origin, after: str) -> list[Posted]:
         """The bot's replies in the origin's thread newer than ``after`` that carry no effect id and
         no file: streamed messages not stopped (``chat.startStream`` carries no metadata)."""
-        return [self.posted(origin, str(m.get("ts"))) for m in await self.unfinished(origin, after)]
+        return [self.link.posted(origin, str(m.get("ts"))) for m in await self.unfinished(origin, after)]
 
     async def unfinished(self, origin: Origin, after: str) -> list[dict[str, Any]]:
         """The messages :meth:`find_unfinished` names, as Slack holds them."""
@@ -90,8 +96,8 @@ class Lookback(Reads):
         floor = _ts_key(after or origin.thread_ts)
         return [
             m
-            for m in await self._replies(origin, metadata=True)
-            if self._by_us(m)
+            for m in await self.reads.replies(origin, metadata=True)
+            if self.by_us(m)
             and str(m.get("ts")) != origin.thread_ts
             and _ts_key(str(m.get("ts") or "")) > floor
             and not effect_id_of(m)

@@ -43,10 +43,11 @@ MAX_CHANNELS = 5_000
 FAILED_LOOKUP_TTL = 60.0
 
 
-class Lookups(SlackLink):
-    """The cached look-ups of the adapter (mixed into ``SlackAdapter``)."""
+class Lookups:
+    """The adapter's cached look-ups, made over its ``link``."""
 
-    def _init_lookups(self) -> None:
+    def __init__(self, link: SlackLink) -> None:
+        self.link = link
         # Bounded and refreshed (cache.TtlCache): a long-lived process forgets whom it no longer
         # sees, and a renamed person's new name shows within LOOKUP_TTL.
         self._user_names: TtlCache[str, tuple[str, bool]] = TtlCache(MAX_USERS)
@@ -61,12 +62,14 @@ class Lookups(SlackLink):
         # workspace, a private channel): cosmetic, so a failed lookup is not retried.
         self._channel_names: TtlCache[str, str] = TtlCache(MAX_CHANNELS)
         # files.info answers for file stubs and forwarded files, and which of them get a handle.
-        self._file_infos = FileInfos(self._files_info)
-        if self.identity.user_id and self.identity.bot_name:
+        self.file_infos = FileInfos(self.files_info)
+        identity = link.identity
+        if identity.user_id and identity.bot_name:
             # auth.test already named the bot: mentions of it cost no users.info call.
-            self._user_names[self.identity.user_id] = (self.identity.bot_name, True)
+            self._user_names[identity.user_id] = (identity.bot_name, True)
 
-    async def _close_lookups(self) -> None:
+    async def close(self) -> None:
+        """Cancel the look-ups in flight."""
         lookups = list(self._user_lookups.values())
         for lookup in lookups:
             lookup.cancel()
@@ -112,8 +115,8 @@ class Lookups(SlackLink):
 
     async def _look_up_user(self, user_id: str) -> tuple[str, bool]:
         try:
-            async with self._lookup_slots, self._call("users.info"):
-                response = await self.reads.users_info(user=user_id)
+            async with self._lookup_slots, self.link.call("users.info"):
+                response = await self.link.read_client.users_info(user=user_id)
         except ChannelError:
             # Remembered briefly: a later lookup may succeed. A name is cosmetic, so degrade, never fail.
             self._user_failures[user_id] = time.monotonic() + FAILED_LOOKUP_TTL
@@ -168,20 +171,20 @@ class Lookups(SlackLink):
         if cached is not None:
             return cached
         try:
-            async with self._call("conversations.info"):
-                response = await self.reads.conversations_info(channel=channel)
+            async with self.link.call("conversations.info"):
+                response = await self.link.read_client.conversations_info(channel=channel)
         except ChannelError:
             return {"id": channel}
         info = dict(response.get("channel") or {})
         self._channels[channel] = info
         return info
 
-    async def _files_info(self, file_id: str) -> Mapping[str, Any]:
-        async with self._call("files.info"):
-            response = await self.reads.files_info(file=file_id)
+    async def files_info(self, file_id: str) -> Mapping[str, Any]:
+        async with self.link.call("files.info"):
+            response = await self.link.read_client.files_info(file=file_id)
         return {"file": response.get("file")}
 
-    async def _resolve(self, refs: References) -> Names:
+    async def resolve(self, refs: References) -> Names:
         """Names for every reference, looked up (cached) where the message gave no label."""
         users = await self._names(refs.users)
         lookups = sorted(refs.channels)
@@ -196,8 +199,8 @@ class Lookups(SlackLink):
         info = self._channels.get(channel)
         if info is None:
             try:
-                async with self._lookup_slots, self._call("conversations.info"):
-                    response = await self.reads.conversations_info(channel=channel)
+                async with self._lookup_slots, self.link.call("conversations.info"):
+                    response = await self.link.read_client.conversations_info(channel=channel)
                 info = dict(response.get("channel") or {})
                 self._channels[channel] = info
             except ChannelError:

@@ -5,8 +5,9 @@ bursts allowed) and answers HTTP 429 with ``Retry-After`` beyond that, or when a
 method's tier is exhausted. A 429 means nothing was done, so :meth:`Outbound.write`
 makes the same call again once ``Retry-After`` has passed, as often as needed,
 until ``deadline`` seconds after the write began; then it fails ``rate_limited``
-("it was not done"). Every other failure reaches the caller after one attempt
-(invariant 5): the session's effect journal decides what a broken connection means.
+("it was not done"). Every other failure reaches the caller after one attempt (invariant
+"Writes attempted once", docs/architecture.md): the session's effect journal decides what a
+broken connection means.
 
 Posts (``chat.postMessage``, file shares) into one channel leave in arrival
 order, at most ``rate`` a second after a burst of ``burst`` (a GCRA leaky bucket),

@@ -10,7 +10,7 @@ from channel.contract import Author, MessageView, Origin, OriginInfo, Posted
 
 from .content import message_files, render_message, with_files
 from .file_meta import file_meta
-from .link import effect_id_of, iso_time
+from .link import SlackLink, effect_id_of, iso_time
 from .lookups import Lookups
 from .render import Names
 
@@ -21,37 +21,44 @@ HISTORY_PAGE = 999
 HISTORY_CAP = 1000
 
 
-class Reads(Lookups):
-    """The reading half of the adapter (mixed into ``SlackAdapter``)."""
+class Reads:
+    """The adapter's reads: conversations rendered as message views, names from ``lookups``."""
+
+    def __init__(self, link: SlackLink, lookups: Lookups) -> None:
+        self.link = link
+        self.lookups = lookups
 
     async def describe(self, origin: Origin) -> OriginInfo:
-        info = await self.channel_info(origin.channel)
+        info = await self.lookups.channel_info(origin.channel)
         is_direct = bool(info.get("is_im")) or origin.channel.startswith("D")
         if is_direct:
             other = str(info.get("user") or "")
-            name = f"a direct message with {(await self.user(other))[0]}" if other else "a direct message"
+            name = "a direct message"
+            if other:
+                name = f"a direct message with {(await self.lookups.user(other))[0]}"
         elif info.get("is_mpim"):
             name = "a group direct message"
         else:
             name = f"#{info.get('name') or 'a-channel'}"
+        team_url = self.link.identity.team_url
         if origin.thread_ts:
-            link = self.permalink(origin.channel, origin.thread_ts)
-        elif self.identity.team_url:
-            link = f"{self.identity.team_url.rstrip('/')}/archives/{origin.channel}"
+            link = self.link.permalink(origin.channel, origin.thread_ts)
+        elif team_url:
+            link = f"{team_url.rstrip('/')}/archives/{origin.channel}"
         else:
             link = None
         return OriginInfo("slack", name, link, bool(origin.thread_ts), is_direct)
 
     async def read(self, origin: Origin) -> list[MessageView]:
-        raw = await (self._replies(origin) if origin.thread_ts else self._history(origin))
-        return await self._views(origin.channel, raw)
+        raw = await (self.replies(origin) if origin.thread_ts else self.history(origin))
+        return await self.views(origin.channel, raw)
 
-    async def _replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
+    async def replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         cursor: str | None = None
         while True:
-            async with self._call("conversations.replies"):
-                response = await self.reads.conversations_replies(
+            async with self.link.call("conversations.replies"):
+                response = await self.link.read_client.conversations_replies(
                     channel=origin.channel,
                     ts=origin.thread_ts,
                     limit=REPLIES_PAGE,
@@ -63,14 +70,14 @@ class Reads(Lookups):
             if not cursor:
                 return messages
 
-    async def _history(
+    async def history(
         self, origin: Origin, *, cap: int = HISTORY_CAP, metadata: bool = False
     ) -> list[dict[str, Any]]:
         newest_first: list[dict[str, Any]] = []
         cursor: str | None = None
         while len(newest_first) < cap:
-            async with self._call("conversations.history"):
-                response = await self.reads.conversations_history(
+            async with self.link.call("conversations.history"):
+                response = await self.link.read_client.conversations_history(
                     channel=origin.channel,
                     limit=min(HISTORY_PAGE, cap - len(newest_first)),
                     cursor=cursor,
@@ -82,15 +89,16 @@ class Reads(Lookups):
                 break
         return list(reversed(newest_first[:cap]))
 
-    async def _views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
-        names = await self._resolve(self.bounded_references(raw))
-        files = await self._file_infos.resolve(channel, raw)
+    async def views(self, channel: str, raw: Sequence[Mapping[str, Any]]) -> list[MessageView]:
+        names = await self.lookups.resolve(self.lookups.bounded_references(raw))
+        files = await self.lookups.file_infos.resolve(channel, raw)
         return [self._view(channel, with_files(m, files), names) for m in raw]
 
     def _view(self, channel: str, message: Mapping[str, Any], names: Names) -> MessageView:
         user = str(message.get("user") or "")
         bot_id = message.get("bot_id")
-        is_you = user == self.identity.user_id or (bool(bot_id) and bot_id == self.identity.bot_id)
+        me = self.link.identity
+        is_you = user == me.user_id or (bool(bot_id) and bot_id == me.bot_id)
         if user:
             name = names.users.get(user, "someone")
         else:
@@ -101,7 +109,7 @@ class Reads(Lookups):
         reactions = {str(r.get("name")): int(r.get("count") or 0) for r in message.get("reactions") or []}
         ts = str(message.get("ts") or "")
         return MessageView(
-            ref=self.inbound_ref(channel, ts),
+            ref=self.link.inbound_ref(channel, ts),
             author=author,
             text=render_message(message, names),
             time=iso_time(ts),
@@ -111,15 +119,15 @@ class Reads(Lookups):
 
     async def view(self, raw: Mapping[str, Any]) -> MessageView:
         channel = str(raw.get("channel") or "")
-        return (await self._views(channel, [raw]))[0]
+        return (await self.views(channel, [raw]))[0]
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         if origin.thread_ts:
-            raw = await self._replies(origin, metadata=True)
+            raw = await self.replies(origin, metadata=True)
         else:
-            raw = await self._history(origin, cap=200, metadata=True)
+            raw = await self.history(origin, cap=200, metadata=True)
         return [
-            self.posted(origin, str(message.get("ts")))
+            self.link.posted(origin, str(message.get("ts")))
             for message in raw
             if effect_id_of(message) == effect_id
         ]

@@ -26,7 +26,7 @@ from typing import Any
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
-from .link import effect_id_of
+from .link import SlackLink, effect_id_of
 from .lookback import Lookback, shown_text
 from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 
@@ -76,14 +76,15 @@ def _held(text: str) -> int:
 class SlackLiveMessage:
     """One streamed message (see :class:`channel.contract.LiveMessage`)."""
 
-    def __init__(self, adapter: Lookback, origin: Origin, ts: str) -> None:
-        self._adapter = adapter
+    def __init__(self, link: SlackLink, lookback: Lookback, origin: Origin, ts: str) -> None:
+        self._link = link
+        self._lookback = lookback
         self._channel = origin.channel
         self.ts = ts
         self.posted = Posted(
             ref=f"{origin.channel}:{ts}",
             new_root="",
-            permalink=adapter.permalink(origin.channel, ts, origin.thread_ts),
+            permalink=link.permalink(origin.channel, ts, origin.thread_ts),
         )
         #: Markdown handed to us but not sent yet (an unclosed ``<…``).
         self._pending = ""
@@ -93,7 +94,8 @@ class SlackLiveMessage:
     @classmethod
     async def start(
         cls,
-        adapter: Lookback,
+        link: SlackLink,
+        lookback: Lookback,
         origin: Origin,
         markdown: str,
         steps: tuple[Step, ...],
@@ -106,7 +108,7 @@ class SlackLiveMessage:
         if user:
             team = str((recipient or {}).get("team") or (recipient or {}).get("user_team") or "")
             kwargs["recipient_user_id"] = user
-            kwargs["recipient_team_id"] = team or adapter.identity.team_id
+            kwargs["recipient_team_id"] = team or link.identity.team_id
         elif not origin.channel.startswith("D"):
             raise ChannelError("unsupported", "Slack streams in channels only to a named person.")
         text = cls._split(markdown)
@@ -117,13 +119,13 @@ class SlackLiveMessage:
             kwargs["chunks"] = chunks
 
         async def send() -> str:
-            response = await adapter.writes.chat_startStream(**kwargs)
+            response = await link.write_client.chat_startStream(**kwargs)
             return str(response["ts"])
 
         async def check() -> str | None:
             # No effect id to look for: the bot's unfinished message after the one answered, showing
             # exactly what was sent, is this stream (then it goes on in it).
-            found = await adapter.unfinished(origin, stream_after(origin, recipient))
+            found = await lookback.unfinished(origin, stream_after(origin, recipient))
             mine = [m for m in found if shown_text(m) == text[0]]
             if len(mine) == 1 and len(found) == 1:
                 return str(mine[0]["ts"])
@@ -131,8 +133,8 @@ class SlackLiveMessage:
                 raise ChannelError("slack_error", "the stream's message cannot be told apart")
             return None
 
-        ts = await adapter.once("chat.startStream", send, check, channel=origin.channel, post=True)
-        live = cls(adapter, origin, ts)
+        ts = await lookback.once("chat.startStream", send, check, channel=origin.channel, post=True)
+        live = cls(link, lookback, origin, ts)
         live.sent, live._pending = text
         return live
 
@@ -152,13 +154,13 @@ class SlackLiveMessage:
             return
 
         async def send() -> bool:
-            await self._adapter.writes.chat_appendStream(
+            await self._link.write_client.chat_appendStream(
                 channel=self._channel, ts=self.ts, chunks=chunks, **NO_UNFURL
             )
             return True
 
         async def check() -> bool | None:
-            now = await self._adapter.message(self.posted.ref)
+            now = await self._lookback.message(self.posted.ref)
             shown = shown_text(now) if now is not None else None
             if shown == self.sent + sendable:
                 return True
@@ -167,7 +169,7 @@ class SlackLiveMessage:
             raise ChannelError("slack_error", "the streamed message does not show what was sent")
 
         try:
-            await self._adapter.once("chat.appendStream", send, check)
+            await self._lookback.once("chat.appendStream", send, check)
         except ChannelError as exc:
             if exc.provider_code in _CLOSED:
                 # The held-back text is reported unsent here, once: the stop that follows must not
@@ -180,7 +182,7 @@ class SlackLiveMessage:
 
     async def stop(self, *, effect_id: str, feedback: str = "") -> None:
         rest = strip_mass_mentions(self._pending)
-        metadata = self._adapter.effect_metadata(effect_id)
+        metadata = self._link.effect_metadata(effect_id)
         kwargs: dict[str, Any] = {"channel": self._channel, "ts": self.ts, "metadata": metadata, **NO_UNFURL}
         if rest:
             kwargs["chunks"] = [{"type": "markdown_text", "text": rest}]
@@ -188,14 +190,14 @@ class SlackLiveMessage:
             kwargs["blocks"] = feedback_blocks(feedback)
 
         async def send() -> bool:
-            await self._adapter.writes.chat_stopStream(**kwargs)
+            await self._link.write_client.chat_stopStream(**kwargs)
             return True
 
         async def check() -> bool | None:
             return True if await self._marked(effect_id) else None
 
         try:
-            await self._adapter.once("chat.stopStream", send, check)
+            await self._lookback.once("chat.stopStream", send, check)
         except ChannelError as exc:
             if exc.provider_code not in _CLOSED:
                 # Not stopped: mark it as ours anyway, so it is not taken for an unfinished orphan.
@@ -213,7 +215,7 @@ class SlackLiveMessage:
         self._pending = ""
 
     async def _marked(self, effect_id: str) -> bool:
-        now = await self._adapter.message(self.posted.ref)
+        now = await self._lookback.message(self.posted.ref)
         return now is not None and effect_id_of(now) == effect_id
 
     async def _mark(self, metadata: dict[str, Any], feedback: str) -> None:
@@ -222,7 +224,7 @@ class SlackLiveMessage:
             blocks += feedback_blocks(feedback)
 
         async def send() -> bool:
-            await self._adapter.writes.chat_update(
+            await self._link.write_client.chat_update(
                 channel=self._channel,
                 ts=self.ts,
                 text=fallback_text(self.sent) or " ",
@@ -235,7 +237,7 @@ class SlackLiveMessage:
         async def check() -> bool | None:
             return True if await self._marked(str(metadata["event_payload"]["effect_id"])) else None
 
-        await self._adapter.once("chat.update", send, check)
+        await self._lookback.once("chat.update", send, check)
 
 
 def stream_after(origin: Origin, recipient: Mapping[str, Any] | None) -> str:
