@@ -88,8 +88,10 @@ class FollowUpArgs(ToolArgs):
     at: str | None = Field(
         default=None,
         max_length=40,
-        description="When, as an ISO 8601 time with its UTC offset (2026-03-02T09:00:00+01:00); "
-        "use the person's time zone from your instructions. Give at or after, not both.",
+        description=(
+            "When, as an ISO 8601 time with its UTC offset (2026-03-02T09:00:00+01:00); use the person's "
+            "time zone from your instructions. Give at or after, not both."
+        ),
     )
     after: str | None = Field(
         default=None,
@@ -159,7 +161,7 @@ class NoReplyArgs(ToolArgs):
 Starts = Literal["active", "deferred"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSpec:
     name: str
     label: str
@@ -215,165 +217,189 @@ def closed_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
-        "channel_reply",
-        "Reply",
-        "Post a reply in this conversation. This is the only way your answer reaches people. "
-        "Returns the message handle and permalink.",
-        ReplyArgs,
-        None,
-        "active",
+        name="channel_reply",
+        label="Reply",
+        description=(
+            "Post a reply in this conversation. This is the only way your answer reaches people. Returns "
+            "the message handle and permalink."
+        ),
+        args=ReplyArgs,
+        feature=None,
+        starts="active",
     ),
     ToolSpec(
-        "channel_read",
-        "Read the conversation",
-        "Read messages of this conversation: the newest page first; pass next_cursor to page to older ones. "
-        "Rows carry message and file handles.",
-        ReadArgs,
-        "read",
-        "active",
+        name="channel_read",
+        label="Read the conversation",
+        description=(
+            "Read messages of this conversation: the newest page first; pass next_cursor to page to older "
+            "ones. Rows carry message and file handles."
+        ),
+        args=ReadArgs,
+        feature="read",
+        starts="active",
     ),
     ToolSpec(
-        "channel_react",
-        "React",
-        "Add or remove an emoji reaction on a message of this conversation.",
-        ReactArgs,
-        "react",
-        "active",
+        name="channel_react",
+        label="React",
+        description="Add or remove an emoji reaction on a message of this conversation.",
+        args=ReactArgs,
+        feature="react",
+        starts="active",
     ),
     ToolSpec(
-        "channel_edit",
-        "Edit your message",
-        "Edit a message you posted in this conversation (replace its text).",
-        EditArgs,
-        "edit",
-        "deferred",
+        name="channel_edit",
+        label="Edit your message",
+        description="Edit a message you posted in this conversation (replace its text).",
+        args=EditArgs,
+        feature="edit",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_retract",
-        "Retract your message",
-        "Delete a message you posted in this conversation.",
-        RetractArgs,
-        "retract",
-        "deferred",
+        name="channel_retract",
+        label="Retract your message",
+        description="Delete a message you posted in this conversation.",
+        args=RetractArgs,
+        feature="retract",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_fetch_file",
-        "Fetch a file",
-        "Download a file attached to a message of this conversation into your task directory; "
-        "returns its local path, media type, size and sha256.",
-        FetchFileArgs,
-        "fetch_file",
-        "deferred",
+        name="channel_fetch_file",
+        label="Fetch a file",
+        description=(
+            "Download a file attached to a message of this conversation into your task directory; returns "
+            "its local path, media type, size and sha256."
+        ),
+        args=FetchFileArgs,
+        feature="fetch_file",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_attach",
-        "Attach a file",
-        "Upload a file from your task directory into this conversation, with an optional title and comment.",
-        AttachArgs,
-        "attach",
-        "deferred",
+        name="channel_attach",
+        label="Attach a file",
+        description=(
+            "Upload a file from your task directory into this conversation, with an optional title and "
+            "comment."
+        ),
+        args=AttachArgs,
+        feature="attach",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_post_document",
-        "Post a document",
-        "Create a rich document (a Slack canvas) from Markdown and share it in this conversation.",
-        PostDocumentArgs,
-        "documents",
-        "deferred",
+        name="channel_post_document",
+        label="Post a document",
+        description=(
+            "Create a rich document (a Slack canvas) from Markdown and share it in this conversation."
+        ),
+        args=PostDocumentArgs,
+        feature="documents",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_follow_up",
-        "Schedule a follow-up",
-        "Come back to this conversation later: schedule a follow-up or reminder (at a time, or after "
-        "20m, 3h, 2d) with a note of what to do then; you are woken in this thread when it is due.",
-        FollowUpArgs,
-        None,
-        "deferred",
+        name="channel_follow_up",
+        label="Schedule a follow-up",
+        description=(
+            "Come back to this conversation later: schedule a follow-up or reminder (at a time, or after "
+            "20m, 3h, 2d) with a note of what to do then; you are woken in this thread when it is due."
+        ),
+        args=FollowUpArgs,
+        feature=None,
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_follow_ups",
-        "List follow-ups",
-        "List the follow-ups and reminders scheduled in this conversation that have not fired yet.",
-        NoArgs,
-        None,
-        "deferred",
+        name="channel_follow_ups",
+        label="List follow-ups",
+        description=(
+            "List the follow-ups and reminders scheduled in this conversation that have not fired yet."
+        ),
+        args=NoArgs,
+        feature=None,
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_cancel_follow_up",
-        "Cancel a follow-up",
-        "Cancel a scheduled follow-up or reminder of this conversation by its handle (fu_...).",
-        CancelFollowUpArgs,
-        None,
-        "deferred",
+        name="channel_cancel_follow_up",
+        label="Cancel a follow-up",
+        description="Cancel a scheduled follow-up or reminder of this conversation by its handle (fu_...).",
+        args=CancelFollowUpArgs,
+        feature=None,
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_ask",
-        "Ask a question",
-        "Ask the person a question in this conversation, with 2-5 options as buttons or a free-text "
-        "answer. Returns {question: q_..., status: asked}; end your turn: the answer arrives as a new "
-        "message ('Alice answered q_...: ...'), or 'expired' when nobody answers in time.",
-        AskArgs,
-        "ask",
-        "deferred",
+        name="channel_ask",
+        label="Ask a question",
+        description=(
+            "Ask the person a question in this conversation, with 2-5 options as buttons or a free-text "
+            "answer. Returns {question: q_..., status: asked}; end your turn: the answer arrives as a new "
+            "message ('Alice answered q_...: ...'), or 'expired' when nobody answers in time."
+        ),
+        args=AskArgs,
+        feature="ask",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_request_approval",
-        "Request approval",
-        "Ask a person to approve or deny something you intend to do (an approve/deny card). Returns "
-        "{approval: ap_..., status: pending}; end your turn: the decision arrives as a new message. "
-        "Keep your promise: do not do it unless approved.",
-        RequestApprovalArgs,
-        "ask",
-        "deferred",
+        name="channel_request_approval",
+        label="Request approval",
+        description=(
+            "Ask a person to approve or deny something you intend to do (an approve/deny card). Returns "
+            "{approval: ap_..., status: pending}; end your turn: the decision arrives as a new message. "
+            "Keep your promise: do not do it unless approved."
+        ),
+        args=RequestApprovalArgs,
+        feature="ask",
+        starts="deferred",
     ),
     ToolSpec(
-        "channel_check_approval",
-        "Check an approval",
-        "Look up an approval you requested: {status: pending|approved|denied|expired, by?, at?}.",
-        CheckApprovalArgs,
-        "ask",
-        "deferred",
+        name="channel_check_approval",
+        label="Check an approval",
+        description="Look up an approval you requested: {status: pending|approved|denied|expired, by?, at?}.",
+        args=CheckApprovalArgs,
+        feature="ask",
+        starts="deferred",
     ),
     ToolSpec(
-        "no_reply",
-        "Stay silent",
-        "End your turn without posting anything (when a message is not for you). Nothing you write "
-        "after it is posted.",
-        NoReplyArgs,
-        None,
-        "active",
+        name="no_reply",
+        label="Stay silent",
+        description=(
+            "End your turn without posting anything (when a message is not for you). Nothing you write "
+            "after it is posted."
+        ),
+        args=NoReplyArgs,
+        feature=None,
+        starts="active",
     ),
 )
 
 TOOL_SEARCH = ToolSpec(
-    "tool_search",
-    "Find tools",
-    "Find and enable more tools by describing what you want to do "
-    "(e.g. 'edit my message', 'download a file'). "
-    "Enabled tools are available from your next step on.",
-    ToolSearchArgs,
-    None,
-    "active",
+    name="tool_search",
+    label="Find tools",
+    description=(
+        "Find and enable more tools by describing what you want to do (e.g. 'edit my message', "
+        "'download a file'). Enabled tools are available from your next step on."
+    ),
+    args=ToolSearchArgs,
+    feature=None,
+    starts="active",
 )
 
 # The seed's name for tool_search, kept as an alias while the host's (MCP) tools wait to be found.
 MCP_SEARCH = ToolSpec(
-    "mcp_search",
-    "Find tools",
-    "Same as tool_search: find and enable more tools, including those of connected MCP servers, "
-    "by describing what you want to do. Enabled tools are available from your next step on.",
-    ToolSearchArgs,
-    None,
-    "active",
+    name="mcp_search",
+    label="Find tools",
+    description=(
+        "Same as tool_search: find and enable more tools, including those of connected MCP servers, "
+        "by describing what you want to do. Enabled tools are available from your next step on."
+    ),
+    args=ToolSearchArgs,
+    feature=None,
+    starts="active",
 )
 
 SKILLS = ToolSpec(
-    "skills",
-    "Skills",
-    "List the skills (how-to guides) available to you, or read one by name.",
-    SkillsArgs,
-    None,
-    "active",
+    name="skills",
+    label="Skills",
+    description="List the skills (how-to guides) available to you, or read one by name.",
+    args=SkillsArgs,
+    feature=None,
+    starts="active",
 )
 
 CATALOG: dict[str, ToolSpec] = {spec.name: spec for spec in (*CHANNEL_TOOLS, TOOL_SEARCH, SKILLS)}

@@ -485,7 +485,9 @@ async def test_skills_tool_is_offered_only_when_skills_exist(tmp_path: Path) -> 
 
 
 def spec(name: str, label: str = "Thing", description: str = "Does a thing.") -> ToolSpec:
-    return ToolSpec(name, label, description, ReplyArgs, None, "deferred")
+    return ToolSpec(
+        name=name, label=label, description=description, args=ReplyArgs, feature=None, starts="deferred"
+    )
 
 
 def test_rank_exact_name_beats_partial_beats_terms() -> None:
