@@ -20,6 +20,7 @@ from app.service import Service, StartupError
 from channel import tool_search
 from channel.contract import AdapterBase, ChannelFeatures, MessageView, Origin, missing_implementations
 from channel.fake import ALL_FEATURES, FakeAdapter
+from channel.journal import NO_WRITES
 from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
@@ -486,7 +487,16 @@ async def test_skills_tool_is_offered_only_when_skills_exist(tmp_path: Path) -> 
 
 def spec(name: str, label: str = "Thing", description: str = "Does a thing.") -> ToolSpec:
     return ToolSpec(
-        name=name, label=label, description=description, args=ReplyArgs, feature=None, starts="deferred"
+        name=name,
+        label=label,
+        description=description,
+        args=ReplyArgs,
+        handler=lambda session, args: session.replies.reply(args),
+        status=None,
+        step_title=None,
+        journal=NO_WRITES,
+        feature=None,
+        starts="deferred",
     )
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import cached_property, partial
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,11 @@ from storage.crashpoints import crash_point
 from .. import task_files
 from ..contract import ChannelAdapter, Origin, OriginInfo, Posted, Step
 from ..errors import ChannelError
-from ..journal import JOURNAL_ONLY, WriteGuard
+from ..journal import WriteGuard
 from ..selection import HostTool, ToolSelection
 from ..store import SessionStore
 from ..streaming import FLUSH_INTERVAL, AnswerStream
-from ..tools import CATALOG, MCP_SEARCH, ToolSpec
+from ..tools import ToolSpec
 from .asking import AskHost, Asking, TurnEnd
 from .files import Files
 from .follow_ups import FollowUpTools
@@ -67,40 +66,17 @@ class ChannelSession:
         # The state's fixed parts, as the host and the answer stream (``ReplyHost``) reach them.
         self.adapter, self.store, self.clock = adapter, store, clock
         self.journal, self.handles = self.state.journal, self.state.handles
-        self.reading = Reading(self.state)
-        self.replies = Replies(self.state, adopt_first_root=adopt_first_root)
-        self.files = Files(self.state, self.reading, task_dir=task_dir, max_bytes=files_max_bytes)
-        self.follow_ups = FollowUpTools(
+        self.reading: Reading = Reading(self.state)
+        self.replies: Replies = Replies(self.state, adopt_first_root=adopt_first_root)
+        self.files: Files = Files(self.state, self.reading, task_dir=task_dir, max_bytes=files_max_bytes)
+        self.follow_ups: FollowUpTools = FollowUpTools(
             self.state, clock=follow_up_clock or clock, install_max=follow_ups_max
         )
-        self.asking = Asking(asks)
-        self.offer = Offer(self.state, tools)
+        self.asking: Asking = Asking(asks)
+        self.offer: Offer = Offer(self.state, tools)
         self._streaming = False
         self._recipient: Mapping[str, Any] | None = None
         self._interval = FLUSH_INTERVAL
-
-    @cached_property
-    def _handlers(self) -> dict[str, Callable[[Any], Awaitable[Result]]]:
-        return {
-            "channel_reply": self.replies.reply,
-            "channel_read": self.reading.read,
-            "channel_react": self.replies.react,
-            "channel_edit": self.replies.edit,
-            "channel_retract": self.replies.retract,
-            "channel_fetch_file": self.files.fetch_file,
-            "channel_attach": self.files.attach,
-            "channel_post_document": self.files.post_document,
-            "channel_follow_up": self.follow_ups.follow_up,
-            "channel_follow_ups": self.follow_ups.follow_ups,
-            "channel_cancel_follow_up": self.follow_ups.cancel_follow_up,
-            "tool_search": self.offer.tool_search,
-            "mcp_search": self.offer.tool_search,
-            "skills": self.offer.skills,
-            "channel_ask": partial(self.asking.ask, self),
-            "channel_request_approval": partial(self.asking.request_approval, self),
-            "channel_check_approval": partial(self.asking.check_approval, self),
-            "no_reply": self.asking.no_reply,
-        }
 
     # -- the conversation and this run in it (what the host reads and sets) -----------------------
     @property
@@ -338,8 +314,8 @@ class ChannelSession:
             CALL_ID.reset(token)
 
     async def _call(self, name: str, args: Any) -> Result:
-        spec = MCP_SEARCH if name == MCP_SEARCH.name else CATALOG.get(name)
-        if spec is None or not self.offered(name):
+        spec = next((s for s in self.offer.active_specs() if s.name == name), None)
+        if spec is None:
             deferred = any(s.name == name for s in (*self.tools.deferred, *self.tools.host_deferred))
             hint = " Use tool_search to enable it." if deferred else ""
             return ChannelError("unsupported", f"There is no tool {name!r} available now.{hint}").as_result()
@@ -348,10 +324,10 @@ class ChannelSession:
         except ValidationError as exc:
             return _validation_error(exc).as_result()
         try:
-            if name not in JOURNAL_ONLY:
+            if not spec.journal.runs_with_held:
                 # It may write outside the journal: what the host held back goes first (journal doc).
                 await self.journal.settle_held()
-            return await self._handlers[name](parsed)
+            return await spec.handler(self, parsed)
         except ChannelError as exc:
             return exc.as_result()
         except LeaseMoved:

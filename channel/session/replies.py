@@ -11,9 +11,9 @@ from storage.base import EffectRecord, StoreError, once_more
 
 from ..contract import Origin, Posted
 from ..errors import ChannelError, bounded
-from ..journal import reconcile
+from ..journal import Settle, reconcile
 from ..markdown import split_markdown, strip_mass_mentions
-from ..tools import EditArgs, ReactArgs, ReplyArgs, RetractArgs
+from ..tools import EditArgs, ReactArgs, ReplyArgs, RetractArgs, spec_named
 from .state import CALL_ID, Result, SessionState
 
 log = logging.getLogger(__name__)
@@ -255,8 +255,9 @@ class Replies:
 
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
         """Settle effects a crashed run left open (see :func:`channel.journal.reconcile`)."""
+        state = self._state
         return await reconcile(
-            self._state.journal, self._state.adapter, self._state.origin, effects, self.record_post
+            state.journal, state.adapter, state.origin, effects, self.record_post, _settle_of
         )
 
     # -- reactions, edits, retractions ----------------------------------------------------
@@ -312,3 +313,9 @@ class Replies:
             return {"ok": True}
 
         return await self._state.journal.write("channel_retract", {"ref": ref}, act)
+
+
+def _settle_of(tool: str) -> Settle | None:
+    """How an interrupted entry of ``tool`` settles: its spec's journal policy says."""
+    spec = spec_named(tool)
+    return spec.journal.settle if spec is not None else None
