@@ -178,7 +178,7 @@ class Progress:
     async def on_tool(self, session: ChannelSession, tool: str) -> None:
         await self._settled(session)
         if session.streaming:
-            return  # the streamed answer shows the step instead (app.streaming)
+            return  # the streamed answer shows the step instead (app.runs.streaming)
         indicator = self._runs.get(session)
         spec = spec_named(tool)
         text = spec.status if spec is not None else None  # a host's tool leaves the status as it is
