@@ -16,6 +16,9 @@ settled by :func:`reconcile` at the start of the next run:
   (``already_done`` and :class:`~channel.errors.MessageGone` mean already done);
 - uploads and documents carry no marker to look for: they are reported, never repeated.
 
+How a tool's entries settle is its spec's :class:`JournalPolicy` (``channel.tools``): the policy
+names one of :func:`settle_post`, :func:`redo` or :func:`settle_unknown`.
+
 Before any write is recorded, the journal awaits the host's ``guard`` (if any): a host
 that may no longer act for the task (its lease was lost) raises there, so the write is
 neither recorded nor made. A journal given the host's lease ``fence`` carries it on every
@@ -38,6 +41,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from enum import Enum
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -60,28 +64,69 @@ CALL_ID: ContextVar[str] = ContextVar("channel_call_id", default="")
 STREAM_EFFECT = "channel_stream"
 #: The note for a reply removed because it was interrupted while being written.
 _CUT_OFF = "was cut off while being written and removed; answer again if still needed"
-#: Channel tools that journal before they write: a call of one with no journal entry wrote nothing.
-JOURNALLED = frozenset(
-    {
-        "channel_reply",
-        "channel_react",
-        "channel_edit",
-        "channel_retract",
-        "channel_attach",
-        "channel_post_document",
-    }
-)
-#: Tools whose only durable writes are this journal's entries (or none that a rerun would repeat:
-#: a read's handles): they run with held writes still held. Any other tool settles them first.
-JOURNAL_ONLY = JOURNALLED | frozenset(
-    {
-        "channel_read",
-        "channel_fetch_file",
-        "channel_follow_ups",
-        "skills",
-        "no_reply",
-    }
-)
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """A tool's journal entry a crash left open, with what settling it may use."""
+
+    adapter: ChannelAdapter
+    origin: Origin
+    effect_id: str
+    args: dict[str, Any]
+    #: Mints the handle of a recovered post.
+    record_post: Callable[[Posted], Awaitable[str]]
+
+
+#: Settles an interrupted entry: the result it is closed with, and the note the model reads.
+Settle = Callable[[Interrupted], Awaitable[tuple[Result, str]]]
+
+
+class Writes(Enum):
+    """What a tool writes, as the journal sees it."""
+
+    #: Every write opens a journal entry first: a call with no entry wrote nothing.
+    JOURNALLED = "journalled"
+    #: Nothing durable a rerun would repeat (a read's handles, a file already on disk).
+    NOTHING = "nothing"
+    #: Writes the journal does not see (the store's follow-ups and enabled tools, the host's cards).
+    OUTSIDE = "outside"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalPolicy:
+    """How one tool meets the journal (module doc): what it writes, and how an entry of it a crash
+    left open is settled."""
+
+    writes: Writes
+    #: Settles an entry of it a crash left open; every journalled tool has one.
+    settle: Settle | None = None
+
+    def __post_init__(self) -> None:
+        if (self.writes is Writes.JOURNALLED) != (self.settle is not None):
+            raise ValueError("a journalled tool, and only one, says how its interrupted entries settle")
+
+    @property
+    def journalled(self) -> bool:
+        """A call of it with no journal entry wrote nothing (a resumed run says so)."""
+        return self.writes is Writes.JOURNALLED
+
+    @property
+    def runs_with_held(self) -> bool:
+        """Its only durable writes are journal entries, or none a rerun would repeat: it runs with
+        the host's held writes still held. Any other tool has them written first."""
+        return self.writes is not Writes.OUTSIDE
+
+
+#: Tools that write nothing a rerun would repeat.
+NO_WRITES = JournalPolicy(writes=Writes.NOTHING)
+#: Tools that write outside the journal.
+WRITES_OUTSIDE = JournalPolicy(writes=Writes.OUTSIDE)
+
+
+def journalled(settle: Settle) -> JournalPolicy:
+    """The policy of a tool that journals every write, its interrupted entries settled by ``settle``."""
+    return JournalPolicy(writes=Writes.JOURNALLED, settle=settle)
 
 
 class HeldWrites(Protocol):
@@ -165,9 +210,12 @@ async def reconcile(
     origin: Origin,
     effects: Sequence[EffectRecord],
     record_post: Callable[[Posted], Awaitable[str]],
+    settle_of: Callable[[str], Settle | None],
 ) -> list[str]:
     """Settle effects a crashed run left open, never repeating a post; ``record_post`` mints the
-    handle of a recovered post. Returns one line per effect for the model (reasons bounded to 512 bytes)."""
+    handle of a recovered post, ``settle_of`` names how a tool's entries settle (its spec's journal
+    policy; None: :func:`settle_unknown`). Returns one line per effect for the model (reasons
+    bounded to 512 bytes)."""
     notes: list[str] = []
     # A streamed message's ref, by the reply effect it belongs to.
     streamed: dict[str, tuple[str, str]] = {}
@@ -185,9 +233,8 @@ async def reconcile(
             if stream is not None:
                 result, note = await _settle_stream(adapter, origin, effect.effect_id, stream[1], record_post)
             else:
-                result, note = await _settle(
-                    adapter, origin, effect.tool, effect.effect_id, args, record_post
-                )
+                settle = settle_of(effect.tool) or settle_unknown
+                result, note = await settle(Interrupted(adapter, origin, effect.effect_id, args, record_post))
         except ChannelError as exc:
             result, note = exc.as_result(), f"is unavailable: {exc.message}"
         await journal.close(effect.effect_id, result)
@@ -251,38 +298,40 @@ async def _settle_stream(
     return error.as_result(), _CUT_OFF
 
 
-async def _settle(
-    adapter: ChannelAdapter,
-    origin: Origin,
-    tool: str,
-    effect_id: str,
-    args: dict[str, Any],
-    record_post: Callable[[Posted], Awaitable[str]],
-) -> tuple[Result, str]:
-    if tool == "channel_reply":
-        where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
-        found = await adapter.find_posted(where, effect_id)
-        if not found and args.get("stream") and await _remove_unfinished(adapter, origin, args):
-            # Started, but its ref never journalled: the partial message was found and removed.
-            error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
-            return error.as_result(), _CUT_OFF
-        if not found:
-            error = ChannelError("not_found", "the interrupted reply is not in the conversation")
-            return error.as_result(), "was not posted; post it again if it is still needed"
-        handle = await record_post(found[0])
-        return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
-    try:
-        if tool == "channel_react":
-            await adapter.react(str(args["ref"]), str(args["emoji"]), add=bool(args["add"]))
-        elif tool == "channel_edit":
-            await adapter.edit(str(args["ref"]), str(args["text"]))
-        elif tool == "channel_retract":
-            await adapter.retract(str(args["ref"]))
-        else:
-            error = ChannelError("not_found", "the interrupted action's result is unavailable")
-            return error.as_result(), "has an unavailable result; check before doing it again"
-    except ChannelError as exc:
-        # An idempotent write that had already taken effect, or whose message is gone.
-        if exc.code != "already_done" and not isinstance(exc, MessageGone):
-            raise
-    return {"ok": True}, "was completed"
+async def settle_post(interrupted: Interrupted) -> tuple[Result, str]:
+    """A reply's part: found by the effect id it carries, else reported not posted (never posted
+    again); a streamed one started but never journalled is looked for unfinished and removed."""
+    args, origin, adapter = interrupted.args, interrupted.origin, interrupted.adapter
+    where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
+    found = await adapter.find_posted(where, interrupted.effect_id)
+    if not found and args.get("stream") and await _remove_unfinished(adapter, origin, args):
+        # Started, but its ref never journalled: the partial message was found and removed.
+        error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
+        return error.as_result(), _CUT_OFF
+    if not found:
+        error = ChannelError("not_found", "the interrupted reply is not in the conversation")
+        return error.as_result(), "was not posted; post it again if it is still needed"
+    handle = await interrupted.record_post(found[0])
+    return {"message": handle, "permalink": found[0].permalink}, f"was posted as {handle}"
+
+
+def redo(write: Callable[[ChannelAdapter, dict[str, Any]], Awaitable[object]]) -> Settle:
+    """An idempotent write (a reaction, an edit, a retraction): made again with the journalled
+    arguments; an error that means it had already taken effect counts as done."""
+
+    async def settle(interrupted: Interrupted) -> tuple[Result, str]:
+        try:
+            await write(interrupted.adapter, interrupted.args)
+        except ChannelError as exc:
+            # An idempotent write that had already taken effect, or whose message is gone.
+            if exc.code != "already_done" and not isinstance(exc, MessageGone):
+                raise
+        return {"ok": True}, "was completed"
+
+    return settle
+
+
+async def settle_unknown(interrupted: Interrupted) -> tuple[Result, str]:
+    """A write with no marker to look for (an upload, a document): reported, never repeated."""
+    error = ChannelError("not_found", "the interrupted action's result is unavailable")
+    return error.as_result(), "has an unavailable result; check before doing it again"

@@ -108,7 +108,7 @@ async def test_a_second_fetch_of_the_same_file_reuses_the_copy(env: SessionEnv) 
 async def test_a_fetch_past_the_task_quota_is_refused(env: SessionEnv) -> None:
     """With TASK_FILES_MAX_BYTES nearly used, a fetch that would pass it is refused (file_refused) before
     any request, and nothing is written."""
-    env.session.files_max_bytes = 1000
+    env.session.files.max_bytes = 1000
     env.slack.add_file("F0ONE00001", "a.bin", "application/octet-stream", b"a" * 600)
     env.slack.add_file("F0TWO00002", "b.bin", "application/octet-stream", b"b" * 600)
     first, second = await file_handles(

@@ -262,7 +262,7 @@ async def test_a_task_has_at_most_ten_and_the_install_follow_ups_max(env: Sessio
         == "invalid_arguments"
     )
     other = await env.open_session("900.000001", enabled=TOOLS)
-    other.follow_ups_max = 10
+    other.follow_ups.install_max = 10
     result = await other.call("channel_follow_up", {"after": "1d", "note": "n"})
     assert _code(result) == "invalid_arguments" and "FOLLOW_UPS_MAX" in result["error"]["message"]
 

@@ -28,6 +28,7 @@ from channel.contract import (
     missing_implementations,
 )
 from channel.fake import ALL_FEATURES, FakeAdapter
+from channel.journal import NO_WRITES
 from channel.selection import select_tools
 from channel.session import ChannelSession
 from channel.skills import SkillLibrary
@@ -493,7 +494,18 @@ async def test_skills_tool_is_offered_only_when_skills_exist(tmp_path: Path) -> 
 
 
 def spec(name: str, label: str = "Thing", description: str = "Does a thing.") -> ToolSpec:
-    return ToolSpec(name, label, description, ReplyArgs, None, "deferred")
+    return ToolSpec(
+        name=name,
+        label=label,
+        description=description,
+        args=ReplyArgs,
+        handler=lambda session, args: session.replies.reply(args),
+        status=None,
+        step_title=None,
+        journal=NO_WRITES,
+        feature=None,
+        starts="deferred",
+    )
 
 
 def test_rank_exact_name_beats_partial_beats_terms() -> None:

@@ -40,6 +40,7 @@ from app.agent.approvals import is_decision
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
 from channel.session import ChannelSession
+from channel.tools import spec_named
 from storage.base import InboxItem
 
 from .follow_ups import is_follow_up
@@ -49,20 +50,6 @@ log = logging.getLogger(__name__)
 
 MODES = ("auto", "status", "reaction", "off")
 THINKING = "is thinking…"
-#: Status text while a tool works; tools not listed leave the status as it is.
-TOOL_STATUS: dict[str, str] = {
-    "channel_read": "is reading the thread…",
-    "channel_react": "is reacting…",
-    "channel_edit": "is editing a message…",
-    "channel_retract": "is removing a message…",
-    "channel_fetch_file": "is opening a file…",
-    "channel_attach": "is attaching a file…",
-    "channel_post_document": "is writing a document…",
-    "tool_search": "is looking for tools…",
-    "mcp_search": "is looking for tools…",
-    "skills": "is reading its skills…",
-    # channel_reply is absent: Slack clears the status when the app posts, a moment later.
-}
 #: Rotating texts under a thinking status when the agent file gives no ``loading_messages``.
 LOADING_MESSAGES = (
     "Thinking…",
@@ -189,9 +176,10 @@ class Progress:
     async def on_tool(self, session: ChannelSession, tool: str) -> None:
         await self._settled(session)
         if session.streaming:
-            return  # the streamed answer shows the step instead (app.streaming)
+            return  # the streamed answer shows the step instead (app.runs.streaming)
         indicator = self._runs.get(session)
-        text = TOOL_STATUS.get(tool)
+        spec = spec_named(tool)
+        text = spec.status if spec is not None else None  # a host's tool leaves the status as it is
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:
             return
         if await self._status(session.adapter, indicator.origin, text):

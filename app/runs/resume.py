@@ -20,10 +20,11 @@ from pydantic_ai.messages import (
 )
 
 from channel.errors import ChannelError
-from channel.journal import CALL_ID, JOURNALLED
+from channel.journal import CALL_ID
 from channel.session import ChannelSession
 from channel.session.asking import ASK_TOOLS
 from channel.streaming import STREAM_KEY_PREFIX
+from channel.tools import spec_named
 from storage.base import EffectRecord, Store, TaskRecord
 
 from .checkpoint import ANSWER_KEY, STREAMED_KEY
@@ -176,7 +177,8 @@ def _result(tool: str, effects: Sequence[EffectRecord]) -> Any:
         return result
     if results:
         return results[-1]
-    if tool in JOURNALLED:
+    spec = spec_named(tool)
+    if spec is not None and spec.journal.journalled:
         return _interrupted("Your run was interrupted before this call wrote anything; nothing was done.")
     return _interrupted("Your run was interrupted while this call ran; its result is unknown. Check first.")
 

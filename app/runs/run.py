@@ -142,9 +142,10 @@ class RunExecutor:
             guard=guard,
             fence=fence,
             files_max_bytes=self.limits.files_max_bytes,
+            follow_ups_max=self.limits.follow_ups_max,
+            follow_up_clock=self.follow_up_clock,  # the sweep's (playground: demo); None: clock
+            asks=self.asks,
         )
-        session.asks, session.follow_ups_max = self.asks, self.limits.follow_ups_max
-        session.follow_up_clock = self.follow_up_clock or self.clock  # the sweep's (playground: demo)
         return session
 
     async def run_prompt(

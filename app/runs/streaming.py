@@ -35,24 +35,13 @@ from pydantic_ai.messages import (
 from channel.contract import Step
 from channel.errors import ChannelError
 from channel.session import ChannelSession
+from channel.tools import spec_named
 from storage.base import StoreError
 
 log = logging.getLogger(__name__)
 
 #: Modes of ``STREAM``.
 MODES = ("auto", "off")
-#: What a person reads while a channel tool works (no entry: no step; MCP tools show their name).
-STEP_TITLES: dict[str, str] = {
-    "channel_read": "Reading the thread",
-    "channel_react": "Reacting",
-    "channel_edit": "Editing a message",
-    "channel_retract": "Removing a message",
-    "channel_fetch_file": "Fetching a file",
-    "channel_attach": "Attaching a file",
-    "channel_post_document": "Writing a document",
-    "tool_search": "Looking for tools",
-    "skills": "Reading its skills",
-}
 #: Tools that are the answer itself, not a step.
 _NO_STEP = frozenset({"channel_reply"})
 
@@ -137,12 +126,18 @@ async def step_title(session: ChannelSession, tool: str, args: dict[str, Any]) -
     """What a person reads while ``tool`` works, with the file's name or document's title when known."""
     if tool == "channel_fetch_file":
         name = await _file_name(session, args.get("file"))
-        return f"Fetching {name}" if name else STEP_TITLES[tool]
+        return f"Fetching {name}" if name else _title(tool)
     if tool == "channel_attach" and isinstance(args.get("path"), str):
         return f"Attaching {args['path'].rsplit('/', 1)[-1]}"[:200]
     if tool == "channel_post_document" and isinstance(args.get("title"), str):
         return f"Writing “{args['title']}”"[:200]
-    return STEP_TITLES.get(tool, tool)
+    return _title(tool)
+
+
+def _title(tool: str) -> str:
+    """The step title of ``tool``'s spec; a tool with none (an MCP tool) shows its name."""
+    spec = spec_named(tool)
+    return spec.step_title if spec is not None and spec.step_title is not None else tool
 
 
 async def _file_name(session: ChannelSession, handle: object) -> str:

@@ -13,14 +13,18 @@ A host builds one session per run::
     specs = session.active_specs()          # what to offer the model now
     result = await session.call(name, args)  # never raises
 
-The modules, one concern each (each part is a base of :class:`ChannelSession`):
+:class:`ChannelSession` owns one part per collaborator, each built with what it needs, and they share
+one :class:`~channel.session.state.SessionState` (the adapter, store, task, origin, handles and
+journal; who asked; whether the run replied; the answer being streamed). A tool call goes to the
+handler its spec names:
 
-- ``state``: what one session holds, and reading the conversation (``channel_read``);
-- ``offer``: which tools are offered now, ``tool_search``/``mcp_search`` and ``skills``;
-- ``replies``: posting replies, footers, reactions, edits and retractions;
-- ``files``: fetching, attaching and posting documents;
-- ``asking``: questions and approvals (the host's cards) and ``no_reply``;
-- ``core``: :class:`ChannelSession` itself: streaming the answer and dispatching a call.
+- ``state``: the shared state, and ``Reading`` (``channel_read``, a message as the model sees it);
+- ``offer``: ``Offer``, which tools are offered now, ``tool_search``/``mcp_search`` and ``skills``;
+- ``replies``: ``Replies``, posting replies, host notes, footers, reactions, edits and retractions;
+- ``files``: ``Files``, fetching, attaching and posting documents;
+- ``follow_ups``: ``FollowUpTools``, the follow-up tools;
+- ``asking``: ``Asking``, questions and approvals (the host's cards) and ``no_reply``;
+- ``core``: :class:`ChannelSession` itself: the parts, streaming the answer and dispatching a call.
 """
 
 from .asking import AskHost

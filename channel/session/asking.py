@@ -1,5 +1,5 @@
 """Involving a person: ``channel_ask``, ``channel_request_approval``, ``channel_check_approval`` and
-``no_reply`` (issue 24).
+``no_reply``.
 
 The cards, clicks and answers are the host's (:class:`AskHost`, ``app.agent.asks``): the session
 validates the call, hands it over, and records that the turn ends at the next model request —
@@ -15,7 +15,7 @@ from storage.base import EffectRecord
 
 from ..errors import ChannelError
 from ..tools import AskArgs, CheckApprovalArgs, NoReplyArgs, RequestApprovalArgs
-from .state import Result, SessionState
+from .state import Result
 
 TurnEnd = Literal["", "waiting", "silent"]
 #: Tools that post a card and end the turn waiting for its answer (their journal tool names too).
@@ -46,45 +46,51 @@ class AskHost(Protocol):
         task's undecided asks if the caller has read them (else they are read)."""
 
 
-class Asking(SessionState):
-    #: Set by the host for adapters that post cards (``ChannelFeatures.ask``).
-    asks: AskHost | None = None
-    #: ``waiting``/``silent``: the turn ends before its next model request.
-    turn_end: TurnEnd = ""
-    #: The person whose message led to this step (set by the run): who may answer an ask by default.
-    requester: str = ""
+class Asking:
+    """Whether the turn ends before its next model request, and the tools that end it. The host's
+    calls receive the whole session (``session``): a card is the session's."""
+
+    def __init__(self, host: AskHost | None) -> None:
+        """``host``: the host's cards, for adapters that post them (``ChannelFeatures.ask``)."""
+        self.host = host
+        #: ``waiting``/``silent``: the turn ends before its next model request.
+        self.turn_end: TurnEnd = ""
 
     @property
     def silent(self) -> bool:
         """The model ended its turn with ``no_reply``: nothing more of it is posted."""
         return self.turn_end == "silent"
 
-    async def settle_asks(self, effects: Sequence[EffectRecord]) -> list[EffectRecord]:
+    async def settle_asks(self, session: Any, effects: Sequence[EffectRecord]) -> list[EffectRecord]:
         """Settle the asks' card effects among ``effects`` a crash left open (the host finds the card
         by its effect id, so it is posted once); the others, for the journal's reconcile."""
         rest = []
         for effect in effects:
-            if effect.tool in ASK_TOOLS and self.asks is not None:
-                await self.asks.settle(self, effect)
+            if effect.tool in ASK_TOOLS and self.host is not None:
+                await self.host.settle(session, effect)
             else:
                 rest.append(effect)
         return rest
 
     def _host(self) -> AskHost:
-        if self.asks is None:
+        if self.host is None:
             raise ChannelError("unsupported", "Asking people is not available in this conversation.")
-        return self.asks
+        return self.host
 
-    async def _ask(self, args: AskArgs) -> Result:
-        return self._waiting(await self._host().ask(self, args))
+    async def ask(self, session: Any, args: AskArgs) -> Result:
+        """``channel_ask``: the host posts the question's card; the turn then waits for the answer."""
+        return self._waiting(await self._host().ask(session, args))
 
-    async def _request_approval(self, args: RequestApprovalArgs) -> Result:
-        return self._waiting(await self._host().request_approval(self, args))
+    async def request_approval(self, session: Any, args: RequestApprovalArgs) -> Result:
+        """``channel_request_approval``: the host posts the card; the turn then waits for the decision."""
+        return self._waiting(await self._host().request_approval(session, args))
 
-    async def _check_approval(self, args: CheckApprovalArgs) -> Result:
-        return await self._host().check_approval(self, args.approval)
+    async def check_approval(self, session: Any, args: CheckApprovalArgs) -> Result:
+        """``channel_check_approval``: the host looks the approval up."""
+        return await self._host().check_approval(session, args.approval)
 
-    async def _no_reply(self, args: NoReplyArgs) -> Result:
+    async def no_reply(self, args: NoReplyArgs) -> Result:
+        """``no_reply``: the turn ends silently."""
         self.turn_end = "silent"
         return {"ok": True, "message": "Your turn ends now; nothing more is posted."}
 

@@ -1,64 +1,246 @@
-"""The session itself: the answer streamed as it is written, and one tool call dispatched, never raising."""
+"""The session itself: the owner of its parts, the answer streamed as it is written, and one tool call
+dispatched, never raising."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import cached_property
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from storage.base import EffectRecord, LeaseMoved, StoreError
+from storage.base import EffectRecord, Fence, LeaseMoved, StoreError, TaskRecord
 from storage.crashpoints import crash_point
 
-from ..contract import Step
+from .. import task_files
+from ..contract import ChannelAdapter, Origin, OriginInfo, Posted, Step
 from ..errors import ChannelError
-from ..journal import JOURNAL_ONLY
+from ..journal import WriteGuard
+from ..selection import HostTool, ToolSelection
+from ..store import SessionStore
 from ..streaming import FLUSH_INTERVAL, AnswerStream
-from ..tools import CATALOG, MCP_SEARCH
-from .asking import Asking
+from ..tools import ToolSpec
+from .asking import AskHost, Asking, TurnEnd
 from .files import Files
 from .follow_ups import FollowUpTools
 from .offer import Offer
 from .replies import Replies
-from .state import CALL_ID, Result
+from .state import CALL_ID, Reading, Result, SessionState
 
 log = logging.getLogger(__name__)
 
 
-class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
-    """The channel tools bound to one task's conversation (see :mod:`channel.session`)."""
+class ChannelSession:
+    """The channel tools bound to one task's conversation (see :mod:`channel.session`): the owner of
+    its parts, which share one :class:`SessionState`, and the answer streamed as it is written."""
 
-    @cached_property
-    def _handlers(self) -> dict[str, Callable[[Any], Awaitable[Result]]]:
-        return {
-            "channel_reply": self._reply,
-            "channel_read": self._read,
-            "channel_react": self._react,
-            "channel_edit": self._edit,
-            "channel_retract": self._retract,
-            "channel_fetch_file": self._fetch_file,
-            "channel_attach": self._attach,
-            "channel_post_document": self._post_document,
-            "channel_follow_up": self._follow_up,
-            "channel_follow_ups": self._follow_ups,
-            "channel_cancel_follow_up": self._cancel_follow_up,
-            "tool_search": self._tool_search,
-            "mcp_search": self._tool_search,
-            "skills": self._skills,
-            "channel_ask": self._ask,
-            "channel_request_approval": self._request_approval,
-            "channel_check_approval": self._check_approval,
-            "no_reply": self._no_reply,
-        }
+    def __init__(
+        self,
+        *,
+        adapter: ChannelAdapter,
+        store: SessionStore,
+        task: TaskRecord,
+        origin: Origin,
+        tools: ToolSelection,
+        task_dir: Path,
+        adopt_first_root: bool = False,
+        clock: Callable[[], float] = time.time,
+        guard: WriteGuard | None = None,
+        fence: Fence | None = None,
+        files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+        follow_ups_max: int = 1000,
+        follow_up_clock: Callable[[], float] | None = None,
+        asks: AskHost | None = None,
+    ) -> None:
+        """``guard`` is awaited before every write and may raise to stop it; ``fence`` (the host's
+        lease) is carried by every journal entry (see the journal). ``files_max_bytes`` bounds the
+        task's files on disk (``TASK_FILES_MAX_BYTES``), ``follow_ups_max`` the install's pending
+        follow-ups (``FOLLOW_UPS_MAX``); ``follow_up_clock`` is what follow-ups are scheduled by
+        (default ``clock``; the playground's demo clock). ``asks``: the host's cards, for adapters
+        that post them."""
+        self.state = SessionState(
+            adapter=adapter, store=store, task=task, origin=origin, clock=clock, guard=guard, fence=fence
+        )
+        # The state's fixed parts, as the host and the answer stream (``ReplyHost``) reach them.
+        self.adapter, self.store, self.clock = adapter, store, clock
+        self.journal, self.handles = self.state.journal, self.state.handles
+        self.reading: Reading = Reading(self.state)
+        self.replies: Replies = Replies(self.state, adopt_first_root=adopt_first_root)
+        self.files: Files = Files(self.state, self.reading, task_dir=task_dir, max_bytes=files_max_bytes)
+        self.follow_ups: FollowUpTools = FollowUpTools(
+            self.state, clock=follow_up_clock or clock, install_max=follow_ups_max
+        )
+        self.asking: Asking = Asking(asks)
+        self.offer: Offer = Offer(self.state, tools)
+        self._streaming = False
+        self._recipient: Mapping[str, Any] | None = None
+        self._interval = FLUSH_INTERVAL
+
+    # -- the conversation and this run in it (what the host reads and sets) -----------------------
+    @property
+    def tools(self) -> ToolSelection:
+        return self.offer.tools
+
+    @property
+    def task(self) -> TaskRecord:
+        return self.state.task
+
+    @task.setter
+    def task(self, task: TaskRecord) -> None:
+        """The task as a resumed run goes on with it (its transcript answered from the journal)."""
+        self.state.task = task
+
+    @property
+    def origin(self) -> Origin:
+        return self.state.origin
+
+    @origin.setter
+    def origin(self, origin: Origin) -> None:
+        self.state.origin = origin
+
+    @property
+    def requester(self) -> str:
+        """The person whose message led to this step (set by the run as it starts each step)."""
+        return self.state.requester
+
+    @requester.setter
+    def requester(self, person: str) -> None:
+        self.state.requester = person
+
+    @property
+    def feedback(self) -> str:
+        """The key feedback buttons report ("" for none; the run sets it)."""
+        return self.state.feedback
+
+    @feedback.setter
+    def feedback(self, key: str) -> None:
+        self.state.feedback = key
+
+    @property
+    def replied(self) -> bool:
+        """A reply was posted since the newest message the model was shown (a resumed run, or a
+        host note that is the run's whole answer, says so)."""
+        return self.state.replied
+
+    @replied.setter
+    def replied(self, replied: bool) -> None:
+        self.state.replied = replied
+
+    @property
+    def turn_end(self) -> TurnEnd:
+        """``waiting``/``silent``: the turn ends before its next model request (a resumed run whose
+        card waits sets ``waiting``)."""
+        return self.asking.turn_end
+
+    @turn_end.setter
+    def turn_end(self, end: TurnEnd) -> None:
+        self.asking.turn_end = end
+
+    @property
+    def silent(self) -> bool:
+        return self.asking.silent
+
+    @property
+    def asks(self) -> AskHost | None:
+        return self.asking.host
+
+    @property
+    def answer(self) -> AnswerStream | None:
+        """The answer being streamed, if any."""
+        return self.state.answer
+
+    @property
+    def task_dir(self) -> Path:
+        return self.files.task_dir
+
+    @property
+    def files_max_bytes(self) -> int:
+        return self.files.max_bytes
+
+    @property
+    def posted(self) -> list[str]:
+        return self.replies.posted
+
+    @property
+    def posts_begun(self) -> int:
+        return self.replies.posts_begun
+
+    @property
+    def last_thread_post(self) -> int:
+        return self.replies.last_thread_post
+
+    @property
+    def enabled(self) -> set[str]:
+        return self.offer.enabled
+
+    @property
+    def enabled_in_order(self) -> list[str]:
+        return self.offer.enabled_in_order
+
+    def shown_new_message(self) -> None:
+        """A message steered into the run reached the model: a reply made before it was not its
+        answer, so the run's final text answers it unless the model replies again."""
+        self.state.replied_before = self.state.replied_before or self.state.replied
+        self.state.replied = False
+
+    @property
+    def replied_in_run(self) -> bool:
+        """Whether this run posted a reply at all (its outcome, its log line)."""
+        return self.state.replied or self.state.replied_before
+
+    # -- the parts' methods the host calls --------------------------------------------------------
+    def look_ahead(self) -> None:
+        self.reading.look_ahead()
+
+    async def describe(self) -> OriginInfo:
+        return await self.reading.describe()
+
+    async def inbound_row(self, raw: Mapping[str, Any]) -> Result:
+        return await self.reading.inbound_row(raw)
+
+    def active_specs(self) -> list[ToolSpec]:
+        return self.offer.active_specs()
+
+    def active_host_tools(self) -> list[HostTool]:
+        return self.offer.active_host_tools()
+
+    def offered_names(self) -> list[str]:
+        return self.offer.offered_names()
+
+    def offered(self, name: str) -> bool:
+        return self.offer.offered(name)
+
+    async def post_markdown(self, markdown: str, *, feedback: bool = True) -> Result:
+        return await self.replies.post_markdown(markdown, feedback=feedback)
+
+    async def post_rest(
+        self, markdown: str, reached: tuple[int, int | None] | None, *, feedback: bool = True
+    ) -> list[str]:
+        return await self.replies.post_rest(markdown, reached, feedback=feedback)
+
+    async def post_note_once(self, effect_id: str, markdown: str) -> None:
+        await self.replies.post_note_once(effect_id, markdown)
+
+    async def post_once(self, markdown: str, effect_id: str, *, feedback: str = "") -> Posted:
+        return await self.replies.post_once(markdown, effect_id, feedback=feedback)
+
+    async def record_post(self, posted: Posted) -> str:
+        return await self.replies.record_post(posted)
+
+    def forget_post(self, handle: str) -> None:
+        self.replies.forget_post(handle)
+
+    async def add_footer(self, footer: str) -> None:
+        await self.replies.add_footer(footer)
 
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
         """Settle effects a crashed run left open: the asks' cards through the ask host (found by
         their effect id, so posted once), host notes finished once, the rest by the journal
         (``channel.journal.reconcile``)."""
-        rest = await self.settle_notes(await self.settle_asks(effects))
-        return await super().reconcile(rest) if rest else []
+        rest = await self.replies.settle_notes(await self.asking.settle_asks(self, effects))
+        return await self.replies.reconcile(rest) if rest else []
 
     # -- streaming ----------------------------------------------------------------------
     def stream_answers(
@@ -77,11 +259,11 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
         return self._streaming and not (self.answer is not None and self.answer.broken)
 
     def _answer_stream(self) -> AnswerStream:
-        if self.answer is None:
-            self.answer = AnswerStream(
+        if self.state.answer is None:
+            self.state.answer = AnswerStream(
                 self, recipient=self._recipient, feedback=self.feedback, interval=self._interval
             )
-        return self.answer
+        return self.state.answer
 
     def stream_text(self, source: str, text: str) -> None:
         """What ``source`` wrote so far: ``text:…`` a model response's text (shown until the session
@@ -100,13 +282,13 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
 
     async def answer_with(self, markdown: str) -> Result:
         """The run's final text as the reply: the streamed answer finished with it, or posted."""
-        answer, self.answer = self.answer, None
+        answer, self.state.answer = self.state.answer, None
         if answer is not None:
             result = await answer.finish(markdown)
             self.replied = True
-            await self._remember_streamed(markdown, result)
+            await self.replies.remember_streamed(markdown, result)
             return result
-        return await self.post_markdown(markdown)
+        return await self.replies.post_markdown(markdown)
 
     def stop_streaming(self) -> None:
         """Stop feeding the answer being streamed (the run is over); writes nothing."""
@@ -116,7 +298,7 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
 
     async def drop_answer(self) -> None:
         """The run ended without the streamed text becoming an answer: remove what was shown."""
-        answer, self.answer = self.answer, None
+        answer, self.state.answer = self.state.answer, None
         if answer is not None:
             await answer.abandon()
 
@@ -132,8 +314,8 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
             CALL_ID.reset(token)
 
     async def _call(self, name: str, args: Any) -> Result:
-        spec = MCP_SEARCH if name == MCP_SEARCH.name else CATALOG.get(name)
-        if spec is None or not self.offered(name):
+        spec = next((s for s in self.offer.active_specs() if s.name == name), None)
+        if spec is None:
             deferred = any(s.name == name for s in (*self.tools.deferred, *self.tools.host_deferred))
             hint = " Use tool_search to enable it." if deferred else ""
             return ChannelError("unsupported", f"There is no tool {name!r} available now.{hint}").as_result()
@@ -142,10 +324,10 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
         except ValidationError as exc:
             return _validation_error(exc).as_result()
         try:
-            if name not in JOURNAL_ONLY:
+            if not spec.journal.runs_with_held:
                 # It may write outside the journal: what the host held back goes first (journal doc).
                 await self.journal.settle_held()
-            return await self._handlers[name](parsed)
+            return await spec.handler(self, parsed)
         except ChannelError as exc:
             return exc.as_result()
         except LeaseMoved:

@@ -11,12 +11,24 @@ from ..contract import FileMeta
 from ..errors import ChannelError
 from ..markdown import strip_mass_mentions
 from ..tools import AttachArgs, FetchFileArgs, PostDocumentArgs
-from .state import Result, SessionState
+from .state import Reading, Result, SessionState
 
 
-class Files(SessionState):
-    async def _fetch_file(self, args: FetchFileArgs) -> Result:
-        record = await self.handles.resolve(args.file, "file")
+class Files:
+    """The task's files: fetched into its directory, attached from it, and documents posted."""
+
+    def __init__(self, state: SessionState, reading: Reading, *, task_dir: Path, max_bytes: int) -> None:
+        """``max_bytes`` bounds the task's files on disk (``TASK_FILES_MAX_BYTES``)."""
+        self._state = state
+        self._reading = reading
+        self.task_dir = task_dir
+        self.max_bytes = max_bytes
+        # A session is the task's activity: its files are kept FILES_TTL_DAYS from now (one utime).
+        task_files.mark_used(task_dir)
+
+    async def fetch_file(self, args: FetchFileArgs) -> Result:
+        """``channel_fetch_file``: the file in the task directory (the copy already there, if any)."""
+        record = await self._state.handles.resolve(args.file, "file")
         key = f"{record.ref}|{args.variant or ''}"
         earlier = await asyncio.to_thread(task_files.remembered, self.task_dir, key)
         if earlier is not None:
@@ -31,9 +43,9 @@ class Files(SessionState):
             data={k: v for k, v in data.items() if k not in ("name", "media_type", "size")},
         )
         if not meta.data.get("url"):
-            meta = await self.adapter.file_info(record.ref)
-        await task_files.check_room(self.task_dir, meta.size, self.files_max_bytes, f"{meta.name!r}")
-        fetched = await self.adapter.fetch_file(meta, self.task_dir, variant=args.variant)
+            meta = await self._state.adapter.file_info(record.ref)
+        await task_files.check_room(self.task_dir, meta.size, self.max_bytes, f"{meta.name!r}")
+        fetched = await self._state.adapter.fetch_file(meta, self.task_dir, variant=args.variant)
         result: Result = {
             "path": str(fetched.path.relative_to(self.task_dir)),
             "media_type": fetched.media_type,
@@ -53,28 +65,30 @@ class Files(SessionState):
             raise ChannelError("not_found", f"no file at {raw!r} in your task directory.")
         return path
 
-    async def _attach(self, args: AttachArgs) -> Result:
+    async def attach(self, args: AttachArgs) -> Result:
         path = self._task_path(args.path)
         comment = strip_mass_mentions(args.comment) if args.comment else None
 
         async def act() -> Result:
-            uploaded = await self.adapter.attach(self.origin, path, title=args.title, comment=comment)
-            row = await self._file_row(uploaded.file, authored=True)
+            uploaded = await self._state.adapter.attach(
+                self._state.origin, path, title=args.title, comment=comment
+            )
+            row = await self._reading.file_row(uploaded.file, authored=True)
             result: Result = {"file": row["file"]}
             if uploaded.message_ref:
-                result["message"] = await self.handles.mint("msg", uploaded.message_ref, authored=True)
+                result["message"] = await self._state.handles.mint("msg", uploaded.message_ref, authored=True)
             return result
 
-        return await self.journal.write(
+        return await self._state.journal.write(
             "channel_attach", {"path": str(path.relative_to(self.task_dir.resolve()))}, act
         )
 
-    async def _post_document(self, args: PostDocumentArgs) -> Result:
+    async def post_document(self, args: PostDocumentArgs) -> Result:
         markdown = strip_mass_mentions(args.markdown)
 
         async def act() -> Result:
-            doc = await self.adapter.post_document(self.origin, args.title, markdown)
-            handle = await self.handles.mint("file", doc.ref, authored=True)
+            doc = await self._state.adapter.post_document(self._state.origin, args.title, markdown)
+            handle = await self._state.handles.mint("file", doc.ref, authored=True)
             return {"document": handle, "permalink": doc.permalink}
 
-        return await self.journal.write("channel_post_document", {"title": args.title}, act)
+        return await self._state.journal.write("channel_post_document", {"title": args.title}, act)

@@ -1,11 +1,12 @@
 """The follow-up tools: ``channel_follow_up``, ``channel_follow_ups``, ``channel_cancel_follow_up``.
 
 They act on this task's conversation only: the follow-up's channel and thread are the session's
-origin, its requester the person whose message led to this run (the host sets :attr:`requester`).
+origin, its requester the person whose message led to this run (``SessionState.requester``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 from storage.base import FollowUpRecord
@@ -16,28 +17,38 @@ from ..tools import CancelFollowUpArgs, FollowUpArgs, NoArgs
 from .state import Result, SessionState
 
 
-class FollowUpTools(SessionState):
-    def _follow_up_store(self) -> fu.FollowUpStore:
-        if not hasattr(self.store, "schedule_follow_up"):
-            raise ChannelError("unsupported", "Follow-ups are not available here.")
-        return cast(fu.FollowUpStore, self.store)
+class FollowUpTools:
+    """This conversation's follow-ups: scheduled, listed and cancelled."""
 
-    async def _follow_up(self, args: FollowUpArgs) -> Result:
+    def __init__(self, state: SessionState, *, clock: Callable[[], float], install_max: int) -> None:
+        """``clock``: what follow-ups are scheduled by (the host's follow-up sweep's: the
+        playground's demo clock, which fast-forward moves); ``install_max``: the install's pending
+        follow-ups at most (``FOLLOW_UPS_MAX``)."""
+        self._state = state
+        self.clock = clock
+        self.install_max = install_max
+
+    def _follow_up_store(self) -> fu.FollowUpStore:
+        if not hasattr(self._state.store, "schedule_follow_up"):
+            raise ChannelError("unsupported", "Follow-ups are not available here.")
+        return cast(fu.FollowUpStore, self._state.store)
+
+    async def follow_up(self, args: FollowUpArgs) -> Result:
         store = self._follow_up_store()
-        now = self.follow_up_clock()
+        now = self.clock()
         due = fu.due_time(at=args.at, after=args.after, now=now)
         record = FollowUpRecord(
             follow_up=fu.new_follow_up_handle(),
-            task_id=self.task.task_id,
-            requester=self.requester,
-            channel=self.origin.channel,
-            thread_ts=self.origin.thread_ts,
+            task_id=self._state.task.task_id,
+            requester=self._state.requester,
+            channel=self._state.origin.channel,
+            thread_ts=self._state.origin.thread_ts,
             note=args.note,
             due_at=due,
             created_at=now,
         )
         outcome = await store.schedule_follow_up(
-            record, payload=fu.payload(record), per_task=fu.PER_TASK, install_max=self.follow_ups_max
+            record, payload=fu.payload(record), per_task=fu.PER_TASK, install_max=self.install_max
         )
         if outcome == "task_full":
             raise ChannelError(
@@ -47,22 +58,22 @@ class FollowUpTools(SessionState):
         if outcome != "scheduled":
             raise ChannelError(
                 "invalid_arguments",
-                f"this install already has {self.follow_ups_max} pending follow-ups (FOLLOW_UPS_MAX).",
+                f"this install already has {self.install_max} pending follow-ups (FOLLOW_UPS_MAX).",
             )
         return {"follow_up": record.follow_up, "at": fu.utc_iso(due), "how_to_cancel": fu.HOW_TO_CANCEL}
 
-    async def _follow_ups(self, args: NoArgs) -> Result:
-        pending = await self._follow_up_store().task_follow_ups(self.task.task_id)
+    async def follow_ups(self, args: NoArgs) -> Result:
+        pending = await self._follow_up_store().task_follow_ups(self._state.task.task_id)
         return {
             "follow_ups": [
                 {"follow_up": f.follow_up, "at": fu.utc_iso(f.due_at), "note": f.note} for f in pending
             ]
         }
 
-    async def _cancel_follow_up(self, args: CancelFollowUpArgs) -> Result:
+    async def cancel_follow_up(self, args: CancelFollowUpArgs) -> Result:
         store = self._follow_up_store()
-        task_id = self.task.task_id
-        if await store.cancel_follow_up(task_id, args.follow_up, now=self.clock()):
+        task_id = self._state.task.task_id
+        if await store.cancel_follow_up(task_id, args.follow_up, now=self._state.clock()):
             return {"ok": True}
         found = await store.get_follow_up(task_id, args.follow_up)
         if found is None:

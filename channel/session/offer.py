@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import tool_search
 from ..errors import bounded
-from ..selection import HostTool
+from ..selection import HostTool, ToolSelection
 from ..tools import MCP_SEARCH, SKILLS, TOOL_SEARCH, SkillsArgs, ToolSearchArgs, ToolSpec
 from .state import Result, SessionState
 
@@ -12,7 +12,18 @@ from .state import Result, SessionState
 _LISTED = 30
 
 
-class Offer(SessionState):
+class Offer:
+    """The tools offered to the model now: the selection's starting ones, then those enabled."""
+
+    def __init__(self, state: SessionState, tools: ToolSelection) -> None:
+        self._state = state
+        self.tools = tools
+        selectable = {s.name for s in tools.deferred} | {t.name for t in tools.host_deferred}
+        # In the order they were enabled (as stored): offered after the starting tools in that order,
+        # so enabling one appends to the tool definitions and the cached prefix before it stays.
+        self._enabled_order: list[str] = [t for t in state.task.enabled_tools if t in selectable]
+        self.enabled: set[str] = set(self._enabled_order)
+
     @property
     def enabled_in_order(self) -> list[str]:
         """The tools ``tool_search`` enabled, oldest first (how they are stored and offered); any
@@ -24,7 +35,7 @@ class Offer(SessionState):
         """The channel tools (and tool_search, mcp_search, skills) to offer the model now: the
         starting ones in catalog order, then those tool_search enabled, in the order it did."""
         specs = [s for s in self.tools.channel_tools if s.starts == "active"]
-        if self._searchable():
+        if self.searchable():
             specs.append(TOOL_SEARCH)
         if any(t.name not in self.enabled for t in self.tools.host_deferred):
             specs.append(MCP_SEARCH)  # the seed's name for tool_search, while MCP tools wait to be found
@@ -46,13 +57,13 @@ class Offer(SessionState):
     def offered(self, name: str) -> bool:
         return name in self.offered_names()
 
-    def _searchable(self) -> list[ToolSpec | HostTool]:
+    def searchable(self) -> list[ToolSpec | HostTool]:
         """Deferred tools tool_search can still enable, channel and host together."""
         deferred: list[ToolSpec | HostTool] = [*self.tools.deferred, *self.tools.host_deferred]
         return [t for t in deferred if t.name not in self.enabled]
 
-    async def _tool_search(self, args: ToolSearchArgs) -> Result:
-        candidates = self._searchable()
+    async def tool_search(self, args: ToolSearchArgs) -> Result:
+        candidates = self.searchable()
         hits = tool_search.rank(candidates, args.query, args.limit)
         if not hits:
             listed = ", ".join(f"{s.name} ({s.label})" for s in candidates[:_LISTED]) or "none"
@@ -63,14 +74,14 @@ class Offer(SessionState):
             if hit.name not in self.enabled:
                 self.enabled.add(hit.name)
                 self._enabled_order.append(hit.name)
-        await self.store.set_enabled_tools(self.task.task_id, self.enabled_in_order)
+        await self._state.store.set_enabled_tools(self._state.task.task_id, self.enabled_in_order)
         return {
             # Host tools' descriptions are the server's own words, of any length.
             "enabled": [{"name": s.name, "description": bounded(s.description, 400)} for s in hits],
             "message": "Enabled from your next step on: " + ", ".join(s.name for s in hits),
         }
 
-    async def _skills(self, args: SkillsArgs) -> Result:
+    async def skills(self, args: SkillsArgs) -> Result:
         library = self.tools.skills
         if args.name:
             skill = library.get(args.name)
