@@ -371,7 +371,7 @@ class RunExecutor:
                 fence=fence,
                 feedback_upto=checkpoints.take_feedback(),
             )
-            await checkpoints.along(save, supersedes=True)  # a step's held checkpoint is older
+            await checkpoints.with_held_checkpoint(save, supersedes=True)  # a step's held checkpoint is older
             if requests is not None and self.approvals is not None:
                 await self.approvals.post_cards(session, messages)
             status = run_status
