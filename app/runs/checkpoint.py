@@ -78,7 +78,7 @@ STREAMED_KEY = "threadbound_streamed"
 
 @dataclass(eq=False)
 class Checkpoints:
-    """One run's checkpoints; ``consumed`` is the run's own list (steered items are appended to it)."""
+    """One run's checkpoints, each with the items the run consumed since the last one."""
 
     store: Store
     task_id: str
@@ -86,6 +86,7 @@ class Checkpoints:
     fence: Fence | None
     #: Messages at the start of the history that are the summary (stored apart, never saved).
     prefix: int
+    #: The items the run consumes (``app.runs.steps.Turn.consumed``): read here, changed by the turn.
     consumed: list[int]
     #: Feedback shown by the prompt, marked shown with the first checkpoint or save.
     feedback_upto: float | None = None
