@@ -366,7 +366,7 @@ class RunExecutor:
         """The agent's steps on the (compacted) history, within the run's time, and their end posted
         (:func:`~app.runs.checkpoint.post_answer`). Returns the run's status."""
         session = steps.session
-        # Compaction's model call and describe() count to the run's time too — Nothing runs away.
+        # Compaction's model call and describe() count to the run's time (RUN_TIMEOUT) too.
         async with asyncio.timeout(self.limits.run_timeout):
             await self._compact(exchange, checkpoints, steps.meter)
             instructions = await run_instructions(session, self.tools, self.agent_file)
