@@ -1,8 +1,9 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
 The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module does
-one run. Beside it: ``prompt.py``, ``history.py``, ``steps.py`` (steering, budgets, streaming, the
-turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and ``outcome.py`` (outcome and hooks).
+one run. Beside it: ``prompt.py``, ``history.py``, ``steps.py`` (the ``Turn`` and the agent's steps:
+steering, budgets, streaming, the turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and
+``outcome.py`` (outcome and hooks).
 
 - cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
   crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
