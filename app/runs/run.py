@@ -255,9 +255,7 @@ class RunExecutor:
         screen: BudgetScreen | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead.
-
-        Its steps: the decisions it resumes with (none yet: it waits), the person it runs for and
-        their budget (past it: :func:`~app.runs.refusal.refuse`), then :meth:`_run`."""
+        First the decisions it resumes with, the person it runs for and their budget; then :meth:`_run`."""
         task = session.task
         turn = Turn(prompt, items)
         checkpoints = Checkpoints(

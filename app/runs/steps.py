@@ -195,9 +195,10 @@ class AgentSteps:
             return Ending(list(result.all_messages()), result.output, "")
 
     async def _step(self, run: _Run, node: Any) -> Ending | None:
-        """One node: a model response is recorded (:meth:`_responded`), a model request waits for
-        what is held; before either, the turn may end, and messages that arrived meanwhile are
-        steered in (:meth:`_steer`). Returns how the run ended, if it ends here."""
+        """One node of the agent's graph. A model response is recorded (:meth:`_responded`); a model
+        request first writes what is held, unless the turn ends there (:meth:`_turn_ended`,
+        :meth:`_over_budget`). At either, messages that arrived meanwhile are steered in
+        (:meth:`_steer`) and a streamed run streams the node. Returns how the run ended, if it did."""
         if self.turn.unanswered and _delivered(node, run.all_messages(), self.turn.unanswered):
             # A message steered in after a reply now reaches the model: that reply was not its
             # answer (the final text is posted unless the model replies again).
