@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from .logs import Held, held_until_started
+from .logs import HeldLogLines, held_until_started
 from .settings import Settings, explain
 
 if TYPE_CHECKING:
@@ -321,7 +321,7 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
-async def _serve(settings: Settings, held: Held, forked: EdgeProcess | None = None) -> None:
+async def _serve(settings: Settings, held: HeldLogLines, forked: EdgeProcess | None = None) -> None:
     """``serve``, writing the held start-up lines once it listens."""
     from app.serving import serve
 
@@ -338,7 +338,7 @@ async def _serve(settings: Settings, held: Held, forked: EdgeProcess | None = No
         releasing.cancel()
 
 
-async def _run(settings: Settings, channel: str, thread: str, prompt: str, held: Held) -> int:
+async def _run(settings: Settings, channel: str, thread: str, prompt: str, held: HeldLogLines) -> int:
     from app.ops.target import TargetError, resolve_target, resolve_thread
     from app.service import Service, StartupError
 

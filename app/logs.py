@@ -149,7 +149,7 @@ def formatter(settings: Settings, stream: Any) -> logging.Formatter:
     return cls(settings.secret_values())
 
 
-class Held:
+class HeldLogLines:
     """Lines logged during start-up, held back until :meth:`release` (start-up worked: they are
     written) or :meth:`discard` (it failed: only its one ``cannot start:`` line is printed)."""
 
@@ -197,9 +197,9 @@ class Held:
 
 
 @contextmanager
-def held_until_started() -> Iterator[Held]:
-    """Hold log lines back during start-up (see :class:`Held`); released on leaving unless discarded."""
-    held = Held()
+def held_until_started() -> Iterator[HeldLogLines]:
+    """Hold log lines back during start-up (:class:`HeldLogLines`); released on leaving unless discarded."""
+    held = HeldLogLines()
     held._hold()
     try:
         yield held

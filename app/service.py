@@ -10,8 +10,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
+from pydantic_ai import Agent
 from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
 
@@ -21,7 +23,7 @@ from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
-from app.agent.runtime import build_agent, build_model
+from app.agent.runtime import RunDeps, build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
 from app.intake.edge_thread import MainLoop
@@ -46,7 +48,7 @@ from app.runs.scheduler import Scheduler
 from app.runs.streaming import check_mode as check_stream_mode
 from channel.contract import missing_implementations
 from channel.errors import ChannelError
-from channel.selection import select_tools
+from channel.selection import ToolSelection, select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
@@ -103,14 +105,14 @@ class Service:
     ingress: Ingress
     bolt: AsyncApp
     observer: Observer = field(default_factory=Observer)
-    #: Click handlers by action id (``app.interactions``); features register theirs in ``create``.
+    #: Click handlers by action id (``app.intake.interactions``); features register theirs in ``create``.
     interactions: Interactions = field(default_factory=Interactions)
     #: The agent file's MCP servers (started by ``create``, stopped by ``close`` and ``serve``).
     mcp: McpServers = field(default_factory=lambda: McpServers([]))
     approvals: Approvals | None = None  # cards, clicks, expiry (app.agent.approvals; asks share it)
     #: Fires due follow-ups into their tasks' inboxes (``app.runs.follow_ups``).
     follow_ups: FollowUpSweep | None = None
-    #: Suggested prompts and thread titles for Slack's agent view (``app.agent_view``).
+    #: Suggested prompts and thread titles for Slack's agent view (``app.intake.agent_view``).
     agent_view: AgentView | None = None
     #: Deliveries over Socket Mode (``SLACK_APP_TOKEN``; ``app.intake.socket_mode``), with the web app.
     socket: SocketModeIntake | None = None
@@ -141,168 +143,35 @@ class Service:
         """Build everything and fail early, with a message naming the fix, on bad configuration.
 
         ``webhook=False`` (``python -m app run``) serves no requests, so needs no signing secret,
-        and takes no Socket Mode deliveries either."""
-        try:
-            agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
-            # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
-            mcp = McpServers(agent_file.mcp)
-        except ValueError as exc:
-            raise StartupError(str(exc)) from exc
-        ephemeral = ephemeral_disk_warning(settings)
-        if ephemeral:
-            log.warning(ephemeral)
-        model_name = settings.model or agent_file.model
-        shape = credential_shape_problems(settings)  # before any network call: name what was pasted
-        if shape:
-            raise StartupError("\n".join(shape))
-        try:
-            socket_url = await first_socket_url(settings, serving=webhook)
-        except SocketModeError as exc:
-            raise StartupError(str(exc)) from exc
-        needs_secret = webhook and settings.http_events  # in Socket Mode only, nothing to verify
-        missing = missing_settings(settings, None if model is not None else model_name, webhook=needs_secret)
-        if missing:
-            raise StartupError(missing_report(missing))
-        if settings.skills_dir is not None and not settings.skills_dir.is_dir():
-            raise StartupError(
-                f"SKILLS_DIR {settings.skills_dir} is not a directory: create it or unset SKILLS_DIR"
-            )
-        try:
-            progress = Progress(settings.progress, settings.progress_emoji, agent_file.loading_messages)
-            stream_mode = check_stream_mode(settings.stream)
-        except ValueError as exc:
-            raise StartupError(str(exc)) from exc
-        if model is None:
-            try:
-                model = build_model(model_name, settings)
-            except ValueError as exc:
-                raise StartupError(str(exc)) from exc
+        and takes no Socket Mode deliveries either. The steps, in order: the configuration checked
+        (:meth:`_Config.checked`), the store, the Slack adapter (:func:`_connect_adapter`), the tools
+        (:func:`_select_tools`), the runs (:meth:`_Runs.build`), the instance registered, the intake
+        (:meth:`_Intake.build`)."""
+        config = await _Config.checked(settings, model, webhook)
         store = await open_ready_store(settings)
         observer = Observer()
-        try:
-            adapter = await SlackAdapter.connect(
-                token=settings.slack_bot_token.get_secret_value(),
-                api_url=settings.slack_api_url,
-                file_origins=settings.slack_file_origins,
-                write_deadline=settings.write_deadline,
-                on_call=observer.slack_call,
-            )
-        except ChannelError as exc:
-            await store.close()
-            raise StartupError(auth_failure(exc, settings.slack_api_url)) from exc
-        except BaseException:
-            await store.close()
-            raise
-        try:
-            missing = missing_implementations(adapter)
-            if missing:
-                raise StartupError(f"adapter claims features it does not implement: {missing}")
-            skills = SkillLibrary.load(settings.resolved_skills_dir)
-            # A server that does not start only makes its own tools absent (logged); the app serves.
-            await mcp.start()
-            try:
-                tools = select_tools(
-                    adapter.features.enabled(), agent_file.tools, skills, mcp.tools, mcp.unavailable()
-                )
-            except ValueError as exc:
-                raise StartupError(str(exc)) from exc
-        except StartupError:
-            await mcp.stop()
-            await adapter.close()
-            await store.close()
-            raise
-        # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
-        agent_view = AgentView(adapter, agent_file.prompts)
-        run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
-        approvals = Approvals.from_settings(store, adapter, settings)
-        warn_unmatched_approval(agent_file.approval, tools)
-        ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
-        timing = ModelTiming(observer, ack_gate)
-        agent = build_agent(
-            model,
-            on_tool=run_hooks.on_tool,
-            on_tool_end=observer.tool_end,
-            toolsets=[McpToolset(mcp, run_hooks.on_tool, observer.tool_end)] if mcp else [],
-            gate=(lambda every: ApprovalGate(every, agent_file.approval, store))
-            if agent_file.approval
-            else None,
-            capabilities=[timing],
-        )
-        executor = RunExecutor(
-            store=store,
-            adapter=adapter,
-            agent=agent,
-            tools=tools,
-            agent_file=agent_file,
-            data_dir=settings.data_dir,
-            limits=RunLimits.of(settings),
-            hooks=run_hooks,
-            approvals=approvals,
-            asks=(asks := Asks(approvals, name_of=adapter.user)),  # channel_ask & co.: approvals' rules
-            budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
-            compactor=Compactor(model, settings.compact_after_tokens, timing.request),
-            usage_footer=settings.usage_footer,
-            stream=stream_mode == "auto",
-            feedback=True,
-        )
-        runner = Scheduler(
-            store=store,
-            executor=executor,
-            lease_ttl=settings.lease_ttl,
-            max_concurrent_runs=settings.max_concurrent_runs,
-            user_max_runs=settings.user_max_runs,
-            owner=owner,
-            claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
-            ack_gate=ack_gate,
-        )
-        approvals.wake = runner.notify
-        store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
-        follow_ups = FollowUpSweep(
-            store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
-        )
-        follow_ups.on_pending = observer.metrics.follow_ups_pending.set  # the /metrics gauge
-        try:
-            # From here until close, other instances can tell at once whether this one is alive.
-            await store.register_instance(runner.owner, now=time.time())
-        except StoreError as exc:
-            await adapter.close()
-            await store.close()
-            raise StartupError(f"cannot register this instance with the store: {exc}") from exc
-        ingress = Ingress(
-            store=store,
-            scheduler=runner,
-            bot=adapter.identity,
-            settings=settings,
-            on_result=observer.delivery,
-            on_external=ExternalNotice(adapter),
-        )
-        interactions = Interactions(tell=approvals.tell)
-        approvals.register(interactions.on)
-        asks.register(interactions.on)
-        feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
-        interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions, agent_view)
-        socket = None
-        if socket_url is not None:
-            handle = event_handler(ingress, agent_view)
-            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runner.ack_gate)
+        adapter = await _connect_adapter(settings, store, observer)
+        parts = _Parts(settings, config, store, adapter, observer)
+        tools = await _select_tools(parts)
+        runs = _Runs.build(parts, tools, hooks, owner)
+        await _register(parts, runs.runner)
+        intake = _Intake.build(parts, runs)
         return cls(
             settings,
             store,
             adapter,
-            runner,
-            ingress,
-            bolt,
+            runs.runner,
+            intake.ingress,
+            intake.bolt,
             observer=observer,
-            interactions=interactions,
-            mcp=mcp,
-            approvals=approvals,
-            follow_ups=follow_ups,
-            agent_view=agent_view,
-            socket=socket,
-            progress=progress,
-            socket_url=socket_url,
+            interactions=intake.interactions,
+            mcp=config.mcp,
+            approvals=runs.approvals,
+            follow_ups=runs.follow_ups,
+            agent_view=runs.agent_view,
+            socket=intake.socket,
+            progress=config.progress,
+            socket_url=config.socket_url,
         )
 
     def _web_app(self) -> web.Application:
@@ -360,3 +229,229 @@ class Service:
         await self.mcp.stop()
         await self.adapter.close()
         await self.store.close()
+
+
+# Service.create's builder steps, in the order it takes them.
+
+
+@dataclass(frozen=True)
+class _Config:
+    """The configuration, checked before the store opens or Slack is asked anything but the first
+    Socket Mode URL."""
+
+    agent_file: AgentFile
+    #: The agent file's MCP servers (not started yet).
+    mcp: McpServers
+    model: Model
+    progress: Progress
+    stream_mode: str
+    socket_url: str | None
+
+    @classmethod
+    async def checked(cls, settings: Settings, model: Model | None, webhook: bool) -> _Config:
+        """Each check names its fix (StartupError); credentials' shapes before any network call."""
+        try:
+            agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
+            # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
+            mcp = McpServers(agent_file.mcp)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
+        ephemeral = ephemeral_disk_warning(settings)
+        if ephemeral:
+            log.warning(ephemeral)
+        model_name = settings.model or agent_file.model
+        shape = credential_shape_problems(settings)  # before any network call: name what was pasted
+        if shape:
+            raise StartupError("\n".join(shape))
+        try:
+            socket_url = await first_socket_url(settings, serving=webhook)
+        except SocketModeError as exc:
+            raise StartupError(str(exc)) from exc
+        needs_secret = webhook and settings.http_events  # in Socket Mode only, nothing to verify
+        missing = missing_settings(settings, None if model is not None else model_name, webhook=needs_secret)
+        if missing:
+            raise StartupError(missing_report(missing))
+        if settings.skills_dir is not None and not settings.skills_dir.is_dir():
+            raise StartupError(
+                f"SKILLS_DIR {settings.skills_dir} is not a directory: create it or unset SKILLS_DIR"
+            )
+        try:
+            progress = Progress(settings.progress, settings.progress_emoji, agent_file.loading_messages)
+            stream_mode = check_stream_mode(settings.stream)
+            model = model if model is not None else build_model(model_name, settings)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
+        return cls(agent_file, mcp, model, progress, stream_mode, socket_url)
+
+
+async def _connect_adapter(settings: Settings, store: Store, observer: Observer) -> SlackAdapter:
+    """The Slack adapter, its token checked (``auth.test``); the store is closed if it fails."""
+    try:
+        return await SlackAdapter.connect(
+            token=settings.slack_bot_token.get_secret_value(),
+            api_url=settings.slack_api_url,
+            file_origins=settings.slack_file_origins,
+            write_deadline=settings.write_deadline,
+            on_call=observer.slack_call,
+        )
+    except ChannelError as exc:
+        await store.close()
+        raise StartupError(auth_failure(exc, settings.slack_api_url)) from exc
+    except BaseException:
+        await store.close()
+        raise
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What every later step of ``Service.create`` builds on."""
+
+    settings: Settings
+    config: _Config
+    store: Store
+    adapter: SlackAdapter
+    observer: Observer
+
+
+async def _select_tools(parts: _Parts) -> ToolSelection:
+    """The tools the agent may call: the adapter's, the skills', the MCP servers' (started here)
+    narrowed to the agent file's; on a StartupError what was opened is closed."""
+    mcp, adapter = parts.config.mcp, parts.adapter
+    try:
+        missing = missing_implementations(adapter)
+        if missing:
+            raise StartupError(f"adapter claims features it does not implement: {missing}")
+        skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
+        # A server that does not start only makes its own tools absent (logged); the app serves.
+        await mcp.start()
+        try:
+            return select_tools(
+                adapter.features.enabled(),
+                parts.config.agent_file.tools,
+                skills,
+                mcp.tools,
+                mcp.unavailable(),
+            )
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
+    except StartupError:
+        await mcp.stop()
+        await adapter.close()
+        await parts.store.close()
+        raise
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """The runs' side: the agent, the executor and the scheduler, approvals and asks, follow-ups."""
+
+    agent_view: AgentView
+    approvals: Approvals
+    asks: Asks
+    runner: Scheduler
+    follow_ups: FollowUpSweep
+
+    @classmethod
+    def build(cls, parts: _Parts, tools: ToolSelection, hooks: RunHooks | None, owner: str | None) -> _Runs:
+        settings, config, store, observer = parts.settings, parts.config, parts.store, parts.observer
+        # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
+        agent_view = AgentView(parts.adapter, config.agent_file.prompts)
+        run_hooks = combine(observer.hooks(), config.progress.hooks(), agent_view.hooks(), hooks)
+        approvals = Approvals.from_settings(store, parts.adapter, settings)
+        warn_unmatched_approval(config.agent_file.approval, tools)
+        ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
+        timing = ModelTiming(observer, ack_gate)
+        agent = _build_agent(parts, run_hooks, timing)
+        executor = RunExecutor(
+            store=store,
+            adapter=parts.adapter,
+            agent=agent,
+            tools=tools,
+            agent_file=config.agent_file,
+            data_dir=settings.data_dir,
+            limits=RunLimits.of(settings),
+            hooks=run_hooks,
+            approvals=approvals,
+            asks=(asks := Asks(approvals, name_of=parts.adapter.user)),  # channel_ask & co.: approvals' rules
+            budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
+            compactor=Compactor(config.model, settings.compact_after_tokens, timing.request),
+            usage_footer=settings.usage_footer,
+            stream=config.stream_mode == "auto",
+            feedback=True,
+        )
+        runner = Scheduler(
+            store=store,
+            executor=executor,
+            lease_ttl=settings.lease_ttl,
+            max_concurrent_runs=settings.max_concurrent_runs,
+            user_max_runs=settings.user_max_runs,
+            owner=owner,
+            claim_retention=settings.claim_retention_days * 86_400,
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            ack_gate=ack_gate,
+        )
+        approvals.wake = runner.notify
+        store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
+        follow_ups = FollowUpSweep(
+            store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
+        )
+        follow_ups.on_pending = observer.metrics.follow_ups_pending.set  # the /metrics gauge
+        return cls(agent_view, approvals, asks, runner, follow_ups)
+
+
+def _build_agent(parts: _Parts, run_hooks: RunHooks, timing: ModelTiming) -> Agent[RunDeps, Any]:
+    """The agent: the model, the channel's tools and the MCP servers', gated by the agent file's
+    approval rules, each request timed."""
+    config, observer = parts.config, parts.observer
+    approval = config.agent_file.approval
+    return build_agent(
+        config.model,
+        on_tool=run_hooks.on_tool,
+        on_tool_end=observer.tool_end,
+        toolsets=[McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end)] if config.mcp else [],
+        gate=(lambda every: ApprovalGate(every, approval, parts.store)) if approval else None,
+        capabilities=[timing],
+    )
+
+
+async def _register(parts: _Parts, runner: Scheduler) -> None:
+    """From here until close, other instances can tell at once whether this one is alive."""
+    try:
+        await parts.store.register_instance(runner.owner, now=time.time())
+    except StoreError as exc:
+        await parts.adapter.close()
+        await parts.store.close()
+        raise StartupError(f"cannot register this instance with the store: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class _Intake:
+    """What takes Slack's deliveries and clicks: the ingress, the click routes, Bolt, Socket Mode."""
+
+    ingress: Ingress
+    interactions: Interactions
+    bolt: AsyncApp
+    socket: SocketModeIntake | None
+
+    @classmethod
+    def build(cls, parts: _Parts, runs: _Runs) -> _Intake:
+        settings, adapter, observer = parts.settings, parts.adapter, parts.observer
+        ingress = Ingress(
+            store=parts.store,
+            scheduler=runs.runner,
+            bot=adapter.identity,
+            settings=settings,
+            on_result=observer.delivery,
+            on_external=ExternalNotice(adapter),
+        )
+        interactions = Interactions(tell=runs.approvals.tell)
+        runs.approvals.register(interactions.on)
+        runs.asks.register(interactions.on)
+        feedback = Feedback(parts.store, name_of=adapter.known_user, on_feedback=observer.feedback)
+        interactions.on(feedback.action_id, feedback.click)
+        bolt = build_bolt(settings, ingress, interactions, runs.agent_view)
+        socket = None
+        if parts.config.socket_url is not None:
+            handle = event_handler(ingress, runs.agent_view)
+            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runs.runner.ack_gate)
+        return cls(ingress, interactions, bolt, socket)

@@ -132,7 +132,7 @@ def journalled(settle: Settle) -> JournalPolicy:
 class HeldWrites(Protocol):
     """Writes the host holds back until the task's next write (module doc)."""
 
-    async def along(self, write: Awaitable[T]) -> T:
+    async def with_held_checkpoint(self, write: Awaitable[T]) -> T:
         """``write``'s result, the held writes committed with it (before it, in order)."""
 
     async def settle(self) -> None:
@@ -174,7 +174,7 @@ class EffectJournal:
             call_id=CALL_ID.get() or call_id,
             fence=self.fence,
         )
-        await (opened if self.held is None else self.held.along(opened))
+        await (opened if self.held is None else self.held.with_held_checkpoint(opened))
         return effect_id
 
     async def settle_held(self) -> None:

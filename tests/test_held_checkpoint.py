@@ -210,7 +210,7 @@ async def test_a_write_made_while_another_carries_the_held_checkpoint_waits_for_
         await checkpoints.settle()
         log.append("follow_up")
 
-    first, _ = await asyncio.gather(checkpoints.along(_logged(log, "entry")), other_tool())
+    first, _ = await asyncio.gather(checkpoints.with_held_checkpoint(_logged(log, "entry")), other_tool())
     assert first == "entry"
     assert log[:3] == ["checkpoint>", "usage>", "entry>"], log
     assert log.index("follow_up") > log.index("checkpoint<"), log
@@ -232,9 +232,9 @@ async def test_a_failed_held_checkpoint_is_carried_again_by_the_write_that_waits
 
     checkpoints.store.checkpoint = flaky  # type: ignore[method-assign]
     checkpoints.hold(_messages())
-    carried = asyncio.ensure_future(checkpoints.along(_logged(log, "entry")))
+    carried = asyncio.ensure_future(checkpoints.with_held_checkpoint(_logged(log, "entry")))
     await asyncio.sleep(0)
-    assert await checkpoints.along(_logged(log, "follow_up")) == "follow_up"
+    assert await checkpoints.with_held_checkpoint(_logged(log, "follow_up")) == "follow_up"
     assert len(attempts) == 2 and "checkpoint" in log, log
     assert log.index("follow_up>") > log.index("entry<")  # never before the first attempt ended
     with pytest.raises(RuntimeError, match="session ended"):
@@ -253,10 +253,10 @@ async def test_a_held_checkpoint_failing_again_fails_the_write_that_carries_it()
 
     checkpoints.store.checkpoint = failing  # type: ignore[method-assign]
     checkpoints.hold(_messages())
-    carried = asyncio.ensure_future(checkpoints.along(_logged(log, "entry")))
+    carried = asyncio.ensure_future(checkpoints.with_held_checkpoint(_logged(log, "entry")))
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="disk full"):
-        await checkpoints.along(_logged(log, "follow_up"))
+        await checkpoints.with_held_checkpoint(_logged(log, "follow_up"))
     with pytest.raises(RuntimeError):
         await carried
     with pytest.raises(RuntimeError, match="disk full"):  # still held: the next model request tries
@@ -267,7 +267,7 @@ async def test_a_newer_checkpoint_supersedes_the_held_one_and_keeps_its_writes()
     log: list[str] = []
     checkpoints = _checkpoints(log)
     checkpoints.hold(_messages(), lambda: _logged(log, "usage"))
-    done = await checkpoints.along(_logged(log, "save"), supersedes=True)
+    done = await checkpoints.with_held_checkpoint(_logged(log, "save"), supersedes=True)
     assert done == "save"
     assert "checkpoint>" not in log and log.count("usage>") == 1 and "save<" in log, log
     await checkpoints.settle()  # nothing held any more
@@ -289,9 +289,9 @@ async def test_a_write_cancelled_while_it_waits_for_the_held_checkpoint_stays_ca
     log: list[str] = []
     checkpoints = _checkpoints(log)
     checkpoints.hold(_messages())
-    carried = asyncio.ensure_future(checkpoints.along(_logged(log, "entry")))
+    carried = asyncio.ensure_future(checkpoints.with_held_checkpoint(_logged(log, "entry")))
     await asyncio.sleep(0)
-    waiting = asyncio.ensure_future(checkpoints.along(_logged(log, "follow_up")))
+    waiting = asyncio.ensure_future(checkpoints.with_held_checkpoint(_logged(log, "follow_up")))
     await asyncio.sleep(0.005)
     checkpoints.hold(_messages())  # a newer step's checkpoint held meanwhile
     waiting.cancel()

@@ -78,7 +78,7 @@ STREAMED_KEY = "threadbound_streamed"
 
 @dataclass(eq=False)
 class Checkpoints:
-    """One run's checkpoints; ``consumed`` is the run's own list (steered items are appended to it)."""
+    """One run's checkpoints, each with the items the run consumed since the last one."""
 
     store: Store
     task_id: str
@@ -86,6 +86,7 @@ class Checkpoints:
     fence: Fence | None
     #: Messages at the start of the history that are the summary (stored apart, never saved).
     prefix: int
+    #: The items the run consumes (``app.runs.steps.Turn.consumed``): read here, changed by the turn.
     consumed: list[int]
     #: Feedback shown by the prompt, marked shown with the first checkpoint or save.
     feedback_upto: float | None = None
@@ -111,7 +112,7 @@ class Checkpoints:
     async def save(self, messages: Sequence[ModelMessage]) -> None:
         """Checkpoint ``messages`` (the run's whole history so far) with what the run consumed; a
         held checkpoint is superseded (its other writes go along)."""
-        await self.along(self._write(messages, self._fresh()), supersedes=True)
+        await self.with_held_checkpoint(self._write(messages, self._fresh()), supersedes=True)
 
     def hold(self, messages: Sequence[ModelMessage], *writes: Callable[[], Awaitable[Any]]) -> None:
         """Hold the checkpoint of ``messages``, and ``writes``, until the run's next write (module
@@ -119,7 +120,7 @@ class Checkpoints:
         earlier = self._held[2] if self._held is not None else ()  # superseded, its writes kept
         self._held = (list(messages), self._fresh(), (*earlier, *writes))
 
-    async def along(self, write: Awaitable[T], *, supersedes: bool = False) -> T:
+    async def with_held_checkpoint(self, write: Awaitable[T], *, supersedes: bool = False) -> T:
         """``write``'s result, what is held committed with it (one trip on SQLite, in order, before
         it). ``supersedes``: ``write`` is a newer checkpoint or the save, so the held checkpoint is
         dropped (written after it, it would reopen the run with an older transcript). A write made
@@ -157,7 +158,7 @@ class Checkpoints:
 
     async def settle(self) -> None:
         """Commit what is held now (before a write outside the journal, or the next model request)."""
-        await self.along(asyncio.sleep(0))
+        await self.with_held_checkpoint(asyncio.sleep(0))
 
     def _take(self, supersedes: bool) -> list[Awaitable[Any]]:
         held, self._held = self._held, None

@@ -1,9 +1,10 @@
 """What the model is shown of a task's inbound messages: the prompt, and whom a streamed answer is for.
 
-Slack text is data, never structure (invariant 14): each message is one JSON object on a line of
-its own (``author``, ``message`` handle, ``text``, ``files``), so a newline, a quote or a line
-shaped like another person's message inside a text or a file name stays inside that string. The
-instructions tell the model the format (``app.agent.runtime``).
+Slack text is data, never structure (invariant "Text is data", docs/architecture.md): each
+message is one JSON object on a line of its own (``author``, ``message`` handle, ``text``,
+``files``), so a newline, a quote or a line shaped like another person's message inside a text or
+a file name stays inside that string. The instructions tell the model the format
+(``app.agent.runtime``).
 """
 
 from __future__ import annotations

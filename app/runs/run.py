@@ -1,8 +1,9 @@
 """One agent run: a task's inbound messages become a prompt, the agent runs, the transcript is saved.
 
 The scheduler (``app.runs.scheduler``) decides *when* a task runs and holds its lease; this module does
-one run. Beside it: ``prompt.py``, ``history.py``, ``steps.py`` (steering, budgets, streaming, the
-turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and ``outcome.py`` (outcome and hooks).
+one run. Beside it: ``prompt.py``, ``history.py``, ``steps.py`` (the ``Turn`` and the agent's steps:
+steering, budgets, streaming, the turn's end), ``checkpoint.py``, ``refusal.py`` (budgets) and
+``outcome.py`` (outcome and hooks).
 
 - cost: budgets checked first (past one: a note, no model call), usage stored per response, a run
   crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
@@ -22,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +71,34 @@ from .outcome import APOLOGY, GONE, Inbox, RunHooks, RunOutcome, RunStopped, sla
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .resume import resume_open_run
-from .steps import AgentSteps
+from .steps import AgentSteps, Turn
 
 __all__ = ["APOLOGY", "RunExecutor", "RunHooks", "RunOutcome", "RunStopped", "trim_history"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Exchange:
+    """One run's messages as :meth:`RunExecutor._run`'s steps reach them, so a failure finds what was
+    reached: the history it starts from and what it ends with."""
+
+    #: The summary of what came before the transcript (``tasks.summary``), as the model is shown it.
+    summary: str
+    #: The saved transcript after the summary.
+    transcript: list[ModelMessage]
+    #: A summary this run's compaction made (saved with the run).
+    new_summary: str | None = None
+    #: The summary as messages at the start of the history (never saved).
+    prefix: list[ModelMessage] = field(default_factory=list)
+    #: What the agent runs on: the prefix and the transcript's newest part.
+    history: list[ModelMessage] = field(default_factory=list)
+    #: What the run ends with (saved after the prefix).
+    messages: list[ModelMessage] = field(default_factory=list)
+    #: The final text.
+    output: str = ""
+    #: Gated calls waiting for approval: their cards are posted once the run is saved.
+    requests: DeferredToolRequests | None = None
 
 
 class RunExecutor:
@@ -230,37 +255,32 @@ class RunExecutor:
         person: str | None = None,
         screen: BudgetScreen | None = None,
     ) -> RunOutcome:
-        """One agent run. Never raises for model or tool failures: it apologises in the thread instead."""
+        """One agent run. Never raises for model or tool failures: it apologises in the thread instead.
+        First the decisions it resumes with, the person it runs for and their budget; then :meth:`_run`."""
         task = session.task
-        consumed = [i.item_id for i in items]
-        fence = session.journal.fence
+        turn = Turn(prompt, items)
         checkpoints = Checkpoints(
-            self.store, task.task_id, fence=fence, prefix=0, consumed=consumed, feedback_upto=feedback_upto
+            self.store,
+            task.task_id,
+            fence=session.journal.fence,
+            prefix=0,
+            consumed=turn.consumed,
+            feedback_upto=feedback_upto,
         )
         session.journal.held = checkpoints  # a step's held checkpoint goes with its first entry
-        # Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
-        steered: list[str] = []
         pending = load_history(task.transcript)
         deferred = await self.approvals.results(task.task_id, pending) if self.approvals else None
         if deferred is WAITING:
             return RunOutcome(task.task_id, "waiting", False)
         if not prompt.strip() and deferred is None and items:
-            # Only decisions on calls no longer pending (withdrawn): nothing for the model to do.
-            await session.journal.check()
-            await self.store.save_run(
-                task.task_id, transcript=task.transcript, consumed=consumed, fence=fence
-            )
-            return RunOutcome(task.task_id, "ok", False, "", consumed)
+            return await self._nothing_to_ask(session, turn)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
-        requests: DeferredToolRequests | None = None
-        person = requester(items) if person is None else person
-        if not person and self.approvals is not None and items:
-            person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
+        person = await self._requester(items, person)
         session.requester = person  # follow-ups it schedules run for them
         # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
-            return await refuse(self.store, self.hooks.on_budget, session, prompt, consumed, hit)
+            return await refuse(self.store, self.hooks.on_budget, session, prompt, turn.consumed, hit)
         meter = UsageMeter(
             self.store,
             task.task_id,
@@ -270,128 +290,191 @@ class RunExecutor:
             clock=self.clock,
             bounded=bool(items),
         )
-        summary, transcript = task.summary, load_history(task.transcript)
-        new_summary: str | None = None
-        prefix: list[ModelMessage] = []
-        history: list[ModelMessage] = []
+        steps = AgentSteps(
+            self.agent,
+            session,
+            turn,
+            meter=meter,
+            inbox=inbox,
+            max_requests=self.agent_file.max_requests_per_run,
+            budgets=self.budgets,
+            on_budget=self.hooks.on_budget,
+            checkpoints=checkpoints,
+            screen=screen,
+        )
+        return await self._run(steps, checkpoints, results)
+
+    async def _nothing_to_ask(self, session: ChannelSession, turn: Turn) -> RunOutcome:
+        """Only decisions on calls no longer pending (withdrawn): nothing for the model to do."""
+        task = session.task
+        await session.journal.check()
+        await self.store.save_run(
+            task.task_id, transcript=task.transcript, consumed=turn.consumed, fence=session.journal.fence
+        )
+        return RunOutcome(task.task_id, "ok", False, "", turn.consumed)
+
+    async def _requester(self, items: list[InboxItem], person: str | None) -> str:
+        """Who the run's model requests are charged to: ``person``, else the items' author."""
+        person = requester(items) if person is None else person
+        if not person and self.approvals is not None and items:
+            person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
+        return person
+
+    async def _run(
+        self, steps: AgentSteps, checkpoints: Checkpoints, results: DeferredToolResults | None
+    ) -> RunOutcome:
+        """The run proper, between its hooks: the answer (:meth:`_answer`), or an apology for a
+        failure (:meth:`_apologise`), then the save (:meth:`_save`); a lost lease ends it unsaved."""
+        session, turn = steps.session, steps.turn
+        task = session.task
+        exchange = _Exchange(task.summary, load_history(task.transcript))
         self.active_runs.add(task.task_id)
         status = "failed"
-        output = ""
         if self.feedback:
             session.feedback = task.task_id
         if self.stream:
-            recipient = await answer_recipient(items, self.approvals)
+            recipient = await answer_recipient(turn.items, self.approvals)
             session.stream_answers(recipient, interval=self.stream_interval)
         try:
             if self.hooks.on_start:
-                await self.hooks.on_start(session, items)
+                await self.hooks.on_start(session, turn.items)
             try:
-                # Compaction's model call and describe() count to the run's time too (issue 18).
-                async with asyncio.timeout(self.limits.run_timeout):
-                    if self.compactor is not None:
-                        compacted = await self.compactor.compact(summary, transcript, meter)
-                        if compacted is not None:
-                            new_summary, transcript = compacted
-                            summary = checkpoints.summary = new_summary
-                    prefix = Compactor.prefix(summary)
-                    checkpoints.prefix = len(prefix)
-                    history = [*prefix, *trim_history(transcript, self.limits.history_limit)]
-                    instructions = await run_instructions(session, self.tools, self.agent_file)
-                    steps = AgentSteps(
-                        self.agent,
-                        max_requests=self.agent_file.max_requests_per_run,
-                        budgets=self.budgets,
-                        on_budget=self.hooks.on_budget,
-                    )
-                    messages, result, note = await steps.run(
-                        session,
-                        prompt,
-                        history,
-                        instructions,
-                        consumed,
-                        steered,
-                        inbox,
-                        meter,
-                        results,
-                        checkpoints=checkpoints,
-                        screen=screen,
-                    )
-                if isinstance(result, DeferredToolRequests):
-                    requests = result  # gated calls: their cards are posted once the run is saved
-                else:
-                    output = result or ""
-                await post_answer(session, checkpoints, messages, output, note, start=len(history))
-                if self.usage_footer and meter.total.requests:
-                    await session.add_footer(footer(meter.total))
-                run_status = "ok"
+                run_status = await self._answer(steps, checkpoints, exchange, results)
             except asyncio.CancelledError:
                 status = "cancelled"
                 raise  # shutdown: leave the inbox pending for the next owner
             except Exception as exc:
-                if stopped(exc):
-                    raise RunStopped(str(exc)) from exc
-                run_status, refused, apology = "failed", slack_refusal(exc), APOLOGY
-                if refused is None:
-                    log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
-                else:  # Slack said no (the thread was deleted, say): no bug, no traceback, no retry
-                    run_status = "refused"
-                    log.warning("run of task %s ended: Slack refused: %s", task.task_id, refused.message)
-                    if refused.provider_code in GONE:
-                        apology = f"(Not posted, the conversation is gone: {refused.message})"
-                # The steered messages are consumed with this run: they must stay part of the task.
-                # Calls left pending by a failed resume are closed out (they never run).
-                messages = [
-                    *repair_messages(history or [*prefix, *transcript]),
-                    ModelRequest(parts=[UserPromptPart(p) for p in (prompt, *steered)]),
-                    ModelResponse(parts=[TextPart(apology)]),
-                ]
-                try:
-                    if apology is APOLOGY:
-                        await session.drop_answer()
-                        await post_note(session, checkpoints, messages, APOLOGY)  # once, across a crash
-                except RunStopped:
-                    raise
-                except Exception as failed:
-                    log.warning(
-                        "could not post the apology for task %s",
-                        task.task_id,
-                        exc_info=not slack_refusal(failed),
-                    )
-            await session.journal.check()  # saving consumes the inbox: only the lease's holder may
-            if requests is not None and self.approvals is not None:
-                # Recorded before the save: a saved transcript's pending calls always have approvals
-                # (one whose run never saved is withdrawn when its card effect is settled).
-                await self.approvals.open(session, requests, meter.person)
-            save = self.store.save_run(
-                task.task_id,
-                # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
-                transcript=ModelMessagesTypeAdapter.dump_json(messages[len(prefix) :]),
-                consumed=consumed,
-                enabled_tools=session.enabled_in_order,
-                summary=new_summary,
-                fence=fence,
-                feedback_upto=checkpoints.take_feedback(),
-            )
-            await checkpoints.along(save, supersedes=True)  # a step's held checkpoint is older
-            if requests is not None and self.approvals is not None:
-                await self.approvals.post_cards(session, messages)
+                run_status = await self._apologise(exc, session, turn, checkpoints, exchange)
+            await self._save(session, turn, checkpoints, exchange, steps.meter)
             status = run_status
         except (RunStopped, LeaseMoved):
             # Another owner has the task now: no apology, no transcript; the inbox stays theirs.
             status = "stopped"
             log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
-            return RunOutcome(task.task_id, status, session.replied_in_run, output, [])
+            return RunOutcome(task.task_id, status, session.replied_in_run, exchange.output, [])
         finally:
-            session.stop_streaming()  # a cancelled run leaves its partial message to the next run's reconcile
-            self.active_runs.discard(task.task_id)
-            if self.hooks.on_end:
-                # Progress indicators and metrics must close even when the save failed or we were
-                # cancelled. Awaited in this task (no shield): hooks reset context variables they set.
-                try:
-                    await self.hooks.on_end(session, items, status)
-                except Exception:
-                    log.warning("run end hook failed", exc_info=True)
-        return RunOutcome(task.task_id, status, session.replied_in_run, output, consumed)
+            await self._ended(session, turn, status)
+        return RunOutcome(task.task_id, status, session.replied_in_run, exchange.output, turn.consumed)
+
+    async def _answer(
+        self,
+        steps: AgentSteps,
+        checkpoints: Checkpoints,
+        exchange: _Exchange,
+        results: DeferredToolResults | None,
+    ) -> str:
+        """The agent's steps on the (compacted) history, within the run's time, and their end posted
+        (:func:`~app.runs.checkpoint.post_answer`). Returns the run's status."""
+        session = steps.session
+        # Compaction's model call and describe() count to the run's time (RUN_TIMEOUT) too.
+        async with asyncio.timeout(self.limits.run_timeout):
+            await self._compact(exchange, checkpoints, steps.meter)
+            instructions = await run_instructions(session, self.tools, self.agent_file)
+            exchange.messages, result, note = await steps.run(exchange.history, instructions, results)
+        if isinstance(result, DeferredToolRequests):
+            exchange.requests = result  # gated calls: their cards are posted once the run is saved
+        else:
+            exchange.output = result or ""
+        start = len(exchange.history)
+        await post_answer(session, checkpoints, exchange.messages, exchange.output, note, start=start)
+        if self.usage_footer and steps.meter.total.requests:
+            await session.add_footer(footer(steps.meter.total))
+        return "ok"
+
+    async def _compact(self, exchange: _Exchange, checkpoints: Checkpoints, meter: UsageMeter) -> None:
+        """The history the agent runs on: a long transcript compacted into a summary first, then the
+        summary's messages and the transcript's newest part."""
+        if self.compactor is not None:
+            compacted = await self.compactor.compact(exchange.summary, exchange.transcript, meter)
+            if compacted is not None:
+                exchange.new_summary, exchange.transcript = compacted
+                exchange.summary = checkpoints.summary = exchange.new_summary
+        exchange.prefix = Compactor.prefix(exchange.summary)
+        checkpoints.prefix = len(exchange.prefix)
+        exchange.history = [*exchange.prefix, *trim_history(exchange.transcript, self.limits.history_limit)]
+
+    async def _apologise(
+        self,
+        exc: Exception,
+        session: ChannelSession,
+        turn: Turn,
+        checkpoints: Checkpoints,
+        exchange: _Exchange,
+    ) -> str:
+        """A failed run (called while handling ``exc``): logged, its messages end with an apology,
+        posted once across a crash unless Slack refused the run. Returns the run's status."""
+        if stopped(exc):
+            raise RunStopped(str(exc)) from exc
+        task = session.task
+        run_status, refused, apology = "failed", slack_refusal(exc), APOLOGY
+        if refused is None:
+            log.error("run of task %s failed: %s", task.task_id, type(exc).__name__, exc_info=True)
+        else:  # Slack said no (the thread was deleted, say): no bug, no traceback, no retry
+            run_status = "refused"
+            log.warning("run of task %s ended: Slack refused: %s", task.task_id, refused.message)
+            if refused.provider_code in GONE:
+                apology = f"(Not posted, the conversation is gone: {refused.message})"
+        # The steered messages are consumed with this run: they must stay part of the task.
+        # Calls left pending by a failed resume are closed out (they never run).
+        exchange.messages = [
+            *repair_messages(exchange.history or [*exchange.prefix, *exchange.transcript]),
+            ModelRequest(parts=[UserPromptPart(p) for p in (turn.prompt, *turn.steered)]),
+            ModelResponse(parts=[TextPart(apology)]),
+        ]
+        try:
+            if apology is APOLOGY:
+                await session.drop_answer()
+                await post_note(session, checkpoints, exchange.messages, APOLOGY)  # once, across a crash
+        except RunStopped:
+            raise
+        except Exception as failed:
+            log.warning(
+                "could not post the apology for task %s", task.task_id, exc_info=not slack_refusal(failed)
+            )
+        return run_status
+
+    async def _save(
+        self,
+        session: ChannelSession,
+        turn: Turn,
+        checkpoints: Checkpoints,
+        exchange: _Exchange,
+        meter: UsageMeter,
+    ) -> None:
+        """Saving the run consumes the inbox: transcript, consumed items, enabled tools and summary in
+        one fenced write, with whatever checkpoint is held; then the cards of gated calls."""
+        await session.journal.check()  # saving consumes the inbox: only the lease's holder may
+        requests = exchange.requests
+        if requests is not None and self.approvals is not None:
+            # Recorded before the save: a saved transcript's pending calls always have approvals
+            # (one whose run never saved is withdrawn when its card effect is settled).
+            await self.approvals.open(session, requests, meter.person)
+        save = self.store.save_run(
+            session.task.task_id,
+            # The summary is stored apart (``tasks.summary``); the transcript holds what follows it.
+            transcript=ModelMessagesTypeAdapter.dump_json(exchange.messages[len(exchange.prefix) :]),
+            consumed=turn.consumed,
+            enabled_tools=session.enabled_in_order,
+            summary=exchange.new_summary,
+            fence=checkpoints.fence,
+            feedback_upto=checkpoints.take_feedback(),
+        )
+        await checkpoints.with_held_checkpoint(save, supersedes=True)  # a step's held checkpoint is older
+        if requests is not None and self.approvals is not None:
+            await self.approvals.post_cards(session, exchange.messages)
+
+    async def _ended(self, session: ChannelSession, turn: Turn, status: str) -> None:
+        """However the run ended: streaming stopped (a cancelled run leaves its partial message to
+        the next run's reconcile), and the end hook told."""
+        session.stop_streaming()
+        self.active_runs.discard(session.task.task_id)
+        if self.hooks.on_end:
+            # Progress indicators and metrics must close even when the save failed or we were
+            # cancelled. Awaited in this task (no shield): hooks reset context variables they set.
+            try:
+                await self.hooks.on_end(session, turn.items, status)
+            except Exception:
+                log.warning("run end hook failed", exc_info=True)
 
     def _listener(self, session: ChannelSession) -> Callable[[UsageRecord], None] | None:
         on_usage = self.hooks.on_usage

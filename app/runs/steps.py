@@ -1,4 +1,5 @@
-"""The agent's steps within one run: model requests and tool calls, with steering, budgets and streaming.
+"""The agent's steps within one run, and the :class:`Turn` they change: model requests and tool calls,
+with steering, budgets and streaming.
 
 Before each model request (and before a final answer is accepted) the run checks its lease, its
 budgets, and asks its :data:`~app.runs.outcome.Inbox` for messages that arrived meanwhile, which are
@@ -10,10 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import (
+    Agent,
+    AgentRun,
+    CallToolsNode,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelRequestNode,
+)
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     ModelMessage,
@@ -40,54 +49,127 @@ from .streaming import EventFeed
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
+class Turn:
+    """One run's exchange with its inbox: the prompt and items it starts on, the items it consumes,
+    and the messages steered into it mid-run.
+
+    The executor (``app.runs.run``) makes it when a run begins. The agent's steps (:class:`AgentSteps`)
+    change it, only through its methods, as they steer new messages in (:meth:`steer`, :meth:`take`),
+    send them to the model (:meth:`sent`, :meth:`reached_model`) or end the turn before they were
+    sent (:meth:`take_back_unsent`). The run's checkpoints read :attr:`consumed` as it grows
+    (``app.runs.checkpoint.Checkpoints`` holds this very list) and the run's save consumes it; a
+    failed run keeps :attr:`steered` in its transcript.
+    """
+
+    #: The prompt rendered from :attr:`items` (empty: a run resumed only by decisions).
+    prompt: str
+    #: The inbox items the run starts on, oldest first.
+    items: list[InboxItem]
+    #: Inbox items consumed with the run: its own, then each one steered in (shown, or left out by
+    #: a budget). Changed in place: the checkpoints hold this list.
+    consumed: list[int] = field(init=False)
+    #: Prompts of messages steered in mid-run: consumed with the run, so a failed run keeps them too.
+    steered: list[str] = field(default_factory=list, init=False)
+    #: Steered prompts not yet seen by the model.
+    unanswered: list[str] = field(default_factory=list, init=False)
+    #: Steered in since the last model request went out: each prompt and the items it shows.
+    #: pydantic-ai puts them in the next request; a turn that ends before it leaves them unshown.
+    queued: list[tuple[str, list[int]]] = field(default_factory=list, init=False)
+    #: Items looked at already (consumed, or taken back unsent): each is steered in once a run.
+    _seen: set[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.consumed = [i.item_id for i in self.items]
+        self._seen = set(self.consumed)
+
+    def fresh(self, looked: Sequence[InboxItem]) -> list[InboxItem]:
+        """The items of ``looked`` (the inbox now) this run has not looked at yet."""
+        return [i for i in looked if i.item_id not in self._seen]
+
+    def steer(self, prompt: str, shown: Sequence[InboxItem]) -> None:
+        """``prompt``, showing ``shown``, was enqueued into the running agent for its next request."""
+        self.steered.append(prompt)
+        self.unanswered.append(prompt)
+        self.queued.append((prompt, [item.item_id for item in shown]))
+
+    def take(self, fresh: Sequence[InboxItem]) -> None:
+        """Consume ``fresh`` with this run (shown or not): each is looked at once."""
+        for item in fresh:
+            self._seen.add(item.item_id)
+            self.consumed.append(item.item_id)
+
+    def sent(self) -> None:
+        """The model request going out carries what was queued (pydantic-ai puts it first)."""
+        self.queued.clear()
+
+    def reached_model(self) -> None:
+        """The steered prompts are in a request the model was sent."""
+        self.unanswered.clear()
+
+    def take_back_unsent(self) -> None:
+        """Take what was steered in but never sent to the model back out of the consumed items and
+        steered prompts: the items stay pending, and the next run shows them."""
+        for prompt, items in self.queued:
+            self.consumed[:] = [i for i in self.consumed if i not in items]  # in place: see consumed
+            self.steered = [p for p in self.steered if p != prompt]
+            self.unanswered = [p for p in self.unanswered if p != prompt]
+        self.queued.clear()
+
+
+class Ending(NamedTuple):
+    """How the agent's steps ended."""
+
+    #: The run's messages, ending with its final response (or the note it stopped with).
+    messages: list[ModelMessage]
+    #: Its output: the final text, or the gated calls waiting for approval.
+    output: str | DeferredToolRequests | None
+    #: The note it stopped with (``""``: it finished).
+    note: str
+
+
+_Run = AgentRun[RunDeps, Any]
+
+
 class AgentSteps:
-    """Drives one agent run node by node for a :class:`~app.runs.run.RunExecutor`."""
+    """Drives one agent run node by node for a :class:`~app.runs.run.RunExecutor`, changing its
+    :class:`Turn` as messages are steered in."""
 
     def __init__(
         self,
         agent: Agent[RunDeps, Any],
+        session: ChannelSession,
+        turn: Turn,
         *,
+        meter: UsageMeter,
+        inbox: Inbox,
         max_requests: int,
         budgets: Budgets,
         on_budget: Callable[[ChannelSession, str], None] | None = None,
+        checkpoints: Checkpoints | None = None,
+        screen: BudgetScreen | None = None,
     ) -> None:
-        self.agent = agent
+        self.agent, self.session, self.turn = agent, session, turn
+        self.meter, self.inbox, self.checkpoints = meter, inbox, checkpoints
         self.max_requests = max_requests
         self.budgets = budgets
         self.on_budget = on_budget
+        self.screen = screen or BudgetScreen(budgets, session)  # the run's: each person told once
+        # Streaming: each model request and tool step is driven through node.stream(), its events
+        # fed to the session's streamed answer (app.runs.streaming); otherwise the nodes just run.
+        self.feed: EventFeed | None = None
 
     async def run(
-        self,
-        session: ChannelSession,
-        prompt: str,
-        history: list[ModelMessage],
-        instructions: str,
-        consumed: list[int],
-        steered: list[str],
-        inbox: Inbox,
-        meter: UsageMeter,
-        results: DeferredToolResults | None = None,
-        *,
-        checkpoints: Checkpoints | None = None,
-        screen: BudgetScreen | None = None,
-    ) -> tuple[list[ModelMessage], str | DeferredToolRequests | None, str]:
-        """The run's messages, its output (text, or the gated calls waiting for approval), and the
-        note it stopped with (``""``: it finished)."""
-        seen = set(consumed)
-        unanswered: list[str] = []  # prompts steered in, not yet seen by the model
-        # Steered in since the last model request that went out: its prompt and the items it shows.
-        # pydantic-ai puts them in the next request; a turn that ends before it leaves them unshown.
-        queued: list[tuple[str, list[int]]] = []
-        screen = screen or BudgetScreen(self.budgets, session)  # the run's: each person told once
+        self, history: list[ModelMessage], instructions: str, results: DeferredToolResults | None = None
+    ) -> Ending:
+        """The agent run on ``history`` and the turn's prompt, node by node (:meth:`_step`)."""
         limit = self.max_requests
-        # Streaming: each model request and tool step is driven through node.stream(), its events
-        # fed to the session's streamed answer (app.streaming); otherwise the nodes just run.
-        feed = EventFeed(session) if session.streaming else None
-        session.requester = meter.person
+        self.feed = EventFeed(self.session) if self.session.streaming else None
+        self.session.requester = self.meter.person
         async with self.agent.iter(
-            prompt or None,  # a run resumed only by decisions brings no new prompt
+            self.turn.prompt or None,  # a run resumed only by decisions brings no new prompt
             message_history=history,
-            deps=RunDeps(session),
+            deps=RunDeps(self.session),
             instructions=instructions,
             usage_limits=UsageLimits(request_limit=limit),
             deferred_tool_results=results,
@@ -96,106 +178,137 @@ class AgentSteps:
                 async for node in run:
                     if run.result is not None:
                         break  # the run ended; anything newer starts the next run
-                    if unanswered and _delivered(node, run.all_messages(), unanswered):
-                        # A message steered in after a reply now reaches the model: that reply was
-                        # not its answer (the final text is posted unless the model replies again).
-                        session.shown_new_message()
-                        unanswered.clear()
-                    looked: Sequence[InboxItem] | None = None
-                    calls_tools = False
-                    if Agent.is_call_tools_node(node):
-                        calls_tools = any(isinstance(p, ToolCallPart) for p in node.model_response.parts)
-                        # The usage row and the checkpoint go to the store together (one trip on
-                        # SQLite: the two writes share a transaction). Only a final answer needs a
-                        # look at the inbox here, before it is accepted: a response that calls tools
-                        # is followed by a model request, which looks just before it goes out.
-                        messages = list(run.all_messages())  # pydantic-ai's own list: not ours to change
-                        if session.answer is not None:
-                            answer = session.answer
-                            answer.own(tag_streamed(messages, answer.sources, answer.key))
-                        if calls_tools and checkpoints is not None and synced_by_next_write(messages):
-                            # Only the run's own tools: held until their first write (a journal
-                            # entry), which takes it and the usage row along (app.runs.checkpoint).
-                            record = meter.count(node.model_response)
-                            checkpoints.hold(messages, partial(meter.store_usage, record))
-                        else:
-                            work: list[Awaitable[Any]] = [meter.add(node.model_response)]
-                            if calls_tools and checkpoints is not None:
-                                # Before its tools run: a crash from here on resumes with this
-                                # response (its calls answered from the journal), the items shown so
-                                # far consumed.
-                                work.append(checkpoints.save(messages))
-                            elif not calls_tools:
-                                work.append(inbox())
-                            done = await asyncio.gather(*work)
-                            looked = None if calls_tools else done[-1]
-                    elif Agent.is_model_request_node(node):
-                        if session.turn_end:
-                            # no_reply, or it asked someone: the turn ends here, with no more text.
-                            # Messages steered in while the model wrote that step never reached it:
-                            # they stay in the inbox for the next run, not consumed unseen.
-                            _unqueue(queued, consumed, steered, unanswered)
-                            said = "(no reply)" if session.silent else "(waiting for the answer)"
-                            return [*run.all_messages(), node.request, _said(said)], None, ""
-                        if checkpoints is not None:
-                            await checkpoints.settle()  # held by a step that only read: written now
-                        crash_point("model.request")
-                    # Steering: before each model request (and before a final answer is accepted),
-                    # show messages that arrived mid-run. Other nodes need no look at the inbox.
-                    if not (Agent.is_model_request_node(node) or Agent.is_call_tools_node(node)):
-                        continue
-                    await session.journal.check()  # a run that lost its lease spends no more model calls
-                    if Agent.is_model_request_node(node) and meter.bounded and meter.total.requests:
-                        hit = await self.budgets.exceeded(meter.person)
-                        if hit is not None:
-                            # Crossed mid-way: the step that crossed it is done (its tools ran); its
-                            # results are kept, answered by the note, so the transcript stays whole.
-                            if self.on_budget:
-                                self.on_budget(session, hit.kind)
-                            _unqueue(queued, consumed, steered, unanswered)  # as at a turn's end, above
-                            note = hit.note()
-                            stop = ModelResponse(parts=[TextPart(note)])
-                            return [*run.all_messages(), node.request, stop], "", note
-                    if not calls_tools:
-                        looked = await inbox() if looked is None else looked
-                    fresh = [i for i in looked or () if i.item_id not in seen]
-                    if fresh:
-                        # Each steered message against its own author's budget; from here on the
-                        # requests are charged to the newest author shown.
-                        shown = await screen.shown(fresh, await screen.over(fresh))
-                        if shown:
-                            steering = await render_prompt(session, shown)
-                            run.enqueue(steering, priority="asap")
-                            steered.append(steering)
-                            unanswered.append(steering)
-                            queued.append((steering, [item.item_id for item in shown]))
-                            meter.person = session.requester = newest_author(shown) or meter.person
-                        for item in fresh:
-                            seen.add(item.item_id)
-                            consumed.append(item.item_id)
-                    if Agent.is_model_request_node(node):
-                        queued.clear()  # this request carries them (pydantic-ai puts them first)
-                    if feed is None:
-                        continue
-                    if Agent.is_model_request_node(node):
-                        feed.new_request()
-                        async with node.stream(run.ctx) as model_events:
-                            async for model_event in model_events:
-                                feed.model_event(model_event)
-                    else:
-                        async with node.stream(run.ctx) as tool_events:
-                            async for tool_event in tool_events:
-                                await feed.tool_event(tool_event)
+                    ending = await self._step(run, node)
+                    if ending is not None:
+                        return ending
             except UsageLimitExceeded:
                 # A runaway tool loop. The request that would pass the limit is already in the
                 # history (with the last tool results); the apology answers it.
-                log.warning("run of task %s reached max_requests_per_run (%d)", session.task.task_id, limit)
+                log.warning(
+                    "run of task %s reached max_requests_per_run (%d)", self.session.task.task_id, limit
+                )
                 note = RUNAWAY.format(limit=limit)
-                return [*run.all_messages(), ModelResponse(parts=[TextPart(note)])], "", note
+                return Ending([*run.all_messages(), _said(note)], "", note)
             result = run.result
             if result is None:  # pragma: no cover - iter always ends with a result
                 raise RuntimeError("agent run ended without a result")
-            return list(result.all_messages()), result.output, ""
+            return Ending(list(result.all_messages()), result.output, "")
+
+    async def _step(self, run: _Run, node: Any) -> Ending | None:
+        """One node of the agent's graph. A model response is recorded (:meth:`_responded`); a model
+        request first writes what is held, unless the turn ends there (:meth:`_turn_ended`,
+        :meth:`_over_budget`). At either, messages that arrived meanwhile are steered in
+        (:meth:`_steer`) and a streamed run streams the node. Returns how the run ended, if it did."""
+        if self.turn.unanswered and _delivered(node, run.all_messages(), self.turn.unanswered):
+            # A message steered in after a reply now reaches the model: that reply was not its
+            # answer (the final text is posted unless the model replies again).
+            self.session.shown_new_message()
+            self.turn.reached_model()
+        looked: Sequence[InboxItem] | None = None
+        calls_tools = False
+        if Agent.is_call_tools_node(node):
+            calls_tools, looked = await self._responded(run, node)
+        elif Agent.is_model_request_node(node):
+            if self.session.turn_end:
+                return self._turn_ended(run, node)
+            if self.checkpoints is not None:
+                await self.checkpoints.settle()  # held by a step that only read: written now
+            crash_point("model.request")
+        else:
+            return None  # only a model request or a final answer needs a look at the inbox
+        await self.session.journal.check()  # a run that lost its lease spends no more model calls
+        if Agent.is_model_request_node(node):
+            stop = await self._over_budget(run, node)
+            if stop is not None:
+                return stop
+        if not calls_tools:
+            looked = await self.inbox() if looked is None else looked
+        await self._steer(run, looked)
+        if Agent.is_model_request_node(node):
+            self.turn.sent()  # this request carries them (pydantic-ai puts them first)
+        if self.feed is not None:
+            await self._stream(run, node, self.feed)
+        return None
+
+    async def _responded(
+        self, run: _Run, node: CallToolsNode[RunDeps, Any]
+    ) -> tuple[bool, Sequence[InboxItem] | None]:
+        """A model response: whether it calls tools, and the inbox as a final answer found it.
+
+        The usage row and the checkpoint go to the store together (one trip on SQLite: the two
+        writes share a transaction). Only a final answer needs a look at the inbox here, before it
+        is accepted: a response that calls tools is followed by a model request, which looks just
+        before it goes out."""
+        calls_tools = any(isinstance(p, ToolCallPart) for p in node.model_response.parts)
+        messages = list(run.all_messages())  # pydantic-ai's own list: not ours to change
+        if self.session.answer is not None:
+            answer = self.session.answer
+            answer.own(tag_streamed(messages, answer.sources, answer.key))
+        if calls_tools and self.checkpoints is not None and synced_by_next_write(messages):
+            # Only the run's own tools: held until their first write (a journal entry), which takes
+            # it and the usage row along (app.runs.checkpoint).
+            record = self.meter.count(node.model_response)
+            self.checkpoints.hold(messages, partial(self.meter.store_usage, record))
+            return calls_tools, None
+        work: list[Awaitable[Any]] = [self.meter.add(node.model_response)]
+        if calls_tools and self.checkpoints is not None:
+            # Before its tools run: a crash from here on resumes with this response (its calls
+            # answered from the journal), the items shown so far consumed.
+            work.append(self.checkpoints.save(messages))
+        elif not calls_tools:
+            work.append(self.inbox())
+        done = await asyncio.gather(*work)
+        return calls_tools, None if calls_tools else done[-1]
+
+    def _turn_ended(self, run: _Run, node: ModelRequestNode[RunDeps, Any]) -> Ending:
+        """no_reply, or it asked someone: the turn ends here, with no more text. Messages steered in
+        while the model wrote that step never reached it: they stay in the inbox for the next run,
+        not consumed unseen."""
+        self.turn.take_back_unsent()
+        said = "(no reply)" if self.session.silent else "(waiting for the answer)"
+        return Ending([*run.all_messages(), node.request, _said(said)], None, "")
+
+    async def _over_budget(self, run: _Run, node: ModelRequestNode[RunDeps, Any]) -> Ending | None:
+        """A budget crossed mid-way, before the next model request: the step that crossed it is done
+        (its tools ran); its results are kept, answered by the note, so the transcript stays whole."""
+        if not (self.meter.bounded and self.meter.total.requests):
+            return None
+        hit = await self.budgets.exceeded(self.meter.person)
+        if hit is None:
+            return None
+        if self.on_budget:
+            self.on_budget(self.session, hit.kind)
+        self.turn.take_back_unsent()  # as at a turn's end (_turn_ended)
+        note = hit.note()
+        return Ending([*run.all_messages(), node.request, _said(note)], "", note)
+
+    async def _steer(self, run: _Run, looked: Sequence[InboxItem] | None) -> None:
+        """Steering: show the model the messages that arrived mid-run, each against its own author's
+        budget; from here on the requests are charged to the newest author shown."""
+        fresh = self.turn.fresh(looked or ())
+        if not fresh:
+            return
+        shown = await self.screen.shown(fresh, await self.screen.over(fresh))
+        if shown:
+            steering = await render_prompt(self.session, shown)
+            run.enqueue(steering, priority="asap")
+            self.turn.steer(steering, shown)
+            self.meter.person = self.session.requester = newest_author(shown) or self.meter.person
+        self.turn.take(fresh)
+
+    async def _stream(
+        self, run: _Run, node: ModelRequestNode[RunDeps, Any] | CallToolsNode[RunDeps, Any], feed: EventFeed
+    ) -> None:
+        """Drive ``node`` through its stream, its events fed to the streamed answer."""
+        if Agent.is_model_request_node(node):
+            feed.new_request()
+            async with node.stream(run.ctx) as model_events:
+                async for model_event in model_events:
+                    feed.model_event(model_event)
+        else:
+            async with node.stream(run.ctx) as tool_events:
+                async for tool_event in tool_events:
+                    await feed.tool_event(tool_event)
 
 
 def _delivered(node: Any, messages: list[ModelMessage], prompts: list[str]) -> bool:
@@ -210,18 +323,6 @@ def _delivered(node: Any, messages: list[ModelMessage], prompts: list[str]) -> b
     return request is not None and any(
         isinstance(p, UserPromptPart) and p.content in prompts for p in request.parts
     )
-
-
-def _unqueue(
-    queued: list[tuple[str, list[int]]], consumed: list[int], steered: list[str], unanswered: list[str]
-) -> None:
-    """Take what was steered in but never sent to the model back out of the run's consumed items
-    and steered prompts: the items stay pending, and the next run shows them."""
-    for prompt, items in queued:
-        consumed[:] = [i for i in consumed if i not in items]
-        steered[:] = [p for p in steered if p != prompt]
-        unanswered[:] = [p for p in unanswered if p != prompt]
-    queued.clear()
 
 
 def _said(text: str) -> ModelResponse:
