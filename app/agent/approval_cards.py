@@ -2,7 +2,7 @@
 
 A card says which tool would run and with which arguments (every key, long values shortened,
 escaped so nothing in the arguments can mention, link or break out of the code block: see
-:mod:`app.agent.approval_args`), who asked and when it expires, and carries the two buttons. Once
+:mod:`channel.card_fields`), who asked and when it expires, and carries the two buttons. Once
 decided it says who decided what, and when, and has no buttons left. Text fallbacks keep
 notifications readable.
 """
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from channel.card_fields import ArgumentsUnshowable, arg_sections, escape
 from storage.base import ApprovalRecord
-
-from .approval_args import ArgumentsUnshowable, arg_sections, escape
 
 APPROVE = "threadbound_approve"
 DENY = "threadbound_deny"

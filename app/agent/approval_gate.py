@@ -24,10 +24,9 @@ from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from app.agent.runtime import RunDeps
+from channel.card_fields import ArgumentsUnshowable, arg_sections
 from channel.tools import CATALOG
 from storage.base import ApprovalRecord, Store
-
-from .approval_args import ArgumentsUnshowable, arg_sections
 
 log = logging.getLogger(__name__)
 

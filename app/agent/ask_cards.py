@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from channel.card_fields import escape
 from channel.markdown import strip_mass_mentions
 from storage.base import AskRecord
-
-from .approval_args import escape
 
 #: One action id per option position (Slack wants them unique within a card).
 OPTION_ACTIONS = tuple(f"threadbound_ask_option_{i}" for i in range(5))
