@@ -280,7 +280,9 @@ class Service:
         interactions = Interactions(tell=approvals.tell)
         approvals.register(interactions.on)
         asks.register(interactions.on)
-        feedback = Feedback(store, name_of=adapter.known_user, on_feedback=observer.feedback)
+        feedback = Feedback(
+            store, ref_of=adapter.clicked_ref, name_of=adapter.known_user, on_feedback=observer.feedback
+        )
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, agent_view)
         socket = None

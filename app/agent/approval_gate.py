@@ -2,7 +2,8 @@
 
 :class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required`` pattern): a
 matching call raises ``ApprovalRequired`` instead of running, unless its arguments cannot all be
-shown on a card (then it is denied at once: never gated half-visible, invariant 11). An approved
+shown on a card (then it is denied at once: never gated half-visible, invariant "Approvals show
+everything", docs/architecture.md). An approved
 call is marked started in the store before it runs, so it runs at most once even after a crash.
 """
 
@@ -24,7 +25,7 @@ from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from app.agent.runtime import RunDeps
-from channel.card_fields import ArgumentsUnshowable, arg_sections
+from channel.card_fields import ArgumentsUnshowable, argument_fields
 from channel.tools import CATALOG
 from storage.base import ApprovalRecord, Store
 
@@ -77,9 +78,9 @@ class ApprovalGate(WrapperToolset[RunDeps]):
             return await super().call_tool(name, tool_args, ctx, tool)
         if not ctx.tool_call_approved:
             try:
-                arg_sections(json.dumps(tool_args, ensure_ascii=False))
+                argument_fields(json.dumps(tool_args, ensure_ascii=False))
             except ArgumentsUnshowable as exc:
-                # Never gated half-visible: a person could approve what they cannot see (invariant 11).
+                # Approvals show everything: never gated half-visible (one could approve the unseen).
                 log.warning("a gated call was denied: its arguments cannot be shown on a card (%s)", name)
                 return json.loads(
                     error_json(

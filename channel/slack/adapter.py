@@ -20,9 +20,20 @@ from pathlib import Path
 
 import aiohttp
 
-from channel.contract import AdapterBase, ChannelFeatures, Document, Fetched, FileMeta, Origin, Uploaded
+from channel.cards import Card
+from channel.contract import (
+    AdapterBase,
+    ChannelFeatures,
+    Document,
+    Fetched,
+    FileMeta,
+    Origin,
+    Posted,
+    Uploaded,
+)
 from channel.errors import ChannelError, bounded
 
+from . import cards
 from .canvases import create_canvas
 from .downloads import download
 from .errors import SlackCallObserver
@@ -113,6 +124,16 @@ class SlackAdapter(Writes, AdapterBase):
         await self.http.close()
 
     # -- files and documents --------------------------------------------------------------------
+    # Cards are drawn as Block Kit by :mod:`.cards` and posted like any host message.
+    async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
+        return await self.post_blocks(origin, *cards.blocks(card), effect_id=effect_id)
+
+    async def update_card(self, ref: str, card: Card) -> None:
+        await self.update_blocks(ref, *cards.blocks(card))
+
+    click_key = staticmethod(cards.click_key)
+    clicked_ref = staticmethod(cards.clicked_ref)
+
     async def file_info(self, ref: str) -> FileMeta:
         async with self._call("files.info"):
             response = await self.reads.files_info(file=ref)
