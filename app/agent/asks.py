@@ -1,4 +1,4 @@
-"""The agent asks the thread (issue 24): ``channel_ask`` questions, ``channel_request_approval``,
+"""The agent asks the thread: ``channel_ask`` questions, ``channel_request_approval``,
 ``channel_check_approval``; the host side of :class:`channel.session.asking.AskHost`.
 
 - **Asking.** The ask is recorded (``q_…``/``ap_…``, task-scoped) and its card posted through the
