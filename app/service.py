@@ -447,7 +447,9 @@ class _Intake:
         interactions = Interactions(tell=runs.approvals.tell)
         runs.approvals.register(interactions.on)
         runs.asks.register(interactions.on)
-        feedback = Feedback(parts.store, name_of=adapter.known_user, on_feedback=observer.feedback)
+        feedback = Feedback(
+            parts.store, ref_of=adapter.clicked_ref, name_of=adapter.known_user, on_feedback=observer.feedback
+        )
         interactions.on(feedback.action_id, feedback.click)
         bolt = build_bolt(settings, ingress, interactions, runs.agent_view)
         socket = None

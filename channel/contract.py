@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .cards import Card
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,11 +242,25 @@ class ChannelAdapter(Protocol):
         """Show progress text ("is thinking…"); an empty string clears it. ``loading_messages``, when
         given, are shown in turn instead of the text while it lasts (Slack takes up to 10)."""
 
-    async def post_blocks(
-        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
-    ) -> Posted:
-        """Post a card (the provider's ``blocks``, ``text`` its plain fallback) into the origin,
-        carrying ``effect_id`` as :meth:`post` does; its buttons' clicks come back to the host."""
+    # -- cards (feature ``ask``): ``channel.cards`` says what a card holds; the adapter draws it --
+    async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
+        """Post ``card`` into the origin, carrying ``effect_id`` as :meth:`post` does (found by
+        :meth:`find_posted` after a crash). Never retried automatically."""
+
+    async def update_card(self, ref: str, card: Card) -> None:
+        """Redraw the posted card ``ref`` as ``card`` (once decided: its outcome, no choices)."""
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
+        """Show ``text`` to ``user`` only (why a click changed nothing), in ``thread_ts`` when given."""
+
+    def click_key(self, ref: str) -> str:
+        """The key a click on message ``ref`` reports (``app.clicks.Action.message_ts``): what the
+        store keeps of a posted card, to match clicks against."""
+
+    def clicked_ref(self, channel: str, key: str) -> str:
+        """The ref of the message a click reports as ``key`` in ``channel`` (a card, an answer's
+        feedback buttons): :meth:`click_key` turned back."""
+
 
 
 #: The method behind each feature flag, each a method of :class:`ChannelAdapter`; registration
@@ -258,7 +275,7 @@ FEATURE_METHODS: dict[str, str] = {
     "documents": "post_document",
     "status": "set_status",
     "stream": "open_stream",
-    "ask": "post_blocks",
+    "ask": "post_card",
 }
 
 
@@ -309,10 +326,20 @@ class AdapterBase:
     async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
         raise _unsupported("streaming")
 
-    async def post_blocks(
-        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
-    ) -> Posted:
+    async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
         raise _unsupported("cards")
+
+    async def update_card(self, ref: str, card: Card) -> None:
+        raise _unsupported("cards")
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
+        raise _unsupported("private notes")
+
+    def click_key(self, ref: str) -> str:
+        return ref
+
+    def clicked_ref(self, channel: str, key: str) -> str:
+        return key
 
 
 def _unsupported(what: str) -> Exception:

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .cards import Card
 from .contract import (
     FEATURE_METHODS,
     AdapterBase,
@@ -49,8 +50,8 @@ from .contract import (
 from .errors import ChannelError, MessageGone
 from .fake_messages import FakeDocument, FakeLive, FakeMessage
 
-#: Every capability the fake implements, all but cards (``ask``: it does not implement
-#: ``post_blocks``): what a test gets unless it asks for less.
+#: Every capability the fake implements, all but cards (``ask``), which a test turns on when it
+#: wants the ask tools: what a test gets unless it asks for more or less.
 ALL_FEATURES = ChannelFeatures(**{name: name != "ask" for name in FEATURE_METHODS})
 _EPOCH = 1_700_000_000
 
@@ -85,6 +86,10 @@ class FakeAdapter(AdapterBase):
         self.files: dict[str, FileMeta] = {}
         self.documents: dict[str, FakeDocument] = {}
         self.statuses: list[tuple[Origin, str]] = []
+        #: message ref → the card it shows, as posted or last updated (neutral: no provider markup).
+        self.cards: dict[str, Card] = {}
+        #: ``(channel, user, text)`` of every private note.
+        self.private_notes: list[tuple[str, str, str]] = []
         #: ``(method, argument)`` of every adapter call, in order.
         self.calls: list[tuple[str, str]] = []
         #: method → errors its next calls raise, in order (see :meth:`fail`).
@@ -347,3 +352,36 @@ class FakeAdapter(AdapterBase):
     async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         self._enter("set_status", status, "status")
         self.statuses.append((origin, status))
+
+    # -- cards: kept as the neutral model, so a test reads what any provider would draw ----------
+    async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
+        self._enter("post_card", origin.channel, "ask")
+        message = self._store(
+            origin,
+            card.fallback,
+            author=self.bot_name,
+            is_bot=True,
+            is_you=True,
+            files=[],
+            effect_id=effect_id,
+        )
+        self.cards[message.ref] = card
+        return self._posted(message)
+
+    async def update_card(self, ref: str, card: Card) -> None:
+        self._enter("update_card", ref, "ask")
+        message = self._own(ref, "updated")
+        message.text = card.fallback
+        self.cards[ref] = card
+
+    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None:
+        self._enter("tell_privately", user)
+        self.private_notes.append((channel, user, text))
+
+    def click_key(self, ref: str) -> str:
+        """A click reports a message by its ts."""
+        return self._find(ref).ts
+
+    def clicked_ref(self, channel: str, key: str) -> str:
+        found = next((m.ref for m in self.messages if m.channel == channel and m.ts == key), None)
+        return found if found is not None else f"fake:{channel}:missing"

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from app.agent.approval_args import MAX_SECTION_CHARS, MAX_SECTIONS, ArgumentsUnshowable, arg_sections
 from app.agent.approval_cards import APPROVE, DENY
+from channel.card_fields import MAX_SECTION_CHARS, MAX_SECTIONS, ArgumentsUnshowable
+from channel.slack.cards import arg_sections
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted

@@ -2,7 +2,8 @@
 
 :class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required`` pattern): a
 matching call raises ``ApprovalRequired`` instead of running, unless its arguments cannot all be
-shown on a card (then it is denied at once: never gated half-visible — Approvals show everything). An approved
+shown on a card (then it is denied at once: never gated half-visible, invariant "Approvals show
+everything", docs/architecture.md). An approved
 call is marked started in the store before it runs, so it runs at most once even after a crash.
 """
 
@@ -24,10 +25,9 @@ from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from app.agent.runtime import RunDeps
+from channel.card_fields import ArgumentsUnshowable, argument_fields
 from channel.tools import CATALOG
 from storage.base import ApprovalRecord, Store
-
-from .approval_args import ArgumentsUnshowable, arg_sections
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +78,9 @@ class ApprovalGate(WrapperToolset[RunDeps]):
             return await super().call_tool(name, tool_args, ctx, tool)
         if not ctx.tool_call_approved:
             try:
-                arg_sections(json.dumps(tool_args, ensure_ascii=False))
+                argument_fields(json.dumps(tool_args, ensure_ascii=False))
             except ArgumentsUnshowable as exc:
-                # Never gated half-visible: a person could approve what they cannot see
-                # (Approvals show everything).
+                # Approvals show everything: never gated half-visible (one could approve the unseen).
                 log.warning("a gated call was denied: its arguments cannot be shown on a card (%s)", name)
                 return json.loads(
                     error_json(

@@ -31,23 +31,22 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage
 
 from app.clicks import Action
 from app.settings import Settings
-from channel.contract import Origin, Posted
+from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import ApprovalDecision, ApprovalRecord, EffectRecord, InboxItem, Store, StoreError
 
 from .approval_cards import APPROVE, DENY, decided_card, open_card, showable
 from .approval_gate import ApprovalGate, decision_result, gated, newest_approval, open_calls
-from .cards import CardDesk, CardSlack
+from .cards import CardDesk
 
 __all__ = ["CARD_EFFECT", "DECISION_KIND", "WAITING", "ApprovalGate", "Approvals", "gated", "is_decision"]
 
@@ -59,16 +58,6 @@ CARD_EFFECT = "approval_card"
 _UNPOSTABLE = frozenset({"unsupported", "not_found"})
 #: ``kind`` of the inbox payload a decision appends.
 DECISION_KIND = "approval_decision"
-
-
-class CardAdapter(CardSlack, Protocol):
-    """What approvals need of the Slack adapter beyond the channel contract."""
-
-    async def post_blocks(
-        self, origin: Origin, text: str, blocks: Sequence[Mapping[str, Any]], *, effect_id: str
-    ) -> Posted: ...
-
-    async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]: ...
 
 
 def is_decision(item: InboxItem) -> bool:
@@ -95,7 +84,7 @@ class Approvals:
         self,
         *,
         store: Store,
-        adapter: CardAdapter,
+        adapter: ChannelAdapter,
         approvers: Sequence[str] = (),
         approval_by: str = "requester",
         ttl: float = 86_400.0,
@@ -114,7 +103,7 @@ class Approvals:
         self.cards = CardDesk(adapter)
 
     @classmethod
-    def from_settings(cls, store: Store, adapter: CardAdapter, settings: Settings) -> Approvals:
+    def from_settings(cls, store: Store, adapter: ChannelAdapter, settings: Settings) -> Approvals:
         """Approvals as ``APPROVERS``, ``APPROVAL_BY`` and ``APPROVAL_TTL`` say."""
         return cls(
             store=store,
@@ -177,21 +166,24 @@ class Approvals:
             if found:
                 posted = found[0]
             else:
-                text, blocks = open_card(approval, self.ttl)
+                card = open_card(
+                    approval, self.ttl, "approvers" if self.approval_by == "approvers" else "requester"
+                )
                 try:
-                    posted = await self.adapter.post_blocks(origin, text, blocks, effect_id=effect.effect_id)
+                    posted = await self.adapter.post_card(origin, card, effect_id=effect.effect_id)
                 except ChannelError as exc:
                     if exc.ambiguous or exc.code not in _UNPOSTABLE:
                         raise  # passing (or unknown): the sweep looks for the card and posts it if absent
                     await self._unpostable(session, approval, effect, exc)
                     continue
-            await self.store.set_approval_card(approval_id, posted.ref.rpartition(":")[2])
+            # The store keeps the key the adapter gives (what a click reports), never a piece of the ref.
+            await self.store.set_approval_card(approval_id, self.adapter.click_key(posted.ref))
             await session.journal.close(effect.effect_id, {"card": posted.ref})
 
     async def _unpostable(
         self, session: ChannelSession, approval: ApprovalRecord, effect: EffectRecord, exc: ChannelError
     ) -> None:
-        """Slack will not take the card here (``not_in_channel``, ``is_archived``…): nobody can ever
+        """The provider will not take the card here (``not_in_channel``, ``is_archived``…): nobody can ever
         approve it, so the call is decided ``failed`` at once and the task goes on."""
         log.warning("approval card %s cannot be posted: %s", approval.approval_id, exc.message)
         await self.store.decide_approval(

@@ -1,94 +1,86 @@
-"""The cards of the agent's own asks (issue 24): a question with one button per option (or a note
-that the next message answers it), an approval request with Approve/Deny; once decided, who answered
-what and when, and no buttons.
+"""The cards of the agent's own asks, as neutral cards (``channel.cards``): a question with one
+choice per option (or a note that the next message answers it), an approval request with
+Approve/Deny; once decided, who answered what and when, and no choices.
 
-The model's text goes in ``markdown`` blocks with mass mentions (``@channel``…) defused; option
-labels are plain text. A button's value is ``<ask id>:<option index>`` (approvals: the ask id).
+The model's text is the card's Markdown body (the adapter defuses mass mentions, ``@channel``…);
+option labels are plain text. A choice's value is ``<ask id>:<option index>`` (approvals: the ask id).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
 
-from channel.markdown import strip_mass_mentions
+from channel.cards import Answerers, Card, Choice, Icon, Line, Mention, Strong, Text, Time
 from storage.base import AskRecord
-
-from .approval_args import escape
 
 #: One action id per option position (Slack wants them unique within a card).
 OPTION_ACTIONS = tuple(f"threadbound_ask_option_{i}" for i in range(5))
 ASK_APPROVE = "threadbound_ask_approve"
 ASK_DENY = "threadbound_ask_deny"
-
-Block = dict[str, Any]
-
-
-def _when(ts: float, fallback: str) -> str:
-    return f"<!date^{int(ts)}^{{date_short_pretty}} at {{time}}|{fallback}>"
+#: The card's group of choices.
+GROUP = "threadbound_ask"
 
 
-def _body(ask: AskRecord) -> list[Block]:
-    heading = ":grey_question: *Question*" if ask.kind == "question" else ":raised_hand: *Approval requested*"
-    blocks: list[Block] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": heading}},
-        {"type": "markdown", "text": strip_mass_mentions(ask.text)},
-    ]
-    if ask.details:
-        blocks.append({"type": "markdown", "text": strip_mass_mentions(ask.details)})
-    return blocks
+def _heading(ask: AskRecord) -> Line:
+    if ask.kind == "question":
+        return (Icon("grey_question"), Text(" "), Strong("Question"))
+    return (Icon("raised_hand"), Text(" "), Strong("Approval requested"))
 
 
-def _who(ask: AskRecord) -> str:
+def _card(ask: AskRecord, fallback: str, note: Line) -> Card:
+    body = (ask.text, ask.details) if ask.details else (ask.text,)
+    answerers: Answerers = "anyone" if not ask.only_requester else "requester"
+    return Card(fallback, _heading(ask), body, note=note, answerers=answerers, requester=ask.requester)
+
+
+def _who(ask: AskRecord) -> Line:
     if not ask.only_requester:
-        return "Anyone here can answer"
-    return f"For <@{escape(ask.requester)}> or an approver" if ask.requester else "For an approver"
+        return (Text("Anyone here can answer"),)
+    if ask.requester:
+        return (Text("For "), Mention(ask.requester), Text(" or an approver"))
+    return (Text("For an approver"),)
 
 
-def open_card(ask: AskRecord, ttl: float) -> tuple[str, list[Block]]:
-    """``(fallback text, blocks)`` of an ask waiting for its answer."""
-    until = _when(ask.created_at + ttl, "in a while")
+def open_card(ask: AskRecord, ttl: float) -> Card:
+    """The card of an ask waiting for its answer."""
+    until = Time(ask.created_at + ttl, "in a while")
+    choices: tuple[Choice, ...]
     if ask.kind == "approval":
-        buttons: list[Block] = [
-            _button(ASK_APPROVE, "Approve", ask.ask_id, "primary"),
-            _button(ASK_DENY, "Deny", ask.ask_id, "danger"),
-        ]
+        choices = (
+            Choice(ASK_APPROVE, "Approve", ask.ask_id, "primary"),
+            Choice(ASK_DENY, "Deny", ask.ask_id, "danger"),
+        )
     else:
-        buttons = [
-            _button(OPTION_ACTIONS[i], label, f"{ask.ask_id}:{i}") for i, label in enumerate(ask.options)
-        ]
-    context = f"{_who(ask)} · open until {until}"
+        choices = tuple(
+            Choice(OPTION_ACTIONS[i], label, f"{ask.ask_id}:{i}") for i, label in enumerate(ask.options)
+        )
+    note: Line = (*_who(ask), Text(" · open until "), until)
     if ask.kind == "question" and not ask.options:
-        context = f"Reply in this thread to answer · {context}"
-    blocks = [*_body(ask), {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]}]
-    if buttons:
-        blocks.append({"type": "actions", "block_id": "threadbound_ask", "elements": buttons})
+        note = (Text("Reply in this thread to answer · "), *note)
     fallback = "Question" if ask.kind == "question" else "Approval requested"
-    return f"{fallback}: {ask.text[:150]}", blocks
+    card = _card(ask, f"{fallback}: {ask.text[:150]}", note)
+    return replace(card, choices=choices, group=GROUP if choices else "")
 
 
-def decided_card(ask: AskRecord) -> tuple[str, list[Block]]:
-    """``(fallback text, blocks)`` of a decided ask: who answered what, and when; no buttons."""
-    when = _when(ask.decided_at or ask.created_at, "just now")
+def decided_card(ask: AskRecord) -> Card:
+    """The card of a decided ask: who answered what, and when; no choices."""
+    when = Time(ask.decided_at or ask.created_at, "just now")
+    by = Mention(ask.decided_by or "")
     if ask.decision == "expired":
-        line = f":hourglass: *Expired* {when}: nobody answered in time."
+        line: Line = (
+            Icon("hourglass"),
+            Text(" "),
+            Strong("Expired"),
+            Text(" "),
+            when,
+            Text(": nobody answered in time."),
+        )
     elif ask.decision == "answered":
-        answer = escape((ask.answer or "")[:200])
-        line = f":speech_balloon: <@{escape(ask.decided_by or '')}> answered *{answer}* {when}"
+        answer = Strong((ask.answer or "")[:200])
+        line = (Icon("speech_balloon"), Text(" "), by, Text(" answered "), answer, Text(" "), when)
     else:
         label = "Approved" if ask.decision == "approved" else "Denied"
-        emoji = ":white_check_mark:" if ask.decision == "approved" else ":no_entry_sign:"
-        line = f"{emoji} *{label}* by <@{escape(ask.decided_by or '')}> {when}"
-    blocks = [*_body(ask), {"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}]
-    return f"{ask.decision or 'decided'}: {ask.text[:150]}", blocks
-
-
-def _button(action_id: str, label: str, value: str, style: str = "") -> Block:
-    button: Block = {
-        "type": "button",
-        "action_id": action_id,
-        "text": {"type": "plain_text", "text": label[:75]},
-        "value": value,
-    }
-    if style:
-        button["style"] = style
-    return button
+        emoji = "white_check_mark" if ask.decision == "approved" else "no_entry_sign"
+        line = (Icon(emoji), Text(" "), Strong(label), Text(" by "), by, Text(" "), when)
+    card = _card(ask, f"{ask.decision or 'decided'}: {ask.text[:150]}", line)
+    return replace(card, state="decided", decided_by=ask.decided_by or "")

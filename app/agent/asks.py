@@ -1,4 +1,4 @@
-"""The agent asks the thread (issue 24): ``channel_ask`` questions, ``channel_request_approval``,
+"""The agent asks the thread: ``channel_ask`` questions, ``channel_request_approval``,
 ``channel_check_approval``; the host side of :class:`channel.session.asking.AskHost`.
 
 - **Asking.** The ask is recorded (``q_…``/``ap_…``, task-scoped) and its card posted through the
@@ -126,9 +126,9 @@ class Asks:
             if found:
                 posted = found[0]
             else:
-                fallback, blocks = open_card(record, self.approvals.ttl)
                 where = Origin(record.channel, record.thread_ts)
-                posted = await self.adapter.post_blocks(where, fallback, blocks, effect_id=effect_id)
+                card = open_card(record, self.approvals.ttl)
+                posted = await self.adapter.post_card(where, card, effect_id=effect_id)
         except ChannelError as exc:
             await session.journal.close(effect_id, exc.as_result())
             # Nobody can answer a card that was never posted: withdrawn, resuming nothing.
@@ -136,7 +136,8 @@ class Asks:
                 record.ask_id, decision="expired", answer="", user_id="", payload="", now=record.created_at
             )
             raise
-        await self.store.set_ask_card(record.ask_id, posted.ref.rpartition(":")[2])
+        # The store keeps the key the adapter gives (what a click reports), never a piece of the ref.
+        await self.store.set_ask_card(record.ask_id, self.adapter.click_key(posted.ref))
         result: Result = (
             {"question": record.ask_id, "status": "asked"}
             if record.kind == "question"

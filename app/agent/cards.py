@@ -1,29 +1,32 @@
 """What follows a decision on a card, shared by the operator's approvals (``approval_cards``) and the
 agent's own asks (``ask_cards``): both are cards decided once — the store lets the first answer win,
-across instances and restarts — after which the card is redrawn without its buttons, and a clicker
+across instances and restarts — after which the card is redrawn without its choices, and a clicker
 whose click changed nothing is told why, privately.
 
-Both Slack calls run in the background (:class:`CardDesk`): a click is answered (200) before any of
-them, well inside Slack's 3 seconds. ``idle()`` waits for those in flight (tests, shutdown). A
-failure in one is logged: the decision is already stored; only the card keeps its buttons.
+Both adapter calls run in the background (:class:`CardDesk`): a click is answered (200) before any
+of them, well inside Slack's 3 seconds. ``idle()`` waits for those in flight (tests, shutdown). A
+failure in one is logged: the decision is already stored; only the card keeps its choices.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from app.clicks import Action
+from channel.cards import Card
+from channel.contract import ChannelAdapter
 from channel.errors import ChannelError
 from storage.base import StoreError
 
 log = logging.getLogger(__name__)
 
 
-class Card(Protocol):
-    """A decided record whose card can be redrawn: where the card is (``card_ts`` "" before it is posted)."""
+class DecidedRecord(Protocol):
+    """A decided record whose card can be redrawn: where the card is (``card_ts``: the key the
+    adapter gave for it, ``adapter.click_key``; "" before it is posted)."""
 
     @property
     def channel(self) -> str: ...
@@ -32,23 +35,13 @@ class Card(Protocol):
     def card_ts(self) -> str: ...
 
 
-R = TypeVar("R", bound=Card)
-#: ``(fallback text, blocks)`` of a card.
-Drawn = tuple[str, Sequence[Mapping[str, Any]]]
-
-
-class CardSlack(Protocol):
-    """What the desk needs of the Slack adapter beyond the channel contract."""
-
-    async def update_blocks(self, ref: str, text: str, blocks: Sequence[Mapping[str, Any]]) -> None: ...
-
-    async def tell_privately(self, channel: str, user: str, text: str, *, thread_ts: str = "") -> None: ...
+R = TypeVar("R", bound=DecidedRecord)
 
 
 class CardDesk:
-    """The background Slack calls after clicks on decided-once cards (module doc)."""
+    """The background adapter calls after clicks on decided-once cards (module doc)."""
 
-    def __init__(self, adapter: CardSlack) -> None:
+    def __init__(self, adapter: ChannelAdapter) -> None:
         self.adapter = adapter
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -57,7 +50,7 @@ class CardDesk:
         self._spawn(self._tell(action, text), f"card-note:{action.user_id}")
 
     def redraw(
-        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Drawn]
+        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Card]
     ) -> None:
         """Redraw the card of ``card_id`` as ``draw`` shows its record, read back by ``load`` (decided)."""
         self._spawn(self._redraw(card_id, load, draw), f"card:{card_id}")
@@ -80,7 +73,7 @@ class CardDesk:
             log.warning("could not tell %s privately: %s", action.user_id, exc.message)
 
     async def _redraw(
-        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Drawn]
+        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Card]
     ) -> None:
         try:
             record = await load(card_id)
@@ -89,8 +82,9 @@ class CardDesk:
             return
         if record is None or not record.card_ts:
             return
-        text, blocks = draw(record)
         try:
-            await self.adapter.update_blocks(f"{record.channel}:{record.card_ts}", text, blocks)
+            await self.adapter.update_card(
+                self.adapter.clicked_ref(record.channel, record.card_ts), draw(record)
+            )
         except ChannelError as exc:
             log.warning("could not update the card of %s: %s", card_id, exc.message)

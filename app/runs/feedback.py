@@ -1,8 +1,9 @@
 """Feedback on answers: the buttons under each answer, stored and counted, shown to the model next turn.
 
-Every answer's last message carries Slack's feedback buttons (``channel.slack.stream.feedback_blocks``)
-whose values are ``positive:<task id>`` / ``negative:<task id>``. A click arrives as a signed
-``block_actions`` interaction (``app.interactions``); :meth:`Feedback.click` stores it with its
+Every answer's last message carries feedback buttons (the adapter draws them for a post's
+``feedback`` key, here the task id; their action is ``channel.cards.FEEDBACK_ACTION``) whose values
+are ``positive:<task id>`` / ``negative:<task id>``. A click arrives as an action
+(``app.intake.interactions``); :meth:`Feedback.click` stores it with its
 task, message and person (a second click by the same person on the same answer replaces the
 first), counts it in ``threadbound_feedback_total{kind}``, and starts nothing: the task's next run
 shows it to the model as a note (:func:`feedback_notes`), once.
@@ -20,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from app.clicks import Action
+from channel.cards import FEEDBACK_ACTION
 from channel.session import ChannelSession
-from channel.slack.stream import FEEDBACK_ACTION
 from storage.base import FeedbackRecord, Store
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ KINDS = {"positive": "helpful", "negative": "not helpful"}
 #: ``(user id) -> display name`` if known now, else "" (the adapter's cache; it makes no call, so a
 #: click is answered before any Slack call: ``SlackAdapter.known_user``).
 NameOf = Callable[[str], str]
+#: ``(channel, key) -> ref`` of the clicked message (``ChannelAdapter.clicked_ref``).
+RefOf = Callable[[str, str], str]
 
 
 class Feedback:
@@ -40,11 +43,13 @@ class Feedback:
         self,
         store: Store,
         *,
+        ref_of: RefOf,
         name_of: NameOf | None = None,
         on_feedback: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self._ref_of = ref_of
         self._name_of = name_of
         self._on_feedback = on_feedback
         self._clock = clock
@@ -60,7 +65,7 @@ class Feedback:
         if task is None:
             log.info("ignoring feedback on an unknown task", extra={"fields": {"task": task_id[:40]}})
             return
-        message = f"{action.channel}:{action.message_ts}"
+        message = self._ref_of(action.channel, action.message_ts)
         posted = (
             await self.store.find_handle(task_id, "msg", message) if action.channel == task.channel else None
         )

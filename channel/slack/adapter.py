@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from channel.cards import Card
 from channel.contract import (
     AdapterBase,
     ChannelFeatures,
@@ -38,6 +39,7 @@ from channel.contract import (
 )
 from channel.errors import ChannelError, bounded
 
+from . import cards
 from .canvases import create_canvas
 from .downloads import download
 from .errors import SlackCallObserver
@@ -215,6 +217,16 @@ class SlackAdapter(AdapterBase):
         await self.writes.set_status(origin, status, loading_messages)
 
     # -- files and documents --------------------------------------------------------------------
+    # Cards are drawn as Block Kit by :mod:`.cards` and posted like any host message.
+    async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
+        return await self.post_blocks(origin, *cards.blocks(card), effect_id=effect_id)
+
+    async def update_card(self, ref: str, card: Card) -> None:
+        await self.update_blocks(ref, *cards.blocks(card))
+
+    click_key = staticmethod(cards.click_key)
+    clicked_ref = staticmethod(cards.clicked_ref)
+
     async def file_info(self, ref: str) -> FileMeta:
         async with self.link.call("files.info"):
             response = await self.link.read_client.files_info(file=ref)

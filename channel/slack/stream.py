@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from channel.cards import FEEDBACK_ACTION
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
 
@@ -30,8 +31,6 @@ from .link import SlackLink, effect_id_of
 from .lookback import Lookback, shown_text
 from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 
-#: ``action_id`` of the feedback buttons (``app.feedback`` handles the clicks).
-FEEDBACK_ACTION = "threadbound_feedback"
 #: Slack errors meaning the stream is over: the message keeps what it had.
 _CLOSED = frozenset({"message_not_in_streaming_state", "msg_too_long"})
 
