@@ -5,10 +5,9 @@ of starts whose answer was lost looked for and removed."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 from .errors import ChannelError
+from .inbound import InboundMessage
 from .reply_host import ReplyHost
 from .stream_parts import StreamedMessage
 
@@ -19,7 +18,7 @@ class StreamCleanup:
     """The end-of-answer repairs of :class:`channel.streaming.AnswerStream` (its state, declared here)."""
 
     _session: ReplyHost
-    _recipient: Mapping[str, Any] | None
+    _recipient: InboundMessage | None
     _feedback: str
     _messages: list[StreamedMessage]
     _closed_parts: list[str]
@@ -32,7 +31,7 @@ class StreamCleanup:
             return
         session = self._session
         mine = {m.posted.ref for m in self._messages if m.posted is not None}
-        after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
+        after = (self._recipient.id if self._recipient else "") or session.origin.thread_ts
         try:
             for orphan in await session.adapter.find_unfinished(session.origin, after):
                 if orphan.ref not in mine:

@@ -55,7 +55,7 @@ HTTP_EVENTS_OFF = (
 
 
 class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item and every click goes to ``app.interactions``;
+    """Every event_callback becomes an inbox item and every click goes to ``app.intake.interactions``;
     nothing reaches Bolt's listeners."""
 
     def __init__(

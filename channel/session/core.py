@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -14,6 +14,7 @@ from storage.crashpoints import crash_point
 
 from ..contract import Step
 from ..errors import ChannelError
+from ..inbound import InboundMessage
 from ..journal import JOURNAL_ONLY
 from ..streaming import FLUSH_INTERVAL, AnswerStream
 from ..tools import CATALOG, MCP_SEARCH
@@ -61,11 +62,9 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
         return await super().reconcile(rest) if rest else []
 
     # -- streaming ----------------------------------------------------------------------
-    def stream_answers(
-        self, recipient: Mapping[str, Any] | None, *, interval: float = FLUSH_INTERVAL
-    ) -> bool:
+    def stream_answers(self, recipient: InboundMessage | None, *, interval: float = FLUSH_INTERVAL) -> bool:
         """Stream answers from now on, when the adapter can stream here (a thread); ``recipient`` is the
-        inbound message answered (as ``view`` takes it). Returns whether streaming is on."""
+        inbound message answered. Returns whether streaming is on."""
         self._streaming = self.adapter.features.stream and bool(self.origin.thread_ts)
         self._recipient = recipient
         self._interval = interval

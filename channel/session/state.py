@@ -16,6 +16,7 @@ from .. import task_files
 from ..contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo
 from ..errors import ChannelError
 from ..handles import HandleRegistry
+from ..inbound import InboundMessage
 from ..journal import CALL_ID, EffectJournal, WriteGuard
 from ..selection import ToolSelection
 from ..store import SessionStore
@@ -92,7 +93,7 @@ class SessionState:
         #: The answer being streamed, when the host turned streaming on (:meth:`stream_answers`).
         self.answer: AnswerStream | None = None
         self._streaming = False
-        self._recipient: Mapping[str, Any] | None = None
+        self._recipient: InboundMessage | None = None
         self._interval = FLUSH_INTERVAL
         # A `run` without --thread posts a new root; its later posts go into that root's thread.
         self._adopt_first_root = adopt_first_root
