@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from .cards import Card
 
+from .inbound import InboundMessage
+
 
 @dataclass(frozen=True, slots=True)
 class ChannelFeatures:
@@ -135,9 +137,8 @@ class StreamStart:
     steps: tuple[Step, ...]
     #: The journal entry of the reply (:meth:`ChannelAdapter.post` carries its own the same way).
     effect_id: str
-    #: The inbound message (as :meth:`ChannelAdapter.view` takes it) the answer is for; a provider
-    #: may need its author.
-    recipient: Mapping[str, Any] | None = None
+    #: The inbound message the answer is for; a provider may need its author.
+    recipient: InboundMessage | None = None
 
 
 class LiveMessage(Protocol):
@@ -190,7 +191,8 @@ class ChannelAdapter(Protocol):
         """Names and permalink of the origin, resolved (and cached) in trusted code."""
 
     async def view(self, raw: Mapping[str, Any]) -> MessageView:
-        """Render an inbound message (as the ingress stored it) the way :meth:`read` renders rows."""
+        """Render an inbound message (its provider's own form, :attr:`InboundMessage.data`) the way
+        :meth:`read` renders rows."""
 
     def inbound_ref(self, channel: str, ts: str) -> str | None:
         """The ref :meth:`view` gives the message ``ts`` of ``channel``, when it is known without a

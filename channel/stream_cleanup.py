@@ -5,10 +5,10 @@ of starts whose answer was lost looked for and removed."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from .errors import ChannelError
+from .inbound import InboundMessage
 from .reply_host import ReplyHost
 from .stream_parts import StreamedMessage
 
@@ -19,7 +19,7 @@ class StreamCleanup:
     """The end-of-answer repairs of one :class:`channel.streaming.AnswerStream`, which owns it and
     hands it its messages: corrections, removals, and the look for messages of lost starts."""
 
-    def __init__(self, session: ReplyHost, *, recipient: Mapping[str, Any] | None, feedback: str) -> None:
+    def __init__(self, session: ReplyHost, *, recipient: InboundMessage | None, feedback: str) -> None:
         self._session = session
         self._recipient = recipient
         self._feedback = feedback
@@ -37,7 +37,7 @@ class StreamCleanup:
             return
         session = self._session
         mine = {m.posted.ref for m in messages if m.posted is not None}
-        after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
+        after = (self._recipient.id if self._recipient else "") or session.origin.thread_ts
         try:
             for orphan in await session.adapter.find_unfinished(session.origin, after):
                 if orphan.ref not in mine:

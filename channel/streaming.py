@@ -36,11 +36,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 from .contract import Step, StreamStart
 from .errors import ChannelError, StreamClosed
+from .inbound import InboundMessage
 from .journal import STREAM_EFFECT
 from .markdown import split_markdown, strip_mass_mentions
 from .reply_host import ReplyHost
@@ -64,7 +64,7 @@ class AnswerStream:
         self,
         session: ReplyHost,
         *,
-        recipient: Mapping[str, Any] | None,
+        recipient: InboundMessage | None,
         feedback: str = "",
         interval: float = FLUSH_INTERVAL,
     ) -> None:
@@ -277,7 +277,7 @@ class AnswerStream:
         # The intent, before the message exists: a crash before its ref is journalled leaves the
         # bot's unfinished message after ``after`` to be found and removed (journal.reconcile).
         where = {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts}
-        after = str((self._recipient or {}).get("ts") or session.origin.thread_ts)
+        after = (self._recipient.id if self._recipient else "") or session.origin.thread_ts
         effect_id = await journal.open(
             "channel_reply",
             {**where, "part": k, "base": pos, "stream": True, "after": after},

@@ -64,7 +64,7 @@ class InboxItem:
     ts: str
     #: The conversation key's thread_ts this message arrived in (``""`` for a DM's top level).
     thread_ts: str
-    #: JSON text ingress wrote (``app.intake.ingress``: the kept fields of the message); opaque to the store.
+    #: JSON text the intake or the runs wrote (a message: ``channel.inbound.dump``); opaque to the store.
     payload: str
     created_at: float
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from channel.contract import Step
+from channel.slack.inbound import inbound_message
 from tests.support.sessions import slack_session
 from threadbound_emulator import FakeSlack
 
@@ -32,7 +33,7 @@ async def test_a_stream_slack_ends_while_text_after_a_lt_is_held_continues_witho
         root = _thread(slack)
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
             session = env.session
-            assert session.stream_answers({"user": "U1", "team": "T1"}, interval=0.0)
+            assert session.stream_answers(inbound_message({"user": "U1", "team": "T1"}), interval=0.0)
             session.stream_text("text:1", "The cost ")
             await slack.wait_for_calls("chat.startStream")
             session.stream_text("text:1", "The cost < budget, ")
@@ -48,7 +49,7 @@ async def test_a_stream_slack_ends_while_text_after_a_lt_is_held_continues_witho
 async def _answer(session: Any, slack: FakeSlack, answer: str) -> dict[str, Any]:
     """Stream ``answer``'s first words, then finish with the whole of it."""
     started = slack.count("chat.startStream")
-    assert session.stream_answers({"user": "U1", "team": "T1", "ts": "0"}, interval=0.0)
+    assert session.stream_answers(inbound_message({"user": "U1", "team": "T1", "ts": "0"}), interval=0.0)
     session.stream_text("text:1", answer[: answer.index(" ") + 1])
     await slack.wait_for_calls("chat.startStream", started + 1)
     result: dict[str, Any] = await session.answer_with(answer)
@@ -147,7 +148,7 @@ async def test_text_that_was_no_answer_is_deleted_without_being_stopped_first(tm
         root = _thread(slack)
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
             session = env.session
-            assert session.stream_answers({"user": "U1", "team": "T1"}, interval=0.0)
+            assert session.stream_answers(inbound_message({"user": "U1", "team": "T1"}), interval=0.0)
             session.stream_text("text:1", "Let me look first. ")
             await slack.wait_for_calls("chat.startStream")
             await session.drop_answer()
@@ -163,7 +164,7 @@ async def test_a_dropped_text_whose_deletion_failed_is_removed_by_the_next_run(t
         root = _thread(slack)
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
             session = env.session
-            assert session.stream_answers({"user": "U1", "team": "T1"}, interval=0.0)
+            assert session.stream_answers(inbound_message({"user": "U1", "team": "T1"}), interval=0.0)
             session.stream_text("text:1", "Let me look first. ")
             await slack.wait_for_calls("chat.startStream")
             slack.fail("chat.delete", "internal_error")

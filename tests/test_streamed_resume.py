@@ -28,6 +28,7 @@ from pydantic_ai.messages import (
 from app.runs.checkpoint import STREAMED_KEY, tag_streamed
 from app.runs.resume import OpenAnswer, answer_reached, resume
 from channel.slack.adapter import MAX_POST_CHARS
+from channel.slack.inbound import inbound_message
 from storage import Store, TaskRecord
 from tests.support.sessions import SessionEnv, slack_session
 from threadbound_emulator import FakeSlack
@@ -45,7 +46,8 @@ async def _streaming(tmp_path: Path) -> AsyncIterator[tuple[FakeSlack, SessionEn
     async with FakeSlack() as slack:
         root = _thread(slack)
         async with slack_session(slack, tmp_path, channel="C1", thread_ts=root) as env:
-            assert env.session.stream_answers({"user": "U1", "team": "T1", "ts": root}, interval=0.0)
+            recipient = inbound_message({"user": "U1", "team": "T1", "ts": root})
+            assert env.session.stream_answers(recipient, interval=0.0)
             yield slack, env
 
 

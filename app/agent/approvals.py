@@ -39,6 +39,7 @@ from pydantic_ai.messages import ModelMessage
 
 from app.clicks import Action
 from app.settings import Settings
+from channel import inbound
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
 from channel.session import ChannelSession
@@ -222,8 +223,8 @@ class Approvals:
                 approval = await self.store.get_approval(str(payload.get("approval_id") or ""))
                 if approval is not None and approval.requester:
                     return approval.requester
-            elif isinstance(payload.get("user"), str):
-                return str(payload["user"])
+            elif who := inbound.person(item.payload):
+                return who
         return ""
 
     # -- the run that resumes ----------------------------------------------------------------

@@ -12,7 +12,6 @@ crosses one after its current step.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from typing import Literal
 
 from pydantic_ai.messages import ModelResponse
 
+from channel import inbound
 from storage.base import InboxItem, Store, UsageRecord
 
 log = logging.getLogger(__name__)
@@ -55,11 +55,7 @@ def utc_day(at: float) -> str:
 def requester(items: Sequence[InboxItem]) -> str:
     """The person a run answers: the author of the newest inbox message; ``""`` when none (the CLI)."""
     for item in reversed(items):
-        try:
-            user = json.loads(item.payload).get("user")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(user, str) and user:
+        if user := inbound.person(item.payload):
             return user
     return ""
 

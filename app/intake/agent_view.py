@@ -13,12 +13,12 @@ and a refused call is logged and changes nothing else.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.runs.run import RunHooks
+from channel import inbound
 from channel.contract import Origin
 from channel.errors import ChannelError
 from channel.session import ChannelSession
@@ -78,10 +78,11 @@ class AgentView:
         task.add_done_callback(self._titling.discard)
 
     async def _title(self, session: ChannelSession, item: InboxItem, origin: Origin) -> None:
+        if (first := inbound.stored(item.payload)) is None:
+            return
         try:
-            first = json.loads(item.payload)
-            text = (await session.adapter.view(first)).text.strip()
-        except (ValueError, ChannelError):
+            text = (await session.adapter.view(first.data)).text.strip()
+        except ChannelError:
             return
         if not text:
             return

@@ -13,7 +13,6 @@ delivery metrics come after the 200 (:meth:`Ingress.accept` hands them back as a
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -24,30 +23,15 @@ from typing import Any, Protocol
 
 from app import logs, traces
 from app.settings import Settings
+from channel import inbound
 from channel.slack.identity import SlackIdentity
+from channel.slack.inbound import edited_message, inbound_message
 from storage.base import Store, StoreError, retry_if_session_ended
 
-from .router import Decision, classify, edited_message
+from .router import Decision, classify
 
 log = logging.getLogger(__name__)
 
-# Inbound fields the run needs to render the message later as a person sees it (blocks hold
-# rich text, attachments hold forwarded messages and link previews); everything else is dropped.
-_KEPT = (
-    "channel",
-    "ts",
-    "thread_ts",
-    "user",
-    "text",
-    "blocks",
-    "attachments",
-    "files",
-    "bot_id",
-    "bot_profile",
-    "channel_type",
-    "subtype",
-    "username",
-)
 # Ignored event ids already logged; Slack retries a delivery at most three times within minutes.
 _RECENT_IGNORED = 1024
 
@@ -167,9 +151,8 @@ class Ingress:
                 self._soon(self.on_external, decision)
             return IngressResult(200, "ignored", decision.reason)
         # An edit that adds the bot's mention is answered as the message now reads.
-        message = edited_message(event) if event.get("subtype") == "message_changed" else event
-        message = message if message is not None else event
-        payload = json.dumps({k: message[k] for k in _KEPT if k in message})
+        message = inbound_message(event)
+        payload = inbound.dump(message)
         try:
             # Made again once when the store failed it: a claim of the same event twice is one claim
             # (the second finds it, a duplicate, and wakes the task), and a failover should not cost
@@ -201,11 +184,10 @@ class Ingress:
         if outcome.created:
             # The task's inbox holds this message alone: its author is the one the run is charged to
             # (USER_MAX_RUNS), told with the wake-up instead of read back from the store.
-            author = message.get("user")
             if self.on_created is not None:
                 self.on_created(outcome.task_id, decision)
-            who = author if isinstance(author, str) else ""
-            self._soon(self.scheduler.notify, outcome.task_id, who, (decision.channel, decision.ts))
+            where = (decision.channel, decision.ts)
+            self._soon(self.scheduler.notify, outcome.task_id, message.author.id, where)
         else:
             self._soon(self.scheduler.notify, outcome.task_id, None, (decision.channel, decision.ts))
         return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from app.settings import Settings
 from channel.slack.identity import SlackIdentity
+from channel.slack.inbound import edited_message
 
 # Subtypes that are ordinary messages (file uploads, "also send to channel", /me); `bot_message`
 # (integrations, webhooks) goes on to the bot rules below, so ALLOW_BOTS governs it like any bot post.
@@ -137,22 +138,6 @@ def classify(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -
             return Decision("ignore", "a bot reply in a thread (loop protection)")
         return Decision("follow_up", "thread reply", channel, ts, thread_ts, user)
     return Decision("ignore", "not addressed to the bot")
-
-
-def edited_message(event: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The message as it reads after a ``message_changed`` edit, with the event's channel."""
-    message = event.get("message")
-    if not isinstance(message, Mapping):
-        return None
-    edited = dict(message)
-    # The event's channel, always: an inner message naming another channel routes nothing there.
-    if event.get("channel"):
-        edited["channel"] = event["channel"]
-    else:
-        edited.setdefault("channel", event.get("channel"))
-    if "channel_type" in event:
-        edited.setdefault("channel_type", event["channel_type"])
-    return edited
 
 
 def _edit(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -> Decision:

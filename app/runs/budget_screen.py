@@ -13,11 +13,11 @@ to the author of the newest message shown (see :func:`newest_author`). A run who
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 
 from app.agent.usage import BudgetHit, Budgets
+from channel import inbound
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import InboxItem
@@ -31,12 +31,7 @@ __all__ = ["BudgetScreen", "author", "newest_author"]
 
 def author(item: InboxItem) -> str:
     """The person who wrote an inbox message; ``""`` for a decision or a bot's message."""
-    try:
-        payload = json.loads(item.payload)
-    except ValueError:
-        return ""
-    user = payload.get("user") if isinstance(payload, dict) else None
-    return user if isinstance(user, str) else ""
+    return inbound.person(item.payload)
 
 
 def newest_author(items: Sequence[InboxItem]) -> str:

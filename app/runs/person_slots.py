@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Sequence
 
+from channel import inbound
 from storage.base import InboxItem
 
 __all__ = ["PersonSlots", "first_author"]
@@ -23,12 +23,7 @@ __all__ = ["PersonSlots", "first_author"]
 def first_author(items: Sequence[InboxItem]) -> str:
     """The author of the oldest pending message; ``""`` when none is a person's message."""
     for item in items:
-        try:
-            payload = json.loads(item.payload)
-        except ValueError:
-            continue
-        user = payload.get("user") if isinstance(payload, dict) else None
-        if isinstance(user, str) and user:
+        if user := inbound.person(item.payload):
             return user
     return ""
 

@@ -27,7 +27,6 @@ stays off the process that runs the turn.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import weakref
 from collections import OrderedDict
@@ -37,6 +36,7 @@ from typing import Literal
 from weakref import WeakKeyDictionary
 
 from app.agent.approvals import is_decision
+from channel import inbound
 from channel.contract import ChannelAdapter, Origin
 from channel.errors import ChannelError
 from channel.session import ChannelSession
@@ -224,10 +224,17 @@ class Progress:
             indicator.unsure = False
 
     async def _newest_ref(self, adapter: ChannelAdapter, items: Sequence[InboxItem]) -> str:
+        message = inbound.stored(items[-1].payload)
+        if message is None:
+            log.debug("progress: no message to react to (the newest item is no message)")
+            return ""
+        if message.ref:
+            return message.ref
         try:
-            # view() renders with cached names (the prompt just rendered the same message): no extra call.
-            return (await adapter.view(json.loads(items[-1].payload))).ref
-        except (ChannelError, ValueError) as exc:
+            # A row stored before refs were kept: view() renders with cached names (the prompt just
+            # rendered the same message), no extra call.
+            return (await adapter.view(message.data)).ref
+        except ChannelError as exc:
             log.debug("progress: no message to react to (%s)", exc)
             return ""
 

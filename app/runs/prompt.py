@@ -1,10 +1,9 @@
 """What the model is shown of a task's inbound messages: the prompt, and whom a streamed answer is for.
 
-Slack text is data, never structure (invariant "Text is data", docs/architecture.md): each
-message is one JSON object on a line of its own (``author``, ``message`` handle, ``text``,
-``files``), so a newline, a quote or a line shaped like another person's message inside a text or
-a file name stays inside that string. The instructions tell the model the format
-(``app.agent.runtime``).
+Text is data, never structure (invariant "Text is data", docs/architecture.md): each message is one
+JSON object on a line of its own (``author``, ``message`` handle, ``text``, ``files``), so a newline,
+a quote or a line shaped like another person's message inside a text or a file name stays inside
+that string. The instructions tell the model the format (``app.agent.runtime``).
 """
 
 from __future__ import annotations
@@ -16,7 +15,9 @@ from typing import Any
 
 from app.agent.approvals import Approvals, is_decision
 from app.agent.asks import answer_row, is_answer
+from channel import inbound
 from channel.errors import ChannelError
+from channel.inbound import InboundAuthor, InboundMessage
 from channel.session import ChannelSession
 from storage.base import AskRecord, InboxItem
 
@@ -58,21 +59,23 @@ async def render_prompt(
             assert isinstance(raw, dict)
             lines.append(_line(await session.asks.row(session, raw) if session.asks else answer_row(raw, "")))
             continue
-        if not isinstance(raw, dict) or str(raw.get("channel") or item.channel) != item.channel:
+        message = inbound.stored(item.payload)
+        if message is None or (message.conversation or item.channel) != item.channel:
             # Checked against the conversation it was claimed for: never a handle to another one.
             log.warning("inbound message %s does not belong to its conversation; not shown", item.ts)
             lines.append(_line({"unavailable": "a message that does not belong to this conversation"}))
             continue
         try:
-            row = await session.inbound_row(raw)
+            row = await session.inbound_row(message.data)
         except ChannelError as exc:
             log.warning("could not render inbound message %s: %s", item.ts, exc.message)
             lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
             continue
         shown = prompt_row(row)
-        if session.asks is not None and isinstance(raw.get("user"), str):
+        if session.asks is not None and message.author.id:
             # The next message from an allowed person answers an open free-text question.
-            shown = await session.asks.free_text(session, raw["user"], shown, item.created_at, asks) or shown
+            who = message.author.id
+            shown = await session.asks.free_text(session, who, shown, item.created_at, asks) or shown
         lines.append(_line(shown))
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]
@@ -100,28 +103,27 @@ def _line(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-def recipient(items: Sequence[InboxItem]) -> dict[str, Any] | None:
-    """The newest inbound message (as the ingress stored it): whom a streamed answer is for."""
+def recipient(items: Sequence[InboxItem]) -> InboundMessage | None:
+    """The newest inbound message: whom a streamed answer is for. A follow-up stands for its
+    requester (a message of theirs with no place in the conversation)."""
     for item in reversed(items):
-        try:
-            raw = json.loads(item.payload)
-        except ValueError:
-            continue
-        if (
-            isinstance(raw, dict)
-            and not is_decision(item)
-            and not is_answer(raw)
-            and (raw.get("user") or not is_follow_up(item))
-        ):
-            return raw
+        if (message := inbound.stored(item.payload)) is not None:
+            return message
+        if is_follow_up(item) and (who := inbound.person(item.payload)):
+            return _for(who)
     return None
 
 
-async def answer_recipient(items: Sequence[InboxItem], approvals: Approvals | None) -> dict[str, Any] | None:
+async def answer_recipient(items: Sequence[InboxItem], approvals: Approvals | None) -> InboundMessage | None:
     """Whom a streamed answer is for: the newest message's author, or (a run resumed by decisions
     alone) the person who asked for the approved calls."""
     found = recipient(items)
     if found is None and approvals is not None and items:
         asker = await approvals.requester(items)
-        found = {"user": asker} if asker else None
+        found = _for(asker) if asker else None
     return found
+
+
+def _for(person: str) -> InboundMessage:
+    # Whom an answer is for when no message of theirs is in the inbox: the person alone.
+    return InboundMessage(author=InboundAuthor(id=person))

@@ -17,6 +17,7 @@ from storage.crashpoints import crash_point
 from .. import task_files
 from ..contract import ChannelAdapter, Origin, OriginInfo, Posted, Step
 from ..errors import ChannelError
+from ..inbound import InboundMessage
 from ..journal import WriteGuard
 from ..selection import HostTool, ToolSelection
 from ..store import SessionStore
@@ -75,7 +76,7 @@ class ChannelSession:
         self.asking: Asking = Asking(asks)
         self.offer: Offer = Offer(self.state, tools)
         self._streaming = False
-        self._recipient: Mapping[str, Any] | None = None
+        self._recipient: InboundMessage | None = None
         self._interval = FLUSH_INTERVAL
 
     # -- the conversation and this run in it (what the host reads and sets) -----------------------
@@ -243,11 +244,9 @@ class ChannelSession:
         return await self.replies.reconcile(rest) if rest else []
 
     # -- streaming ----------------------------------------------------------------------
-    def stream_answers(
-        self, recipient: Mapping[str, Any] | None, *, interval: float = FLUSH_INTERVAL
-    ) -> bool:
+    def stream_answers(self, recipient: InboundMessage | None, *, interval: float = FLUSH_INTERVAL) -> bool:
         """Stream answers from now on, when the adapter can stream here (a thread); ``recipient`` is the
-        inbound message answered (as ``view`` takes it). Returns whether streaming is on."""
+        inbound message answered. Returns whether streaming is on."""
         self._streaming = self.adapter.features.stream and bool(self.origin.thread_ts)
         self._recipient = recipient
         self._interval = interval

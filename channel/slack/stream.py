@@ -20,12 +20,12 @@ unclosed ``<`` at the end of what arrived is held back until its ``>`` (or the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from channel.cards import FEEDBACK_ACTION
 from channel.contract import Origin, Posted, Step
 from channel.errors import ChannelError, StreamClosed
+from channel.inbound import InboundMessage
 
 from .link import SlackLink, effect_id_of
 from .lookback import Lookback, shown_text
@@ -98,14 +98,14 @@ class SlackLiveMessage:
         origin: Origin,
         markdown: str,
         steps: tuple[Step, ...],
-        recipient: Mapping[str, Any] | None,
+        recipient: InboundMessage | None,
     ) -> SlackLiveMessage:
         if not origin.thread_ts:
             raise ChannelError("unsupported", "Slack streams only into a thread.")
         kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts, **NO_UNFURL}
-        user = str((recipient or {}).get("user") or "")
+        user = recipient.author.id if recipient else ""
         if user:
-            team = str((recipient or {}).get("team") or (recipient or {}).get("user_team") or "")
+            team = recipient.author.organisation if recipient else ""
             kwargs["recipient_user_id"] = user
             kwargs["recipient_team_id"] = team or link.identity.team_id
         elif not origin.channel.startswith("D"):
@@ -239,6 +239,6 @@ class SlackLiveMessage:
         await self._lookback.once("chat.update", send, check)
 
 
-def stream_after(origin: Origin, recipient: Mapping[str, Any] | None) -> str:
+def stream_after(origin: Origin, recipient: InboundMessage | None) -> str:
     """The message a stream comes after: the one it answers, else the thread's root."""
-    return str((recipient or {}).get("ts") or origin.thread_ts)
+    return (recipient.id if recipient else "") or origin.thread_ts
