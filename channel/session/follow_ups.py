@@ -42,7 +42,7 @@ class FollowUpTools:
             task_id=self._state.task.task_id,
             requester=self._state.requester,
             channel=self._state.origin.channel,
-            thread_ts=self._state.origin.thread_ts,
+            thread_ts=self._state.origin.thread,
             note=args.note,
             due_at=due,
             created_at=now,

@@ -77,7 +77,7 @@ class Replies:
             part = whole[base:]
             where = {
                 "channel": self._state.origin.channel,
-                "thread_ts": self._state.origin.thread_ts,
+                "thread_ts": self._state.origin.thread,
                 "part": index,
             }
             effect_id = await self._state.journal.open(
@@ -97,7 +97,7 @@ class Replies:
                         f"{exc.message} (parts {first + 1}-{index} were posted: {', '.join(handles)})"
                     )
                 raise
-            if self._state.origin.thread_ts and not posted.new_root:
+            if self._state.origin.thread and not posted.new_root:
                 self.last_thread_post = max(self.last_thread_post, begun)
             try:
                 handle = await self.record_post(posted)
@@ -153,7 +153,7 @@ class Replies:
         if known is None:
             args = {
                 "channel": self._state.origin.channel,
-                "thread_ts": self._state.origin.thread_ts,
+                "thread_ts": self._state.origin.thread,
                 "text": markdown,
             }
             await self._state.journal.open(NOTE_EFFECT, args, effect_id=effect_id)
@@ -244,7 +244,7 @@ class Replies:
             await self._state.store.record_root(
                 channel=self._state.origin.channel, ts=posted.new_root, task_id=self._state.task.task_id
             )
-            if self._adopt_first_root and not self._state.origin.thread_ts:
+            if self._adopt_first_root and not self._state.origin.thread:
                 await self._state.store.set_task_thread(self._state.task.task_id, posted.new_root)
                 self._state.origin = Origin(self._state.origin.channel, posted.new_root)
                 self._adopt_first_root = False

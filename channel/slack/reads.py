@@ -41,16 +41,16 @@ class Reads:
         else:
             name = f"#{info.get('name') or 'a-channel'}"
         team_url = self.link.identity.team_url
-        if origin.thread_ts:
-            link = self.link.permalink(origin.channel, origin.thread_ts)
+        if origin.thread:
+            link = self.link.permalink(origin.channel, origin.thread)
         elif team_url:
             link = f"{team_url.rstrip('/')}/archives/{origin.channel}"
         else:
             link = None
-        return OriginInfo("slack", name, link, bool(origin.thread_ts), is_direct)
+        return OriginInfo("slack", name, link, bool(origin.thread), is_direct)
 
     async def read(self, origin: Origin) -> list[MessageView]:
-        raw = await (self.replies(origin) if origin.thread_ts else self.history(origin))
+        raw = await (self.replies(origin) if origin.thread else self.history(origin))
         return await self.views(origin.channel, raw)
 
     async def replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ class Reads:
             async with self.link.call("conversations.replies"):
                 response = await self.link.read_client.conversations_replies(
                     channel=origin.channel,
-                    ts=origin.thread_ts,
+                    ts=origin.thread,
                     limit=REPLIES_PAGE,
                     cursor=cursor,
                     include_all_metadata=metadata,
@@ -122,7 +122,7 @@ class Reads:
         return (await self.views(channel, [raw]))[0]
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
-        if origin.thread_ts:
+        if origin.thread:
             raw = await self.replies(origin, metadata=True)
         else:
             raw = await self.history(origin, cap=200, metadata=True)

@@ -61,8 +61,8 @@ class Writes:
             "metadata": self.link.effect_metadata(effect_id),
             **NO_UNFURL,
         }
-        if origin.thread_ts:
-            kwargs["thread_ts"] = origin.thread_ts
+        if origin.thread:
+            kwargs["thread_ts"] = origin.thread
 
         async def send() -> Posted:
             response = await self.link.write_client.chat_postMessage(**kwargs)
@@ -164,7 +164,7 @@ class Writes:
         await self.link.outbound.write(
             "assistant.threads.setTitle",
             lambda: self.link.write_client.assistant_threads_setTitle(
-                channel_id=origin.channel, thread_ts=origin.thread_ts, title=title
+                channel_id=origin.channel, thread_ts=origin.thread, title=title
             ),
             deadline=STATUS_DEADLINE,
         )
@@ -175,7 +175,7 @@ class Writes:
         await self.link.outbound.write(
             "assistant.threads.setSuggestedPrompts",
             lambda: self.link.write_client.assistant_threads_setSuggestedPrompts(
-                channel_id=origin.channel, thread_ts=origin.thread_ts, prompts=entries
+                channel_id=origin.channel, thread_ts=origin.thread, prompts=entries
             ),
             deadline=STATUS_DEADLINE,
         )
@@ -185,7 +185,7 @@ class Writes:
             "assistant.threads.setStatus",
             lambda: self.link.write_client.assistant_threads_setStatus(
                 channel_id=origin.channel,
-                thread_ts=origin.thread_ts,
+                thread_ts=origin.thread,
                 status=status,
                 loading_messages=list(loading_messages) or None,
             ),
