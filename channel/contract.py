@@ -52,11 +52,11 @@ class ChannelFeatures:
 
 @dataclass(frozen=True, slots=True)
 class Origin:
-    """The one conversation a task is bound to. ``thread_ts`` is ``""`` at a DM's top level
-    or before a ``run`` without thread has posted its root."""
+    """The one conversation a task is bound to. ``thread`` (the thread's root message, opaque) is
+    ``""`` at a DM's top level or before a ``run`` without thread has posted its root."""
 
     channel: str
-    thread_ts: str = ""
+    thread: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,13 +191,13 @@ class ChannelAdapter(Protocol):
         """Render an inbound message (its provider's own form, :attr:`InboundMessage.data`) the way
         :meth:`read` renders rows."""
 
-    def inbound_ref(self, channel: str, ts: str) -> str | None:
-        """The ref :meth:`view` gives the message ``ts`` of ``channel``, when it is known without a
-        look (its handle is then minted before the run renders it); None when it is not."""
+    def inbound_ref(self, conversation: str, message_id: str) -> str | None:
+        """The ref :meth:`view` gives message ``message_id`` of ``conversation``, when it is
+        known without a look (its handle is then minted before the run renders it); None when it is not."""
 
     async def post(self, origin: Origin, markdown: str, *, effect_id: str, feedback: str = "") -> Posted:
         """Post one message of at most ``max_post_chars`` Markdown into the origin (a thread reply,
-        or a new root when ``thread_ts`` is empty). ``effect_id`` travels with the post so a crashed
+        or a new root when ``thread`` is empty). ``effect_id`` travels with the post so a crashed
         run can find what it posted (see :meth:`find_posted`); a non-empty ``feedback`` adds feedback
         buttons whose clicks report that key back (an answer's last message). Never retried
         automatically once the request may have reached the provider."""
@@ -268,7 +268,7 @@ class AdapterBase:
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         return []
 
-    def inbound_ref(self, channel: str, ts: str) -> str | None:
+    def inbound_ref(self, conversation: str, message_id: str) -> str | None:
         return None
 
     async def find_unfinished(self, origin: Origin, after: str) -> list[Posted]:

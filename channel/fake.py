@@ -110,7 +110,7 @@ class FakeAdapter(AdapterBase):
         is_bot: bool = False,
         files: list[FileMeta] | None = None,
     ) -> FakeMessage:
-        """Store a message someone else posted: a reply when ``origin.thread_ts`` is set, else a root."""
+        """Store a message someone else posted: a reply when ``origin.thread`` is set, else a root."""
         return self._store(origin, text, author=author, is_bot=is_bot, is_you=False, files=files or [])
 
     def add_file(self, name: str, content: bytes, media_type: str = "application/octet-stream") -> FileMeta:
@@ -131,11 +131,11 @@ class FakeAdapter(AdapterBase):
     # -- inspecting ------------------------------------------------------------------------
     def thread(self, origin: Origin) -> list[FakeMessage]:
         """The conversation ``origin`` names, oldest first: a thread (root first) or a top level."""
-        if origin.thread_ts:
+        if origin.thread:
             return [
                 m
                 for m in self.messages
-                if m.channel == origin.channel and origin.thread_ts in (m.ts, m.thread_ts)
+                if m.channel == origin.channel and origin.thread in (m.ts, m.thread_ts)
             ]
         return [m for m in self.messages if m.channel == origin.channel and not m.thread_ts]
 
@@ -163,7 +163,7 @@ class FakeAdapter(AdapterBase):
             ref=f"fake:{origin.channel}:{n}",
             channel=origin.channel,
             ts=ts,
-            thread_ts=origin.thread_ts,
+            thread_ts=origin.thread,
             text=text,
             author=author,
             is_bot=is_bot or is_you,
@@ -222,8 +222,8 @@ class FakeAdapter(AdapterBase):
         self._enter("describe", origin.channel)
         name = self.names.get(origin.channel, f"#{origin.channel}")
         is_direct = name.startswith("a direct message")
-        link = f"https://fake.example/{origin.channel}" + (f"/{origin.thread_ts}" if origin.thread_ts else "")
-        return OriginInfo(self.provider, name, link, bool(origin.thread_ts), is_direct)
+        link = f"https://fake.example/{origin.channel}" + (f"/{origin.thread}" if origin.thread else "")
+        return OriginInfo(self.provider, name, link, bool(origin.thread), is_direct)
 
     async def view(self, raw: Mapping[str, Any]) -> MessageView:
         """``raw`` is ``{"ref": ...}`` for a stored message, or ``{"text": ..., "author": ...}``."""
@@ -248,7 +248,7 @@ class FakeAdapter(AdapterBase):
 
     async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
         self._enter("open_stream", origin.channel, "stream")
-        if not origin.thread_ts:
+        if not origin.thread:
             raise ChannelError("unsupported", "The fake adapter streams only into a thread.")
         message = self._store(
             origin, start.markdown, author=self.bot_name, is_bot=True, is_you=True, files=[]

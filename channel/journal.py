@@ -228,9 +228,9 @@ def _args_of(effects: Sequence[EffectRecord], effect_id: str) -> str:
 async def _remove_unfinished(adapter: ChannelAdapter, origin: Origin, args: dict[str, Any]) -> int:
     """Remove the bot's unfinished streamed messages after ``args["after"]`` in the reply's thread;
     how many were removed."""
-    where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
+    where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread))
     removed = 0
-    for orphan in await adapter.find_unfinished(where, str(args.get("after") or where.thread_ts)):
+    for orphan in await adapter.find_unfinished(where, str(args.get("after") or where.thread)):
         await _retract(adapter, orphan.ref)
         removed += 1
     return removed
@@ -261,7 +261,7 @@ async def _settle(
     record_post: Callable[[Posted], Awaitable[str]],
 ) -> tuple[Result, str]:
     if tool == "channel_reply":
-        where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread_ts))
+        where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread))
         found = await adapter.find_posted(where, effect_id)
         if not found and args.get("stream") and await _remove_unfinished(adapter, origin, args):
             # Started, but its ref never journalled: the partial message was found and removed.

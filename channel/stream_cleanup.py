@@ -31,7 +31,7 @@ class StreamCleanup:
             return
         session = self._session
         mine = {m.posted.ref for m in self._messages if m.posted is not None}
-        after = (self._recipient.id if self._recipient else "") or session.origin.thread_ts
+        after = (self._recipient.id if self._recipient else "") or session.origin.thread
         try:
             for orphan in await session.adapter.find_unfinished(session.origin, after):
                 if orphan.ref not in mine:

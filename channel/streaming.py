@@ -273,8 +273,8 @@ class AnswerStream(StreamCleanup):
         journal = session.journal
         # The intent, before the message exists: a crash before its ref is journalled leaves the
         # bot's unfinished message after ``after`` to be found and removed (journal.reconcile).
-        where = {"channel": session.origin.channel, "thread_ts": session.origin.thread_ts}
-        after = (self._recipient.id if self._recipient else "") or session.origin.thread_ts
+        where = {"channel": session.origin.channel, "thread_ts": session.origin.thread}
+        after = (self._recipient.id if self._recipient else "") or session.origin.thread
         effect_id = await journal.open(
             "channel_reply",
             {**where, "part": k, "base": pos, "stream": True, "after": after},
@@ -347,7 +347,7 @@ class AnswerStream(StreamCleanup):
             "channel_reply",
             {
                 "channel": session.origin.channel,
-                "thread_ts": session.origin.thread_ts,
+                "thread_ts": session.origin.thread,
                 "part": k,
                 "base": pos,
             },

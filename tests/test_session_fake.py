@@ -38,7 +38,7 @@ async def bind(
     the start), and a session with the tools the adapter supports."""
     root = adapter.add_message(Origin("general"), "Can someone check the build?", author="Alice")
     origin = Origin("general", root.ts)
-    created = await store.create_task(channel=origin.channel, thread_ts=origin.thread_ts, now=time.time())
+    created = await store.create_task(channel=origin.channel, thread_ts=origin.thread, now=time.time())
     await store.set_enabled_tools(created.task_id, enabled or [])
     task = await store.get_task(created.task_id)
     assert task is not None

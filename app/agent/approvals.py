@@ -142,7 +142,7 @@ class Approvals:
                 args=json.dumps(call.args_as_dict(), ensure_ascii=False),
                 requester=requester,
                 channel=session.origin.channel,
-                thread_ts=session.origin.thread_ts,
+                thread_ts=session.origin.thread,
                 card_effect=uuid.uuid4().hex,
                 now=self.clock(),
             )

@@ -108,7 +108,7 @@ class Asks:
             only_requester=only_requester,
             requester=session.requester,
             channel=session.origin.channel,
-            thread_ts=session.origin.thread_ts,
+            thread_ts=session.origin.thread,
             card_ts="",
             created_at=self.approvals.clock(),
         )

@@ -71,7 +71,7 @@ class AgentView:
     async def on_start(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         """Title a DM thread from its first message, on the task's first run."""
         origin = session.origin
-        if session.task.transcript or not items or not origin.thread_ts or not origin.channel.startswith("D"):
+        if session.task.transcript or not items or not origin.thread or not origin.channel.startswith("D"):
             return
         task = asyncio.create_task(self._title(session, items[0], origin), name="thread-title")
         self._titling.add(task)

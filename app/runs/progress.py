@@ -161,7 +161,7 @@ class Progress:
 
     async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> None:
         adapter, origin = session.adapter, session.origin
-        if self.status_wanted and adapter.features.status and origin.thread_ts:
+        if self.status_wanted and adapter.features.status and origin.thread:
             by_edge = self._edge.get(session.task.task_id) if self._edge else None
             if by_edge is not None:
                 at = await by_edge  # set (or refused: the reaction instead) by the edge; not set again

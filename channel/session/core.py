@@ -65,7 +65,7 @@ class ChannelSession(Replies, Files, Offer, FollowUpTools, Asking):
     def stream_answers(self, recipient: InboundMessage | None, *, interval: float = FLUSH_INTERVAL) -> bool:
         """Stream answers from now on, when the adapter can stream here (a thread); ``recipient`` is the
         inbound message answered. Returns whether streaming is on."""
-        self._streaming = self.adapter.features.stream and bool(self.origin.thread_ts)
+        self._streaming = self.adapter.features.stream and bool(self.origin.thread)
         self._recipient = recipient
         self._interval = interval
         return self._streaming

@@ -31,7 +31,7 @@ class FollowUpTools(SessionState):
             task_id=self.task.task_id,
             requester=self.requester,
             channel=self.origin.channel,
-            thread_ts=self.origin.thread_ts,
+            thread_ts=self.origin.thread,
             note=args.note,
             due_at=due,
             created_at=now,

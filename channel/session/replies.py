@@ -56,7 +56,7 @@ class Replies(SessionState):
                 continue
             base = offset if index == first else 0
             part = whole[base:]
-            where = {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "part": index}
+            where = {"channel": self.origin.channel, "thread_ts": self.origin.thread, "part": index}
             effect_id = await self.journal.open("channel_reply", {**where, "base": base} if base else where)
             last = index == len(parts) - 1
             self.posts_begun += 1
@@ -72,7 +72,7 @@ class Replies(SessionState):
                         f"{exc.message} (parts {first + 1}-{index} were posted: {', '.join(handles)})"
                     )
                 raise
-            if self.origin.thread_ts and not posted.new_root:
+            if self.origin.thread and not posted.new_root:
                 self.last_thread_post = max(self.last_thread_post, begun)
             try:
                 handle = await self.record_post(posted)
@@ -124,7 +124,7 @@ class Replies(SessionState):
             return
         found = await self.adapter.find_posted(self.origin, effect_id) if known is not None else []
         if known is None:
-            args = {"channel": self.origin.channel, "thread_ts": self.origin.thread_ts, "text": markdown}
+            args = {"channel": self.origin.channel, "thread_ts": self.origin.thread, "text": markdown}
             await self.journal.open(NOTE_EFFECT, args, effect_id=effect_id)
         try:
             posted = found[0] if found else await self.post_once(strip_mass_mentions(markdown), effect_id)
@@ -207,7 +207,7 @@ class Replies(SessionState):
             await self.store.record_root(
                 channel=self.origin.channel, ts=posted.new_root, task_id=self.task.task_id
             )
-            if self._adopt_first_root and not self.origin.thread_ts:
+            if self._adopt_first_root and not self.origin.thread:
                 await self.store.set_task_thread(self.task.task_id, posted.new_root)
                 self.origin = Origin(self.origin.channel, posted.new_root)
                 self._adopt_first_root = False

@@ -46,7 +46,7 @@ async def create_canvas(
             await outbound.write(
                 "chat.postMessage",
                 lambda: client.chat_postMessage(
-                    channel=origin.channel, thread_ts=origin.thread_ts or None, text=link, **NO_UNFURL
+                    channel=origin.channel, thread_ts=origin.thread or None, text=link, **NO_UNFURL
                 ),
                 channel=origin.channel,
                 post=True,

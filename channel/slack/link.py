@@ -58,8 +58,8 @@ class SlackLink:
         """The :class:`Posted` of message ``ts`` in ``origin``."""
         return Posted(
             ref=self.inbound_ref(origin.channel, ts),
-            new_root="" if origin.thread_ts else ts,
-            permalink=self.permalink(origin.channel, ts, origin.thread_ts),
+            new_root="" if origin.thread else ts,
+            permalink=self.permalink(origin.channel, ts, origin.thread),
         )
 
     @staticmethod

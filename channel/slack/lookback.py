@@ -85,14 +85,14 @@ class Lookback(Reads):
 
     async def unfinished(self, origin: Origin, after: str) -> list[dict[str, Any]]:
         """The messages :meth:`find_unfinished` names, as Slack holds them."""
-        if not origin.thread_ts:
+        if not origin.thread:
             return []
-        floor = _ts_key(after or origin.thread_ts)
+        floor = _ts_key(after or origin.thread)
         return [
             m
             for m in await self._replies(origin, metadata=True)
             if self._by_us(m)
-            and str(m.get("ts")) != origin.thread_ts
+            and str(m.get("ts")) != origin.thread
             and _ts_key(str(m.get("ts") or "")) > floor
             and not effect_id_of(m)
             and not m.get("files")

@@ -34,16 +34,16 @@ class Reads(Lookups):
             name = "a group direct message"
         else:
             name = f"#{info.get('name') or 'a-channel'}"
-        if origin.thread_ts:
-            link = self.permalink(origin.channel, origin.thread_ts)
+        if origin.thread:
+            link = self.permalink(origin.channel, origin.thread)
         elif self.identity.team_url:
             link = f"{self.identity.team_url.rstrip('/')}/archives/{origin.channel}"
         else:
             link = None
-        return OriginInfo("slack", name, link, bool(origin.thread_ts), is_direct)
+        return OriginInfo("slack", name, link, bool(origin.thread), is_direct)
 
     async def read(self, origin: Origin) -> list[MessageView]:
-        raw = await (self._replies(origin) if origin.thread_ts else self._history(origin))
+        raw = await (self._replies(origin) if origin.thread else self._history(origin))
         return await self._views(origin.channel, raw)
 
     async def _replies(self, origin: Origin, *, metadata: bool = False) -> list[dict[str, Any]]:
@@ -53,7 +53,7 @@ class Reads(Lookups):
             async with self._call("conversations.replies"):
                 response = await self.reads.conversations_replies(
                     channel=origin.channel,
-                    ts=origin.thread_ts,
+                    ts=origin.thread,
                     limit=REPLIES_PAGE,
                     cursor=cursor,
                     include_all_metadata=metadata,
@@ -114,7 +114,7 @@ class Reads(Lookups):
         return (await self._views(channel, [raw]))[0]
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
-        if origin.thread_ts:
+        if origin.thread:
             raw = await self._replies(origin, metadata=True)
         else:
             raw = await self._history(origin, cap=200, metadata=True)

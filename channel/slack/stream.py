@@ -83,7 +83,7 @@ class SlackLiveMessage:
         self.posted = Posted(
             ref=f"{origin.channel}:{ts}",
             new_root="",
-            permalink=adapter.permalink(origin.channel, ts, origin.thread_ts),
+            permalink=adapter.permalink(origin.channel, ts, origin.thread),
         )
         #: Markdown handed to us but not sent yet (an unclosed ``<…``).
         self._pending = ""
@@ -99,9 +99,9 @@ class SlackLiveMessage:
         steps: tuple[Step, ...],
         recipient: InboundMessage | None,
     ) -> SlackLiveMessage:
-        if not origin.thread_ts:
+        if not origin.thread:
             raise ChannelError("unsupported", "Slack streams only into a thread.")
-        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread_ts, **NO_UNFURL}
+        kwargs: dict[str, Any] = {"channel": origin.channel, "thread_ts": origin.thread, **NO_UNFURL}
         user = recipient.author.id if recipient else ""
         if user:
             team = recipient.author.organisation if recipient else ""
@@ -240,4 +240,4 @@ class SlackLiveMessage:
 
 def stream_after(origin: Origin, recipient: InboundMessage | None) -> str:
     """The message a stream comes after: the one it answers, else the thread's root."""
-    return (recipient.id if recipient else "") or origin.thread_ts
+    return (recipient.id if recipient else "") or origin.thread

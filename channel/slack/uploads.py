@@ -57,7 +57,7 @@ async def upload(
             "files.upload_v2",
             lambda: client.files_upload_v2(
                 channel=origin.channel,
-                thread_ts=origin.thread_ts or None,
+                thread_ts=origin.thread or None,
                 file=data,
                 filename=path.name,
                 title=title,

@@ -53,8 +53,8 @@ class Writes(Lookback):
             "metadata": self.effect_metadata(effect_id),
             **NO_UNFURL,
         }
-        if origin.thread_ts:
-            kwargs["thread_ts"] = origin.thread_ts
+        if origin.thread:
+            kwargs["thread_ts"] = origin.thread
 
         async def send() -> Posted:
             response = await self.writes.chat_postMessage(**kwargs)
@@ -154,7 +154,7 @@ class Writes(Lookback):
         await self.outbound.write(
             "assistant.threads.setTitle",
             lambda: self.writes.assistant_threads_setTitle(
-                channel_id=origin.channel, thread_ts=origin.thread_ts, title=title
+                channel_id=origin.channel, thread_ts=origin.thread, title=title
             ),
             deadline=STATUS_DEADLINE,
         )
@@ -165,7 +165,7 @@ class Writes(Lookback):
         await self.outbound.write(
             "assistant.threads.setSuggestedPrompts",
             lambda: self.writes.assistant_threads_setSuggestedPrompts(
-                channel_id=origin.channel, thread_ts=origin.thread_ts, prompts=entries
+                channel_id=origin.channel, thread_ts=origin.thread, prompts=entries
             ),
             deadline=STATUS_DEADLINE,
         )
@@ -175,7 +175,7 @@ class Writes(Lookback):
             "assistant.threads.setStatus",
             lambda: self.writes.assistant_threads_setStatus(
                 channel_id=origin.channel,
-                thread_ts=origin.thread_ts,
+                thread_ts=origin.thread,
                 status=status,
                 loading_messages=list(loading_messages) or None,
             ),
