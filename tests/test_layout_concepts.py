@@ -18,7 +18,9 @@ from tests.test_layout import MODULES, ROOT
 
 #: Product code: the app, the channel and the store (bench runs from the repository and the emulator is
 #: a test double: both are held to the text rules below, not to the class rule).
-PRODUCT = {name: path for name, path in MODULES.items() if name.split(".")[0] in ("app", "channel", "storage")}
+PRODUCT = {
+    name: path for name, path in MODULES.items() if name.partition(".")[0] in {"app", "channel", "storage"}
+}
 #: Where nothing of Slack may appear: the runs, the agent and the provider-neutral channel.
 NEUTRAL_PREFIXES = ("app.runs", "app.agent", "channel")
 #: Slack's own packages and our adapter.

@@ -1,6 +1,6 @@
-"""SQLite jobs run on the caller's thread while the process is alone (``Store.inline_when``):
+"""SQLite jobs run on the caller's thread while the process has nothing else to do (``Store.inline_when``):
 where each statement runs, that the loop never waits there for another process's lock, and who
-says the process is alone (the scheduler, the HTTP edge)."""
+says the process has nothing else to do (the scheduler, the HTTP edge)."""
 
 from __future__ import annotations
 
