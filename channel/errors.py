@@ -81,6 +81,12 @@ class MessageGone(ChannelError):
         super().__init__("not_found", message, provider_code=provider_code)
 
 
+class ConversationGone(ChannelError):
+    """The conversation itself can no longer be written to (deleted, archived, the bot removed): a
+    run there ends without an apology. Its code (``not_found`` or ``unsupported``) is what the model
+    reads, as before."""
+
+
 class StreamClosed(ChannelError):
     """The provider closed a streamed message before we did (it expired, or is full): the message
     keeps what it had, and the answer continues in a new message. Never reaches the model."""

@@ -12,7 +12,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from channel.contract import Origin
-from channel.errors import ChannelError, MessageGone
+from channel.errors import ChannelError, ConversationGone, MessageGone
 from channel.fake import FakeAdapter
 from channel.slack import SlackAdapter
 from channel.slack.errors import map_slack_error
@@ -99,3 +99,20 @@ async def test_the_fake_adapter_raises_the_neutral_codes(tmp_path: Path) -> None
     with pytest.raises(MessageGone) as gone:
         await fake.react("fake:general:999", "eyes", add=True)
     assert gone.value.provider_code is None
+
+
+def test_a_conversation_gone_is_its_own_class_with_the_code_the_model_reads() -> None:
+    """Slack's answers that the thread or channel is gone become ConversationGone (the run ends
+    without an apology on that class, never on a Slack string); the code the model reads is as
+    before."""
+    for code, expected in (
+        ("thread_not_found", "not_found"),
+        ("channel_not_found", "not_found"),
+        ("is_archived", "unsupported"),
+        ("not_in_channel", "unsupported"),
+    ):
+        mapped = map_slack_error(_slack_error(code), "chat.postMessage")
+        assert isinstance(mapped, ConversationGone) and mapped.code == expected
+    assert not isinstance(map_slack_error(_slack_error("message_not_found"), "chat.update"), ConversationGone)
+    server = map_slack_error(_slack_error("channel_not_found", status=503), "chat.postMessage")
+    assert server is not None and not isinstance(server, ConversationGone)

@@ -15,9 +15,6 @@ RUNAWAY = (
     "Ask again (perhaps more narrowly) and I'll continue."
 )
 
-#: Slack refusals saying the conversation itself is gone or closed to the bot: no apology would reach it.
-GONE = frozenset({"thread_not_found", "channel_not_found", "is_archived", "not_in_channel"})
-
 #: The task's inbox items not yet consumed, oldest first; a run polls it for steering messages.
 Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
 
@@ -71,7 +68,7 @@ def stopped(exc: BaseException) -> bool:
 
 
 def slack_refusal(exc: BaseException) -> ChannelError | None:
-    """The Slack refusal ``exc`` is or wraps (Slack answered no, for sure: not a transport failure,
+    """The platform's refusal ``exc`` is or wraps (it answered no, for sure: not a transport failure,
     not an answer that leaves it unknown, not a rate limit), or None. A run ending on one is no bug:
     it ends with a warning naming the reason, not a traceback."""
     for current in _chain(exc):

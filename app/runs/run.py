@@ -43,6 +43,7 @@ from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel.contract import ChannelAdapter, Origin
+from channel.errors import ConversationGone
 from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
@@ -67,7 +68,7 @@ from .feedback import feedback_notes
 from .history import load_history, trim_history
 from .instructions import run_instructions
 from .limits import DEFAULT_LIMITS, RunLimits
-from .outcome import APOLOGY, GONE, Inbox, RunHooks, RunOutcome, RunStopped, slack_refusal, stopped
+from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, slack_refusal, stopped
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .resume import resume_open_run
@@ -412,7 +413,7 @@ class RunExecutor:
         else:  # Slack said no (the thread was deleted, say): no bug, no traceback, no retry
             run_status = "refused"
             log.warning("run of task %s ended: Slack refused: %s", task.task_id, refused.message)
-            if refused.provider_code in GONE:
+            if isinstance(refused, ConversationGone):
                 apology = f"(Not posted, the conversation is gone: {refused.message})"
         # The steered messages are consumed with this run: they must stay part of the task.
         # Calls left pending by a failed resume are closed out (they never run).

@@ -2,7 +2,8 @@
 
 ``SlackApiError`` (Slack answered ``ok: false`` or HTTP 429) maps by its error
 string to the contract's neutral codes (``already_reacted`` and ``no_reaction`` to
-``already_done``, ``message_not_found`` to :class:`~channel.errors.MessageGone`), Slack's
+``already_done``, ``message_not_found`` to :class:`~channel.errors.MessageGone`, a thread or
+channel gone to :class:`~channel.errors.ConversationGone`), Slack's
 string kept as ``provider_code`` for logs; transport failures (aiohttp, timeouts) become
 ``slack_error``. Anything
 else raised inside a Slack call is a bug in our code, not Slack's answer: it is
@@ -26,7 +27,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from channel.errors import ChannelError, ErrorCode, MessageGone
+from channel.errors import ChannelError, ConversationGone, ErrorCode, MessageGone
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ _CODES: dict[str, tuple[ErrorCode, str]] = {
 
 #: Slack's answers that the message a call names is gone (the rest of ``not_found`` is not).
 _MESSAGE_GONE = frozenset({"message_not_found"})
+#: Slack's answers that the conversation itself is gone for the bot.
+_CONVERSATION_GONE = frozenset({"thread_not_found", "channel_not_found", "is_archived", "not_in_channel"})
 
 #: Slack answers that do not say whether the write happened (Slack's own "something went wrong";
 #: an HTML page from a proxy reads as ``unknown_error``): looked up before they count as failures.
@@ -80,6 +83,8 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError | None:
             message = f"Slack answered HTTP {status} ({code})."
         if code in _MESSAGE_GONE and not ambiguous:
             return MessageGone(f"{method}: {message}", provider_code=code)
+        if code in _CONVERSATION_GONE and not ambiguous:
+            return ConversationGone(mapped, f"{method}: {message}", provider_code=code)
         return ChannelError(mapped, f"{method}: {message}", provider_code=code, ambiguous=ambiguous)
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ClientError | SlackClientError | OSError):
         return ChannelError(
