@@ -215,7 +215,7 @@ class Service:
         agent_view = AgentView(adapter, agent_file.prompts)
         run_hooks = combine(observer.hooks(), progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, adapter, settings)
-        warn_unmatched_approval(agent_file.approval, tools)
+        warn_unmatched_approval(agent_file.approval, tools, mcp.unavailable())
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
         timing = ModelTiming(observer, ack_gate)
         agent = build_agent(
