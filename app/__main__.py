@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from .logs import HeldLogLines, held_until_started
-from .settings import Settings, explain
+from .settings import Settings, explain, settings_without_invalid
 
 if TYPE_CHECKING:
     from app.intake.edge_process import EdgeProcess
@@ -24,15 +24,16 @@ it was called from. Settings come from the environment or ./.env (see the README
 table); every command checks them first and exits 2 with one line per problem."""
 
 _EXAMPLES = """examples:
-  python -m app check                  test the configuration against Slack, the database and the model
-  python -m app serve                  run the server on $PORT
-  python -m app playground --demo      try it in a browser without Slack (or without a model key)
-  python -m app run --channel '#general' "Say hello"
-  python -m app manifest --url https://bot.example.com/slack/events
-  python -m app usage --days 30        model tokens by day, person and channel
-  python -m app follow-ups             pending follow-ups across the install
+  threadbound check                  test the configuration against Slack, the database and the model
+  threadbound serve                  run the server on $PORT
+  threadbound playground --demo      try it in a browser without Slack (or without a model key)
+  threadbound run --channel '#general' "Say hello"
+  threadbound manifest --url https://bot.example.com/slack/events
+  threadbound usage --days 30        model tokens by day, person and channel
+  threadbound follow-ups             pending follow-ups across the install
 
-`python -m app COMMAND --help` describes each command."""
+`threadbound COMMAND --help` describes each command. `python -m app` is the same program:
+`python -m app COMMAND` works wherever `threadbound COMMAND` does."""
 
 
 def _command(
@@ -84,8 +85,8 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "and exits 2 with a one-line reason (a port in use, a store that cannot open, a missing key).\n"
         "SIGTERM or Ctrl-C stops accepting and lets running turns finish for SHUTDOWN_GRACE seconds.",
         (
-            "python -m app serve",
-            "PORT=8080 LOG_LEVEL=DEBUG python -m app serve",
+            "threadbound serve",
+            "PORT=8080 LOG_LEVEL=DEBUG threadbound serve",
         ),
     ),
     "playground": (
@@ -98,9 +99,9 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "are needed. SLACK_* settings and DATABASE_URL are ignored: the store is SQLite in\n"
         "$DATA_DIR/playground. --demo uses a built-in echo model instead of MODEL (no key at all).",
         (
-            "python -m app playground --demo",
-            "MODEL=anthropic:claude-sonnet-4-5 ANTHROPIC_API_KEY=... python -m app playground",
-            "PORT=8000 python -m app playground",
+            "threadbound playground --demo",
+            "MODEL=anthropic:claude-sonnet-4-5 ANTHROPIC_API_KEY=... threadbound playground",
+            "PORT=8000 threadbound playground",
         ),
     ),
     "run": (
@@ -112,8 +113,8 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "the task under `serve`. Exit 0 when the run ended ok, 1 when it did not, 2 for configuration\n"
         "problems or a channel the bot cannot use (not found, or not a member: invite it).",
         (
-            'python -m app run --channel C0123456789 "Say hello"',
-            "python -m app run --channel '#releases' --thread 1732900000.123456 \"Summarise this thread\"",
+            'threadbound run --channel C0123456789 "Say hello"',
+            "threadbound run --channel '#releases' --thread 1732900000.123456 \"Summarise this thread\"",
         ),
     ),
     "check": (
@@ -124,8 +125,8 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "file, the skills folder and one tiny model request.\n"
         "Configured secrets and anything shaped like a token are masked. Exit 1 when anything FAILs.",
         (
-            "python -m app check",
-            "python -m app check --no-model      # no model request, no tokens spent",
+            "threadbound check",
+            "threadbound check --no-model      # no model request, no tokens spent",
         ),
     ),
     "manifest": (
@@ -138,10 +139,10 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "--socket-mode instead of --url: Socket Mode on, no request URL; then also generate an\n"
         "app-level token (connections:write) and set it as SLACK_APP_TOKEN.",
         (
-            "python -m app manifest --url https://bot.example.com/slack/events",
-            "python -m app manifest --socket-mode",
-            'python -m app manifest --url https://bot.example.com/slack/events --name "Release bot"',
-            "python -m app manifest --url https://bot.example.com/slack/events --agent-view",
+            "threadbound manifest --url https://bot.example.com/slack/events",
+            "threadbound manifest --socket-mode",
+            'threadbound manifest --url https://bot.example.com/slack/events --name "Release bot"',
+            "threadbound manifest --url https://bot.example.com/slack/events --agent-view",
         ),
     ),
     "usage": (
@@ -152,9 +153,9 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "People and channels are shown by name, looked up in Slack; when Slack cannot be reached they\n"
         "are shown by ID and the command says so. --json gives IDs and names, for scripts.",
         (
-            "python -m app usage                 # today and the 6 days before",
-            "python -m app usage --days 1        # today (UTC) only",
-            "python -m app usage --days 30 --json | jq '.rows[] | select(.person.name == \"Alice\")'",
+            "threadbound usage                 # today and the 6 days before",
+            "threadbound usage --days 1        # today (UTC) only",
+            "threadbound usage --days 30 --json | jq '.rows[] | select(.person.name == \"Alice\")'",
         ),
     ),
     "follow-ups": (
@@ -162,8 +163,8 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "List the follow-ups tasks scheduled (channel_follow_up) that have not fired yet, soonest\n"
         "first: when (UTC), the task, the thread's permalink and the note's first words.",
         (
-            "python -m app follow-ups",
-            "python -m app follow-ups --json | jq '.follow_ups[].permalink'",
+            "threadbound follow-ups",
+            "threadbound follow-ups --json | jq '.follow_ups[].permalink'",
         ),
     ),
 }
@@ -255,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         for line in explain(exc):
             print(f"threadbound: {line}", file=sys.stderr)
+        _name_the_rest(exc, args.command)
         return 2
     _export_dotenv()
     from .logs import configure_logging
@@ -271,6 +273,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if provider is not None:
             provider.shutdown()  # flushes the spans still queued
+
+
+def _name_the_rest(exc: ValidationError, command: str) -> None:
+    """After the invalid settings, what else ``serve`` or ``run`` would refuse (missing settings,
+    credentials of the wrong shape): one start names every setting to fix."""
+    if command not in ("serve", "run"):
+        return
+    from app.ops.preflight import missing_before_start
+
+    rest = settings_without_invalid(exc)
+    missing = missing_before_start(rest, webhook=command == "serve") if rest is not None else None
+    if missing is not None:
+        print(f"threadbound: cannot start: {missing}", file=sys.stderr)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:

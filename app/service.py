@@ -358,7 +358,7 @@ class _Runs:
         agent_view = AgentView(parts.adapter, config.agent_file.prompts)
         run_hooks = combine(observer.hooks(), config.progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, parts.adapter, settings)
-        warn_unmatched_approval(config.agent_file.approval, tools)
+        warn_unmatched_approval(config.agent_file.approval, tools, config.mcp.unavailable())
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
         timing = ModelTiming(observer, ack_gate)
         agent = _build_agent(parts, run_hooks, timing)

@@ -365,6 +365,20 @@ def explain(exc: ValidationError) -> list[str]:
     return lines
 
 
+def settings_without_invalid(exc: ValidationError) -> Settings | None:
+    """The settings with each invalid value of ``exc`` replaced by its default (None when they still
+    do not load): start-up then names the missing ones too, not only the invalid ones."""
+    defaults = {}
+    for error in exc.errors():
+        name = str(error["loc"][0]).lower() if error["loc"] else ""
+        if name in Settings.model_fields:
+            defaults[name] = Settings.model_fields[name].get_default(call_default_factory=True)
+    try:
+        return Settings(**defaults)
+    except ValidationError:
+        return None
+
+
 def load_settings(**overrides: object) -> Settings:
     return Settings(**overrides)  # type: ignore[arg-type]
 
@@ -382,5 +396,6 @@ __all__ = [
     "missing_report",
     "missing_settings",
     "model_key_missing",
+    "settings_without_invalid",
     "signing_secret_problem",
 ]

@@ -294,7 +294,7 @@ def test_instructions_naming_a_missing_file_are_refused(tmp_path: Path, here: Ca
     (tmp_path / "agent.toml").write_text('instructions = "prompt.md"\n')
     err = here("serve", **GOOD)
     assert err == (
-        "threadbound: cannot start: agent.toml: instructions file prompt.md does not exist "
+        "threadbound: cannot start: agent.toml, line 1: instructions file prompt.md does not exist "
         "(a one-line value ending in .md or .txt is a path; write inline instructions on several lines)\n"
     )
 
@@ -489,7 +489,7 @@ def test_every_subcommand_help_has_a_paragraph_and_examples(
     description = subcommands()[command].description or ""
     assert len(description.split()) >= 25, description  # a paragraph, not a label
     assert " ".join(description.split()[:6]) in " ".join(out.split())
-    assert f"\nexamples:\n  python -m app {command}" in out
+    assert f"\nexamples:\n  threadbound {command}" in out
 
 
 @pytest.mark.process
@@ -498,7 +498,7 @@ def test_top_level_help_lists_commands_and_examples(tmp_path: Path) -> None:
     code, out, err = app(tmp_path, "--help")
     assert code == 0 and err == ""
     assert all(f"\n    {command}" in out for command in subcommands())
-    assert "\nexamples:\n  python -m app check" in out
+    assert "\nexamples:\n  threadbound check" in out
 
 
 # -- not hanging -----------------------------------------------------------------------------------

@@ -224,7 +224,6 @@ async def test_edits_reactions_status_streams_canvases_and_retractions_show_on_t
         edited = await client.chat_postMessage(channel=GENERAL, thread_ts=ts, text="first **draft**")
         await client.chat_update(channel=GENERAL, ts=edited["ts"], text="final")
         await client.reactions_add(channel=GENERAL, timestamp=ts, name="eyes")
-        await client.assistant_threads_setStatus(channel_id=GENERAL, thread_ts=ts, status="is thinking…")
         gone = await client.chat_postMessage(channel=GENERAL, thread_ts=ts, text="oops")
         await client.chat_delete(channel=GENERAL, ts=gone["ts"])
         stream = await client.api_call(
@@ -251,6 +250,8 @@ async def test_edits_reactions_status_streams_canvases_and_retractions_show_on_t
                 "document_content": {"type": "markdown", "markdown": "# Steps"},
             },
         )
+        # Set after the bot's posts in the thread: a post clears the thread's status, as in Slack.
+        await client.assistant_threads_setStatus(channel_id=GENERAL, thread_ts=ts, status="is thinking…")
         state = pg.snapshot()
         conversation = _conversation(state, GENERAL)
         root = conversation["messages"][0]

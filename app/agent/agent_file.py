@@ -9,6 +9,7 @@ from typing import Any
 
 from app.agent.mcp.config import McpServerConfig, parse_servers
 from app.agent.mcp.json_config import load_mcp_json, merge_servers
+from app.agent.toml_lines import located
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
 INSTRUCTION_FILE_SUFFIXES = (".md", ".txt")
@@ -38,7 +39,7 @@ class AgentFile:
     or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision),
     ``[mcp.NAME]`` servers and ``max_requests_per_run``.
 
-    :meth:`load` raises ValueError naming the file (and the line, for TOML errors) on any mistake."""
+    :meth:`load` raises ValueError naming the file and the line on any mistake."""
 
     instructions: str = ""
     tools: tuple[str, ...] | None = None
@@ -70,22 +71,25 @@ class AgentFile:
         data = _read_toml(path)
         unknown = set(data) - set(_KEYS)
         if unknown:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {', '.join(_KEYS)}")
+            first = sorted(unknown)[0]
+            raise ValueError(
+                located(path, first, f"unknown keys {sorted(unknown)}; allowed: {', '.join(_KEYS)}")
+            )
         for key in ("instructions", "model"):
             if not isinstance(data.get(key, ""), str):
-                raise ValueError(f'{path}: {key} must be a string, e.g. {key} = "…"')
+                raise ValueError(located(path, key, f'{key} must be a string, e.g. {key} = "…"'))
         instructions = _instructions(path, data.get("instructions", ""))
         tools = data.get("tools")
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
-            raise ValueError(f"{path}: tools must be a list of tool names or globs")
+            raise ValueError(located(path, "tools", "tools must be a list of tool names or globs"))
         approval = data.get("approval", [])
         if not isinstance(approval, list) or not all(isinstance(t, str) and t for t in approval):
-            raise ValueError(
-                f'{path}: approval must be a list of tool names or globs, e.g. ["channel_retract"]'
-            )
+            text = 'approval must be a list of tool names or globs, e.g. ["channel_retract"]'
+            raise ValueError(located(path, "approval", text))
         limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"{path}: max_requests_per_run must be a whole number of at least 1, e.g. 20")
+            text = "max_requests_per_run must be a whole number of at least 1, e.g. 20"
+            raise ValueError(located(path, "max_requests_per_run", text))
         prompts = _short_strings(
             path, data, "prompts", MAX_PROMPTS, MAX_PROMPT_CHARS, '["Summarise this thread"]'
         )
@@ -136,12 +140,14 @@ def _instructions(path: Path, value: str) -> str:
     try:
         return file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ValueError(
-            f"{path}: instructions file {file} does not exist "
+        text = (
+            f"instructions file {file} does not exist "
             "(a one-line value ending in .md or .txt is a path; write inline instructions on several lines)"
-        ) from None
+        )
+        raise ValueError(located(path, "instructions", text)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: instructions file {file} cannot be read: {exc}") from exc
+        text = f"instructions file {file} cannot be read: {exc}"
+        raise ValueError(located(path, "instructions", text)) from exc
 
 
 def _short_strings(
@@ -154,8 +160,9 @@ def _short_strings(
         or not all(isinstance(v, str) and v.strip() and len(v) <= chars for v in values)
         or len(values) > most
     ):
-        raise ValueError(
-            f"{path}: {key} must be a list of at most {most} non-empty strings of at most "
+        text = (
+            f"{key} must be a list of at most {most} non-empty strings of at most "
             f"{chars} characters, e.g. {key} = {example}"
         )
+        raise ValueError(located(path, key, text))
     return tuple(v.strip() for v in values)

@@ -13,7 +13,7 @@ import fnmatch
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,9 +137,17 @@ def open_calls(history: Sequence[ModelMessage]) -> list[ToolCallPart]:
     return []
 
 
-def warn_unmatched_approval(globs: Sequence[str], tools: Any) -> None:
-    """A glob in ``approval`` that matches no tool is likely a typo (or its MCP server is down)."""
+def warn_unmatched_approval(
+    globs: Sequence[str], tools: Any, unavailable: Mapping[str, str] | None = None
+) -> None:
+    """A glob in ``approval`` that matches no tool is likely a typo, unless it is for an MCP server in
+    ``unavailable`` (server → why), which is down, not misspelt: that is said instead."""
     names = [s.name for s in tools.channel_tools] + [t.name for t in tools.host_tools]
     for glob in globs:
-        if not any(gated((glob,), name) for name in names):
+        if any(gated((glob,), name) for name in names):
+            continue
+        down = next((server for server in unavailable or {} if glob.startswith(f"{server}_")), None)
+        if down is not None:
+            log.warning("approval entry %r is for MCP server %s, which is unavailable (above)", glob, down)
+        else:
             log.warning("approval entry %r matches no tool offered now; check its spelling", glob)

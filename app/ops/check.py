@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from channel.skills import SkillLibrary
 from channel.slack import SlackIdentity, fetch_identity
 from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, features_from_scopes, missing_scopes, purpose
 from channel.tools import AUTOMATIC, CATALOG
-from storage import StoreError, open_store
+from storage import StoreError, open_store, sqlite_path
 
 from .paas import ephemeral_disk_warning
 
@@ -191,8 +192,35 @@ def _check_file_origins(settings: Settings, report: _Report) -> None:
         report.line("PASS", "file origins", ", ".join(origins))
 
 
+def _sqlite_not_yet(url: str) -> tuple[str, str] | None:
+    """``(status, detail)`` for a SQLite file that does not exist yet: ``check`` creates nothing
+    (``serve`` creates it), so it says whether it could be created. None when the file exists or
+    the URL is not SQLite."""
+    if not url.lower().startswith("sqlite:"):
+        return None
+    try:
+        path = sqlite_path(url)
+    except ValueError:
+        return None  # open_store names the problem
+    if path.exists():
+        return None
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "FAIL", f"SQLite {path} does not exist and {folder} is not writable: check DATA_DIR"
+    return "PASS", f"SQLite {path} does not exist yet; serve creates it (not created by check)"
+
+
 async def _check_database(settings: Settings, report: _Report) -> None:
     url = settings.resolved_database_url
+    if (not_yet := _sqlite_not_yet(url)) is not None:
+        status, detail = not_yet
+        warning = ephemeral_disk_warning(settings) if status == "PASS" else None
+        report.line(
+            "WARN" if warning else status, "database", f"{detail}, but {warning}" if warning else detail
+        )
+        return
     try:
         store = open_store(url)
     except ValueError as exc:
@@ -309,7 +337,8 @@ async def _check_model(
     name = settings.model or (agent_file.model if agent_file is not None else "")
     if not name:
         detail = "MODEL is not set: e.g. MODEL=openai-chat:gpt-4o-mini or anthropic:claude-sonnet-4-5"
-        report.line("FAIL", "model", detail)
+        # --no-model checks no model: a missing one is worth saying (serve needs it), not a failure.
+        report.line("FAIL" if request else "WARN", "model", detail + ("" if request else " (--no-model)"))
         return
     try:
         model = build_model(name, settings)

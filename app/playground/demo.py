@@ -8,8 +8,12 @@ like a real model's, so the answer grows in the thread and gets its feedback but
 "remind" or "follow up", it finds ``channel_follow_up`` with ``tool_search`` and schedules one 20
 minutes ahead (the page's fast-forward fires it). Asked "ask me" it finds ``channel_ask`` and asks
 a question with two option buttons; asked "request approval" it posts an Approve/Deny card
-(``channel_request_approval``); either ends its turn and the click resumes it with the answer. It
-shows the wiring, not intelligence.
+(``channel_request_approval``); either ends its turn and the click resumes it with the answer. Sent a
+file, it fetches it (``channel_fetch_file``) and attaches it back (``channel_attach``), both found
+with ``tool_search``. It shows the wiring, not intelligence.
+
+The playground's empty conversation offers one example prompt per feature (``EXAMPLES``); the README
+names them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 LABEL = "**Demo model** — an echo, not an LLM. Set `MODEL` (and its key) for real answers."
 #: Words that make the demo schedule a follow-up.
 _REMIND = re.compile(r"\b(remind|follow[ -]?up)", re.IGNORECASE)
+#: The example prompts the playground's empty conversation offers: (what it shows, the words). Each
+#: is a trigger above; "a file" is sent with a small text file attached.
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("a step and a reaction", "Hello! What can you do?"),
+    ("a question", "Ask me which option to pick"),
+    ("an approval", "Request approval to post an announcement"),
+    ("a follow-up", "Remind me to check the release in 20 minutes"),
+    ("a file", "Here is a file: send it back to me"),
+)
 #: A message handle, for prompts that are not JSON lines.
 _HANDLE = re.compile(r"\b(msg_[A-Za-z0-9_-]{6,})")
 
@@ -156,6 +169,81 @@ def _follow_up_calls(
     return None
 
 
+def _turn_calls(messages: list[_messages.ModelMessage]) -> list[_messages.ToolCallPart]:
+    """The tool calls made since the words that started this turn."""
+    calls: list[_messages.ToolCallPart] = []
+    for message in reversed(messages):
+        if isinstance(message, _messages.ModelResponse):
+            calls += message.tool_calls
+        elif isinstance(message, _messages.ModelRequest) and _user_text(message):
+            break
+    return calls
+
+
+def _newest_file(prompt: str) -> str:
+    """The handle of the first file of the newest message that has one ("" when none has)."""
+    for line in reversed(prompt.splitlines()):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        files = row.get("files") if isinstance(row, dict) else None
+        if isinstance(files, list) and files and isinstance(files[0], dict):
+            return str(files[0].get("file") or "")
+    return ""
+
+
+def _fetched_path(messages: list[_messages.ModelMessage]) -> str:
+    """Where this turn's ``channel_fetch_file`` put the file ("" before it ran or when it failed)."""
+    for message in reversed(messages):
+        if not isinstance(message, _messages.ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, _messages.ToolReturnPart) and part.tool_name == "channel_fetch_file":
+                result = part.content
+                if isinstance(result, str):
+                    try:
+                        result = json.loads(result)
+                    except ValueError:
+                        return ""
+                return str(result.get("path") or "") if isinstance(result, dict) else ""
+        if _user_text(message):
+            break
+    return ""
+
+
+def _use(
+    tool: str, args: dict[str, object], messages: list[_messages.ModelMessage], info: AgentInfo
+) -> list[_messages.ToolCallPart] | None:
+    """``tool`` called when it is offered, else one ``tool_search`` for it; None when that search
+    found nothing to call."""
+    if tool in {t.name for t in info.function_tools}:
+        return [_messages.ToolCallPart(tool, args)]
+    query = tool.removeprefix("channel_").replace("_", " ")
+    searched = any(
+        c.tool_name == "tool_search" and c.args_as_dict().get("query") == query for c in _turn_calls(messages)
+    )
+    return None if searched else [_messages.ToolCallPart("tool_search", {"query": query, "limit": 1})]
+
+
+def _file_calls(
+    messages: list[_messages.ModelMessage], info: AgentInfo
+) -> list[_messages.ToolCallPart] | None:
+    """Sent a file: fetch it, then attach it back (each found with tool_search first)."""
+    handle = _newest_file(_turn_prompt(messages))
+    done = {c.tool_name for c in _turn_calls(messages)}
+    if not handle or "channel_attach" in done:
+        return None
+    if "channel_fetch_file" not in done:
+        return _use("channel_fetch_file", {"file": handle}, messages, info)
+    path = _fetched_path(messages)
+    if not path:
+        return None
+    comment = "Your file, back: the demo fetched it and attached it."
+    args: dict[str, object] = {"path": path, "comment": comment}
+    return _use("channel_attach", args, messages, info)
+
+
 def _did(messages: list[_messages.ModelMessage]) -> str:
     """What this turn's tools did, in words, from their results."""
     last = messages[-1] if messages else None
@@ -184,6 +272,8 @@ def _did(messages: list[_messages.ModelMessage]) -> str:
                 if failed
                 else f"scheduled a follow-up for {at} (fast-forward the demo clock to see it fire)"
             )
+        elif part.tool_name == "channel_attach":
+            done.append("could not attach the file" if failed else "fetched your file and attached it back")
     return " and ".join(done)
 
 
@@ -191,17 +281,26 @@ def _text(messages: list[_messages.ModelMessage]) -> str:
     prompt = _turn_prompt(messages)
     if not prompt:
         return ""
-    quoted = "\n".join(f"> {line}" for line in prompt.splitlines())
     did = _did(messages)
     steps = f"With its tools it {did}.\n\n" if did else ""
-    return f"{LABEL}\n\n{steps}This is what the agent was sent:\n\n{quoted}"
+    return f"{LABEL}\n\n{steps}This is what the agent was sent:\n\n{_preformatted(prompt)}"
+
+
+def _preformatted(text: str) -> str:
+    """``text`` as a fenced code block, shown exactly as sent (a fence longer than any run of
+    backticks inside it; no Markdown inside)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    lines = "\n".join(line.rstrip("\r") for line in text.splitlines())
+    return f"{fence}\n{lines}\n{fence}"
 
 
 def _parts(messages: list[_messages.ModelMessage], info: AgentInfo) -> list[_messages.ToolCallPart] | None:
     """The tool calls that open a turn, or None when it is time to answer."""
     prompt = _prompt(messages)
     if not prompt:
-        return _follow_up_calls(messages, info) or _ask_calls(messages, info) or None
+        later = _follow_up_calls(messages, info) or _file_calls(messages, info)
+        return later or _ask_calls(messages, info) or None
     return _calls(prompt, info) or _follow_up_calls(messages, info)
 
 
@@ -231,4 +330,4 @@ def demo_model() -> FunctionModel:
     return FunctionModel(_answer, stream_function=_stream, model_name="demo-echo")
 
 
-__all__ = ["LABEL", "demo_model"]
+__all__ = ["EXAMPLES", "LABEL", "demo_model"]

@@ -61,7 +61,9 @@ class FollowUpBoard:
             conversation["follow_ups"] = [
                 _view(f, self.clock.now()) for f in self.pending if f.channel == conversation["id"]
             ]
-        snapshot["clock"] = {"offset": round(self.clock.offset), "now": _utc(self.clock.now())}
+        now = self.clock.now()
+        # ``at``: the page shows it as it shows message times (which follow the demo clock too).
+        snapshot["clock"] = {"offset": round(self.clock.offset), "now": _utc(now), "at": now}
         return snapshot
 
 

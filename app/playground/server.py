@@ -35,6 +35,7 @@ from threadbound_emulator import Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
+from .demo import EXAMPLES
 from .follow_ups import FollowUpBoard, cancel_earlier
 from .guard import Guard
 from .page import Page
@@ -50,6 +51,20 @@ from .workspace import (
 )
 
 log = logging.getLogger(__name__)
+#: The empty conversation's example prompts, as the page gets them (``demo.EXAMPLES``; "a file" is
+#: sent with a small text file the page makes).
+EXAMPLE_PROMPTS = [
+    {
+        "shows": shows,
+        "text": text,
+        "file": {"name": "notes.txt", "text": "Notes from the playground.\nLaunch: March 3rd.\n"}
+        if shows == "a file"
+        else None,
+    }
+    for shows, text in EXAMPLES
+]
+#: Web API methods by which the bot posts in a thread (Slack then clears the thread's status).
+_POSTS = frozenset({"chat.postMessage", "chat.startStream", "files.completeUploadExternal"})
 
 
 class Playground:
@@ -183,6 +198,10 @@ class Playground:
         ok = call.response is not None and call.response.get("ok")
         if gone is not None and ok and self.slack.find(gone.channel, gone.ts) is None:
             self.view.retractions.append(gone)
+        thread = str(call.params.get("thread_ts") or "")
+        if ok and thread and call.method in _POSTS:
+            channel = str(call.params.get("channel") or call.params.get("channel_id") or "")
+            self.view.posts[(channel, thread)] = len(self.slack.statuses)
         self._notify()
 
     @property
@@ -190,7 +209,9 @@ class Playground:
         return self._closing
 
     def snapshot(self) -> dict[str, Any]:
-        return self.board.attach(snapshot(self.slack, self.view, self._version))
+        state = self.board.attach(snapshot(self.slack, self.view, self._version))
+        state["examples"] = EXAMPLE_PROMPTS
+        return state
 
     async def _watch_follow_ups(self) -> None:
         while self.service is not None:
@@ -204,7 +225,13 @@ class Playground:
     async def fast_forward(self) -> dict[str, Any]:
         """Move the demo clock past the next follow-up, which then fires (see ``follow_ups``)."""
         assert self.service is not None and self.service.follow_ups is not None
-        return await self.board.fast_forward(self.service.store, self.service.follow_ups)
+        answer = await self.board.fast_forward(self.service.store, self.service.follow_ups)
+        # Messages after the newest one now are shown at the demo clock's time (ViewState.shown_at); the
+        # emulator's ts only grow, and may run a little ahead of the wall clock.
+        newest = max((float(m["ts"]) for c in self.slack.channels for m in self.slack.stored(c)), default=0.0)
+        self.view.shifts.append((newest + 1e-6, self.board.clock.offset))
+        self._notify()
+        return answer
 
     async def changed(self, after: int) -> int:
         """Wait until the workspace changed after version ``after``; the new version."""
@@ -247,6 +274,8 @@ class Playground:
             mimetype = mimetypes.guess_type(name)[0] or "application/octet-stream"
             slack.add_file(fid, name, mimetype, data, user=person)
             files = [slack.file_object(fid)]
+        # A browser's form sends line breaks as \r\n; Slack stores \n.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
         ts = slack.add_message(channel, slack_text(slack, text), person, thread_ts or None, files)
         self._notify()
         deliveries = []

@@ -38,8 +38,36 @@ def _image_as_link(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> 
 _md.add_render_rule("image", _image_as_link)
 _CONSTRUCT = re.compile(r"<([^<>]*)>|&(lt|gt|amp);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
-#: A few reaction names as emoji; others show as ``:name:``, as Slack's fallback does.
+#: Emoji by shortcode: every one the app writes itself (a test keeps it so) and the common ones a
+#: model uses; others show as ``:name:``, as Slack's fallback does.
 EMOJI = {
+    "grey_question": "❔",
+    "grey_exclamation": "❕",
+    "heavy_minus_sign": "➖",
+    "heavy_plus_sign": "➕",
+    "large_green_circle": "🟢",
+    "large_yellow_circle": "🟡",
+    "red_circle": "🔴",
+    "arrow_right": "➡️",
+    "point_right": "👉",
+    "star": "⭐",
+    "zap": "⚡",
+    "clap": "👏",
+    "muscle": "💪",
+    "100": "💯",
+    "package": "📦",
+    "chart_with_upwards_trend": "📈",
+    "hammer_and_wrench": "🛠️",
+    "gear": "⚙️",
+    "construction": "🚧",
+    "checkered_flag": "🏁",
+    "pushpin": "📌",
+    "envelope": "✉️",
+    "alarm_clock": "⏰",
+    "see_no_evil": "🙈",
+    "joy": "😂",
+    "grinning": "😀",
+    "confused": "😕",
     "eyes": "👀",
     "white_check_mark": "✅",
     "heavy_check_mark": "✔️",
@@ -100,6 +128,18 @@ class ViewState:
 
     people: list[str]
     retractions: list[Retraction] = field(default_factory=list)
+    #: (conversation, thread) → how many statuses had been set when the bot last posted there: as in
+    #: Slack, the bot's post clears the thread's status ("is thinking…" never outlives the answer).
+    posts: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: (from this ts on, the demo clock's offset) for each fast-forward: messages are shown at the
+    #: demo clock's time, so their stamps agree with it.
+    shifts: list[tuple[float, float]] = field(default_factory=list)
+
+    def shown_at(self, ts: str) -> float:
+        """When a message of ``ts`` was posted by the demo clock (its real time plus the offset then)."""
+        at = float(ts)
+        offset = next((o for since, o in reversed(self.shifts) if at >= since), 0.0)
+        return at + offset
 
 
 def _date(target: str, fallback: str) -> str:
@@ -294,19 +334,24 @@ def message_view(ws: Workspace, channel: str, message: Mapping[str, Any], names:
         "edited": "edited" in message,
         "deleted": message.get("subtype") == "tombstone",
         "streaming": stream is not None and stream.state == "streaming",
+        # The run's tool steps shown in its streamed answer (chat.appendStream task updates), in order.
+        "steps": [{"title": title, "status": status} for title, status in stream.tasks.values()]
+        if stream is not None
+        else [],
         "retracted": False,
     }
 
 
-def _statuses(ws: Workspace, channel: str) -> dict[str, str]:
-    """The progress status showing under each thread now (the last one set; empty clears it)."""
+def _statuses(ws: Workspace, state: ViewState, channel: str) -> dict[str, str]:
+    """The progress status showing under each thread now: the last one set, unless it was cleared
+    (an empty one) or the bot posted in the thread since (Slack clears it then)."""
     out: dict[str, str] = {}
-    for status in ws.statuses:
+    for index, status in enumerate(ws.statuses):
         if status.channel_id != channel:
             continue
         thread = ws.thread(channel, status.thread_ts)
         root = thread[0]["ts"] if thread else status.thread_ts
-        if status.status:
+        if status.status and state.posts.get((channel, status.thread_ts), 0) <= index:
             out[root] = status.status
         else:
             out.pop(root, None)
@@ -336,10 +381,13 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
                         "edited": False,
                         "deleted": False,
                         "streaming": False,
+                        "steps": [],
                         "retracted": True,
                     }
                 )
         views.sort(key=lambda v: ts_key(v["ts"]))
+        for v in views:
+            v["shown_at"] = state.shown_at(v["ts"])
         roots = [v for v in views if not v["thread_ts"] or v["thread_ts"] == v["ts"]]
         for root in roots:
             root["replies"] = [v for v in views if v["thread_ts"] == root["ts"] and v is not root]
@@ -362,7 +410,7 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
                 "dm": chan.is_im,
                 "person": chan.user or "",
                 "messages": roots,
-                "statuses": _statuses(ws, chan.id),
+                "statuses": _statuses(ws, state, chan.id),
                 # assistant.threads.setTitle (the agent view titles a DM thread): the latest per thread.
                 "titles": {ts: title for channel, ts, title in ws.titles if channel == chan.id},
                 "canvases": canvases,

@@ -175,9 +175,15 @@ class Progress:
 
     async def on_tool(self, session: ChannelSession, tool: str) -> None:
         await self._settled(session)
+        indicator = self._runs.get(session)
+        if indicator is not None and indicator.kind == "reaction" and tool == "channel_react":
+            # The run reacts itself (often with the same 👀): the indicator steps aside, so that reaction
+            # is the run's own (no already_reacted) and stays after the run.
+            self._runs.pop(session, None)
+            await self._react(session.adapter, indicator.ref, add=False)
+            return
         if session.streaming:
             return  # the streamed answer shows the step instead (app.runs.streaming)
-        indicator = self._runs.get(session)
         spec = spec_named(tool)
         text = spec.status if spec is not None else None  # a host's tool leaves the status as it is
         if indicator is None or indicator.kind != "status" or indicator.broken or text is None:

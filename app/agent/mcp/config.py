@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.agent.toml_lines import toml_line
+
 #: A server's name; its tools are offered as ``NAME_<tool>``.
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # Server names whose prefix would shadow threadbound's own tools (channel_*, tool_search, skills).
@@ -128,7 +130,9 @@ def parse_servers(raw: Any, *, source: Path, label: str = "") -> tuple[McpServer
 
 
 def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpServerConfig:
-    where = f'{label} {source} "{name}"' if label else f"{source} [mcp.{name}]"
+    line = None if label else toml_line(source, None, f"mcp.{name}")
+    at = f", line {line}" if line else ""
+    where = f'{label} {source} "{name}"' if label else f"{source}{at} [mcp.{name}]"
     if not SERVER_NAME.match(name):
         raise McpConfigError(
             f"{where}: a server name is lower-case letters, digits and _, starting with a letter"

@@ -30,6 +30,7 @@ import asyncio
 import logging
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from app.agent.mcp.bounds import bounded_description, bounded_schema
 from app.agent.mcp.config import McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
+from app.agent.mcp.stderr import StderrTail
 from app.agent.mcp.stdio_cap import install as cap_stdio_answers
 from app.logs import add_secrets
 from channel.errors import bounded
@@ -113,6 +115,8 @@ class McpServer:
         # Set when an HTTP answer passed MAX_ANSWER_BYTES, so the failed call can say why.
         self._too_large = False
         self._reconnect = asyncio.Lock()
+        #: The stdio server's stderr of its latest start (its last lines say why it stopped).
+        self._stderr: StderrTail | None = None
         #: The tools it offers, once started; empty when it failed.
         self.tools: tuple[McpTool, ...] = ()
         #: Why the server's tools are absent (None once it started).
@@ -133,7 +137,8 @@ class McpServer:
                 listed = await toolset.list_tools()
         except Exception as exc:
             await self._close()
-            self.error = self.redact(_reason(exc, self.config.startup_timeout, "start"))
+            reason = _reason(exc, self.config.startup_timeout, "start")
+            self.error = self.redact(reason + await self._stderr_said())
             log.warning("MCP server %s is unavailable, its tools are absent: %s", self.name, self.error)
             return
         self.listed = len(listed)
@@ -149,6 +154,15 @@ class McpServer:
 
     async def stop(self) -> None:
         await self._close()
+        if self._stderr is not None:
+            self._stderr.close()
+
+    async def _stderr_said(self) -> str:
+        """``; its stderr ended with: …`` (the last lines a stdio server wrote), or ""."""
+        if self._stderr is None:
+            return ""
+        lines = await self._stderr.last_lines()
+        return f"; its stderr ended with: {' | '.join(lines)}" if lines else ""
 
     def _answer_dropped(self) -> None:
         self._too_large = True
@@ -185,19 +199,21 @@ class McpServer:
             )
         return tools
 
-    def _transport(self) -> ClientTransport:
+    def _transport(self, stderr: StderrTail | None) -> ClientTransport:
         from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 
         if self.config.command:
             program, *args = self.config.command
             return StdioTransport(
-                command=program,
+                # "python" is the Python that runs threadbound: its packages, activated or not.
+                command=sys.executable if program in ("python", "python3") else program,
                 args=list(args),
                 # The SDK merges this over its own safe list; nothing else of os.environ is passed.
                 env={**self._passed, **self._env},
                 cwd=str(self.config.cwd) if self.config.cwd else None,
                 # Exiting the client ends the process: stop and restart really stop it.
                 keep_alive=False,
+                log_file=stderr.writer if stderr is not None else None,
             )
         url = self._resolved.url
         return StreamableHttpTransport(
@@ -211,12 +227,19 @@ class McpServer:
         from fastmcp.client import Client
         from pydantic_ai.mcp import MCPToolset
 
+        if self._stderr is not None:
+            self._stderr.close()
+        self._stderr = await StderrTail.open() if self.config.command else None
         client: Client[Any] = Client(
-            self._transport(), name="threadbound", init_timeout=self.config.startup_timeout
+            self._transport(self._stderr), name="threadbound", init_timeout=self.config.startup_timeout
         )
         toolset: MCPToolset[Any] = MCPToolset(client, id=self.name, tool_error_behavior="error")
-        async with asyncio.timeout(self.config.startup_timeout):
-            await toolset.__aenter__()
+        try:
+            async with asyncio.timeout(self.config.startup_timeout):
+                await toolset.__aenter__()
+        finally:
+            if self._stderr is not None:
+                self._stderr.started()  # the child has its copy: the pipe ends with it
         self._toolset = toolset
         self._broken = False
         return toolset
@@ -290,7 +313,8 @@ class McpServer:
             except Exception as exc:
                 await self._close()
                 self._broken = True
-                reason = self.redact(_reason(exc, self.config.startup_timeout, "restart"))
+                reason = _reason(exc, self.config.startup_timeout, "restart") + await self._stderr_said()
+                reason = self.redact(reason)
                 log.warning("MCP server %s could not be restarted: %s", self.name, reason)
                 raise McpCallFailed(f"the {self.name} server is unavailable: {reason}") from exc
 

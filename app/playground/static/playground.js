@@ -59,8 +59,9 @@ function renderSidebar(conv) {
 
 // A message's time as Slack shows it (2:03 PM), the full date and time on hover. The emulated
 // workspace hands out ts that follow the wall clock, so these are the real times of posting.
-function timeNode(ts) {
-  const when = new Date(parseFloat(ts) * 1000);
+// After a fast-forward, times follow the demo clock (shown_at), so they agree with it.
+function timeNode(at) {
+  const when = new Date(at * 1000);
   return el("time", { class: "when", datetime: when.toISOString(), title: when.toLocaleString() },
     when.toLocaleTimeString([], { hour: "numeric", minute: "2-digit" }));
 }
@@ -68,11 +69,11 @@ function timeNode(ts) {
 function messageNode(conv, m) {
   const classes = ["msg", m.bot ? "bot" : "person", m.streaming && "streaming", m.retracted && "retracted", m.deleted && "deleted"];
   const meta = el("div", { class: "meta" }, el("b", {}, m.name), m.bot ? el("span", { class: "badge" }, "APP") : null,
-    timeNode(m.ts),
+    timeNode(m.shown_at || parseFloat(m.ts)),
     m.edited ? el("span", { class: "edited" }, " (edited)") : null,
     m.retracted ? el("span", { class: "edited" }, " (retracted by the bot)") : null,
     m.streaming ? el("span", { class: "edited" }, " (streaming…)") : null);
-  const body = el("div", { class: "body" }, meta, el("div", { class: "text", html: m.html }));
+  const body = el("div", { class: "body" }, meta, stepsNode(m), el("div", { class: "text", html: m.html }));
   if (m.files.length) {
     const files = el("div", { class: "files" });
     for (const f of m.files) {
@@ -104,6 +105,17 @@ function messageNode(conv, m) {
   return el("div", { class: classes.filter(Boolean).join(" "), "data-ts": m.ts }, el("div", { class: "avatar" }, initial), body);
 }
 
+// The run's tool steps, as its streamed answer shows them (✓ done, ⋯ working, ✕ failed).
+const STEP_MARKS = { complete: "✓", in_progress: "⋯", pending: "⋯", error: "✕" };
+function stepsNode(m) {
+  if (!m.steps || !m.steps.length) return null;
+  const list = el("ul", { class: "steps", "aria-label": "Steps" });
+  for (const s of m.steps) {
+    list.append(el("li", { class: `step ${s.status}`, "data-step": s.title }, `${STEP_MARKS[s.status] || "•"} ${s.title}`));
+  }
+  return list;
+}
+
 function ephemeralNode(note) {
   return el("div", { class: "msg bot ephemeral" }, el("div", { class: "avatar" }, "T"),
     el("div", { class: "body" }, el("div", { class: "meta" }, el("b", {}, ui.data.bot.name),
@@ -115,11 +127,16 @@ function followUpNode(f) {
   return el("div", { class: "follow-up", title: f.follow_up }, `⏰ Follow-up ${f.in} (${f.at}): ${f.note}`);
 }
 
+// The fast-forward button shows only while a follow-up waits; the demo clock, once it was moved, in
+// the same form as message times (which follow it).
 function renderClock() {
   const pending = ui.data.conversations.some((c) => (c.follow_ups || []).length);
-  $("fast-forward").hidden = !pending && !ui.data.clock.offset;
-  $("fast-forward").disabled = !pending;
-  $("clock").textContent = ui.data.clock.offset ? `demo clock: ${ui.data.clock.now}` : "";
+  const clock = ui.data.clock;
+  $("fast-forward").hidden = !pending;
+  const ahead = Math.round(clock.offset / 60);
+  const now = new Date(clock.at * 1000).toLocaleTimeString([], { hour: "numeric", minute: "2-digit" });
+  $("clock").textContent = clock.offset ? `demo clock: ${now} (${ahead} min ahead)` : "";
+  $("clock").title = clock.offset ? `${clock.now}: follow-ups fire by this clock, and new messages carry its time` : "";
 }
 
 async function fastForward() {
@@ -142,6 +159,7 @@ function renderMessages(conv) {
     box.append(el("p", { class: "empty" }, conv.dm
       ? "Your direct messages with the bot. Say something — no mention needed here."
       : "Nothing here yet. Mention @threadbound to start a task; replies in its thread continue it."));
+    box.append(examplesNode(conv));
   }
   for (const root of conv.messages) {
     const thread = el("div", { class: "thread", "data-thread": root.ts });
@@ -172,6 +190,28 @@ function renderMessages(conv) {
   if (atBottom) box.scrollTop = box.scrollHeight;
 }
 
+// One button per example prompt (app/playground/demo.py EXAMPLES): a click sends it as you, here.
+function examplesNode(conv) {
+  const row = el("div", { class: "examples", "aria-label": "Example prompts" }, el("span", { class: "examples-label" }, "Try one:"));
+  for (const ex of ui.data.examples || []) {
+    row.append(el("button", {
+      type: "button", class: "example", "data-example": ex.shows, title: `Shows ${ex.shows}`,
+      onclick: () => sendExample(conv, ex),
+    }, el("b", {}, ex.shows), el("span", {}, ex.text), ex.file ? el("small", {}, " 📄 with a file") : null));
+  }
+  return row;
+}
+
+// A click on an example in the menu sends it and closes the menu.
+function closeMenu() { $("examples-menu").open = false; }
+
+async function sendExample(conv, ex) {
+  const text = conv.dm ? ex.text : `@${ui.data.bot.name} ${ex.text}`;
+  const file = ex.file ? new File([ex.file.text], ex.file.name, { type: "text/plain" }) : null;
+  closeMenu();
+  await post(conv, text, file, "");
+}
+
 function renderCanvases(conv) {
   const box = $("canvases");
   box.replaceChildren();
@@ -194,6 +234,9 @@ function render() {
   renderCanvases(conv);
   renderMessages(conv);
   renderComposer(conv);
+  // Once a conversation has messages its examples move into the composer's "Examples" menu.
+  $("examples-menu").hidden = !conv.messages.length;
+  $("examples-menu").querySelector("div").replaceChildren(examplesNode(conv));
   const target = $("target");
   const root = ui.thread && conv.messages.find((m) => m.ts === ui.thread);
   target.hidden = !root;
@@ -228,23 +271,31 @@ async function send(event) {
   const text = $("text").value;
   const file = $("file").files[0];
   if (!conv || (!text.trim() && !file)) return;
+  if (await post(conv, text, file, ui.thread)) {
+    $("text").value = "";
+    $("file").value = "";
+    $("file-name").textContent = "Attach a file";
+  }
+}
+
+// Post as the person chosen, in `thread` ("" for the top level); true when it was taken.
+async function post(conv, text, file, thread) {
   const form = new FormData();
   form.append("as", ui.person);
   form.append("channel", conv.id);
   form.append("text", text);
-  if (ui.thread) form.append("thread_ts", ui.thread);
+  if (thread) form.append("thread_ts", thread);
   if (file) form.append("file", file, file.name);
   $("send").disabled = true;
   try {
     const response = await fetch("/api/messages", { method: "POST", body: form, headers: { "X-Playground-Token": TOKEN } });
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
-    $("text").value = "";
-    $("file").value = "";
-    $("file-name").textContent = "Attach a file";
     $("error").textContent = "";
+    return true;
   } catch (err) {
     $("error").textContent = `Not sent: ${err.message}`;
+    return false;
   } finally {
     $("send").disabled = false;
   }
@@ -291,10 +342,14 @@ function connect() {
   events.onmessage = (e) => { ui.data = JSON.parse(e.data); render(); };
 }
 
+// Another person replies where the last one was replying, as long as they can see that conversation
+// (a DM is its person's only).
 $("person").addEventListener("change", (e) => {
+  const before = current();
   ui.person = e.target.value;
   localStorage.setItem("person", ui.person);
-  ui.thread = "";
+  const after = current();
+  if (!before || !after || before.id !== after.id) ui.thread = "";
   render();
 });
 $("composer").addEventListener("submit", send);
