@@ -1,8 +1,9 @@
 """Slack's side of event delivery, with its faults: retried, duplicated, late, to any instance.
 
 Slack POSTs an event to the app's request URL and, when no 200 comes back within 3 s (a refused
-connection, a 5xx, a timeout), delivers it again (``X-Slack-Retry-Num`` 1, 2, 3), possibly to another
-instance behind the load balancer. :class:`Deliverer` does the same for the tests that run several
+connection, a 5xx, a timeout), delivers it again (``X-Slack-Retry-Num`` 1, 2, 3: at once, after a
+minute, after five; here after :data:`RETRY_DELAYS`, shorter), possibly to another instance behind
+the load balancer. :class:`Deliverer` does the same for the tests that run several
 server processes; a *duplicate* delivers an event once more after it was acknowledged (a retry that
 crossed the 200), a *late* one waits before its first attempt (an event that sat in Slack's queue).
 Clicks (``block_actions``) go the same way, form-encoded.
@@ -20,8 +21,8 @@ import aiohttp
 from . import events
 from .harness import SIGNING_SECRET
 
-#: Slack's retries after the first attempt.
-RETRIES = 3
+#: Seconds before each of Slack's three retries (Slack's own are about 0, 60 and 300).
+RETRY_DELAYS = (1.0, 8.0, 25.0)
 #: Seconds Slack waits for the app's 200.
 ACK_WITHIN = 3.0
 
@@ -74,11 +75,12 @@ class Deliverer:
     async def _deliver(self, delivery: Delivery, late: float, duplicate_after: float | None) -> None:
         if late:
             await asyncio.sleep(late)
-        for attempt in range(RETRIES + 1):
+        for attempt, wait in enumerate((*RETRY_DELAYS, None)):
             if await self._attempt(delivery, attempt or None):
                 delivery.acked = True
                 break
-            await asyncio.sleep(1.0 + attempt)  # Slack backs off between its retries
+            if wait is not None:
+                await asyncio.sleep(wait)
         if delivery.acked and duplicate_after is not None:
             await asyncio.sleep(duplicate_after)
             await self._attempt(delivery, 1)
