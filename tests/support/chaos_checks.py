@@ -4,7 +4,7 @@ It reads the emulator's final state (the thread as a person sees it), the store 
 the instances' JSON logs. Each check returns the problems it found, one line each; none is clean.
 
 - ``one_answer_each``: every answer the person asked for (``chaos_workload``'s stages) is in the
-  thread exactly once;
+  thread exactly once (one answer may span two messages: a stream cut off, the rest posted after);
 - ``no_partial_message``: no message is still streaming, no temporary reply ("working on it") stands,
   and every answer shows all of its text;
 - ``no_apology``: no apology stands in a thread (the model of the workload always answers);
@@ -140,11 +140,20 @@ def _one_answer_each(roots: dict[str, Conversation], slack: FakeSlack) -> list[s
             continue
         texts = [shown(m) for m in _thread(slack, root)]
         for stage in c.stages():
-            pattern = re.compile(re.escape(marker(c.key, stage)) + r"[.:]")
-            found = sum(len(pattern.findall(t)) for t in texts)
+            found = len(re.findall(re.escape(_squash(marker(c.key, stage))) + r"[.:]", _joined(texts)))
             if found != 1:
                 problems.append(f"{c.key} ({c.kind}): {found} answers {stage!r}: {[t[:60] for t in texts]}")
     return problems
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _joined(texts: list[str]) -> str:
+    """A thread's bot messages as one text without whitespace: an answer streamed into one message and
+    finished in the next (a stream cut off, a run resumed) reads whole, as a person reads it."""
+    return "".join(_squash(t) for t in texts)
 
 
 def _no_partial(roots: dict[str, Conversation], slack: FakeSlack) -> list[str]:
@@ -157,14 +166,13 @@ def _no_partial(roots: dict[str, Conversation], slack: FakeSlack) -> list[str]:
         if any(t in text for t in TEMPORARY):
             problems.append(f"{_who(roots, message)}: a temporary message stands: {text[:60]!r}")
     for root, c in roots.items():
-        for m in _thread(slack, root):
-            for stage in c.stages():
-                text = shown(m)
-                if marker(c.key, stage) in text and text.strip() != c.answer(stage):
-                    problems.append(
-                        f"{c.key}: the answer {stage!r} shows {len(text)} of {len(c.answer(stage))}"
-                        f" characters, ending {text[-50:]!r}"
-                    )
+        texts = [shown(m) for m in _thread(slack, root)]
+        for stage in c.stages():
+            markers = len(re.findall(re.escape(_squash(marker(c.key, stage))) + r"[.:]", _joined(texts)))
+            whole = _joined(texts).count(_squash(c.answer(stage)))
+            if whole < markers:
+                shown_texts = [t[-50:] for t in texts if marker(c.key, stage).split()[-1] in t]
+                problems.append(f"{c.key}: the answer {stage!r} is not whole: {shown_texts}")
     return problems
 
 

@@ -102,6 +102,11 @@ class Plan:
     stream: str
     conversations: tuple[Conversation, ...]
     faults: tuple[Fault, ...]
+    #: ``THREADBOUND_CRASH_AT`` for the first instance's first life (``storage/crashpoints.py``): it
+    #: kills itself there and is restarted, for a directed plan that needs a kill at an exact point.
+    crash_at: str = ""
+    #: Seconds one conversation may take, from its mention to its last answer.
+    within: float = CONVERSATION_WITHIN
 
     @property
     def instances(self) -> tuple[str, ...]:
@@ -109,7 +114,8 @@ class Plan:
 
     def describe(self) -> str:
         lines = [
-            f"fault schedule: seed {self.seed}, store {self.store}, STREAM={self.stream}",
+            f"fault schedule: seed {self.seed}, store {self.store}, STREAM={self.stream}"
+            + (f", THREADBOUND_CRASH_AT={self.crash_at}" if self.crash_at else ""),
             f"  conversations: {describe(list(self.conversations))}",
             *(f"  {fault}" for fault in self.faults),
         ]
@@ -178,10 +184,11 @@ class Instance:
             self.server is not None and self.server.proc is not None and self.server.proc.returncode is None
         )
 
-    async def start(self) -> None:
+    async def start(self, **extra: str) -> None:
         self.incarnation += 1
         log = self.workdir / f"{self.name}-{self.incarnation}.log"
-        self.server = ServerProcess(self.env, cwd=self.workdir, log_path=log, name=f"instance {self.name}")
+        env = {**self.env, **extra}
+        self.server = ServerProcess(env, cwd=self.workdir, log_path=log, name=f"instance {self.name}")
         self.lives.append((log, None))
         await self.server.start()
 
@@ -398,6 +405,12 @@ class Chaos:
             await self._heal()
             settled = await self._settle()
             state = await self.db.state()
+            for delivery in self.deliverer.deliveries:
+                if not delivery.acked or len(delivery.attempts) > 1:
+                    what = delivery.body.get("type", "")
+                    what = (delivery.body.get("event") or {}).get("text", what)[:60]
+                    self.notes.append(f"delivery of {what!r}: {delivery.attempts}, acked={delivery.acked}")
+            self.notes += [f"ephemeral to {user}: {text[:100]!r}" for _, user, _, text in slack.ephemerals]
             logs = [life for instance in self.instances for life in instance.lives]
             outcome = check(self.plan.conversations, slack, state, logs)
             if not settled:
@@ -431,8 +444,24 @@ class Chaos:
                 instance_env["DATABASE_URL"] = urlunsplit(parts._replace(netloc=netloc))
             self.instances.append(Instance(name, instance_env, self.workdir, proxy))
         for instance in self.instances:
-            await instance.start()
+            crash = (
+                {"THREADBOUND_CRASH_AT": self.plan.crash_at}
+                if self.plan.crash_at and instance is self.instances[0]
+                else {}
+            )
+            await instance.start(**crash)
         await self.db.install_faults()
+        if self.plan.crash_at:
+            self._later(0.0, self._supervise)
+
+    async def _supervise(self) -> None:
+        """Restart the instance armed with ``crash_at`` once it has killed itself."""
+        instance = self.instances[0]
+        assert instance.server is not None
+        await instance.server.wait(within=3 * CONVERSATION_WITHIN)
+        instance.lives[-1] = (instance.lives[-1][0], time.time())
+        self.note(f"{instance.name} killed itself at {self.plan.crash_at}")
+        await self._restart(instance)
 
     def _urls(self) -> list[str]:
         return [i.server.url for i in self.instances if i.up and i.server is not None]
@@ -612,7 +641,7 @@ class Chaos:
 
     async def _drive(self, c: Conversation) -> None:
         await asyncio.sleep(c.start)
-        deadline = time.monotonic() + CONVERSATION_WITHIN
+        deadline = time.monotonic() + self.plan.within
         files = [self.slack.file_object("F1")] if c.kind == "steps" else None
         root = self.slack.add_message("C1", c.mention, user="U1", files=files)
         self._send(c, "mention", events.app_mention("C1", "U1", c.mention, root, files=files))
@@ -620,10 +649,12 @@ class Chaos:
         try:
             if c.kind in ("ask", "approval"):
                 card = await self._until("the card", c, lambda: self._card(root), deadline)
-                self._send(c, "click", self._click(card, root))
-            if c.kind == "follow_up":
-                await self._until("the follow-up", c, lambda: self._make_due(root), deadline)
+                click = self._click(card, root)
+                self.note(f"{c.key}: clicks {click['actions'][0]['action_id']} on the card {card['ts']}")
+                self._send(c, "click", click)
             for stage in c.stages():
+                if stage == "after-follow-up":  # due once the first answer is in (the tool: 1 min at least)
+                    await self._until("the follow-up", c, lambda: self._make_due(root), deadline)
                 if stage == "again":
                     follow = self.slack.add_message("C1", AGAIN, user="U1", thread_ts=root)
                     self._send(c, "again", events.message("C1", "U1", AGAIN, follow, thread_ts=root))
@@ -656,10 +687,14 @@ class Chaos:
 
 
 async def run_seed(seed: int, store: str, workdir: Path, out: Any = sys.stdout) -> Outcome:
-    """Run ``seed``'s schedule on ``store`` in ``workdir`` (Postgres: a fresh schema on
-    ``TEST_DATABASE_URL``, dropped after)."""
-    schedule = plan(seed, store)
-    if store == "sqlite":
+    """Run ``seed``'s schedule on ``store`` in ``workdir``."""
+    return await run_plan(plan(seed, store), workdir, out)
+
+
+async def run_plan(schedule: Plan, workdir: Path, out: Any = sys.stdout) -> Outcome:
+    """Run ``schedule`` in ``workdir`` (Postgres: a fresh schema on ``TEST_DATABASE_URL``, dropped
+    after)."""
+    if schedule.store == "sqlite":
         (workdir / "data").mkdir(parents=True, exist_ok=True)
         db = Database("sqlite", f"sqlite:///{workdir / 'data' / 'threadbound.db'}")
         return await Chaos(schedule, workdir, db, out).run()
@@ -686,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
         "--keep", action="store_true", help="keep every seed's logs (a failing seed's are always kept)"
     )
     args = parser.parse_args(argv)
+    ServerProcess.preloaded = True  # restarts as quick as under pytest (tests/support/preloaded.py)
     seeds = args.seed or list(range(args.first, args.first + args.seeds))
     failing: dict[int, list[str]] = {}
     for seed in seeds:
