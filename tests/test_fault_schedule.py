@@ -15,7 +15,11 @@ mark must go. The checker's properties are shown able to fail on made-up states 
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +54,26 @@ def _rows() -> list[Any]:
 
 
 async def _outcome(store: str, seed: int, tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """The seed's outcome, run once per test session: under pytest-xdist the first worker to ask
+    runs it and the others read what it wrote."""
     if store == "postgres":
         base_url()  # skips without TEST_DATABASE_URL
-    if (store, seed) not in _outcomes:
-        workdir = tmp_path_factory.mktemp(f"chaos-{store}-{seed}")
-        _outcomes[store, seed] = await run_seed(seed, store, workdir)
-    return _outcomes[store, seed]
+    if (store, seed) in _outcomes:
+        return _outcomes[store, seed]
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+    if not run:
+        _outcomes[store, seed] = await run_seed(seed, store, tmp_path_factory.mktemp(f"chaos-{store}-{seed}"))
+        return _outcomes[store, seed]
+    shared = tmp_path_factory.getbasetemp().parent / f"chaos-{run}-{store}-{seed}.json"
+    with shared.with_suffix(".lock").open("w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        if shared.exists():
+            outcome = Outcome(**json.loads(shared.read_text()))
+        else:
+            outcome = await run_seed(seed, store, tmp_path_factory.mktemp(f"chaos-{store}-{seed}"))
+            shared.write_text(json.dumps(dataclasses.asdict(outcome)))
+    _outcomes[store, seed] = outcome
+    return outcome
 
 
 @pytest.mark.process
