@@ -38,6 +38,10 @@ CI_SEEDS = {"sqlite": (7,), "postgres": (1,)}
 KNOWN: dict[tuple[str, int, str], str] = {}
 #: Seconds a directed plan's conversation may take (its answers come within a few).
 DIRECTED_WITHIN = 20.0
+#: Seconds every write of the journal fails from the start of a directed plan: long enough to cover
+#: the answer's entry (and the apology's) however slow the machine, short enough that a run resumed
+#: after a back-off answers within ``DIRECTED_WITHIN``.
+EFFECTS_DOWN = 8.0
 
 _outcomes: dict[tuple[str, int], Outcome] = {}
 
@@ -178,7 +182,7 @@ STORES = ["sqlite", "postgres"]
     " not found, reported to the model as not done, and posted again",
 )
 async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_path: Path) -> None:
-    schedule = _directed(store, "reply", "off", Fault(0.0, "slack.late", "chat.postMessage", 3.0))
+    schedule = _directed(store, "reply", "off", Fault(0.0, "slack.late", "chat.postMessage", 6.0))
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["one_answer_each"], _failures(outcome)
 
@@ -191,7 +195,7 @@ async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_
     " posted instead; the stream Slack starts a moment later stays in the thread, empty and open",
 )
 async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tmp_path: Path) -> None:
-    schedule = _directed(store, "plain", "auto", Fault(0.0, "slack.late", "chat.startStream", 2.0))
+    schedule = _directed(store, "plain", "auto", Fault(0.0, "slack.late", "chat.startStream", 5.0))
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["no_partial_message"], _failures(outcome)
 
@@ -204,7 +208,7 @@ async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tm
     " the run as refused with an apology; the answer then appears beside the apology",
 )
 async def test_an_answer_slack_posts_late_gets_no_apology(store: str, tmp_path: Path) -> None:
-    schedule = _directed(store, "plain", "off", Fault(0.0, "slack.late", "chat.postMessage", 2.0))
+    schedule = _directed(store, "plain", "off", Fault(0.0, "slack.late", "chat.postMessage", 6.0))
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["no_apology"], _failures(outcome)
 
@@ -230,7 +234,7 @@ async def test_an_approval_requested_by_a_resumed_run_can_be_decided_by_its_requ
     " no answer at all",
 )
 async def test_a_failed_journal_write_at_the_answer_still_answers(tmp_path: Path) -> None:
-    schedule = _directed("sqlite", "plain", "off", Fault(0.0, "db.fail", "effects", 2.5))
+    schedule = _directed("sqlite", "plain", "off", Fault(0.0, "db.fail", "effects", EFFECTS_DOWN))
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["one_answer_each"], _failures(outcome)
 
@@ -242,6 +246,6 @@ async def test_a_failed_journal_write_at_the_answer_still_answers(tmp_path: Path
     " an ask with no card stays open (and captures the next free-text answer)",
 )
 async def test_an_ask_whose_card_cannot_be_journalled_leaves_no_orphan(tmp_path: Path) -> None:
-    schedule = _directed("sqlite", "ask", "off", Fault(0.0, "db.fail", "effects", 2.5))
+    schedule = _directed("sqlite", "ask", "off", Fault(0.0, "db.fail", "effects", EFFECTS_DOWN))
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["no_orphan_asks"], _failures(outcome)
