@@ -10,7 +10,10 @@ each for ``times`` requests (``None``: every request from then on):
   (a proxy's 502/504) instead of Slack's JSON;
 - ``drop``: do the work, then close the connection without an answer, so the
   client cannot tell whether it happened;
-- ``delay``: wait ``seconds`` before handling the request.
+- ``delay``: wait ``seconds`` before handling the request;
+- ``late``: close the connection at once without an answer, and do the work ``seconds`` later
+  (a write Slack applies after the caller gave up on it: a look-up right after the cut finds
+  nothing, one after ``seconds`` finds it).
 
 A :class:`RateLimit` is not consumed either: it answers 429 with ``Retry-After`` to the
 requests of a key beyond a rate per scope (Slack's one post per second per channel).
@@ -36,14 +39,14 @@ from aiohttp import web
 class Fault:
     """One scripted fault; see the module docstring."""
 
-    kind: Literal["fail", "drop", "delay"]
+    kind: Literal["fail", "drop", "delay", "late"]
     times: int | None = 1
     status: int = 200
     #: The error code or message the server puts in its error answer.
     error: str = ""
     #: Seconds for a ``Retry-After`` header (``fail`` only).
     retry_after: int | None = None
-    #: Seconds to wait (``delay`` only).
+    #: Seconds to wait (``delay``), or before the work is done (``late``).
     seconds: float = 0.0
     #: ``fail`` only: the work is done before the error is answered.
     applied: bool = False

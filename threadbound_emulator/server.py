@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .api import METHODS
+from .api import METHODS, Method
 from .faults import Fault, Faults, RateLimit, drop_connection, pause
 from .filehost import FileHost, FileRequest
 from .socket_mode import LINK_PATH, SocketMode
@@ -67,6 +67,10 @@ class FakeSlack(Workspace):
         #: Set (and replaced) whenever a call has been handled, to wake ``wait_for_calls``.
         self._handled = asyncio.Event()
         self.faults = Faults()
+        #: Writes cut off by a ``late`` fault and not yet applied (``settle_late`` waits for them).
+        self._late: set[asyncio.Task[None]] = set()
+        #: Calls a ``late`` fault applied after their connection was cut, in the order applied.
+        self.applied_late: list[Call] = []
         #: Per-channel rate limits by method (``rate_limit``).
         self.rate_limits: dict[str, RateLimit] = {}
         self._host = FileHost(self)
@@ -94,8 +98,11 @@ class FakeSlack(Workspace):
         return self
 
     async def stop(self) -> None:
-        """Release every hold and close the server and its connections."""
+        """Release every hold, forget late writes not yet applied, close the server and its connections."""
         self.faults.release_all()
+        for task in list(self._late):
+            task.cancel()
+        await asyncio.gather(*self._late, return_exceptions=True)
         await self.socket.close()
         runner, self._runner = self._runner, None
         if runner is not None:
@@ -197,6 +204,21 @@ class FakeSlack(Workspace):
     def delay(self, method: str, seconds: float, times: int | None = 1) -> None:
         """Wait ``seconds`` before handling the next ``times`` calls of ``method``."""
         self.faults.add(method, Fault("delay", times, seconds=seconds))
+
+    def late(self, method: str, seconds: float, times: int | None = 1) -> None:
+        """Cut the connection of the next ``times`` calls of ``method`` at once, unanswered, and apply
+        each ``seconds`` later (the client sees ``ServerDisconnectedError``; the write shows up after)."""
+        self.faults.add(method, Fault("late", times, seconds=seconds))
+
+    @property
+    def pending_late(self) -> int:
+        """Late writes not yet applied."""
+        return len(self._late)
+
+    async def settle_late(self) -> None:
+        """Wait until every write a ``late`` fault cut off has been applied."""
+        while self._late:
+            await asyncio.gather(*self._late, return_exceptions=True)
 
     def rate_limit(
         self,
@@ -308,16 +330,35 @@ class FakeSlack(Workspace):
             if wait is not None:
                 headers = {"Retry-After": str(wait)}
                 return self._answer(call, {"ok": False, "error": "ratelimited"}, 429, headers)
-        try:
-            needed = method.required_scope(self, params)
-            if needed is not None and needed not in self.scopes:
-                raise SlackError("missing_scope", needed=needed, provided=",".join(self.scopes))
-            body = {"ok": True, **method.handler(self, params)}
-        except SlackError as exc:
-            body = {"ok": False, "error": exc.code, **exc.extra}
+        if fault is not None and fault.kind == "late":
+            self._apply_later(call, method, params, fault.seconds)
+            drop_connection(request)
+        body = self._apply(method, params)
         if fault is not None and fault.kind == "drop":
             drop_connection(request)
         if fault is not None and fault.kind == "fail":
             return self._fail(call, fault)
         await self.faults.wait_if_held(name)
         return self._answer(call, body)
+
+    def _apply(self, method: Method, params: Params) -> JSON:
+        """Do a call's work: its answer's body, ``ok`` or Slack's error."""
+        try:
+            needed = method.required_scope(self, params)
+            if needed is not None and needed not in self.scopes:
+                raise SlackError("missing_scope", needed=needed, provided=",".join(self.scopes))
+            return {"ok": True, **method.handler(self, params)}
+        except SlackError as exc:
+            return {"ok": False, "error": exc.code, **exc.extra}
+
+    def _apply_later(self, call: Call, method: Method, params: Params, seconds: float) -> None:
+        async def later() -> None:
+            await asyncio.sleep(seconds)
+            call.response = self._apply(method, params)
+            self.applied_late.append(call)
+            for callback in self._after:
+                callback(call)
+
+        task = asyncio.get_running_loop().create_task(later())
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)

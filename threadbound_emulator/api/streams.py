@@ -144,10 +144,11 @@ def stop_stream(ws: Workspace, params: Params) -> JSON:
     if params.get("blocks") not in (None, ""):
         blocks = validate_blocks(as_json(params["blocks"], "invalid_blocks"))
     metadata = _metadata(params.get("metadata"))
+    message = ws.find(stream.channel, stream.ts)
+    if message is None:  # deleted while it streamed (a late stop can arrive after the delete)
+        raise SlackError("message_not_found")
     _apply(ws, stream, _text_of(params, chunks), chunks)
     stream.state = "stopped"
-    message = ws.find(stream.channel, stream.ts)
-    assert message is not None
     if blocks:
         message["blocks"] = [*message.get("blocks", []), *copy.deepcopy(blocks)]
         stream.blocks = copy.deepcopy(blocks)
