@@ -82,7 +82,7 @@ async def open_ready_store(settings: Settings) -> Store:
             "point DATA_DIR at a writable directory"
         ) from exc
     try:
-        store = open_store(settings.resolved_database_url)
+        store = open_store(settings.resolved_database_url, pool_size=settings.resolved_database_pool_size)
     except ValueError as exc:
         raise StartupError(str(exc)) from exc
     what = describe_database(settings.resolved_database_url)

@@ -17,6 +17,10 @@ CSV = Annotated[tuple[str, ...], NoDecode]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # At least an hour: Slack retries a delivery for minutes, and a pruned key could be claimed twice.
 _MIN_RETENTION_DAYS = 1 / 24
+#: Postgres pool connections for the instance's own store trips beside its runs', and the fewest a
+#: pool sized from MAX_CONCURRENT_RUNS gets (the size every pool had before it was derived).
+POOL_SPARE = 4
+POOL_MIN = 10
 
 #: Where a newcomer finds each required setting; shown when it is missing.
 WHERE_TO_GET = {
@@ -54,6 +58,9 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("./data")
     database_url: str = ""
+    #: Postgres connections one instance's pool may open; None: from ``max_concurrent_runs``
+    #: (:attr:`resolved_database_pool_size`).
+    database_pool_size: int | None = Field(default=None, ge=1)
 
     model: str = ""
     openai_api_key: SecretStr = SecretStr("")
@@ -196,6 +203,17 @@ class Settings(BaseSettings):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'threadbound.db'}"
+
+    @property
+    def resolved_database_pool_size(self) -> int:
+        """DATABASE_POOL_SIZE, else a connection for every second run (a run holds one only for
+        the length of a store trip; most of its time goes to the model and Slack) and
+        :data:`POOL_SPARE` for the instance's own trips (heartbeats, sweeps, takeovers), at least
+        :data:`POOL_MIN`: 36 at the default 64 runs, so two instances and their edges stay under
+        Postgres's default ``max_connections`` of 100."""
+        if self.database_pool_size is not None:
+            return self.database_pool_size
+        return max(POOL_MIN, -(-self.max_concurrent_runs // 2) + POOL_SPARE)
 
     @property
     def resolved_agent_file(self) -> Path | None:

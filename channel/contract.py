@@ -6,12 +6,19 @@ authorship. Provider objects cross this boundary as opaque ``ref`` strings
 that only the adapter interprets and the model never sees.
 
 Every method raises :class:`channel.errors.ChannelError` (with a contract error
-code) on failure; nothing else escapes an adapter.
+code) on failure; nothing else escapes an adapter — except the host's own exception from
+its write guard: a host that may lose the right to write (a run's lease) sets
+:data:`WRITE_GUARD` for the writes it makes (:func:`guarding`), and an adapter awaits it
+before each attempt of a write, a paced or retried one included, so a write whose host was
+fenced meanwhile is abandoned unmade (invariant "Fast takeover, fenced writes",
+docs/architecture.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -20,6 +27,29 @@ if TYPE_CHECKING:
     from .cards import Card
 
 from .inbound import InboundMessage
+
+#: Awaited before a write; raises (the host's own exception) when the task may no longer write.
+WriteGuard = Callable[[], Awaitable[None]]
+
+#: The guard of the writes made in this context (a run's, and the tasks it starts); None: unguarded.
+WRITE_GUARD: ContextVar[WriteGuard | None] = ContextVar("channel_write_guard", default=None)
+
+
+@contextmanager
+def guarding(guard: WriteGuard | None) -> Iterator[None]:
+    """Every adapter write made inside the block awaits ``guard`` before each of its attempts."""
+    token = WRITE_GUARD.set(guard)
+    try:
+        yield
+    finally:
+        WRITE_GUARD.reset(token)
+
+
+async def check_write_guard() -> None:
+    """For adapters: await the guard set for this context, if any, before an attempt of a write."""
+    guard = WRITE_GUARD.get()
+    if guard is not None:
+        await guard()
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +292,6 @@ class ChannelAdapter(Protocol):
     def clicked_ref(self, channel: str, key: str) -> str:
         """The ref of the message a click reports as ``key`` in ``channel`` (a card, an answer's
         feedback buttons): :meth:`click_key` turned back."""
-
 
 
 #: The method behind each feature flag, each a method of :class:`ChannelAdapter`; registration

@@ -47,15 +47,12 @@ from typing import Any, Protocol, TypeVar
 
 from storage.base import EffectRecord, Fence, retry_if_session_ended
 
-from .contract import ChannelAdapter, Origin, Posted
+from .contract import ChannelAdapter, Origin, Posted, WriteGuard
 from .errors import ChannelError, MessageGone, bounded
 from .store import SessionStore
 
 Result = dict[str, Any]
 T = TypeVar("T")
-
-#: Awaited before every write; raises (the host's own exception) when the task may no longer write.
-WriteGuard = Callable[[], Awaitable[None]]
 
 #: The id of the model's tool call being handled: a streamed channel_reply is matched by it, and
 #: the journal records it with every write the call makes (a resumed run answers the call from it).

@@ -69,8 +69,9 @@ def sqlite_path(url: str) -> Path:
     return Path(path)
 
 
-def open_store(database_url: str) -> Store:
-    """The store a ``DATABASE_URL`` names, not yet connected.
+def open_store(database_url: str, *, pool_size: int | None = None) -> Store:
+    """The store a ``DATABASE_URL`` names, not yet connected; ``pool_size``: the most connections
+    a Postgres store's pool opens (None: its own default).
 
     - ``sqlite:///path/to.db`` → :class:`~storage.sqlite.SQLiteStore` (parent directory created on connect)
     - ``postgresql://…`` or ``postgres://…`` → :class:`~storage.postgres.PostgresStore`
@@ -87,7 +88,9 @@ def open_store(database_url: str) -> Store:
     if scheme in ("postgresql", "postgres"):
         from .postgres import PostgresStore
 
-        return PostgresStore(database_url)
+        if pool_size is None:
+            return PostgresStore(database_url)
+        return PostgresStore(database_url, max_size=pool_size)
     raise ValueError(
         f"unsupported DATABASE_URL scheme {scheme!r}: "
         "use sqlite:///path/to/threadbound.db or postgresql://user:password@host:5432/dbname"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,11 +20,15 @@ from app.runs.scheduler import Scheduler
 from app.runs.takeover import CONFIRM_S
 from channel.contract import AdapterBase, Origin
 from channel.fake import FakeAdapter
+from channel.slack.adapter import SlackAdapter
 from storage import open_store
 from storage.base import Fence, InboxItem, InstanceLook, LeaseMoved, Store
 from storage.sqlite import SQLiteStore
 from tests.support.models import Turn, call
 from tests.support.runs import scripted_executor
+from tests.support.sessions import identity_of
+from tests.support.waiting import eventually
+from threadbound_emulator import FakeSlack
 
 T0 = 1_700_000_000.0
 
@@ -260,6 +266,57 @@ async def test_a_run_whose_lease_moved_mid_run_commits_nothing_more_and_posts_no
         assert task is not None and task.transcript == b"" and not task.run_open
     finally:
         await store.close()
+
+
+async def test_a_write_held_by_rate_limits_is_abandoned_once_its_lease_moved(
+    store: Store, slack: FakeSlack, tmp_path: Path
+) -> None:
+    """A reply answered 429 (Retry-After) waits in the outbound path; meanwhile another owner takes
+    the lease and Slack would take the post now. The retry re-checks the lease against the store
+    (its last confirmation is stale by then) and abandons the write: nothing reaches the emulator,
+    nothing is recorded as posted, and the run ends stopped, without an apology."""
+    root = slack.add_message("C1", "question", user="U1")
+    payload = json.dumps({"text": "question", "author": "Alice"})
+    claimed = await store.claim_message(
+        event_id="Ev1", channel="C1", ts=root, thread_ts=root, create=True, payload=payload, now=time.time()
+    )
+    task_id = claimed.task_id
+    assert task_id is not None
+    skew = [0.0]  # the store's clock as the old owner sees it: moved on when the lease moves
+
+    def clock() -> float:
+        return time.time() + skew[0]
+
+    fence = await store.take_lease(task_id, owner="A", ttl=10, now=clock())
+    assert fence is not None
+    lease = Lease(store, task_id, owner="A", ttl=10, clock=clock, fence=fence)
+    identity = identity_of(slack)
+    adapter = SlackAdapter(
+        token=slack.token, api_url=slack.api_url, identity=identity, file_origins=[slack.files_origin]
+    )
+
+    async def script(turn: Turn) -> list[Any]:
+        return [call("channel_reply", text="the old owner's reply")] if turn.step == 0 else [""]
+
+    executor = scripted_executor(store, adapter, script, tmp_path / "data")
+    slack.fail("chat.postMessage", error="ratelimited", retry_after=1, times=None)
+    try:
+        items = await store.pending_inbox(task_id)
+        inbox = partial(store.pending_inbox, task_id)
+        run = asyncio.create_task(
+            executor.run_inbox(task_id, items, [], inbox, guard=lease.check, fence=fence)
+        )
+        await eventually(lambda: slack.count("chat.postMessage") >= 1)
+        assert await store.take_lease(task_id, owner="B", ttl=10, now=clock() + 11)
+        skew[0] = 5.0  # A's last confirmation is now older than a check trusts
+        slack.clear_faults("chat.postMessage")  # Slack would take the post now
+        result = await asyncio.wait_for(run, 20)
+    finally:
+        await adapter.close()
+    assert result.status == "stopped"
+    assert slack.count("chat.postMessage") == 1  # the retry was never made
+    assert slack.bot_messages("C1") == []  # neither the reply nor an apology
+    assert [e.tool for e in await store.open_effects(task_id)] == ["channel_reply"]  # not recorded as posted
 
 
 async def test_a_wake_up_during_the_drivers_last_look_is_not_lost(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from app.service import open_ready_store
+from app.settings import Settings
 from storage.base import StoreError
 from storage.postgres import PostgresStore, _alive
 from tests.support.postgres import fresh_schema
@@ -70,3 +72,28 @@ async def test_a_liveness_session_whose_connection_broke_is_not_alive() -> None:
             )
 
     assert await _alive(Broken()) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("runs", "pool_size", "expected"),
+    [(64, None, 36), (200, None, 104), (1, None, 10), (64, 80, 80)],
+)
+def test_the_pool_is_sized_from_max_concurrent_runs(runs: int, pool_size: int | None, expected: int) -> None:
+    """A connection for every second run and four for the instance's own trips, at least ten;
+    DATABASE_POOL_SIZE overrides it."""
+    settings = Settings(_env_file=None, max_concurrent_runs=runs, database_pool_size=pool_size)  # type: ignore[call-arg]
+    assert settings.resolved_database_pool_size == expected
+
+
+async def test_the_services_store_opens_a_pool_of_that_size() -> None:
+    """The service's Postgres store (``open_ready_store``) opens its pool at the size the settings
+    say, not a fixed ten: 200 concurrent runs get 104 connections."""
+    async with fresh_schema() as schema:
+        settings = Settings(_env_file=None, database_url=schema.url, max_concurrent_runs=200)  # type: ignore[call-arg]
+        store = await open_ready_store(settings)
+        try:
+            assert isinstance(store, PostgresStore)
+            pool = await store.database._get_pool()
+            assert pool.get_max_size() == 104
+        finally:
+            await store.close()

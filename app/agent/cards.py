@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from app.clicks import Action
 from channel.cards import Card
-from channel.contract import ChannelAdapter
+from channel.contract import ChannelAdapter, guarding
 from channel.errors import ChannelError
 from storage.base import StoreError
 
@@ -61,7 +61,10 @@ class CardDesk:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(work, name=name)
+        # A card is redrawn for whoever decided it, whatever run spawned this: not under that run's
+        # write guard, or a run losing its lease would leave a decided card showing its choices.
+        with guarding(None):
+            task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -4,7 +4,8 @@ The store's lease (owner, expiry) keeps one run per conversation across instance
 While a run works, :meth:`Lease.heartbeat` renews it every third of ``ttl``. When a
 renewal finds another owner, or no renewal succeeded for ``ttl`` (a hung process, an
 unreachable database), the lease counts as lost: :attr:`Lease.lost` is set and
-:meth:`Lease.check` — awaited before every write of the run — raises
+:meth:`Lease.check` — awaited before every write of the run, and before each attempt of a
+Slack write held back by pacing or 429s (``channel.contract.WRITE_GUARD``) — raises
 :class:`~app.runs.outcome.RunStopped`, so the run ends before it posts anything more. A
 check more than :data:`CONFIRM_AFTER` seconds after the store last confirmed the
 lease asks the store first, so even a process that was frozen cannot write on an old

@@ -13,8 +13,10 @@ steering, budgets, streaming, the turn's end), ``checkpoint.py``, ``refusal.py``
   transcript saved, run closed, inbox consumed in one transaction; approvals
   (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task with an
   undecided approval does not run; the decisions resume it (``deferred_tool_results``);
-- the lease: awaited (``guard``) before every write and model request, its fence on every durable
-  write; once the lease moved the run ends without posting or saving.
+- the lease: awaited (``guard``) before every write and model request, and set as the channel's
+  write guard (``channel.contract.guarding``) so the adapter awaits it before each attempt of a
+  paced or retried write; its fence on every durable write; once the lease moved the run ends
+  without posting or saving.
 """
 
 from __future__ import annotations
@@ -42,9 +44,8 @@ from app.agent.agent_file import AgentFile
 from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
-from channel.contract import ChannelAdapter, Origin
+from channel.contract import ChannelAdapter, Origin, WriteGuard, guarding
 from channel.errors import ConversationGone
-from channel.journal import WriteGuard
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
@@ -187,7 +188,8 @@ class RunExecutor:
         """Run a prompt given directly (the `run` command) rather than taken from the inbox."""
         origin = Origin(task.channel, task.thread_ts)
         session = self.session(task, origin, adopt_first_root=adopt_first_root, guard=guard, fence=fence)
-        return await self.execute(session, prompt, [], inbox)
+        with guarding(guard):  # and before each attempt of each of its Slack writes
+            return await self.execute(session, prompt, [], inbox)
 
     async def run_inbox(
         self,
@@ -207,6 +209,21 @@ class RunExecutor:
         store read with them (``Store.run_state``), so the prompt costs no more trips; ``minted``:
         handles minted for the task already (the woken message's). A run left open by a crash goes
         on from its last checkpoint."""
+        with guarding(guard):  # and before each attempt of each of its Slack writes
+            return await self._run_inbox(task_id, items, effects, inbox, guard, fence, task, start, minted)
+
+    async def _run_inbox(
+        self,
+        task_id: str,
+        items: Sequence[InboxItem],
+        effects: Sequence[EffectRecord],
+        inbox: Inbox,
+        guard: WriteGuard | None,
+        fence: Fence | None,
+        task: TaskRecord | None,
+        start: RunState | None,
+        minted: Sequence[HandleRecord],
+    ) -> RunOutcome:
         task = task or await self.store.get_task(task_id)
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")

@@ -15,10 +15,9 @@ from storage.base import EffectRecord, Fence, LeaseMoved, StoreError, TaskRecord
 from storage.crashpoints import crash_point
 
 from .. import task_files
-from ..contract import ChannelAdapter, Origin, OriginInfo, Posted, Step
+from ..contract import ChannelAdapter, Origin, OriginInfo, Posted, Step, WriteGuard
 from ..errors import ChannelError
 from ..inbound import InboundMessage
-from ..journal import WriteGuard
 from ..selection import HostTool, ToolSelection
 from ..store import SessionStore
 from ..streaming import FLUSH_INTERVAL, AnswerStream

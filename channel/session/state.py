@@ -11,10 +11,10 @@ from typing import Any
 
 from storage.base import Fence, TaskRecord
 
-from ..contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo
+from ..contract import ChannelAdapter, FileMeta, MessageView, Origin, OriginInfo, WriteGuard
 from ..errors import ChannelError
 from ..handles import HandleRegistry
-from ..journal import CALL_ID, EffectJournal, WriteGuard
+from ..journal import CALL_ID, EffectJournal
 from ..store import SessionStore
 from ..streaming import AnswerStream
 from ..tools import ReadArgs

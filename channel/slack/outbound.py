@@ -5,9 +5,12 @@ bursts allowed) and answers HTTP 429 with ``Retry-After`` beyond that, or when a
 method's tier is exhausted. A 429 means nothing was done, so :meth:`Outbound.write`
 makes the same call again once ``Retry-After`` has passed, as often as needed,
 until ``deadline`` seconds after the write began; then it fails ``rate_limited``
-("it was not done"). Every other failure reaches the caller after one attempt (invariant
-"Writes attempted once", docs/architecture.md): the session's effect journal decides what a
-broken connection means.
+("it was not done"). Before each attempt, the first included, it awaits the host's write
+guard (``channel.contract.WRITE_GUARD``): a write held here for seconds or minutes, whose run
+lost its lease meanwhile, is abandoned with the guard's exception and never reaches Slack
+(invariant "Fast takeover, fenced writes", docs/architecture.md). Every other failure reaches
+the caller after one attempt (invariant "Writes attempted once", docs/architecture.md): the
+session's effect journal decides what a broken connection means.
 
 Posts (``chat.postMessage``, file shares) into one channel leave in arrival
 order, at most ``rate`` a second after a burst of ``burst`` (a GCRA leaky bucket),
@@ -31,6 +34,7 @@ from typing import TypeVar
 
 from slack_sdk.errors import SlackApiError
 
+from channel.contract import check_write_guard
 from channel.errors import ChannelError
 from storage.crashpoints import crash_point
 
@@ -126,7 +130,8 @@ class Outbound:
 
         ``post``: the write puts a message into ``channel`` and is paced with its other posts.
         ``deadline`` overrides the instance's for writes whose moment matters (a status line).
-        Raises ``ChannelError``: Slack's own failure, or ``rate_limited`` when the deadline passed.
+        Raises ``ChannelError``: Slack's own failure, or ``rate_limited`` when the deadline passed;
+        or the write guard's own exception before an attempt (the module doc), the write unmade.
         """
         started = self._clock()
         give_up = started + (self.deadline if deadline is None else deadline)
@@ -136,6 +141,7 @@ class Outbound:
         try:
             while True:
                 await self._wait_turn(lane, method, started, give_up, paced=post, limited=limited)
+                await check_write_guard()  # the host may have lost the right to write while it waited
                 kind = CRASH_KINDS.get(method)
                 try:
                     if kind:
