@@ -17,6 +17,9 @@ rules that keep messages from being lost or run twice:
   when a delivery woke the task since the driver read the inbox.
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.runs.lease``): a driver that lost it stops its run and lets go of the task.
+- A driver that failed (a store error, which also ends a run unsaved: ``app.runs.outcome.StoreFailed``)
+  has its task driven again after a back-off that grows with each failure in a row; its inbox
+  waits meanwhile, and nothing else here drives it.
 - A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on start,
   before the instance serves: ``Scheduler.first_look``) the store shows which registered owners'
   liveness locks are held (``Store.look_at_instances``); the owners judged dead
