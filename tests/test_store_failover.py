@@ -148,10 +148,13 @@ async def _claim(store: SQLiteStore, ts: str, *, create: bool = False) -> Any:
     )
 
 
-async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, monkeypatch: Any) -> None:
+async def test_a_driver_that_failed_is_driven_again_after_a_growing_back_off(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     """A run whose store call failed (a failover) is driven again a moment later, not left until the
-    sweep; failing again, it is left to the sweep (no retry loop)."""
-    monkeypatch.setattr(scheduler_module, "DRIVER_RETRY_S", 0.05)
+    sweep; failing again, it waits twice as long, and nothing drives it meanwhile (a sweep or a
+    delivery's wake-up): a store that stays down is not asked in a loop, and the message waits."""
+    monkeypatch.setattr(scheduler_module, "DRIVER_RETRY_S", 0.1)
     store = SQLiteStore(tmp_path / "db.sqlite")
     await store.migrate()
     try:
@@ -159,7 +162,7 @@ async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, mo
         assert claimed.task_id is not None
         task_id = claimed.task_id
         failures = [StoreError("failover"), StoreError("failover"), StoreError("failover")]
-        runs: list[str] = []
+        runs: list[float] = []
 
         class Executor:
             adapter = AdapterBase()
@@ -167,7 +170,7 @@ async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, mo
             async def run_inbox(
                 self, task_id: str, items: Any, effects: Any, inbox: Any, **_: Any
             ) -> RunOutcome:
-                runs.append(task_id)
+                runs.append(time.monotonic())
                 if len(runs) <= allowed_failures:
                     raise failures.pop(0)
                 await store.save_run(task_id, transcript=b"", consumed=[i.item_id for i in items])
@@ -182,15 +185,22 @@ async def test_a_driver_that_failed_is_driven_again_once_soon(tmp_path: Path, mo
         await eventually(lambda: len(runs) == 2, within=5)
         await eventually(lambda: task_id not in scheduler._drivers, within=5)
         assert await store.pending_inbox(task_id) == []
-        # Failing twice in a row: driven twice, then left for the sweep.
+        # Failing twice in a row: driven again after 0.1 s, then after 0.2 s; a wake-up while it
+        # rests starts nothing.
         again = await _claim(store, "2.0")
         assert again.status == "claimed"
         runs.clear()
         allowed_failures = 2
         scheduler.notify(task_id)
         await eventually(lambda: len(runs) == 2, within=5)
-        await asyncio.sleep(0.3)
+        scheduler.notify(task_id)
+        await asyncio.sleep(0.05)
         assert len(runs) == 2 and len(await store.pending_inbox(task_id)) == 1
+        await eventually(lambda: len(runs) == 3, within=5)
+        assert runs[1] - runs[0] >= 0.1 and runs[2] - runs[1] >= 0.2, runs
+        await eventually(lambda: task_id not in scheduler._drivers, within=5)
+        assert await store.pending_inbox(task_id) == []
+        assert not scheduler._failures and not scheduler._resting
         await scheduler.shutdown(1.0)
     finally:
         await store.close()

@@ -59,13 +59,20 @@ from pydantic_ai.messages import (
 from channel.journal import CALL_ID
 from channel.session import ChannelSession
 from channel.tools import CATALOG, MCP_SEARCH
-from storage.base import Fence, Store
+from storage.base import Fence, LeaseMoved, Store, StoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: The run's own tools: each journals a write before making it, or only reads (module doc).
 _OWN_TOOLS = frozenset({*CATALOG, MCP_SEARCH.name})
+
+#: Tries of a final answer's checkpoint before the run stops (``app.runs.outcome.StoreFailed``): the
+#: answer the model wrote lives only in the process until it is written, so a failed write (a
+#: session ended mid-statement, a timeout) is made again first, ``ANSWER_CHECKPOINT_PAUSE`` seconds
+#: later, doubling.
+ANSWER_CHECKPOINT_TRIES = 3
+ANSWER_CHECKPOINT_PAUSE = 0.5
 
 #: Key of the answer marker in a final response's ``metadata``.
 ANSWER_KEY = "threadbound_answer"
@@ -172,15 +179,21 @@ class Checkpoints:
         return [i for i in self.consumed if i not in self._done]
 
     async def _write(self, messages: Sequence[ModelMessage], fresh: list[int]) -> None:
-        await self.store.checkpoint(
-            self.task_id,
-            transcript=self.transcript(messages),
-            consumed=fresh,
-            fence=self.fence,
-            feedback_upto=self.take_feedback(),
-            summary=self.summary,
-            synced=not synced_by_next_write(messages),
-        )
+        upto = self.take_feedback()
+        try:
+            await self.store.checkpoint(
+                self.task_id,
+                transcript=self.transcript(messages),
+                consumed=fresh,
+                fence=self.fence,
+                feedback_upto=upto,
+                summary=self.summary,
+                synced=not synced_by_next_write(messages),
+            )
+        except BaseException:
+            if self.feedback_upto is None:
+                self.feedback_upto = upto  # not marked shown: the next write marks it
+            raise
         self._done.update(fresh)
 
 
@@ -242,7 +255,7 @@ async def _post_marked(
     """Checkpoint ``messages`` with an answer marker for ``text``, then post it journalled under it."""
     effects = () if note or session.answer is None else (session.answer.key,)
     marker = mark_answer(messages, text, effects, note=note)
-    await checkpoints.save(messages)
+    await _keep(session, checkpoints, messages)
     token = CALL_ID.set(marker)
     try:
         if note:
@@ -251,6 +264,28 @@ async def _post_marked(
             await session.answer_with(text)
     finally:
         CALL_ID.reset(token)
+
+
+async def _keep(session: ChannelSession, checkpoints: Checkpoints, messages: list[ModelMessage]) -> None:
+    """Checkpoint the answer ``messages`` end with, trying again (``ANSWER_CHECKPOINT_TRIES``) when
+    the store fails; the lease is checked before each new try, and a fenced write is never repeated.
+    Writing it again is harmless: the same transcript, the same items consumed."""
+    pause = ANSWER_CHECKPOINT_PAUSE
+    for attempt in range(1, ANSWER_CHECKPOINT_TRIES + 1):
+        try:
+            await checkpoints.save(messages)
+            return
+        except LeaseMoved:
+            raise
+        except StoreError as exc:
+            if attempt == ANSWER_CHECKPOINT_TRIES:
+                raise
+            log.warning(
+                "checkpointing the answer of task %s failed (%s); trying again", checkpoints.task_id, exc
+            )
+        await asyncio.sleep(pause)
+        pause *= 2
+        await session.journal.check()
 
 
 async def post_note(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from channel.errors import ChannelError
 from channel.session import ChannelSession
-from storage.base import InboxItem, LeaseMoved, UsageRecord
+from storage.base import InboxItem, LeaseMoved, StoreError, UsageRecord
 
 APOLOGY = "Sorry, I ran into a problem and couldn't finish that. Please try again in a moment."
 RUNAWAY = (
@@ -21,6 +21,15 @@ Inbox = Callable[[], Awaitable[Sequence[InboxItem]]]
 
 class RunStopped(Exception):
     """The run may no longer act for its task (its lease was lost): it ends without writing or saving."""
+
+
+class StoreFailed(Exception):
+    """The run's own bookkeeping failed (a checkpoint, a journal entry, the save: a ``StoreError``).
+    The run ends as a stopped one does, posting and saving nothing more, and the error goes up to
+    the scheduler, which drives the task again after a back-off (``app.runs.scheduler``): the
+    conversation goes on from its last checkpoint, its message still in the inbox unless that
+    checkpoint consumed it with what the run wrote. Never an apology: nothing retries could not mend
+    went wrong in the conversation."""
 
 
 @dataclass(slots=True)
@@ -65,6 +74,12 @@ def stopped(exc: BaseException) -> bool:
     """``exc`` is, or wraps (an exception group, a cause), a :class:`RunStopped` or the store's
     refusal of a fenced write (``LeaseMoved``): either way the run may no longer act."""
     return any(isinstance(current, RunStopped | LeaseMoved) for current in _chain(exc))
+
+
+def store_failed(exc: BaseException) -> bool:
+    """``exc`` is, or wraps, a failure of the store (not its refusal of a fenced write: that is
+    :func:`stopped`): the run ends unsaved and is taken up again (:class:`StoreFailed`)."""
+    return not stopped(exc) and any(isinstance(current, StoreError | StoreFailed) for current in _chain(exc))
 
 
 def slack_refusal(exc: BaseException) -> ChannelError | None:

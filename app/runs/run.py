@@ -9,7 +9,9 @@ steering, budgets, streaming, the turn's end), ``checkpoint.py``, ``refusal.py``
   crossing a budget or ``max_requests_per_run`` stops with a note; checkpoints: the transcript is
   saved (with the items shown so far) after each response calling tools and before the answer;
 - the end: the final text is posted unless the model replied to the newest message it was shown
-  (or repeats a reply) or chose ``no_reply`` (``checkpoint.post_answer``); a failure apologises;
+  (or repeats a reply) or chose ``no_reply`` (``checkpoint.post_answer``); a failure apologises,
+  except a failure of the store (a checkpoint, a journal entry, the save): the run stops unsaved
+  and the scheduler takes the task up again from its last checkpoint (``outcome.StoreFailed``);
   transcript saved, run closed, inbox consumed in one transaction; approvals
   (``app.agent.approvals``): gated calls are recorded, saved, their cards posted; a task with an
   undecided approval does not run; the decisions resume it (``deferred_tool_results``);
@@ -69,7 +71,17 @@ from .feedback import feedback_notes
 from .history import load_history, trim_history
 from .instructions import run_instructions
 from .limits import DEFAULT_LIMITS, RunLimits
-from .outcome import APOLOGY, Inbox, RunHooks, RunOutcome, RunStopped, slack_refusal, stopped
+from .outcome import (
+    APOLOGY,
+    Inbox,
+    RunHooks,
+    RunOutcome,
+    RunStopped,
+    StoreFailed,
+    slack_refusal,
+    stopped,
+    store_failed,
+)
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .resume import resume_open_run
@@ -342,7 +354,8 @@ class RunExecutor:
         self, steps: AgentSteps, checkpoints: Checkpoints, results: DeferredToolResults | None
     ) -> RunOutcome:
         """The run proper, between its hooks: the answer (:meth:`_answer`), or an apology for a
-        failure (:meth:`_apologise`), then the save (:meth:`_save`); a lost lease ends it unsaved."""
+        failure (:meth:`_apologise`), then the save (:meth:`_save`); a lost lease ends it unsaved, and
+        so does a failed store write, raised (:class:`StoreFailed`) for the scheduler to retry."""
         session, turn = steps.session, steps.turn
         task = session.task
         exchange = _Exchange(task.summary, load_history(task.transcript))
@@ -362,6 +375,8 @@ class RunExecutor:
                 status = "cancelled"
                 raise  # shutdown: leave the inbox pending for the next owner
             except Exception as exc:
+                if store_failed(exc):  # our own bookkeeping: stop, and be taken up again
+                    raise StoreFailed(f"{type(exc).__name__}: {exc}") from exc
                 run_status = await self._apologise(exc, session, turn, checkpoints, exchange)
             await self._save(session, turn, checkpoints, exchange, steps.meter)
             status = run_status
@@ -370,6 +385,12 @@ class RunExecutor:
             status = "stopped"
             log.warning("run of task %s stopped before its next write: its lease was lost", task.task_id)
             return RunOutcome(task.task_id, status, session.replied_in_run, exchange.output, [])
+        except (StoreFailed, StoreError) as exc:
+            # Like a lost lease, but the task stays ours: the scheduler drives it again after a
+            # back-off, from its last checkpoint (an answer checkpointed there is posted once).
+            status = "interrupted"
+            log.warning("run of task %s stopped, the store failed: %s", task.task_id, exc)
+            raise
         finally:
             await self._ended(session, turn, status)
         return RunOutcome(task.task_id, status, session.replied_in_run, exchange.output, turn.consumed)

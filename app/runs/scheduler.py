@@ -17,6 +17,9 @@ rules that keep messages from being lost or run twice:
   when a delivery woke the task since the driver read the inbox.
 - The lease is renewed by a heartbeat and checked before every write of the run
   (``app.runs.lease``): a driver that lost it stops its run and lets go of the task.
+- A driver that failed (a store error, which also ends a run unsaved: ``app.runs.outcome.StoreFailed``)
+  has its task driven again after a back-off that grows with each failure in a row; its inbox
+  waits meanwhile, and nothing else here drives it.
 - A dead instance holds nothing for long: every ``TAKEOVER_INTERVAL`` (and once on start,
   before the instance serves: ``Scheduler.first_look``) the store shows which registered owners'
   liveness locks are held (``Store.look_at_instances``); the owners judged dead
@@ -49,8 +52,12 @@ log = logging.getLogger(__name__)
 
 #: Seconds between prunes of old claim keys by the sweep.
 PRUNE_INTERVAL = 3600.0
-#: Seconds after a driver failed (its store call, say) before its task is driven again.
+#: Seconds after a driver failed (its store call, say) before its task is driven again; doubled with
+#: each failure in a row, up to ``DRIVER_RETRY_MAX_S``. Until then nothing drives it here (not the
+#: sweep, not a delivery: its message waits in the inbox), so a store that stays down is not asked
+#: (nor the model) in a loop.
 DRIVER_RETRY_S = 1.0
+DRIVER_RETRY_MAX_S = 300.0
 #: Most seconds run start-ups wait for a moment without acknowledgements in flight.
 START_PATIENCE = 0.25
 #: Drivers started at once when patience ran out during a sustained burst.
@@ -91,8 +98,10 @@ class Scheduler:
         self._drivers: dict[str, asyncio.Task[None]] = {}
         #: Tasks woken while their driver ran: it looks at the inbox again before it ends.
         self._again: set[str] = set()
-        #: Tasks whose driver failed and was started again (once, ``DRIVER_RETRY_S`` later).
-        self._retried: set[str] = set()
+        #: Tasks whose driver failed, with how many times in a row (reset when one ends well).
+        self._failures: dict[str, int] = {}
+        #: Tasks waiting out the back-off after a failed driver: not driven before it ends.
+        self._resting: set[str] = set()
         self._accepting = True
         #: The ack path's right of way (``app.runs.ack_gate``); None: drivers start at once.
         self.ack_gate = ack_gate
@@ -121,8 +130,8 @@ class Scheduler:
         wrote the oldest pending message, when the caller knows (the claim that created the task);
         ``message``: the claimed message's ``(channel, ts)``, whose handle the driver mints in the
         lease's store trip (its run's prompt shows it)."""
-        if not self._accepting:
-            return
+        if not self._accepting or task_id in self._resting:
+            return  # resting: the end of its back-off drives it (``_driver_done``)
         driver = self._drivers.get(task_id)
         if driver is not None and not driver.done():
             # Its run polls the inbox before each model request and looks again before it lets go; that last
@@ -174,14 +183,20 @@ class Scheduler:
         if self._drivers.get(task_id) is driver:
             del self._drivers[task_id]
         if driver.cancelled() or driver.exception() is None:
-            self._retried.discard(task_id)
+            self._failures.pop(task_id, None)
             return
         log.error("driver for task %s failed", task_id, exc_info=driver.exception())
-        # A store that failed over, say: what waits for the task (the rest of its run, a message
-        # that came meanwhile) is looked at again soon, once; failing again, it waits for the sweep.
-        if self._accepting and task_id not in self._retried:
-            self._retried.add(task_id)
-            asyncio.get_running_loop().call_later(DRIVER_RETRY_S, self.notify, task_id)
+        # A store that failed over, say, or a run stopped by a failed store write: what waits for the
+        # task (the rest of its run, its message) is looked at again soon, then less and less often.
+        if self._accepting:
+            failures = self._failures[task_id] = self._failures.get(task_id, 0) + 1
+            self._resting.add(task_id)
+            delay = min(DRIVER_RETRY_S * 2 ** (failures - 1), DRIVER_RETRY_MAX_S)
+            asyncio.get_running_loop().call_later(delay, self._rested, task_id)
+
+    def _rested(self, task_id: str) -> None:
+        self._resting.discard(task_id)
+        self.notify(task_id)
 
     # -- the other instances (``app.runs.takeover``) -------------------------------------------
     async def take_over(self) -> int:
