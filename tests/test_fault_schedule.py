@@ -227,12 +227,6 @@ async def test_an_approval_requested_by_a_resumed_run_can_be_decided_by_its_requ
 
 
 @pytest.mark.process
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 item 2: the journal entry of the final answer fails (a statement on effects), the"
-    " run ends as failed, its apology fails the same way, and the person's message is consumed with"
-    " no answer at all",
-)
 async def test_a_failed_journal_write_at_the_answer_still_answers(tmp_path: Path) -> None:
     schedule = _directed("sqlite", "plain", "off", Fault(0.0, "db.fail", "effects", EFFECTS_DOWN))
     outcome = await _directed_outcome(schedule, tmp_path)
