@@ -17,6 +17,7 @@ from pydantic_ai.messages import ToolReturnPart
 
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS
 from channel.tools import CATALOG
+from storage.base import StoreError
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET, AppHarness
@@ -471,3 +472,62 @@ async def test_an_ask_killed_around_its_card_posts_it_once_and_its_answer_resume
     assert len(_cards(slack)) == 1 and "should not be posted" not in _replies(slack)
     results = [m for r in llm.requests[asked:] for m in r["messages"] if m.get("role") == "tool"]
     assert all("unavailable" not in m["content"] and "interrupted" not in m["content"] for m in results)
+
+
+class AskTwiceScript:
+    """Asks a free-text question; when that call fails, asks it again (as a model would). Later
+    prompts are recorded and answered "got it"."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, Any] = {}  # the channel_ask results by call id, as the transcript has them
+        self.prompts: list[str] = []
+
+    def __call__(self, turn: Turn) -> list[Any]:
+        for message in turn.messages:
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart) and part.tool_name == "channel_ask":
+                    content = part.content
+                    parsed = json.loads(content) if isinstance(content, str) else content
+                    self.asked[part.tool_call_id] = parsed
+        if turn.prompt and "please ask" in turn.prompt:
+            return [call("tool_search", query="ask", limit=3)]
+        asked = [r for name, r in turn.results if name == "channel_ask"]
+        if any(name == "tool_search" for name, _ in turn.results) or (asked and "error" in asked[-1]):
+            return [call("channel_ask", question="What should the release be called?")]
+        if turn.prompt:
+            self.prompts.append(turn.prompt)
+            return [call("channel_reply", text="got it")]
+        return [""]
+
+
+async def test_an_ask_whose_card_was_never_journalled_takes_no_answer_and_wakes_nobody(
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails right after the first ask's record is written (its card never posted): the
+    model asks again, the person's answer in the thread reaches the question they can see, and at
+    expiry no "nobody answered" turn wakes the task for the question nobody saw."""
+    script = AskTwiceScript()
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, approval_ttl=600) as app:
+        assert app.service is not None and app.service.approvals is not None
+        store = app.service.store
+        real_open_ask = store.open_ask
+        failures = [StoreError("the session ended after the commit")]
+
+        async def open_ask_then_fail(record: Any) -> None:
+            await real_open_ask(record)
+            if failures:
+                raise failures.pop()
+
+        monkeypatch.setattr(store, "open_ask", open_ask_then_fail)
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        await _say(app, slack, "U1", "Call it Zephyr", root)
+        failed, live = script.asked.values()
+        assert failed["error"]["code"] == "tool_failed" and live["status"] == "asked"
+        app.service.approvals.clock = lambda: time.time() + 601
+        await app.service.runner.sweep()
+        await _settle(app)
+    [answered] = script.prompts
+    assert f"Alice answered {live['question']}: Call it Zephyr" in answered
+    assert "<@U1> answered *Call it Zephyr*" in json.dumps(_card(slack, card["ts"])["blocks"])
+    assert len(_cards(slack)) == 1 and _replies(slack) == ["got it"]
