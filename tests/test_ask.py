@@ -500,28 +500,44 @@ class AskTwiceScript:
         return [""]
 
 
+@pytest.mark.parametrize("withdrawn", [True, False], ids=["withdrawn", "withdraw-failed"])
 async def test_an_ask_whose_card_was_never_journalled_takes_no_answer_and_wakes_nobody(
-    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, withdrawn: bool
 ) -> None:
     """The store fails right after the first ask's record is written (its card never posted): the
     model asks again, the person's answer in the thread reaches the question they can see, and at
-    expiry no "nobody answered" turn wakes the task for the question nobody saw."""
+    expiry no "nobody answered" turn wakes the task for the question nobody saw. When the store also
+    refuses to withdraw the record, the next run (the answer's) closes it before its prompt."""
     script = AskTwiceScript()
     async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, approval_ttl=600) as app:
         assert app.service is not None and app.service.approvals is not None
         store = app.service.store
-        real_open_ask = store.open_ask
-        failures = [StoreError("the session ended after the commit")]
+        real_open_ask, real_decide_ask = store.open_ask, store.decide_ask
+        orphans: list[str] = []
 
         async def open_ask_then_fail(record: Any) -> None:
             await real_open_ask(record)
-            if failures:
-                raise failures.pop()
+            if not orphans:
+                orphans.append(record.ask_id)
+                raise StoreError("the session ended after the commit")
+
+        refusals = [] if withdrawn else [StoreError("the session ended")]
+
+        async def decide_ask(ask_id: str, **kwargs: Any) -> bool:
+            if ask_id in orphans and refusals:
+                raise refusals.pop()  # the withdrawal, the orphan's first decision
+            return await real_decide_ask(ask_id, **kwargs)
 
         monkeypatch.setattr(store, "open_ask", open_ask_then_fail)
+        monkeypatch.setattr(store, "decide_ask", decide_ask)
         root = await _start(app, slack)
         [card] = _cards(slack)
+        [orphan] = orphans
+        before = await store.get_ask(orphan)
+        assert before is not None and before.card_ts == "" and (before.decision is None) is not withdrawn
         await _say(app, slack, "U1", "Call it Zephyr", root)
+        after = await store.get_ask(orphan)
+        assert after is not None and after.decision == "expired" and after.decided_by == ""
         failed, live = script.asked.values()
         assert failed["error"]["code"] == "tool_failed" and live["status"] == "asked"
         app.service.approvals.clock = lambda: time.time() + 601
