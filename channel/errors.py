@@ -59,7 +59,13 @@ class ChannelError(Exception):
     """A refusal or failure with a contract error code and a message the model can read."""
 
     def __init__(
-        self, code: ErrorCode, message: str, *, provider_code: str | None = None, ambiguous: bool = False
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        provider_code: str | None = None,
+        ambiguous: bool = False,
+        for_good: bool = False,
     ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
@@ -69,6 +75,9 @@ class ChannelError(Exception):
         #: The provider may have done it anyway (a dropped connection, a 5xx, ``internal_error``):
         #: look before reporting it failed or doing it again.
         self.ambiguous = ambiguous
+        #: The provider refused this write and will refuse it again as long as nothing else changes
+        #: (content it rejects, credentials it no longer accepts): not worth another attempt.
+        self.for_good = for_good
 
     def as_result(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message}}

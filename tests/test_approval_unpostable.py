@@ -1,4 +1,5 @@
-"""An approval card Slack will not take (not_in_channel, is_archived) ends the gated call, not the task."""
+"""An approval card Slack will not take (not_in_channel, is_archived) or refuses for good (its blocks, the
+token) ends the gated call, not the task: it is settled once, never posted again by each sweep."""
 
 from __future__ import annotations
 
@@ -13,7 +14,17 @@ from tests.test_approvals import ReactScript, _agent_file, _cards, _settle
 from threadbound_emulator import FakeSlack
 
 
-@pytest.mark.parametrize("error", ["not_in_channel", "is_archived"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        "not_in_channel",
+        "is_archived",
+        "invalid_blocks",
+        "msg_blocks_too_long",
+        "invalid_auth",
+        "token_revoked",
+    ],
+)
 async def test_a_card_that_cannot_be_posted_fails_the_call_and_the_task_goes_on(
     slack: FakeSlack, tmp_path: Path, error: str
 ) -> None:

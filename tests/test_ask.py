@@ -17,6 +17,7 @@ from pydantic_ai.messages import ToolReturnPart
 
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS
 from channel.tools import CATALOG
+from storage.base import StoreError
 from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET, AppHarness
@@ -411,7 +412,8 @@ def _ask_script(request: dict[str, Any]) -> Reply:
         return FakeOpenAI.text("deploying to " + ("staging" if "staging" in text else "?"))
     if messages[-1].get("role") != "tool":
         return FakeOpenAI.tool_call("tool_search", {"query": "ask a question", "limit": 3})
-    if called[-1] == "tool_search":
+    refused = called[-1] == "channel_ask" and '"error"' in str(messages[-1].get("content"))
+    if called[-1] == "tool_search" or refused:  # a question not recorded is asked again
         return FakeOpenAI.tool_call("channel_ask", {"question": "Which one?", "options": ["staging", "prod"]})
     return FakeOpenAI.text("should not be posted")
 
@@ -425,12 +427,14 @@ def _settled(db_path: Path) -> bool:
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("point", ["slack.post.after", "slack.post.before"])
+@pytest.mark.parametrize("point", ["slack.post.after", "slack.post.before", "store.journal_open.after"])
 async def test_an_ask_killed_around_its_card_posts_it_once_and_its_answer_resumes(
     tmp_path: Path, point: str
 ) -> None:
     """SIGKILL right after the card is posted (or right before), its result unrecorded: the restart finds
-    the card by its effect id or posts it (one card, no "result unavailable"); a click resumes the task."""
+    the card by its effect id or posts it (one card, no "result unavailable"); a click resumes the task.
+    Killed between the card's journal entry and the ask's record: the restart closes the entry (the
+    question was not recorded), the model asks again, and that one card is answered."""
     async with FakeSlack() as slack, FakeOpenAI(_ask_script) as llm, aiohttp.ClientSession() as http:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
@@ -453,7 +457,7 @@ async def test_an_ask_killed_around_its_card_posts_it_once_and_its_answer_resume
             await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
         ).status == 200
         assert await first.wait() == -9  # killed right after (or before) the card was posted
-        assert len(_cards(slack)) == (1 if point.endswith("after") else 0)
+        assert len(_cards(slack)) == (1 if point == "slack.post.after" else 0)
         second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "s2.log")
         await second.start()
         try:
@@ -471,3 +475,78 @@ async def test_an_ask_killed_around_its_card_posts_it_once_and_its_answer_resume
     assert len(_cards(slack)) == 1 and "should not be posted" not in _replies(slack)
     results = [m for r in llm.requests[asked:] for m in r["messages"] if m.get("role") == "tool"]
     assert all("unavailable" not in m["content"] and "interrupted" not in m["content"] for m in results)
+
+
+class AskTwiceScript:
+    """Asks a free-text question; when that call fails, asks it again (as a model would). Later
+    prompts are recorded and answered "got it"."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, Any] = {}  # the channel_ask results by call id, as the transcript has them
+        self.prompts: list[str] = []
+
+    def __call__(self, turn: Turn) -> list[Any]:
+        for message in turn.messages:
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart) and part.tool_name == "channel_ask":
+                    content = part.content
+                    parsed = json.loads(content) if isinstance(content, str) else content
+                    self.asked[part.tool_call_id] = parsed
+        if turn.prompt and "please ask" in turn.prompt:
+            return [call("tool_search", query="ask", limit=3)]
+        asked = [r for name, r in turn.results if name == "channel_ask"]
+        if any(name == "tool_search" for name, _ in turn.results) or (asked and "error" in asked[-1]):
+            return [call("channel_ask", question="What should the release be called?")]
+        if turn.prompt:
+            self.prompts.append(turn.prompt)
+            return [call("channel_reply", text="got it")]
+        return [""]
+
+
+@pytest.mark.parametrize("withdrawn", [True, False], ids=["withdrawn", "withdraw-failed"])
+async def test_an_ask_whose_card_was_never_journalled_takes_no_answer_and_wakes_nobody(
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, withdrawn: bool
+) -> None:
+    """The store fails right after the first ask's record is written (its card never posted): the
+    model asks again, the person's answer in the thread reaches the question they can see, and at
+    expiry no "nobody answered" turn wakes the task for the question nobody saw. When the store also
+    refuses to withdraw the record, the next run (the answer's) closes it before its prompt."""
+    script = AskTwiceScript()
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path, approval_ttl=600) as app:
+        assert app.service is not None and app.service.approvals is not None
+        store = app.service.store
+        real_open_ask, real_decide_ask = store.open_ask, store.decide_ask
+        orphans: list[str] = []
+
+        async def open_ask_then_fail(record: Any) -> None:
+            await real_open_ask(record)
+            if not orphans:
+                orphans.append(record.ask_id)
+                raise StoreError("the session ended after the commit")
+
+        refusals = [] if withdrawn else [StoreError("the session ended")]
+
+        async def decide_ask(ask_id: str, **kwargs: Any) -> bool:
+            if ask_id in orphans and refusals:
+                raise refusals.pop()  # the withdrawal, the orphan's first decision
+            return await real_decide_ask(ask_id, **kwargs)
+
+        monkeypatch.setattr(store, "open_ask", open_ask_then_fail)
+        monkeypatch.setattr(store, "decide_ask", decide_ask)
+        root = await _start(app, slack)
+        [card] = _cards(slack)
+        [orphan] = orphans
+        before = await store.get_ask(orphan)
+        assert before is not None and before.card_ts == "" and (before.decision is None) is not withdrawn
+        await _say(app, slack, "U1", "Call it Zephyr", root)
+        after = await store.get_ask(orphan)
+        assert after is not None and after.decision == "expired" and after.decided_by == ""
+        failed, live = script.asked.values()
+        assert failed["error"]["code"] == "tool_failed" and live["status"] == "asked"
+        app.service.approvals.clock = lambda: time.time() + 601
+        await app.service.runner.sweep()
+        await _settle(app)
+    [answered] = script.prompts
+    assert f"Alice answered {live['question']}: Call it Zephyr" in answered
+    assert "<@U1> answered *Call it Zephyr*" in json.dumps(_card(slack, card["ts"])["blocks"])
+    assert len(_cards(slack)) == 1 and _replies(slack) == ["got it"]

@@ -173,7 +173,7 @@ class Approvals:
                 try:
                     posted = await self.adapter.post_card(origin, card, effect_id=effect.effect_id)
                 except ChannelError as exc:
-                    if exc.ambiguous or exc.code not in _UNPOSTABLE:
+                    if exc.ambiguous or (exc.code not in _UNPOSTABLE and not exc.for_good):
                         raise  # passing (or unknown): the sweep looks for the card and posts it if absent
                     await self._unpostable(session, approval, effect, exc)
                     continue
@@ -184,8 +184,9 @@ class Approvals:
     async def _unpostable(
         self, session: ChannelSession, approval: ApprovalRecord, effect: EffectRecord, exc: ChannelError
     ) -> None:
-        """The provider will not take the card here (``not_in_channel``, ``is_archived``…): nobody can ever
-        approve it, so the call is decided ``failed`` at once and the task goes on."""
+        """The provider will not take the card here (``not_in_channel``, ``is_archived``…) or ever
+        (refused for good: its blocks, a revoked token): nobody can approve it, so the call is decided
+        ``failed`` at once and the task goes on, instead of the sweep posting it again until it expires."""
         log.warning("approval card %s cannot be posted: %s", approval.approval_id, exc.message)
         await self.store.decide_approval(
             approval.approval_id,

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 #: ``kind`` of the inbox payload an answer or decision appends.
 ASK_KIND = "ask_decision"
+#: The card effect's result when the ask was not (or no longer) recorded: the model may ask again.
+_NOT_RECORDED = ChannelError("not_found", "the question was not recorded and no card was posted; ask again")
 #: Characters of a free-text answer kept with the ask (the message itself stays whole in the prompt).
 _MAX_ANSWER = 4000
 Result = dict[str, Any]
@@ -112,10 +114,29 @@ class Asks:
             card_ts="",
             created_at=self.approvals.clock(),
         )
-        await session.journal.check()
-        await self.store.open_ask(record)
+        # Journal first (A card has its record): a crash after the entry leaves a card effect the
+        # resumed run settles (:meth:`settle`: posted, or closed when the record never was); a store
+        # error after it withdraws the record. A record without a card takes no answer (module doc).
         effect_id = await session.journal.open(tool, {"ask": record.ask_id})
+        try:
+            await self.store.open_ask(record)
+        except StoreError:
+            await self._withdraw(session, record, effect_id, _NOT_RECORDED)
+            raise
         return await self._post_card(session, record, effect_id, [])
+
+    async def _withdraw(
+        self, session: ChannelSession, record: AskRecord, effect_id: str, error: ChannelError
+    ) -> None:
+        """Close the card's effect with ``error`` and decide the record ``expired`` without waking the
+        task (nobody saw its card), as far as the store lets: what it does not, the resumed run settles."""
+        try:
+            await session.journal.close(effect_id, error.as_result())
+            await self.store.decide_ask(
+                record.ask_id, decision="expired", answer="", user_id="", payload="", now=record.created_at
+            )
+        except StoreError:
+            log.warning("could not withdraw ask %s; the resumed run settles it", record.ask_id)
 
     async def _post_card(
         self, session: ChannelSession, record: AskRecord, effect_id: str, found: Sequence[Posted]
@@ -130,11 +151,8 @@ class Asks:
                 card = open_card(record, self.approvals.ttl)
                 posted = await self.adapter.post_card(where, card, effect_id=effect_id)
         except ChannelError as exc:
-            await session.journal.close(effect_id, exc.as_result())
             # Nobody can answer a card that was never posted: withdrawn, resuming nothing.
-            await self.store.decide_ask(
-                record.ask_id, decision="expired", answer="", user_id="", payload="", now=record.created_at
-            )
+            await self._withdraw(session, record, effect_id, exc)
             raise
         # The store keeps the key the adapter gives (what a click reports), never a piece of the ref.
         await self.store.set_ask_card(record.ask_id, self.adapter.click_key(posted.ref))
@@ -151,15 +169,32 @@ class Asks:
         card is found in the thread by the effect id it carries (else posted now), so it is posted
         once and the resumed run reads the call's own result from the journal."""
         record = await self.store.get_ask(str(json.loads(effect.args).get("ask") or ""))
-        if record is None:
-            gone = ChannelError("not_found", "the interrupted question was not recorded; ask again")
-            await session.journal.close(effect.effect_id, gone.as_result())
+        if record is None or (record.decision is not None and not record.card_ts):
+            # Never recorded, or withdrawn (or expired) before its card was known: not posted now.
+            await session.journal.close(effect.effect_id, _NOT_RECORDED.as_result())
             return
         found = await self.adapter.find_posted(Origin(record.channel, record.thread_ts), effect.effect_id)
         try:
             await self._post_card(session, record, effect.effect_id, found)
         except ChannelError as exc:
             log.warning("could not post the card of interrupted ask %s: %s", record.ask_id, exc.message)
+
+    async def close_cardless(
+        self, session: ChannelSession, asks: Sequence[AskRecord] | None = None
+    ) -> list[AskRecord]:
+        """Decide ``expired``, waking nobody, the task's open asks whose card was never posted (a store
+        error or crash between the record and its card; run before the prompt, after the crashed run's
+        card effects are settled); the others. ``asks``: the task's undecided asks, if read."""
+        kept = []
+        for ask in asks if asks is not None else await self.store.open_asks(session.task.task_id):
+            if ask.card_ts:
+                kept.append(ask)
+                continue
+            log.warning("ask %s has no card: closed", ask.ask_id)
+            await self.store.decide_ask(
+                ask.ask_id, decision="expired", answer="", user_id="", payload="", now=self.approvals.clock()
+            )
+        return kept
 
     async def check_approval(self, session: ChannelSession, handle: str) -> Result:
         ask = await self.store.get_ask(handle)
@@ -188,6 +223,8 @@ class Asks:
         open free-text question it may answer; None when it answers none. ``asks``: the task's
         undecided asks as the caller read them (one decided since loses its ``decide_ask`` below)."""
         for ask in asks if asks is not None else await self.store.open_asks(session.task.task_id):
+            if not ask.card_ts:
+                continue  # its card was never posted: nobody is answering it (:meth:`close_cardless`)
             if ask.kind != "question" or ask.options or at < ask.created_at or self._overdue(ask):
                 continue
             if not self.may_answer(user, ask):
@@ -279,16 +316,15 @@ class Asks:
         decided = 0
         before = self.approvals.clock() - self.approvals.ttl
         for ask in await self.store.expired_asks(before=before):
+            # An ask whose card was never posted expires silently: nobody was waiting for it.
+            payload = self._payload(ask, "expired", "", "") if ask.card_ts else ""
+            now = self.approvals.clock()
             won = await self.store.decide_ask(
-                ask.ask_id,
-                decision="expired",
-                answer="",
-                user_id="",
-                payload=self._payload(ask, "expired", "", ""),
-                now=self.approvals.clock(),
+                ask.ask_id, decision="expired", answer="", user_id="", payload=payload, now=now
             )
             if won:
                 decided += 1
+            if won and payload:
                 self.approvals.wake(ask.task_id)
                 self._update_card(ask.ask_id)
         return decided

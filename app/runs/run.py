@@ -261,7 +261,11 @@ class RunExecutor:
             return RunOutcome(task_id, "stopped", False)
         screen = BudgetScreen(self.budgets, session)  # each author's own budget, told once a run
         shown = await screen.screen(items)
-        prompt = await render_prompt(session, shown, notes, asks=start.asks if start is not None else None)
+        # Read again when a crashed run's card effects were settled just now (a card since posted).
+        asks = list(start.asks) if start is not None and not effects else None
+        if session.asks is not None:
+            asks = await session.asks.close_cardless(session, asks)  # A card has its record
+        prompt = await render_prompt(session, shown, notes, asks=asks)
         upto = None
         if self.feedback:
             # Clicks on the task's answers since its last run (marked shown with the first checkpoint).

@@ -35,6 +35,10 @@ class AskHost(Protocol):
         """Settle an ask's card effect a crash left open (found by its effect id, else posted),
         closing it with the call's result."""
 
+    async def close_cardless(self, session: Any, asks: Sequence[Any] | None = None) -> list[Any]:
+        """Close the task's open asks whose card was never posted (they take no answer and wake
+        nobody); the task's other undecided asks. ``asks``: those undecided asks, if read."""
+
     async def row(self, session: Any, payload: dict[str, Any]) -> Result:
         """An answer's inbox item as the prompt shows it ("Alice answered q_…: staging")."""
 

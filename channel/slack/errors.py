@@ -61,6 +61,21 @@ _MESSAGE_GONE = frozenset({"message_not_found"})
 #: Slack's answers that the conversation itself is gone for the bot.
 _CONVERSATION_GONE = frozenset({"thread_not_found", "channel_not_found", "is_archived", "not_in_channel"})
 
+#: Slack's refusals that the same write meets again (its blocks or size, the install's credentials).
+_REFUSED_FOR_GOOD = frozenset(
+    {
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "msg_blocks_too_long",
+        "msg_too_long",
+        "invalid_auth",
+        "not_authed",
+        "token_revoked",
+        "token_expired",
+        "account_inactive",
+    }
+)
+
 #: Slack answers that do not say whether the write happened (Slack's own "something went wrong";
 #: an HTML page from a proxy reads as ``unknown_error``): looked up before they count as failures.
 AMBIGUOUS_CODES = frozenset(
@@ -85,7 +100,10 @@ def map_slack_error(exc: Exception, method: str) -> ChannelError | None:
             return MessageGone(f"{method}: {message}", provider_code=code)
         if code in _CONVERSATION_GONE and not ambiguous:
             return ConversationGone(mapped, f"{method}: {message}", provider_code=code)
-        return ChannelError(mapped, f"{method}: {message}", provider_code=code, ambiguous=ambiguous)
+        for_good = code in _REFUSED_FOR_GOOD and not ambiguous
+        return ChannelError(
+            mapped, f"{method}: {message}", provider_code=code, ambiguous=ambiguous, for_good=for_good
+        )
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ClientError | SlackClientError | OSError):
         return ChannelError(
             "slack_error",
