@@ -234,11 +234,6 @@ async def test_a_failed_journal_write_at_the_answer_still_answers(tmp_path: Path
 
 
 @pytest.mark.process
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 item 3: the ask is recorded, the journal entry of its card fails, the tool fails:"
-    " an ask with no card stays open (and captures the next free-text answer)",
-)
 async def test_an_ask_whose_card_cannot_be_journalled_leaves_no_orphan(tmp_path: Path) -> None:
     schedule = _directed("sqlite", "ask", "off", Fault(0.0, "db.fail", "effects", EFFECTS_DOWN))
     outcome = await _directed_outcome(schedule, tmp_path)
