@@ -17,7 +17,7 @@ from app.ops.manifest import (
     build_manifest,
 )
 from channel.slack import features_from_scopes
-from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes
+from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes, purpose
 from channel.tools import CATALOG
 from threadbound_emulator import DEFAULT_SCOPES
 
@@ -185,3 +185,6 @@ def test_the_manifest_declares_the_ways_in(capsys: pytest.CaptureFixture[str]) -
     assert main(["manifest", "--url", URL, "--slash-command", "helper"]) == 2
     events = build_manifest(URL, agent_view=True)["settings"]["event_subscriptions"]["bot_events"]
     assert len(events) == len(set(events))
+    # `check` warns when the install lacks it, naming what it is for.
+    without = [s for s in DEFAULT_SCOPES if s != "commands"]
+    assert missing_scopes(without) == {"commands": []} and "slash command" in purpose("commands")

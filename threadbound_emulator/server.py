@@ -150,7 +150,7 @@ class FakeSlack(Workspace):
             return web.Response(status=400, text="no_text")
         self.responses.append((str(request.url), body))
         for callback in self._after:
-            callback(Call("response_url", body, body, True))
+            callback(Call("response_url", {"url": str(request.url)}, body, True))
         return web.Response(text="ok")
 
     def responses_to(self, url: str) -> list[JSON]:

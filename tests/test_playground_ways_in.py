@@ -1,0 +1,67 @@
+"""The playground's other ways in, over its page API: the message shortcut, the slash command and the
+App Home tab, each reaching the real app as Slack would deliver it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from app.playground import GENERAL, Playground
+from app.playground.guard import TOKEN_HEADER
+from app.settings import Settings
+from tests.support.models import echo_model
+from tests.support.waiting import eventually
+
+
+def _settings(tmp_path: Path) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": tmp_path,
+        "agent_file": None,
+        "skills_dir": None,
+        "sweep_interval": 3600.0,
+        "shutdown_grace": 5.0,
+        "stream": "off",
+    }
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with http.post(url, json=body) as response:
+        answer = await response.json()
+        assert response.status == 200, answer
+        return dict(answer)
+
+
+async def test_the_page_offers_the_shortcut_the_command_and_the_home_tab(tmp_path: Path) -> None:
+    """Ask threadbound on Bob's message starts a task in its thread; `/threadbound usage` typed as
+    Alice comes back as a note only Alice sees; opening the Home tab shows Alice's own, and a
+    button that is not on it is refused."""
+    async with (
+        Playground(_settings(tmp_path), model=echo_model()) as pg,
+        aiohttp.ClientSession(headers={TOKEN_HEADER: pg.page_token}) as http,
+    ):
+        assert pg.service is not None
+        ts = pg.slack.add_message(GENERAL, "why is the build red?", "U0BOB")
+        answer = await _post(http, f"{pg.url}api/shortcut", {"as": "U0ALICE", "channel": GENERAL, "ts": ts})
+        assert answer["status"] == 200
+        await pg.service.runner.idle()
+        [reply] = [m for m in pg.slack.bot_messages(GENERAL) if m.get("thread_ts") == ts]
+        assert "alice asks about Bob" in reply["text"] and "why is the build red?" in reply["text"]
+
+        await _post(http, f"{pg.url}api/command", {"as": "U0ALICE", "channel": GENERAL, "text": " usage"})
+        state = pg.snapshot()
+        notes = next(c for c in state["conversations"] if c["id"] == GENERAL)["ephemerals"]
+        assert [n["user"] for n in notes] == ["U0ALICE"] and "tokens today" in notes[0]["html"]
+
+        await _post(http, f"{pg.url}api/home", {"as": "U0ALICE"})
+        assert pg.service.home is not None
+        await pg.service.home.idle()
+        await eventually(lambda: bool(pg.snapshot()["home"]["U0ALICE"]))
+        home = pg.snapshot()["home"]
+        assert any(i.get("text") == "Your follow-ups" for i in home["U0ALICE"]) and home["U0BOB"] == []
+        async with http.post(
+            f"{pg.url}api/home-click", json={"as": "U0ALICE", "action_id": "threadbound_x", "value": "1"}
+        ) as refused:
+            assert refused.status == 400
