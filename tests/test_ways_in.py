@@ -4,10 +4,12 @@ shortcut "Ask threadbound", the slash command's subcommands, the App Home tab.""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -18,16 +20,20 @@ from app.intake.shortcuts import ASK
 from channel import follow_ups as fu
 from storage.base import FollowUpRecord
 from tests.support import events
+from tests.support.fake_model import FakeOpenAI
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import call
+from tests.support.process import ServerProcess, server_env
 from tests.support.prompts import rows
+from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 from threadbound_emulator import events as emulated
 
 WITHIN = 10.0
 USAGE = RequestUsage(input_tokens=100, output_tokens=20)
 
-pytestmark = pytest.mark.parametrize("socket_mode", [False, True], ids=["http", "socket"])
+#: Each test runs over HTTP and over Socket Mode.
+both = pytest.mark.parametrize("socket_mode", [False, True], ids=["http", "socket"])
 
 
 def answering(prompts: list[str]) -> FunctionModel:
@@ -126,6 +132,7 @@ def _cancel_buttons(blocks: list[dict[str, Any]]) -> list[str]:
 # -- the message shortcut ------------------------------------------------------------------------
 
 
+@both
 async def test_a_shortcut_starts_a_task_on_the_message_with_it_in_view(
     tmp_path: Path, socket_mode: bool
 ) -> None:
@@ -154,6 +161,7 @@ async def test_a_shortcut_starts_a_task_on_the_message_with_it_in_view(
         assert about["message"].startswith("msg_")
 
 
+@both
 async def test_a_shortcut_follows_the_mention_rules(tmp_path: Path, socket_mode: bool) -> None:
     """Outside ALLOWED_USERS the shortcut starts nothing, and the person is told why privately
     through its response_url."""
@@ -186,6 +194,7 @@ async def test_a_shortcut_follows_the_mention_rules(tmp_path: Path, socket_mode:
 # -- the slash command -----------------------------------------------------------------------------
 
 
+@both
 async def test_each_subcommand_answers_privately(tmp_path: Path, socket_mode: bool) -> None:
     """help lists the subcommands; usage shows the person's tokens today against their budget;
     follow-ups lists only theirs, each with a Cancel button that cancels it (someone else's click
@@ -259,6 +268,7 @@ def _cancel_click(user: str, value: str, response_url: str) -> dict[str, Any]:
 # -- the App Home tab ------------------------------------------------------------------------------
 
 
+@both
 async def test_the_home_tab_shows_each_person_only_their_own(tmp_path: Path, socket_mode: bool) -> None:
     """Alice and Bob each open the Home tab: each sees their own tasks (linked), follow-ups (with
     Cancel) and budget, never the other's; it is drawn again on every opening, and a Cancel
@@ -303,3 +313,31 @@ async def test_the_home_tab_shows_each_person_only_their_own(tmp_path: Path, soc
             await _send(app, emulated.app_home_opened(slack, "U2", tab="messages"), socket_mode)
             await home.idle()
             assert slack.count("views.publish") == published + 1
+
+
+@pytest.mark.process
+async def test_the_ways_in_reach_the_service_through_the_edge_process(tmp_path: Path) -> None:
+    """Under `serve` the HTTP edge runs in a process of its own and hands everything but events to
+    the service: a slash command's private answer, a shortcut's task and a Home tab all come back."""
+    async with FakeSlack() as slack, FakeOpenAI() as llm, aiohttp.ClientSession() as http:
+        _workspace(slack)
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+            url = f"{server.url}/slack/events"
+            payload = emulated.slash_command(slack, "C1", "U1", "help")
+            body, headers = emulated.command_body(payload, SIGNING_SECRET)
+            async with http.post(url, data=body, headers=headers) as answered:
+                assert answered.status == 200
+                answer = await answered.json()
+            assert answer["response_type"] == "ephemeral" and "/threadbound usage" in answer["text"]
+
+            ts = slack.add_message("C1", "what does exit 137 mean?", user="U2")
+            shortcut = emulated.message_action(slack, "C1", ts, "U1", callback_id=ASK)
+            clicked = await events.deliver_interaction(http, url, shortcut, SIGNING_SECRET)
+            assert clicked.status == 200
+            await eventually(lambda: any(m.get("thread_ts") == ts for m in slack.bot_messages("C1")))
+
+            opened = await events.deliver(http, url, emulated.app_home_opened(slack, "U1"), SIGNING_SECRET)
+            assert opened.status == 200
+            await eventually(lambda: "U1" in slack.home_views)
+            assert "Your tasks" in json.dumps(slack.home_views["U1"])
