@@ -507,7 +507,10 @@ class _WaysIn:
         )
         interactions.on(CANCEL_FOLLOW_UP, home.cancel_click)
         runs.agent_view.home = home.opened
-        shortcuts = Shortcuts(ingress, surfaces.respond)
+        async def name_of(user: str) -> str:
+            return (await adapter.lookups.user(user))[0]
+
+        shortcuts = Shortcuts(ingress, surfaces.respond, name_of)
         interactions.on_shortcut = shortcuts.handle
         command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
         return cls(shortcuts, command, home)

@@ -3,10 +3,13 @@ App Home tab, each reaching the real app as Slack would deliver it."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from app.playground import GENERAL, Playground
 from app.playground.guard import TOKEN_HEADER
@@ -48,7 +51,7 @@ async def test_the_page_offers_the_shortcut_the_command_and_the_home_tab(tmp_pat
         assert answer["status"] == 200
         await pg.service.runner.idle()
         [reply] = [m for m in pg.slack.bot_messages(GENERAL) if m.get("thread_ts") == ts]
-        assert "alice asks about Bob" in reply["text"] and "why is the build red?" in reply["text"]
+        assert "Alice asks about Bob" in reply["text"] and "why is the build red?" in reply["text"]
 
         await _post(http, f"{pg.url}api/command", {"as": "U0ALICE", "channel": GENERAL, "text": " usage"})
         state = pg.snapshot()
@@ -65,3 +68,36 @@ async def test_the_page_offers_the_shortcut_the_command_and_the_home_tab(tmp_pat
             f"{pg.url}api/home-click", json={"as": "U0ALICE", "action_id": "threadbound_x", "value": "1"}
         ) as refused:
             assert refused.status == 400
+
+
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (or set CHROMIUM=/path/to/it)")
+async def test_in_the_browser_the_shortcut_the_command_and_home_work(tmp_path: Path) -> None:
+    """In chromium, as Alice: "Ask threadbound" beside Bob's message gets an answer in its thread;
+    `/threadbound usage` typed in the composer comes back as a note only Alice sees; 🏠 Home shows
+    her Home tab (screenshots in the test's folder)."""
+    from playwright.async_api import async_playwright
+
+    async with Playground(_settings(tmp_path), model=echo_model()) as pg, async_playwright() as pw:
+        await pg.post("U0BOB", GENERAL, "why is the build red?")
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 800})
+            await page.goto(pg.url)
+            await page.select_option("#person", "U0ALICE")
+            await page.locator("button.shortcut").first.click()
+            await page.locator(".msg.bot .text", has_text="asks about").wait_for(timeout=30_000)
+            await page.fill("#text", "/threadbound usage")
+            await page.press("#text", "Enter")
+            await page.locator(".msg.ephemeral .text", has_text="tokens today").wait_for(timeout=30_000)
+            await page.screenshot(path=str(tmp_path / "ways-in.png"), full_page=True)
+            await page.click('a[data-conversation="home"]')
+            await page.locator("#messages h3", has_text="Your follow-ups").wait_for(timeout=30_000)
+            await page.screenshot(path=str(tmp_path / "home.png"), full_page=True)
+        finally:
+            await browser.close()

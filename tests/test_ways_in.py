@@ -155,7 +155,7 @@ async def test_a_shortcut_starts_a_task_on_the_message_with_it_in_view(
         assert reply["text"] == "on it"
         [prompt] = prompts
         [row] = rows(prompt)
-        assert row["author"] == "alice"
+        assert row["author"] == "Alice"  # her display name, as the model sees people elsewhere
         about = row["asked_about"]
         assert about["author"] == "Bob" and about["text"] == "the deploy failed with exit 137"
         assert about["message"].startswith("msg_")

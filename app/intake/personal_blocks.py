@@ -41,6 +41,13 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _task_where(links: Links, task: PersonTask) -> str:
+    """A task as a link to its conversation: a thread in a channel, or a direct message."""
+    if task.channel.startswith("D"):
+        return _where(links, task.channel, task.thread_ts, "a direct message")
+    return f"{_where(links, task.channel, task.thread_ts, 'a thread')} in <#{task.channel}>"
+
+
 def usage_blocks(usage: Usage) -> list[Block]:
     return [section(usage.line())]
 
@@ -73,8 +80,5 @@ def follow_up_blocks(records: Sequence[FollowUpRecord], links: Links) -> list[Bl
 def task_blocks(tasks: Sequence[PersonTask], links: Links) -> list[Block]:
     if not tasks:
         return [section("No tasks of yours in the last 7 days. Mention the app or message it to start one.")]
-    lines = [
-        f"• {_where(links, t.channel, t.thread_ts, 'conversation')} — last asked {when(t.last_at)}"
-        for t in tasks
-    ]
+    lines = [f"• {_task_where(links, t)} — last asked {when(t.last_at)}" for t in tasks]
     return [section("\n".join(lines))]

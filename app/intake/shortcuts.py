@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from channel.errors import ChannelError
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 ASK = "threadbound_ask"
 #: Its name people see in a message's menu.
 ASK_NAME = "Ask threadbound"
+#: A person's display name (``users.info``, cached): ``user id → name``.
+NameOf = Callable[[str], Awaitable[str]]
+#: Seconds the acknowledgement may wait for the asker's display name.
+NAME_WAIT = 1.0
 #: Answers through the payload's ``response_url``: ``(url, body)``.
 Respond = Callable[[str, Mapping[str, Any]], Awaitable[None]]
 
@@ -44,9 +49,12 @@ _UNAVAILABLE = "That could not be taken just now; please try the shortcut again 
 class Shortcuts:
     """Message shortcuts by ``callback_id``; see the module docstring."""
 
-    def __init__(self, ingress: Ingress, respond: Respond | None = None) -> None:
+    def __init__(
+        self, ingress: Ingress, respond: Respond | None = None, name_of: NameOf | None = None
+    ) -> None:
         self.ingress = ingress
         self._respond = respond
+        self._name_of = name_of
         self._telling: set[asyncio.Task[None]] = set()
 
     async def handle(self, payload: Mapping[str, Any]) -> tuple[int, str]:
@@ -77,6 +85,8 @@ class Shortcuts:
             log.info("a shortcut was refused", extra={"fields": {"reason": decision.reason}})
             self._tell(response_url, _REFUSED.format(reason=decision.reason))
             return 200, ""
+        if (name := await self._display_name(message.author.id)) is not None:
+            message = replace(message, author=replace(message.author, name=name))
         key = f"shortcut:{trigger}"
         result = await self.ingress.claim(key, decision, message, key=key)
         log.info(
@@ -89,6 +99,18 @@ class Shortcuts:
             self._tell(response_url, _UNAVAILABLE)
             return 200, ""  # Slack does not retry a shortcut: the person was told to try again
         return 200, ""
+
+    async def _display_name(self, user: str) -> str | None:
+        """The asker's display name, as the model sees people elsewhere; None (the payload's user name
+        stands) when the look-up fails or takes more of Slack's 3 seconds than :data:`NAME_WAIT`."""
+        if self._name_of is None:
+            return None
+        try:
+            async with asyncio.timeout(NAME_WAIT):
+                name = await self._name_of(user)
+        except (ChannelError, TimeoutError):
+            return None
+        return name if name and name != "someone" else None
 
     def _tell(self, response_url: str, text: str) -> None:
         if self._respond is None or not response_url:

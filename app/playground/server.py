@@ -103,7 +103,7 @@ class Playground:
         self._http: aiohttp.ClientSession | None = None
         self._watch: asyncio.Task[None] | None = None
         #: The shortcut, the slash command and the Home tab (``ways_in``).
-        self.ways = WaysIn(self.slack, self._post_to_app, self.secret, settings.slash_command)
+        self.ways = WaysIn(self.slack, self._post_to_app, self.secret, settings.slash_command, self._notify)
 
     # ------------------------------------------------------------------ lifecycle
 

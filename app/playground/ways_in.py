@@ -28,9 +28,13 @@ PostToApp = Callable[[bytes, dict[str, str]], Awaitable[Delivery]]
 class WaysIn:
     """The shortcut, the slash command and the Home tab of one playground's workspace."""
 
-    def __init__(self, slack: FakeSlack, post: PostToApp, secret: str, command: str) -> None:
+    def __init__(
+        self, slack: FakeSlack, post: PostToApp, secret: str, command: str, notify: Callable[[], None]
+    ) -> None:
         self.slack = slack
         self._post = post
+        #: Tells the page the workspace changed (a note it must show).
+        self._notify = notify
         self.secret = secret
         #: The slash command's name (``SLASH_COMMAND``): composer text starting with it is one.
         self.command_name = command
@@ -83,6 +87,7 @@ class WaysIn:
             if isinstance(text, Mapping) and text.get("text") and text.get("text") != answer.get("text"):
                 lines.append(str(text["text"]))
         self.slack.ephemerals.append((channel, person, "", "\n\n".join(line for line in lines if line)))
+        self._notify()
 
     async def open_home(self, person: str) -> Delivery:
         """``person`` opens the app's Home tab."""
