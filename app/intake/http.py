@@ -59,8 +59,9 @@ Command = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
 
 class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item and every click goes to ``app.intake.interactions``;
-    nothing reaches Bolt's listeners."""
+    """Every event_callback becomes an inbox item, every click and message shortcut goes to
+    ``app.intake.interactions``, a slash command to ``app.intake.slash_command``; nothing reaches
+    Bolt's listeners."""
 
     def __init__(
         self,
@@ -89,7 +90,7 @@ class _Ingest(AsyncMiddleware):
         if "command" in body and self._command is not None:  # a slash command: answered in the body
             status, answer = await self._command(body)
             return BoltResponse(status=status, body=json.dumps(answer))  # JSON: Bolt says so
-        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
+        # Other interactivity (view submissions, global shortcuts), unknown envelope types: acknowledge.
         return BoltResponse(status=200, body="")
 
 

@@ -53,7 +53,8 @@ class Interactions:
         return frozenset(self._handlers)
 
     async def handle(self, payload: Mapping[str, Any]) -> tuple[int, str]:
-        """Dispatch every action of one ``block_actions`` payload; ``(status, body)`` for Slack."""
+        """Dispatch every action of one ``block_actions`` payload, or a message shortcut to
+        :attr:`on_shortcut`; ``(status, body)`` for Slack."""
         if payload.get("type") == "message_action" and self.on_shortcut is not None:
             return await self.on_shortcut(payload)
         if payload.get("type") != "block_actions":
