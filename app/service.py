@@ -28,9 +28,14 @@ from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
 from app.intake.edge_thread import MainLoop
 from app.intake.external import ExternalNotice
+from app.intake.home import AppHome
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
+from app.intake.personal import Personal
+from app.intake.personal_blocks import CANCEL_FOLLOW_UP
+from app.intake.shortcuts import Shortcuts
+from app.intake.slash_command import SlashCommand
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
 from app.ops.observe import ModelTiming, Observer, combine
@@ -51,6 +56,7 @@ from channel.errors import ChannelError
 from channel.selection import ToolSelection, select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
+from channel.slack.surfaces import Surfaces
 from storage import Store, StoreError, open_store
 
 from .settings import (
@@ -120,6 +126,11 @@ class Service:
     progress: Progress | None = None
     #: The first Socket Mode URL, got by ``create`` (which thereby checked the app token).
     socket_url: str | None = None
+    #: The ways in beside messages (``app.intake.shortcuts``, ``app.intake.slash_command``,
+    #: ``app.intake.home``): the message shortcut, the slash command and its subcommands, App Home.
+    shortcuts: Shortcuts | None = None
+    slash_command: SlashCommand | None = None
+    home: AppHome | None = None
     #: The HTTP edge (``app.intake.http``) and its aiohttp app.
     http: HttpEdge = field(init=False)
     web_app: web.Application = field(init=False)
@@ -172,6 +183,9 @@ class Service:
             socket=intake.socket,
             progress=config.progress,
             socket_url=config.socket_url,
+            shortcuts=intake.ways.shortcuts,
+            slash_command=intake.ways.command,
+            home=intake.ways.home,
         )
 
     def _web_app(self) -> web.Application:
@@ -223,6 +237,8 @@ class Service:
             await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
         if self.agent_view is not None:
             await bounded(self.agent_view.close(), 1.0, "agent view titles")  # of runs that just ended
+        if self.home is not None:
+            await bounded(self.home.close(), 1.0, "Home tabs being drawn")
 
     async def close(self) -> None:
         await self.drain(0)
@@ -432,6 +448,7 @@ class _Intake:
     interactions: Interactions
     bolt: AsyncApp
     socket: SocketModeIntake | None
+    ways: _WaysIn
 
     @classmethod
     def build(cls, parts: _Parts, runs: _Runs) -> _Intake:
@@ -451,9 +468,49 @@ class _Intake:
             parts.store, ref_of=adapter.clicked_ref, name_of=adapter.known_user, on_feedback=observer.feedback
         )
         interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions, runs.agent_view)
+        ways = _WaysIn.build(parts, runs, ingress, interactions)
+        bolt = build_bolt(settings, ingress, interactions, runs.agent_view, ways.command.handle)
         socket = None
         if parts.config.socket_url is not None:
             handle = event_handler(ingress, runs.agent_view)
-            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runs.runner.ack_gate)
-        return cls(ingress, interactions, bolt, socket)
+            socket = SocketModeIntake(
+                settings,
+                handle,
+                interactions.handle,
+                ack_gate=runs.runner.ack_gate,
+                on_command=ways.command.handle,
+            )
+        return cls(ingress, interactions, bolt, socket, ways)
+
+
+@dataclass(frozen=True)
+class _WaysIn:
+    """The message shortcut, the slash command and the App Home tab, wired to the intake."""
+
+    shortcuts: Shortcuts
+    command: SlashCommand
+    home: AppHome
+
+    @classmethod
+    def build(cls, parts: _Parts, runs: _Runs, ingress: Ingress, interactions: Interactions) -> _WaysIn:
+        settings, adapter = parts.settings, parts.adapter
+        surfaces = Surfaces(adapter.link)
+        personal = Personal(parts.store, budget=settings.user_daily_token_budget)
+        links = surfaces.thread_link
+        home = AppHome(
+            settings,
+            personal,
+            links,
+            publish=surfaces.publish_home,
+            respond=surfaces.respond,
+            tell=interactions.tell,
+        )
+        interactions.on(CANCEL_FOLLOW_UP, home.cancel_click)
+        runs.agent_view.home = home.opened
+        async def name_of(user: str) -> str:
+            return (await adapter.lookups.user(user))[0]
+
+        shortcuts = Shortcuts(ingress, surfaces.respond, name_of)
+        interactions.on_shortcut = shortcuts.handle
+        command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
+        return cls(shortcuts, command, home)

@@ -127,6 +127,8 @@ class Settings(BaseSettings):
     task_files_max_bytes: int = Field(default=524_288_000, ge=1)
     #: A task's files are removed after this many days without activity (the task and handles stay).
     files_ttl_days: float = Field(default=7.0, gt=0)
+    #: The slash command's name in the manifest (``/threadbound``) and in its own help.
+    slash_command: str = Field(default="/threadbound", pattern=r"^/[a-z0-9_-]{1,31}$")
 
     #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"

@@ -40,6 +40,7 @@ from .follow_ups import FollowUpBoard, cancel_earlier
 from .guard import Guard
 from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
+from .ways_in import WaysIn
 from .workspace import (
     GENERAL,
     PEOPLE,
@@ -101,6 +102,8 @@ class Playground:
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._watch: asyncio.Task[None] | None = None
+        #: The shortcut, the slash command and the Home tab (``ways_in``).
+        self.ways = WaysIn(self.slack, self._post_to_app, self.secret, settings.slash_command, self._notify)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -194,6 +197,8 @@ class Playground:
             self._deleting[id(call)] = Retraction(channel, ts, thread, str(message.get("text") or ""))
 
     def _after_call(self, call: Call) -> None:
+        if call.method == "response_url" and call.response is not None:
+            self.ways.responded(str(call.params.get("url") or ""), call.response)
         gone = self._deleting.pop(id(call), None)
         ok = call.response is not None and call.response.get("ok")
         if gone is not None and ok and self.slack.find(gone.channel, gone.ts) is None:
@@ -211,6 +216,8 @@ class Playground:
     def snapshot(self) -> dict[str, Any]:
         state = self.board.attach(snapshot(self.slack, self.view, self._version))
         state["examples"] = EXAMPLE_PROMPTS
+        state["home"] = {person: self.ways.home(person) for person in self.view.people}
+        state["slash_command"] = self.ways.command_name
         return state
 
     async def _watch_follow_ups(self) -> None:
