@@ -48,7 +48,7 @@ from app.runs.scheduler import Scheduler
 from app.runs.streaming import check_mode as check_stream_mode
 from channel.contract import missing_implementations
 from channel.errors import ChannelError
-from channel.selection import ToolSelection, select_tools
+from channel.selection import ToolSelection, host_tools_of, select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
@@ -322,10 +322,15 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
         if missing:
             raise StartupError(f"adapter claims features it does not implement: {missing}")
         skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
+        settings = parts.settings
+        mcp.attach(
+            parts.config.model,
+            Budgets(parts.store, settings.user_daily_token_budget, settings.daily_token_budget),
+        )
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
         try:
-            return select_tools(
+            selection = select_tools(
                 adapter.features.enabled(),
                 parts.config.agent_file.tools,
                 skills,
@@ -334,6 +339,14 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
             )
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
+        requested = parts.config.agent_file.tools
+
+        def tools_changed() -> None:
+            # Every session offers from this one selection: tool_search finds the new list next step.
+            selection.host_tools = host_tools_of(requested, mcp.tools)
+
+        mcp.on_change = tools_changed
+        return selection
     except StartupError:
         await mcp.stop()
         await adapter.close()
@@ -408,7 +421,11 @@ def _build_agent(parts: _Parts, run_hooks: RunHooks, timing: ModelTiming) -> Age
         config.model,
         on_tool=run_hooks.on_tool,
         on_tool_end=observer.tool_end,
-        toolsets=[McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end)] if config.mcp else [],
+        toolsets=(
+            [McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end, config.progress.tool_progress)]
+            if config.mcp
+            else []
+        ),
         gate=(lambda every: ApprovalGate(every, approval, parts.store)) if approval else None,
         capabilities=[timing],
     )
