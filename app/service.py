@@ -21,6 +21,7 @@ from app.agent.agent_file import AgentFile
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
+from app.agent.mcp.elicitation import Elicitor
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import RunDeps, build_agent, build_model
@@ -221,6 +222,8 @@ class Service:
         await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
         if self.approvals is not None:
             await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
+        if self.mcp.elicitor is not None:
+            await bounded(self.mcp.elicitor.cards.idle(), CANCEL_WAIT, "MCP form card updates")
         if self.agent_view is not None:
             await bounded(self.agent_view.close(), 1.0, "agent view titles")  # of runs that just ended
 
@@ -323,10 +326,10 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
             raise StartupError(f"adapter claims features it does not implement: {missing}")
         skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
         settings = parts.settings
-        mcp.attach(
-            parts.config.model,
-            Budgets(parts.store, settings.user_daily_token_budget, settings.daily_token_budget),
-        )
+        budgets = Budgets(parts.store, settings.user_daily_token_budget, settings.daily_token_budget)
+        elicitor = Elicitor(parts.store, adapter, settings.mcp_elicitation_timeout_s)
+        mcp.attach(parts.config.model, budgets, elicitor)
+        mcp.elicitor = elicitor
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
         try:
@@ -464,6 +467,8 @@ class _Intake:
         interactions = Interactions(tell=runs.approvals.tell)
         runs.approvals.register(interactions.on)
         runs.asks.register(interactions.on)
+        if parts.config.mcp.elicitor is not None:
+            parts.config.mcp.elicitor.register(interactions.on)
         feedback = Feedback(
             parts.store, ref_of=adapter.clicked_ref, name_of=adapter.known_user, on_feedback=observer.feedback
         )

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -130,3 +131,36 @@ timeout = 30
         assert (task_dir / f["file"]).stat().st_size == f["size"] > 0
     statuses = [c.params.get("status", "") for c in slack.calls_to("assistant.threads.setStatus")]
     assert any("(2 of 2" in s for s in statuses), statuses
+
+
+@pytest.mark.process
+@needs_everything
+async def test_the_reference_everything_server_asks_its_form_in_the_thread(tmp_path: Path) -> None:
+    """The everything server's elicitation tool (registered because the client declares elicitation):
+    its form (text, yes/no, numbers, one-of and many-of lists) becomes a card; Alice's answer reaches it."""
+    from tests.test_mcp_elicitation import click, form_card
+
+    seen: list[tuple[str, Any]] = []
+
+    def script(turn: Turn) -> list[Any]:
+        seen.extend(turn.results)
+        return [call("ev_trigger-elicitation-request")] if turn.step == 0 else [""]
+
+    path = tmp_path / "agent.toml"
+    path.write_text(f'[mcp.ev]\ncommand = ["{NODE}", "{EVERYTHING.as_posix()}", "stdio"]\neager = ["*"]\n')
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice")
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data", agent_file=path
+        ) as app:
+            ts = slack.add_message("C1", "<@UBOT> go", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> go", ts))
+            card = await form_card(slack)
+            kinds = {b["element"]["type"] for b in card["blocks"] if b["type"] == "input"}
+            assert {"plain_text_input", "static_select", "multi_static_select", "number_input"} <= kinds
+            await app.click(click(slack, card, "U1", "threadbound_form_submit", {"name": "Alice"}))
+            await app.idle()
+    [(_, result)] = [r for r in seen if r[0] == "ev_trigger-elicitation-request"]
+    assert "User provided the requested information" in json.dumps(result)
+    assert "Alice" in json.dumps(result)

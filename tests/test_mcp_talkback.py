@@ -328,3 +328,49 @@ def test_log_level_of_server_lines_is_debug(caplog: pytest.LogCaptureFixture) ->
     assert (
         record.levelno == logging.DEBUG and record.getMessage() == 'MCP tb/db [error]: {"query": "select 1"}'
     )
+
+
+@pytest.mark.process
+async def test_a_server_samples_the_apps_model_only_where_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``sampling = true`` the server's request is answered by the app's model and counted for the
+    requester; without it the server gets no completion and the call fails readably."""
+
+    def script(turn: Turn) -> list[Any]:
+        if "sampling-canary" in turn.prompt:
+            return ["a sampled answer"]
+        seen.extend(turn.results)
+        return [call("tb_summarize", text="sampling-canary: the release notes")] if turn.step == 0 else [""]
+
+    seen: list[Any] = []
+    path = agent_file(tmp_path, extra="sampling = true\nsampling_max_tokens = 64")
+    monkeypatch.setenv("TALKBACK_SECRET", SECRET)
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice")
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data", agent_file=path
+        ) as app:
+            ts = slack.add_message("C1", "<@UBOT> go", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> go", ts))
+            await app.idle()
+            assert app.service is not None
+            [usage] = await app.service.store.usage_by_day("2000-01-01")
+    assert ("tb_summarize", "summary: a sampled answer") in seen
+    # The run's two model requests and the server's one, all Alice's.
+    assert (usage.person, usage.requests) == ("U1", 3)
+
+    seen.clear()
+    path = agent_file(tmp_path)  # sampling not allowed
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice")
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data2", agent_file=path
+        ) as app:
+            ts = slack.add_message("C1", "<@UBOT> go", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> go", ts))
+            await app.idle()
+    [(_, result)] = [r for r in seen if r[0] == "tb_summarize"]
+    assert result["error"]["code"] == "tool_failed"

@@ -4,12 +4,15 @@
 - ``chatty`` sends log notifications, one carrying the value of ``$TALKBACK_SECRET``;
 - ``report`` returns an embedded resource and a resource link to ``data://reports/summary.csv``;
 - ``unlock`` makes the ``bonus`` tool visible for this session (``tools/list_changed``);
-- ``summarize`` asks the client's model for a completion (``sampling/createMessage``).
+- ``summarize`` asks the client's model for a completion (``sampling/createMessage``);
+- ``plan_release`` asks its user a form, ``open_dashboard`` a link (``elicitation/create``), both
+  the 2026-07-28 way: an ``InputRequiredResult`` the client answers and retries with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 import mcp_types
@@ -77,15 +80,60 @@ async def unlock(ctx: Context) -> str:
 
 
 @server.tool
-async def summarize(text: str, ctx: Context) -> str:
+async def summarize(text: str, ctx: Context) -> object:
     """Summarize text with the client's model."""
-    result = await ctx.session.create_message(
-        [mcp_types.SamplingMessage(role="user", content=mcp_types.TextContent(type="text", text=text))],
-        max_tokens=5_000,
-        related_request_id=ctx.request_id,
-    )
-    content = result.content
+    message = mcp_types.SamplingMessage(role="user", content=mcp_types.TextContent(type="text", text=text))
+    params = mcp_types.CreateMessageRequestParams(messages=[message], max_tokens=5_000)
+    asking = _asked(ctx, mcp_types.CreateMessageRequest(params=params))
+    if asking is not None:
+        return asking
+    result = (ctx.input_responses or {})["q"]
+    content = getattr(result, "content", None)
     return f"summary: {getattr(content, 'text', content)}"
+
+
+RELEASE_FORM = {
+    "type": "object",
+    "properties": {
+        "version": {"type": "string", "title": "Version", "description": "e.g. 2.1.0"},
+        "replicas": {"type": "integer", "title": "Replicas"},
+        "canary": {"type": "boolean", "title": "Canary first", "default": True},
+        "region": {"type": "string", "title": "Region", "enum": ["eu", "us"]},
+    },
+    "required": ["version", "region"],
+}
+
+
+def _asked(ctx: Context, request: mcp_types.InputRequest) -> mcp_types.InputRequiredResult | None:
+    return None if ctx.input_responses else mcp_types.InputRequiredResult(input_requests={"q": request})
+
+
+@server.tool
+async def plan_release(ctx: Context) -> object:
+    """Plan a release: asks for the version, replicas, canary and region."""
+    form = mcp_types.ElicitRequestFormParams(
+        message="Which release do you want?", requested_schema=RELEASE_FORM
+    )
+    asking = _asked(ctx, mcp_types.ElicitRequest(params=form))
+    if asking is not None:
+        return asking
+    answer = (ctx.input_responses or {})["q"]
+    return json.dumps(
+        {"action": getattr(answer, "action", None), "content": getattr(answer, "content", None)},
+        sort_keys=True,
+    )
+
+
+@server.tool
+async def open_dashboard(ctx: Context) -> object:
+    """Ask the user to open the release dashboard."""
+    link = mcp_types.ElicitRequestURLParams(
+        message="Sign in to the dashboard", url="https://dash.example/login?s=1", elicitation_id="e1"
+    )
+    asking = _asked(ctx, mcp_types.ElicitRequest(params=link))
+    if asking is not None:
+        return asking
+    return f"link: {getattr((ctx.input_responses or {})['q'], 'action', None)}"
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from pydantic_ai.mcp import MCPToolset
     from pydantic_ai.models import Model
 
+    from app.agent.mcp.elicitation import Elicitor
     from app.agent.usage import Budgets
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,8 @@ class McpServer:
         self.inflight = InFlight()
         #: Answers sampling requests once :meth:`McpServers.attach` gave a model and ``sampling`` allows it.
         self.sampler: Sampler | None = None
+        #: Asks the server's questions in the thread (``elicitation/create``), once attached.
+        self.elicit: Callable[..., Any] | None = None
         #: Told when the server's tool list changed (``McpServers`` refreshes what is offered).
         self.on_change: Callable[[], None] | None = None
         # The re-listing a list_changed started: a call that caused it waits for it before returning.
@@ -253,6 +256,7 @@ class McpServer:
             message_handler=message_handler(self._tools_changed),
             # Declared only where the agent file allows it: a server then may ask for a completion.
             sampling_handler=self.sampler,
+            elicitation_handler=self.elicit,
         )
         toolset: MCPToolset[Any] = MCPToolset(client, id=self.name, tool_error_behavior="error")
         try:
@@ -396,13 +400,17 @@ class McpServers:
         self._by_tool: dict[str, tuple[McpServer, McpTool]] = {}
         #: Told when a server's tools changed after start-up (the service narrows and offers them).
         self.on_change: Callable[[], None] | None = None
+        #: Asks the servers' questions (the service routes the forms' clicks to it).
+        self.elicitor: Elicitor | None = None
         for server in self.servers:
             server.on_change = self._changed
 
-    def attach(self, model: Model, budgets: Budgets | None = None) -> None:
+    def attach(self, model: Model, budgets: Budgets | None = None, elicitor: Elicitor | None = None) -> None:
         """Before :meth:`start`: the model that answers the sampling requests of servers whose
-        ``sampling`` allows them, and the budgets that bound them."""
+        ``sampling`` allows them, the budgets that bound them, and who asks the servers' questions."""
         for server in self.servers:
+            if elicitor is not None:
+                server.elicit = elicitor.handler(server.name, server.inflight)
             if server.config.sampling:
                 server.sampler = Sampler(
                     server.name, server.inflight, model, server.config.sampling_max_tokens, budgets
