@@ -21,6 +21,7 @@ from app.agent.agent_file import AgentFile
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
+from app.agent.mcp.elicitation import Elicitor
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import RunDeps, build_agent, build_model
@@ -53,7 +54,7 @@ from app.runs.scheduler import Scheduler
 from app.runs.streaming import check_mode as check_stream_mode
 from channel.contract import missing_implementations
 from channel.errors import ChannelError
-from channel.selection import ToolSelection, select_tools
+from channel.selection import ToolSelection, host_tools_of, select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from channel.slack.surfaces import Surfaces
@@ -235,6 +236,8 @@ class Service:
         await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
         if self.approvals is not None:
             await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
+        if self.mcp.elicitor is not None:
+            await bounded(self.mcp.elicitor.cards.idle(), CANCEL_WAIT, "MCP form card updates")
         if self.agent_view is not None:
             await bounded(self.agent_view.close(), 1.0, "agent view titles")  # of runs that just ended
         if self.home is not None:
@@ -338,10 +341,15 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
         if missing:
             raise StartupError(f"adapter claims features it does not implement: {missing}")
         skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
+        settings = parts.settings
+        budgets = Budgets(parts.store, settings.user_daily_token_budget, settings.daily_token_budget)
+        elicitor = Elicitor(parts.store, adapter, settings.mcp_elicitation_timeout_s)
+        mcp.attach(parts.config.model, budgets, elicitor)
+        mcp.elicitor = elicitor
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
         try:
-            return select_tools(
+            selection = select_tools(
                 adapter.features.enabled(),
                 parts.config.agent_file.tools,
                 skills,
@@ -350,6 +358,14 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
             )
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
+        requested = parts.config.agent_file.tools
+
+        def tools_changed() -> None:
+            # Every session offers from this one selection: tool_search finds the new list next step.
+            selection.host_tools = host_tools_of(requested, mcp.tools)
+
+        mcp.on_change = tools_changed
+        return selection
     except StartupError:
         await mcp.stop()
         await adapter.close()
@@ -424,7 +440,11 @@ def _build_agent(parts: _Parts, run_hooks: RunHooks, timing: ModelTiming) -> Age
         config.model,
         on_tool=run_hooks.on_tool,
         on_tool_end=observer.tool_end,
-        toolsets=[McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end)] if config.mcp else [],
+        toolsets=(
+            [McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end, config.progress.tool_progress)]
+            if config.mcp
+            else []
+        ),
         gate=(lambda every: ApprovalGate(every, approval, parts.store)) if approval else None,
         capabilities=[timing],
     )
@@ -464,6 +484,8 @@ class _Intake:
         interactions = Interactions(tell=runs.approvals.tell)
         runs.approvals.register(interactions.on)
         runs.asks.register(interactions.on)
+        if parts.config.mcp.elicitor is not None:
+            parts.config.mcp.elicitor.register(interactions.on)
         feedback = Feedback(
             parts.store, ref_of=adapter.clicked_ref, name_of=adapter.known_user, on_feedback=observer.feedback
         )

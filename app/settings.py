@@ -114,6 +114,8 @@ class Settings(BaseSettings):
     approvers: CSV = ()
     #: Seconds an approval card stays open; after that the call counts as ``expired``.
     approval_ttl: float = Field(default=86_400.0, gt=0)
+    #: Seconds an MCP server's question (a form card) waits for its answer before the call hears ``cancel``.
+    mcp_elicitation_timeout_s: float = Field(default=300.0, gt=0, le=3600)
     #: Who decides approvals: ``requester`` (the person whose message led to the call, or anyone in
     #: ``APPROVERS``) or ``approvers`` (only people in ``APPROVERS``).
     approval_by: Literal["requester", "approvers"] = "requester"

@@ -129,9 +129,12 @@ def message_events(ws: Workspace, channel: str, ts: str) -> list[JSON]:
     return out
 
 
-def block_actions(ws: Workspace, channel: str, ts: str, user: str, action: JSON) -> JSON:
+def block_actions(
+    ws: Workspace, channel: str, ts: str, user: str, action: JSON, values: dict[str, str] | None = None
+) -> JSON:
     """The ``block_actions`` payload Slack posts when ``user`` clicks ``action`` (an element's
-    ``action_id``, ``block_id``, ``type`` and ``value``) on the stored message ``ts``."""
+    ``action_id``, ``block_id``, ``type`` and ``value``) on the stored message ``ts``; ``values``
+    fills the message's ``input`` blocks (by block id) and comes back as the payload's ``state``."""
     message = ws.find(channel, ts)
     if message is None:
         raise ValueError(f"no message {ts} in {channel}")
@@ -140,7 +143,7 @@ def block_actions(ws: Workspace, channel: str, ts: str, user: str, action: JSON)
     container: JSON = {"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": False}
     if ws.is_reply(message) or message.get("thread_ts"):
         container["thread_ts"] = message["thread_ts"]
-    return {
+    payload: JSON = {
         "type": "block_actions",
         "token": "verification-token",
         "api_app_id": ws.app_id,
@@ -153,6 +156,38 @@ def block_actions(ws: Workspace, channel: str, ts: str, user: str, action: JSON)
         "response_url": f"https://hooks.slack.com/actions/{ws.team_id}/1/{uuid.uuid4().hex}",
         "actions": [{**action, "action_ts": f"{time.time():.6f}"}],
     }
+    state = input_state(message.get("blocks") or [], values or {})
+    if state is not None:
+        payload["state"] = state
+    return payload
+
+
+def input_state(blocks: list[JSON], values: dict[str, str]) -> JSON | None:
+    """The ``state`` Slack sends with a click on a message holding ``input`` blocks: each input's
+    element by block and action id, with its value from ``values`` (empty when not given);
+    ``None`` when the message has no inputs. A value that is not one of a select's options is
+    refused as Slack's client would not offer it (ValueError)."""
+    state: dict[str, JSON] = {}
+    for block in blocks:
+        if block.get("type") != "input":
+            continue
+        element = block.get("element") or {}
+        value = values.get(block.get("block_id", ""))
+        entry: JSON = {"type": element.get("type")}
+        if element.get("type") in ("static_select", "multi_static_select"):
+            options = {o["value"]: o for o in element.get("options") or []}
+            picked = value.split("\n") if value else []
+            unknown = [v for v in picked if v not in options]
+            if unknown:
+                raise ValueError(f"{unknown[0]!r} is not an option of input {block.get('block_id')}")
+            if element["type"] == "multi_static_select":
+                entry["selected_options"] = [options[v] for v in picked]
+            else:
+                entry["selected_option"] = options[picked[0]] if picked else None
+        else:
+            entry["value"] = value
+        state[block.get("block_id", "")] = {element.get("action_id", ""): entry}
+    return {"values": state} if state else None
 
 
 def _trigger_id() -> str:

@@ -24,6 +24,7 @@ from typing import Any
 
 from app import traces
 from app.clicks import Action, Handler
+from channel.slack.cards import input_values
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ def parse_action(payload: Mapping[str, Any], raw: Mapping[str, Any]) -> Action:
         thread_ts=thread_ts,
         block_id=str(raw.get("block_id") or ""),
         response_url=str(payload.get("response_url") or ""),
+        values=input_values(payload.get("state")),
         payload=payload,
     )
 
