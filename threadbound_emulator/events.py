@@ -162,6 +162,15 @@ def block_actions(
     return payload
 
 
+def _initial(element: JSON) -> str | None:
+    if isinstance(element.get("initial_option"), dict):
+        return str(element["initial_option"].get("value"))
+    if isinstance(element.get("initial_options"), list):
+        return "\n".join(str(o.get("value")) for o in element["initial_options"])
+    initial = element.get("initial_value")
+    return None if initial is None else str(initial)
+
+
 def input_state(blocks: list[JSON], values: dict[str, str]) -> JSON | None:
     """The ``state`` Slack sends with a click on a message holding ``input`` blocks: each input's
     element by block and action id, with its value from ``values`` (empty when not given);
@@ -173,6 +182,8 @@ def input_state(blocks: list[JSON], values: dict[str, str]) -> JSON | None:
             continue
         element = block.get("element") or {}
         value = values.get(block.get("block_id", ""))
+        if value is None:
+            value = _initial(element)  # untouched: the field still holds what it started with
         entry: JSON = {"type": element.get("type")}
         if element.get("type") in ("static_select", "multi_static_select"):
             options = {o["value"]: o for o in element.get("options") or []}

@@ -52,7 +52,9 @@ class Driver(Protocol):
         self, person: str, channel: str, text: str, thread_ts: str = "", file: tuple[str, bytes] | None = None
     ) -> tuple[str, list[Delivery]]: ...
 
-    async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery: ...
+    async def click(
+        self, person: str, channel: str, ts: str, action: dict[str, str], values: dict[str, str] | None = None
+    ) -> Delivery: ...
 
     async def fast_forward(self) -> dict[str, Any]: ...
 
@@ -167,8 +169,15 @@ class Page:
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         try:
+            values = body.get("values") or {}
+            if not isinstance(values, dict):
+                raise ValueError("values must be an object of the card's inputs")
             delivery = await self.driver.click(
-                str(body.get("as") or ""), str(body.get("channel") or ""), str(body.get("ts") or ""), body
+                str(body.get("as") or ""),
+                str(body.get("channel") or ""),
+                str(body.get("ts") or ""),
+                body,
+                {str(k): str(v) for k, v in values.items()},
             )
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc

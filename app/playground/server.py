@@ -290,11 +290,14 @@ class Playground:
             deliveries.append(await self._post_to_app(*slack_events.event_body(envelope, self.secret)))
         return ts, deliveries
 
-    async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery:
+    async def click(
+        self, person: str, channel: str, ts: str, action: dict[str, str], values: dict[str, str] | None = None
+    ) -> Delivery:
         """``person`` clicks a button of message ``ts``: the signed ``block_actions`` Slack would post.
 
         ``action`` names the element (``action_id``, ``block_id``, ``type``, ``value``); it must be
-        one of the message's buttons. Raises ``ValueError`` otherwise."""
+        one of the message's buttons; ``values`` are what the message's inputs hold, by block id.
+        Raises ``ValueError`` otherwise (an element, or a value a select does not offer)."""
         if person not in self.view.people:
             raise ValueError(f"unknown person {person!r}")
         message = self.slack.find(channel, ts)
@@ -306,7 +309,7 @@ class Playground:
         wanted = {k: str(action.get(k) or "") for k in keys}
         if not any({k: b[k] for k in keys} == wanted for b in buttons):
             raise ValueError("that message has no such button")
-        payload = slack_events.block_actions(self.slack, channel, ts, person, wanted)
+        payload = slack_events.block_actions(self.slack, channel, ts, person, wanted, values)
         return await self._post_to_app(*slack_events.interaction_body(payload, self.secret))
 
 

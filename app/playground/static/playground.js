@@ -9,6 +9,7 @@ const ui = {
   conversation: localStorage.getItem("conversation") || "",
   thread: "",
   clicked: new Set(),
+  inputs: new Map(),  // what the fields of cards hold, by message and block: kept across redraws
   home: false,  // the Home tab is open instead of a conversation  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
 };
 const $ = (id) => document.getElementById(id);
@@ -93,6 +94,7 @@ function messageNode(conv, m) {
     }
     body.append(files);
   }
+  if (m.inputs && m.inputs.length) body.append(formNode(m));
   if (m.buttons.length) {
     const row = el("div", { class: "buttons" });
     for (const b of m.buttons) {
@@ -232,6 +234,17 @@ function renderCanvases(conv) {
 }
 
 function render() {
+  // A card's field being typed in keeps the focus across the redraw.
+  const typing = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.blockId : null;
+  const typingIn = typing ? document.activeElement.closest("[data-ts]") : null;
+  drawAll();
+  if (typing && typingIn) {
+    const again = document.querySelector(`[data-ts="${typingIn.dataset.ts}"] [data-block-id="${typing}"]`);
+    if (again) again.focus();
+  }
+}
+
+function drawAll() {
   if (!ui.data) return;
   renderPeople();
   renderClock();
@@ -370,6 +383,38 @@ async function post(conv, text, file, thread) {
   }
 }
 
+// A card's fields (an MCP server's form): what they hold is kept in ui.inputs and sent with a click.
+function formNode(m) {
+  const form = el("div", { class: "form" });
+  for (const f of m.inputs) {
+    const key = `${m.ts}|${f.block_id}`;
+    const value = ui.inputs.has(key) ? ui.inputs.get(key) : f.initial;
+    let field;
+    if (f.kind === "select" || f.kind === "multiselect") {
+      field = el("select", { multiple: f.kind === "multiselect" ? "" : null, "data-block-id": f.block_id });
+      if (f.kind === "select") field.append(el("option", { value: "" }, "—"));
+      const chosen = value.split("\n");
+      for (const o of f.options) field.append(el("option", { value: o.value, selected: chosen.includes(o.value) ? "" : null }, o.label || o.value));
+      field.addEventListener("change", () => ui.inputs.set(key, [...field.selectedOptions].map((o) => o.value).join("\n")));
+    } else {
+      field = el("input", { type: f.kind === "number" ? "number" : "text", value, "data-block-id": f.block_id });
+      field.addEventListener("input", () => ui.inputs.set(key, field.value));
+    }
+    form.append(el("label", { class: "field" }, `${f.label}${f.optional ? "" : " *"}`, field, f.hint ? el("small", {}, f.hint) : null));
+  }
+  return form;
+}
+
+function formValues(m) {
+  const values = {};
+  for (const f of m.inputs || []) {
+    const key = `${m.ts}|${f.block_id}`;
+    const value = ui.inputs.has(key) ? ui.inputs.get(key) : f.initial;
+    if (value) values[f.block_id] = value;
+  }
+  return values;
+}
+
 function clickKey(m, b) {
   return `${ui.person}|${m.ts}|${b.action_id}|${b.value}`;
 }
@@ -387,7 +432,7 @@ async function click(conv, m, button, node) {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN },
       body: JSON.stringify({ as: ui.person, channel: conv.id, ts: m.ts, action_id: button.action_id,
-        block_id: button.block_id, type: button.type, value: button.value }),
+        block_id: button.block_id, type: button.type, value: button.value, values: formValues(m) }),
     });
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
