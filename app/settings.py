@@ -141,8 +141,8 @@ class Settings(BaseSettings):
     progress_emoji: str = "eyes"
     #: ``auto``: answers stream into the thread as they are written; ``off``: posted whole.
     stream: str = "auto"
-    #: Include a short preview of message text in logs.
-    log_previews: bool = True
+    #: Include a short preview of message text in the delivery's log line (off: no text in any line).
+    log_previews: bool = False
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.
     metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"
