@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import BinaryContent
 
+from app.agent.mcp.toolset import readable
 from channel import task_files
 from channel.file_quota import FileQuota
 from tests.support import events
@@ -167,3 +169,19 @@ def test_parallel_writers_of_the_fetch_index_lose_nothing(tmp_path: Path) -> Non
     index = (tmp_path / ".fetched.json").read_text(encoding="utf-8")
     assert all(f'"ref{n}-{i}|"' in index for n in range(16) for i in range(20))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".fetched.json"]
+
+
+async def test_an_mcp_file_counts_for_the_person_who_asked(tmp_path: Path) -> None:
+    """An image an MCP tool returned for U1 in one task leaves U1 no room under USER_FILES_MAX_BYTES
+    for another in a second task; U2 still has room."""
+    quota = FileQuota(tmp_path, person_max=6000)
+    first, second = tmp_path / "T1", tmp_path / "T2"
+    image = BinaryContent(data=b"\x89PNG" + b"1" * 4000, media_type="image/png")
+    other = BinaryContent(data=b"\x89PNG" + b"2" * 4000, media_type="image/png")
+    saved = await readable([image], first, "charts_chart", quota=quota, person="U1")
+    assert saved["content"][0]["size"] == 4004
+    refused = await readable([other], second, "charts_chart", quota=quota, person="U1")
+    assert refused[0]["error"]["code"] == "file_refused"
+    assert "USER_FILES_MAX_BYTES" in refused[0]["error"]["message"]
+    allowed = await readable([other], second, "charts_chart", quota=quota, person="U2")
+    assert allowed["content"][0]["size"] == 4004
