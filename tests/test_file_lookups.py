@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from channel.slack.file_access import MAX_CONCURRENT_LOOKUPS, MAX_LOOKUPS_PER_MESSAGE
+from channel.slack.file_access import MAX_CONCURRENT_LOOKUPS, MAX_LOOKUPS_PER_MESSAGE, MAX_LOOKUPS_PER_READ
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
@@ -38,9 +38,9 @@ class InFlight:
             self.now -= 1
 
 
-def share_naming(count: int) -> list[dict[str, Any]]:
-    """A forwarded-message attachment naming ``count`` files of another conversation."""
-    files = [{"id": f"F{n:09d}", "name": f"leak-{n}.txt"} for n in range(count)]
+def share_naming(count: int, first: int = 0) -> list[dict[str, Any]]:
+    """A forwarded-message attachment naming ``count`` files of another conversation (IDs from ``first``)."""
+    files = [{"id": f"F{n:09d}", "name": f"leak-{n}.txt"} for n in range(first, first + count)]
     return [{"is_share": True, "author_name": "Kim", "channel_id": "C2", "text": "fwd", "files": files}]
 
 
@@ -108,3 +108,19 @@ async def test_a_failed_look_up_is_not_tried_again_at_once(env: SessionEnv) -> N
     again = (await env.new_session().call("channel_read", {}))["messages"][-1]
     assert tried >= 1 and env.slack.count("files.info") == tried
     assert [set(f) for f in first["files"]] == [{"name", "unavailable"}] == [set(f) for f in again["files"]]
+
+
+async def test_one_read_of_many_sharing_messages_costs_a_bounded_number_of_look_ups(env: SessionEnv) -> None:
+    """Five forwarded messages naming 20 files each: one channel_read makes MAX_LOOKUPS_PER_READ
+    files.info calls, and the files past them are listed as not looked up."""
+    for n in range(5):
+        ts = env.slack.add_message("C1", f"fwd {n}", "U1", thread_ts=env.root)
+        message = env.slack.find("C1", ts)
+        assert message is not None
+        message["attachments"] = share_naming(MAX_LOOKUPS_PER_MESSAGE, first=n * 100)
+    rows = (await env.session.call("channel_read", {}))["messages"]
+    assert env.slack.count("files.info") == MAX_LOOKUPS_PER_READ
+    files = [f for row in rows for f in row.get("files") or []]
+    assert len(files) == 5 * MAX_LOOKUPS_PER_MESSAGE
+    unchecked = [f for f in files if "too many files" in f["unavailable"]]
+    assert len(unchecked) == 5 * MAX_LOOKUPS_PER_MESSAGE - MAX_LOOKUPS_PER_READ

@@ -8,7 +8,8 @@
   it is listed as unavailable, with the reason (Text is data: no fetch from another conversation).
 
 The look-ups are bounded: of one message's files, only the first ``MAX_LOOKUPS_PER_MESSAGE`` that
-need ``files.info`` are looked up (the rest are listed as unavailable, saying why), at most
+need ``files.info`` are looked up, and of one read (a page of a thread) the first
+``MAX_LOOKUPS_PER_READ`` not cached yet (the rest are listed as unavailable, saying why), at most
 ``MAX_CONCURRENT_LOOKUPS`` calls are in flight at once for the whole adapter, and a look-up that
 failed is not tried again for ``FAILURE_TTL`` seconds (a message naming many files, read again
 and again, does not call Slack again and again).
@@ -33,6 +34,7 @@ __all__ = [
     "FAILURE_TTL",
     "MAX_CONCURRENT_LOOKUPS",
     "MAX_LOOKUPS_PER_MESSAGE",
+    "MAX_LOOKUPS_PER_READ",
     "NOT_LOOKED_UP",
     "NOT_SHARED_HERE",
     "FileInfos",
@@ -46,6 +48,8 @@ FilesInfo = Callable[[str], Awaitable[Mapping[str, Any]]]
 MAX_FILES = 10_000
 #: Files of one message looked up at most; Slack attaches at most 10 to a message it posts.
 MAX_LOOKUPS_PER_MESSAGE = 20
+#: ``files.info`` calls one read of several messages makes at most (the cache answers the rest).
+MAX_LOOKUPS_PER_READ = 50
 #: ``files.info`` calls in flight at once, across every message the adapter reads.
 MAX_CONCURRENT_LOOKUPS = 4
 #: Seconds a failed look-up is remembered (not tried again) before the next attempt.
@@ -70,13 +74,17 @@ class FileInfos:
         stubs: set[str] = set()
         shared: set[str] = set()
         skipped: set[str] = set()
+        wanted: list[str] = []  # in the order the messages show them
         for message in raw:
-            wanted, over = _bounded(message)
-            stubs |= file_stubs(message) & wanted
-            shared |= shared_file_ids(message) & wanted
+            first, over = _bounded(message)
+            stubs |= file_stubs(message) & set(first)
+            shared |= shared_file_ids(message) & set(first)
+            wanted += first
             skipped |= over
-        lookups = sorted(f for f in stubs | shared if f not in self._infos and f not in self._failed)
-        await asyncio.gather(*(self._lookup(f) for f in lookups))
+        pending = [f for f in dict.fromkeys(wanted) if f not in self._infos and f not in self._failed]
+        late = set(pending[MAX_LOOKUPS_PER_READ:])
+        stubs, shared, skipped = stubs - late, shared - late, skipped | late
+        await asyncio.gather(*(self._lookup(f) for f in pending[:MAX_LOOKUPS_PER_READ]))
         out = {f: info for f in stubs - shared if (info := self._infos.get(f)) is not None}
         names = {str(f.get("id")): f for m in raw for f in message_files(m)}
         for file_id in shared:
@@ -91,11 +99,7 @@ class FileInfos:
         for file_id in skipped - stubs - shared:
             out[file_id] = _marker(file_id, names.get(file_id), NOT_LOOKED_UP)
         if skipped:
-            log.info(
-                "%d files of a message were not looked up (more than %d)",
-                len(skipped),
-                MAX_LOOKUPS_PER_MESSAGE,
-            )
+            log.info("%d files were not looked up (too many in one message or one read)", len(skipped))
         return out
 
     async def _lookup(self, file_id: str) -> None:
@@ -113,12 +117,12 @@ class FileInfos:
         self._infos[file_id] = dict(info) if isinstance(info, Mapping) and info.get("id") else None
 
 
-def _bounded(message: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+def _bounded(message: Mapping[str, Any]) -> tuple[list[str], set[str]]:
     """``(looked up, not looked up)``: the IDs of ``message``'s files needing ``files.info``, the
     first ``MAX_LOOKUPS_PER_MESSAGE`` in the order the message shows them, then the rest."""
     needed = file_stubs(message) | shared_file_ids(message)
     ordered = [str(f["id"]) for f in message_files(message) if f.get("id") in needed]
-    return set(ordered[:MAX_LOOKUPS_PER_MESSAGE]), set(ordered[MAX_LOOKUPS_PER_MESSAGE:])
+    return ordered[:MAX_LOOKUPS_PER_MESSAGE], set(ordered[MAX_LOOKUPS_PER_MESSAGE:])
 
 
 def _marker(file_id: str, named: Mapping[str, Any] | None, access: str) -> dict[str, Any]:

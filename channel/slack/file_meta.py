@@ -31,7 +31,7 @@ _UNAVAILABLE = {
         "ask for it to be shared here"
     ),
     ("file_access", NOT_LOOKED_UP): (
-        "the message names too many files for the bot to check them all; ask for this one to be shared again"
+        "too many files are named here for the bot to check them all; ask for this one to be shared again"
     ),
 }
 
