@@ -8,7 +8,7 @@
   it is listed as unavailable, with the reason (Text is data: no fetch from another conversation).
 
 The look-ups are bounded: of one message's files, only the first ``MAX_LOOKUPS_PER_MESSAGE`` that
-need ``files.info`` are looked up, and of one read (a page of a thread) the first
+need ``files.info`` are looked up, and of one read of the conversation the first
 ``MAX_LOOKUPS_PER_READ`` not cached yet (the rest are listed as unavailable, saying why), at most
 ``MAX_CONCURRENT_LOOKUPS`` calls are in flight at once for the whole adapter, and a look-up that
 failed is not tried again for ``FAILURE_TTL`` seconds (a message naming many files, read again
