@@ -9,8 +9,9 @@
 
 The look-ups are bounded: of one message's files, only the first ``MAX_LOOKUPS_PER_MESSAGE`` that
 need ``files.info`` are looked up, and of one read of the conversation the first
-``MAX_LOOKUPS_PER_READ`` not cached yet (the rest are listed as unavailable, saying why), at most
-``MAX_CONCURRENT_LOOKUPS`` calls are in flight at once for the whole adapter, and a look-up that
+``MAX_LOOKUPS_PER_READ`` not cached yet, newest messages first (the rest are listed as
+unavailable, saying why); at most ``MAX_CONCURRENT_LOOKUPS`` calls are in flight at once for the
+whole adapter, and a look-up that
 failed is not tried again for ``FAILURE_TTL`` seconds (a message naming many files, read again
 and again, does not call Slack again and again).
 """
@@ -74,8 +75,8 @@ class FileInfos:
         stubs: set[str] = set()
         shared: set[str] = set()
         skipped: set[str] = set()
-        wanted: list[str] = []  # in the order the messages show them
-        for message in raw:
+        wanted: list[str] = []  # the newest message's first: a read's bound leaves out the oldest
+        for message in reversed(raw):
             first, over = _bounded(message)
             stubs |= file_stubs(message) & set(first)
             shared |= shared_file_ids(message) & set(first)
