@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     user_max_runs: int = Field(default=4, ge=1)
     #: Disk a task's fetched and produced files may use; past it a fetch is refused (``file_refused``).
     task_files_max_bytes: int = Field(default=524_288_000, ge=1)
+    #: Disk the files one person's requests saved may use across tasks, and every task's files
+    #: together (0: no cap); past either a fetch is refused like past the task's.
+    user_files_max_bytes: int = Field(default=0, ge=0)
+    files_max_bytes: int = Field(default=0, ge=0)
     #: A task's files are removed after this many days without activity (the task and handles stay).
     files_ttl_days: float = Field(default=7.0, gt=0)
     #: The slash command's name in the manifest (``/threadbound``) and in its own help.
@@ -137,8 +141,8 @@ class Settings(BaseSettings):
     progress_emoji: str = "eyes"
     #: ``auto``: answers stream into the thread as they are written; ``off``: posted whole.
     stream: str = "auto"
-    #: Include a short preview of message text in logs.
-    log_previews: bool = True
+    #: Include a short preview of message text in the delivery's log line (off: no text in any line).
+    log_previews: bool = False
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.
     metrics_token: SecretStr = SecretStr("")
     log_level: str = "INFO"

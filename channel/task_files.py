@@ -1,10 +1,10 @@
-"""A task's directory on disk: how much it holds, what it already fetched, when it was last used.
+"""A task's directory on disk: what it already fetched and for whom, when it was last used.
 
-- **Quota.** The files a task fetched or a tool produced (``files/`` in its directory) may use
-  at most ``TASK_FILES_MAX_BYTES`` together: :func:`check_room` refuses (``file_refused``) a
-  file that would pass it, before any byte is written.
+- **Quota.** What the files under ``files/`` may use is reserved in :mod:`channel.file_quota`;
+  the index below records who asked for each file, which its per-person cap counts.
 - **Re-fetch.** A fetched file is remembered by its ref and variant (``.fetched.json`` beside ``files/``): a
-  second fetch of the same file returns the copy already there, without a download.
+  second fetch of the same file returns the copy already there, without a download. Concurrent
+  writers of the index (parallel fetches) take turns, each through a temporary file of its own.
 - **Expiry.** Every session of the task marks it used (``.active``); :func:`expire` removes the
   directories of tasks unused for ``FILES_TTL_DAYS``. The task, its transcript and its handles are
   in storage and stay: a later fetch downloads again.
@@ -12,57 +12,34 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
-
-from .errors import ChannelError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TTL_DAYS",
-    "check_room",
     "expire",
     "mark_used",
+    "owners",
     "remember",
     "remembered",
-    "usage",
 ]
 
 DEFAULT_MAX_BYTES = 524_288_000
 DEFAULT_TTL_DAYS = 7.0
 _MARKER = ".active"
 _INDEX = ".fetched.json"
-
-
-def usage(task_dir: Path) -> int:
-    """Bytes of every file under ``task_dir/files`` (partial downloads included)."""
-    total = 0
-    for root, _, names in os.walk(task_dir / "files"):
-        for name in names:
-            with contextlib.suppress(OSError):
-                total += (Path(root) / name).stat().st_size
-    return total
-
-
-async def check_room(task_dir: Path, size: int, max_bytes: int, what: str = "the file") -> None:
-    """Raise ``file_refused`` when ``size`` more bytes would put the task past ``max_bytes``."""
-    used = await asyncio.to_thread(usage, task_dir)
-    if used + size > max_bytes:
-        raise ChannelError(
-            "file_refused",
-            f"{what} ({_mib(size)}) would pass this task's file quota: {_mib(used)} of {_mib(max_bytes)} "
-            "is in use. Work with the files already fetched, or ask an operator to raise "
-            "TASK_FILES_MAX_BYTES.",
-        )
+#: One read-modify-write of an index at a time in this process (the worker threads of parallel fetches).
+_INDEX_LOCK = threading.Lock()
 
 
 def mark_used(task_dir: Path) -> None:
@@ -86,13 +63,32 @@ def remembered(task_dir: Path, key: str) -> dict[str, Any] | None:
 
 
 def remember(task_dir: Path, key: str, entry: dict[str, Any]) -> None:
-    """Record a fetch under ``key`` (``entry`` holds ``path`` relative to ``task_dir`` and ``size``)."""
-    index = _index(task_dir)
-    index[key] = entry
-    target = task_dir / _INDEX
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(index), encoding="utf-8")
-    tmp.replace(target)
+    """Record a file under ``key`` (``entry`` holds ``path`` relative to ``task_dir``, ``size`` and,
+    when known, ``by``: the person who asked for it)."""
+    with _INDEX_LOCK:
+        index = _index(task_dir)
+        index[key] = entry
+        target = task_dir / _INDEX
+        # A name of its own: two writers never share (or rename away) each other's temporary file.
+        tmp = task_dir / f".fetched-{uuid.uuid4().hex}.tmp"
+        try:
+            tmp.write_text(json.dumps(index), encoding="utf-8")
+            tmp.replace(target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def owners(task_dir: Path) -> dict[str, tuple[str, int]]:
+    """Who asked for each recorded file: ``{path relative to task_dir: (person, size)}``."""
+    found: dict[str, tuple[str, int]] = {}
+    for entry in _index(task_dir).values():
+        if not isinstance(entry, dict):
+            continue
+        path, person, size = entry.get("path"), entry.get("by"), entry.get("size")
+        if isinstance(path, str) and isinstance(person, str) and person and isinstance(size, int):
+            found[path] = (person, size)
+    return found
 
 
 def _index(task_dir: Path) -> dict[str, Any]:
@@ -127,7 +123,3 @@ def _last_used(task_dir: Path) -> float:
     with contextlib.suppress(OSError):
         times.append((task_dir / _MARKER).stat().st_mtime)
     return max(times)
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"

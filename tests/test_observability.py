@@ -167,8 +167,8 @@ async def test_a_token_that_reaches_a_log_line_is_redacted(tmp_path: Path) -> No
         assert captured.text.count("redacted") == 2
 
 
-async def test_message_preview_is_logged_by_default_and_removed_by_log_previews_false(tmp_path: Path) -> None:
-    """The delivery line carries a short text preview; LOG_PREVIEWS=false leaves no text in any line."""
+async def test_message_preview_is_logged_with_log_previews_and_absent_without(tmp_path: Path) -> None:
+    """With LOG_PREVIEWS the delivery line carries a short text preview; without, no line has text."""
     text = "<@UBOT> the pineapple shipment " + "is late again " * 20
     for previews in (True, False):
         async with FakeSlack() as slack:

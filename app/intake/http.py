@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import json
 import logging
 import socket
@@ -40,7 +39,7 @@ from storage import StoreError
 from .agent_view import AGENT_EVENTS, AgentView
 from .ingress import Ingress
 from .interactions import Interactions
-from .signature import unsigned_reason
+from .signature import same_secret, unsigned_reason
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -353,7 +352,7 @@ class HttpEdge:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         token = self._metrics_token
-        if token and not hmac.compare_digest(request.headers.get("Authorization", ""), f"Bearer {token}"):
+        if token and not same_secret(request.headers.get("Authorization", ""), f"Bearer {token}"):
             return web.Response(status=401, text="metrics need Authorization: Bearer $METRICS_TOKEN")
         return web.Response(body=self._render_metrics(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -26,6 +26,17 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
+def same_secret(given: str, expected: str) -> bool:
+    """Whether a header's value ``given`` is ``expected`` (a token), in constant time; never raising.
+
+    aiohttp decodes header bytes as UTF-8 with ``surrogateescape``, so a value may hold any
+    character, or a byte that is not UTF-8 at all; ``hmac.compare_digest`` refuses non-ASCII
+    text, so both sides are compared as the bytes they came from."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), expected.encode("utf-8", "surrogateescape")
+    )
+
+
 def unsigned_reason(
     secret: str, headers: Mapping[str, str], body: bytes, now: float | None = None
 ) -> str | None:
@@ -46,4 +57,4 @@ def unsigned_reason(
     return None
 
 
-__all__ = ["MAX_AGE_SECONDS", "signature", "unsigned_reason"]
+__all__ = ["MAX_AGE_SECONDS", "same_secret", "signature", "unsigned_reason"]

@@ -159,7 +159,7 @@ class SocketModeIntake:
             app_token=self.app_token,
             web_client=AsyncWebClient(base_url=self.api_url, timeout=_TIMEOUT),
             ping_interval=self.ping_interval,
-            logger=logging.getLogger(f"{__name__}.client"),
+            logger=_sdk_logger(),
         )
         client.first_url = first_url
         client.socket_mode_request_listeners.append(self._on_request)  # type: ignore[arg-type]
@@ -224,6 +224,15 @@ class SocketModeIntake:
         except Exception:
             log.exception("a Socket Mode delivery failed; Slack will send it again")
             return 500, "handler failed", None
+
+
+def _sdk_logger() -> logging.Logger:
+    """The Socket Mode client's logger, held at INFO whatever ``LOG_LEVEL`` says: its DEBUG lines
+    carry every envelope whole, message text included ("no message text in any log"); from INFO
+    up it names sessions and failures only."""
+    logger = logging.getLogger(f"{__name__}.client")
+    logger.setLevel(logging.INFO)
+    return logger
 
 
 __all__ = [

@@ -21,7 +21,6 @@ playground itself (``CSP``), so neither the page nor what it renders fetches rem
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 import logging
@@ -29,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
+
+from app.intake.signature import same_secret
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ class Guard:
             raise _refuse(web.HTTPForbidden, "requests from other web pages are refused")
         if request.path.startswith(PROTECTED):
             given = request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""
-            if not hmac.compare_digest(given.encode(), self.token.encode()):
+            if not same_secret(given, self.token):
                 raise _refuse(web.HTTPForbidden, "missing or wrong playground token: reload the page")
         if request.method not in ("GET", "HEAD") and request.content_type not in WRITE_TYPES:
             raise _refuse(web.HTTPUnsupportedMediaType, "send application/json or the page's form")

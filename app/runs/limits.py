@@ -19,6 +19,10 @@ class RunLimits:
     files_max_bytes: int = task_files.DEFAULT_MAX_BYTES
     #: ``FOLLOW_UPS_MAX``: pending follow-ups (``channel_follow_up``) across the install.
     follow_ups_max: int = 1000
+    #: ``USER_FILES_MAX_BYTES``: disk the files one person's requests saved may use (None: no cap).
+    user_files_max_bytes: int | None = None
+    #: ``FILES_MAX_BYTES``: disk every task's files may use together (None: no cap).
+    install_files_max_bytes: int | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> RunLimits:
@@ -27,6 +31,8 @@ class RunLimits:
             history_limit=settings.history_limit,
             files_max_bytes=settings.task_files_max_bytes,
             follow_ups_max=settings.follow_ups_max,
+            user_files_max_bytes=settings.user_files_max_bytes or None,
+            install_files_max_bytes=settings.files_max_bytes or None,
         )
 
 

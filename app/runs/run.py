@@ -48,6 +48,7 @@ from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel.contract import ChannelAdapter, Origin, WriteGuard, guarding
 from channel.errors import ConversationGone
+from channel.file_quota import FileQuota
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
@@ -145,6 +146,12 @@ class RunExecutor:
         self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
         self.adapter, self.agent, self.tools, self.agent_file = adapter, agent, tools, agent_file
         self.data_dir, self.limits = data_dir, limits
+        # Disk reservations for every session this executor builds (channel/file_quota.py).
+        self.file_quota = FileQuota(
+            data_dir / "tasks",
+            person_max=limits.user_files_max_bytes,
+            install_max=limits.install_files_max_bytes,
+        )
         self.hooks = hooks or RunHooks()
         self.clock = clock
         self.budgets = budgets or Budgets(store, clock=clock)
@@ -181,6 +188,7 @@ class RunExecutor:
             guard=guard,
             fence=fence,
             files_max_bytes=self.limits.files_max_bytes,
+            file_quota=self.file_quota,
             follow_ups_max=self.limits.follow_ups_max,
             follow_up_clock=self.follow_up_clock,  # the sweep's (playground: demo); None: clock
             asks=self.asks,

@@ -17,6 +17,7 @@ from storage.crashpoints import crash_point
 from .. import task_files
 from ..contract import ChannelAdapter, Origin, OriginInfo, Posted, Step, WriteGuard
 from ..errors import ChannelError
+from ..file_quota import FileQuota
 from ..inbound import InboundMessage
 from ..selection import HostTool, ToolSelection
 from ..store import SessionStore
@@ -50,13 +51,15 @@ class ChannelSession:
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
         files_max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+        file_quota: FileQuota | None = None,
         follow_ups_max: int = 1000,
         follow_up_clock: Callable[[], float] | None = None,
         asks: AskHost | None = None,
     ) -> None:
         """``guard`` is awaited before every write and may raise to stop it; ``fence`` (the host's
         lease) is carried by every journal entry (see the journal). ``files_max_bytes`` bounds the
-        task's files on disk (``TASK_FILES_MAX_BYTES``), ``follow_ups_max`` the install's pending
+        task's files on disk (``TASK_FILES_MAX_BYTES``), ``file_quota`` holds the host's disk
+        reservations (shared by its sessions), ``follow_ups_max`` the install's pending
         follow-ups (``FOLLOW_UPS_MAX``); ``follow_up_clock`` is what follow-ups are scheduled by
         (default ``clock``; the playground's demo clock). ``asks``: the host's cards, for adapters
         that post them."""
@@ -68,7 +71,9 @@ class ChannelSession:
         self.journal, self.handles = self.state.journal, self.state.handles
         self.reading: Reading = Reading(self.state)
         self.replies: Replies = Replies(self.state, adopt_first_root=adopt_first_root)
-        self.files: Files = Files(self.state, self.reading, task_dir=task_dir, max_bytes=files_max_bytes)
+        self.files: Files = Files(
+            self.state, self.reading, task_dir=task_dir, max_bytes=files_max_bytes, quota=file_quota
+        )
         self.follow_ups: FollowUpTools = FollowUpTools(
             self.state, clock=follow_up_clock or clock, install_max=follow_ups_max
         )
@@ -158,6 +163,10 @@ class ChannelSession:
     @property
     def files_max_bytes(self) -> int:
         return self.files.max_bytes
+
+    @property
+    def file_quota(self) -> FileQuota:
+        return self.files.quota
 
     @property
     def posted(self) -> list[str]:

@@ -16,6 +16,8 @@ MAX_BYTES = 100 * 2**20
 
 #: The ``file_access`` value the adapter gives a forwarded file not shared in this conversation.
 NOT_SHARED_HERE = "not_shared_here"
+#: The ``file_access`` value the adapter gives a file past the look-ups one message may cost.
+NOT_LOOKED_UP = "not_looked_up"
 
 #: Stand-ins Slack sends instead of a file the bot may not see, and what the model is told.
 _UNAVAILABLE = {
@@ -27,6 +29,9 @@ _UNAVAILABLE = {
     ("file_access", NOT_SHARED_HERE): (
         "the file was forwarded from another conversation and is not shared in this one; "
         "ask for it to be shared here"
+    ),
+    ("file_access", NOT_LOOKED_UP): (
+        "too many files are named here for the bot to check them all; ask for this one to be shared again"
     ),
 }
 

@@ -4,7 +4,9 @@ Parsing checks the shape of each table and fails with the table and key named;
 ``${VAR}`` references in ``env``, ``url`` and ``headers`` are kept as written until
 :meth:`McpServerConfig.resolve` expands them from the environment at start-up,
 so a missing variable is reported then, by name. What was expanded is kept as
-the server's secrets, so logs and error reasons can leave it out.
+the server's secrets, so logs and error reasons can leave it out, and so are header
+values and ``env`` values whose name says credential (``*KEY*``, ``*TOKEN*``,
+``*SECRET*``, ``*PASSWORD*``…) even when written literally.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 RESERVED_NAMES = frozenset({"channel", "tool", "skills"})
 # ${VAR} or ${VAR:-default}; nothing else is special, so a literal "$" needs no escaping.
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Env names whose literal values are credentials (API_KEY, GITHUB_TOKEN, DB_PASSWORD…).
+_CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
 _KEYS = (
     "command",
     "env",
@@ -100,8 +104,10 @@ class McpServerConfig:
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise McpConfigError(f"{where} url is not an http:// or https:// URL once expanded")
             secrets |= {v for v in (parts.password, parts.query, parts.fragment) if v}
-        # Header values are credentials as written, too (a literal key in the file).
+        # Header values are credentials as written, too (a literal key in the file), as are env
+        # values named like one.
         secrets |= set(headers.values())
+        secrets |= {v for k, v in env.items() if _CREDENTIAL_NAME.search(k)}
         shown = frozenset(s for s in secrets if len(s) >= 6)
         return Resolved(env=env, headers=headers, url=url, secrets=shown)
 
@@ -113,7 +119,7 @@ class Resolved:
     env: dict[str, str]
     headers: dict[str, str]
     url: str
-    #: Expanded values, the URL's password, query and fragment, and header values.
+    #: Expanded values, the URL's password, query and fragment, header values, credential-named env values.
     secrets: frozenset[str]
 
     @property

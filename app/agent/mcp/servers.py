@@ -247,7 +247,7 @@ class McpServer:
 
         if self._stderr is not None:
             self._stderr.close()
-        self._stderr = await StderrTail.open() if self.config.command else None
+        self._stderr = await StderrTail.open(self.name) if self.config.command else None
         client: Client[Any] = Client(
             self._transport(self._stderr),
             name="threadbound",

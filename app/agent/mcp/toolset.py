@@ -32,6 +32,7 @@ from app.agent.mcp.servers import McpCallFailed, McpServers
 from app.agent.runtime import ObservedToolset, RunDeps, ToolFinished, ToolStarted
 from channel import task_files
 from channel.errors import ChannelError, bounded
+from channel.file_quota import FileQuota
 
 #: Characters of a result the model reads; longer results are cut with a note saying so.
 MAX_RESULT_CHARS = 50_000
@@ -90,26 +91,45 @@ class McpToolset(ObservedToolset):
             value = await server.call(mcp_tool, tool_args, scope)
         except McpCallFailed as exc:
             return tool_failed(str(exc)), "tool_failed"
-        return await readable(value, session.task_dir, name, max_bytes=session.files_max_bytes), "ok"
+        shown = await readable(
+            value,
+            session.task_dir,
+            name,
+            max_bytes=session.files_max_bytes,
+            quota=session.file_quota,
+            person=session.requester,
+        )
+        return shown, "ok"
 
 
 async def readable(
-    value: Any, task_dir: Path, tool_name: str, *, max_bytes: int = task_files.DEFAULT_MAX_BYTES
+    value: Any,
+    task_dir: Path,
+    tool_name: str,
+    *,
+    max_bytes: int = task_files.DEFAULT_MAX_BYTES,
+    quota: FileQuota | None = None,
+    person: str = "",
 ) -> Any:
     """``value`` (as pydantic-ai maps an MCP result) with binary parts saved as files and named;
-    a part that would pass the task's file quota (``max_bytes``) is not saved, and says so."""
+    a part that would pass a file quota (the task's ``max_bytes``, or ``quota``'s caps for
+    ``person`` and the install) is not saved, and says so."""
     saved: list[str] = []
+    quota = quota or FileQuota()
 
     async def convert(item: Any) -> Any:
         if isinstance(item, BinaryContent | ResourceFile):
+            size, what = len(item.data), f"a {item.media_type} result"
             try:
-                what = f"a {item.media_type} result"
-                await task_files.check_room(task_dir, len(item.data), max_bytes, what)
+                async with quota.reserve(task_dir, size, task_max=max_bytes, person=person, what=what):
+                    path = await _save(item, task_dir, tool_name)
+                    if person:
+                        entry = {"path": path, "size": size, "by": person}
+                        await asyncio.to_thread(task_files.remember, task_dir, f"saved|{path}", entry)
             except ChannelError as exc:
                 return exc.as_result()
-            path = await _save(item, task_dir, tool_name)
             saved.append(path)
-            shown = {"file": path, "media_type": item.media_type, "size": len(item.data)}
+            shown = {"file": path, "media_type": item.media_type, "size": size}
             return {**shown, "uri": item.uri} if isinstance(item, ResourceFile) else shown
         if isinstance(item, list):
             return [await convert(x) for x in item]
