@@ -7,9 +7,9 @@ SQLite — while its schedule injects faults; then each property of the checker
 once per test session and its outcome shared by its checks. Every run prints its seed and schedule;
 ``python -m tests.support.fault_schedule --seed N --store …`` replays one, ``--seeds 50`` runs many.
 
-The bugs the schedule found that are still open are each pinned by a directed plan (one conversation,
-one fault at a known moment: deterministic, where a seed's outcome depends on which call a fault
-meets) under ``xfail(strict=True)`` naming the bug, so each test fails once its bug is fixed and its
+The bugs the schedule found are each pinned by a directed plan (one conversation, one fault at a
+known moment: deterministic, where a seed's outcome depends on which call a fault meets); a bug
+still open is marked ``xfail(strict=True)`` naming it, so its test fails once it is fixed and the
 mark must go. The checker's properties are shown able to fail on made-up states (no process needed).
 """
 
@@ -176,11 +176,6 @@ STORES = ["sqlite", "postgres"]
 
 @pytest.mark.process
 @pytest.mark.parametrize("store", STORES)
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 item 1: a post Slack applies after the connection was cut is looked up at once,"
-    " not found, reported to the model as not done, and posted again",
-)
 async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "reply", "off", Fault(0.0, "slack.late", "chat.postMessage", 6.0))
     outcome = await _directed_outcome(schedule, tmp_path)
@@ -189,11 +184,6 @@ async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_
 
 @pytest.mark.process
 @pytest.mark.parametrize("store", ["sqlite"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 item 1 (streams): a chat.startStream cut off is taken as refused and the answer"
-    " posted instead; the stream Slack starts a moment later stays in the thread, empty and open",
-)
 async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "plain", "auto", Fault(0.0, "slack.late", "chat.startStream", 5.0))
     outcome = await _directed_outcome(schedule, tmp_path)
@@ -202,11 +192,6 @@ async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tm
 
 @pytest.mark.process
 @pytest.mark.parametrize("store", ["sqlite"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 items 1-2: the final answer's post cut off (Slack applies it a moment later) ends"
-    " the run as refused with an apology; the answer then appears beside the apology",
-)
 async def test_an_answer_slack_posts_late_gets_no_apology(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "plain", "off", Fault(0.0, "slack.late", "chat.postMessage", 6.0))
     outcome = await _directed_outcome(schedule, tmp_path)
@@ -214,12 +199,6 @@ async def test_an_answer_slack_posts_late_gets_no_apology(store: str, tmp_path: 
 
 
 @pytest.mark.process
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the fault schedule: a run resumed from its checkpoint has no requester, so an"
-    " approval it requests is recorded with requester '' and only APPROVERS may decide it: the"
-    " requester's click is refused ('Only an approver can answer this') and the card stays live",
-)
 async def test_an_approval_requested_by_a_resumed_run_can_be_decided_by_its_requester(tmp_path: Path) -> None:
     schedule = _directed("sqlite", "approval", "off", crash_at="store.checkpoint.after")
     outcome = await _directed_outcome(schedule, tmp_path)
