@@ -260,6 +260,7 @@ class SlackAdapter(AdapterBase):
                 comment=comment,
                 outbound=self.link.outbound,
                 files_info=self.lookups.files_info,
+                in_flight=self.lookback.window,
             )
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:
