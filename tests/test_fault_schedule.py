@@ -183,6 +183,19 @@ async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_
 
 
 @pytest.mark.process
+async def test_a_reply_on_its_way_when_its_writer_is_killed_is_in_the_thread_once(tmp_path: Path) -> None:
+    """The process is SIGKILLed once Slack has cut its post, which Slack applies seconds later: the
+    restarted process takes the conversation over, finds the entry open and looks for the post until
+    it can no longer land, so it finds it and the model is told it was posted (looked at once, it
+    would be told "not posted" and post it again)."""
+    schedule = _directed("sqlite", "reply", "off", Fault(0.0, "slack.late.kill", "chat.postMessage", 4.0))
+    outcome = await _directed_outcome(schedule, tmp_path)
+    killed = "killed a with its chat.postMessage on the way"
+    assert any(killed in note for note in outcome.notes), _failures(outcome)
+    assert not outcome.checks["one_answer_each"], _failures(outcome)
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("store", ["sqlite"])
 async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "plain", "auto", Fault(0.0, "slack.late", "chat.startStream", 5.0))

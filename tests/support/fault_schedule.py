@@ -52,6 +52,7 @@ from .fake_model import FakeOpenAI
 from .postgres import drop_schema, new_schema
 from .process import ServerProcess, server_env
 from .tcp_proxy import TcpProxy
+from .waiting import eventually
 
 STORES = ("sqlite", "postgres")
 #: The writes a Slack fault may hit.
@@ -518,6 +519,10 @@ class Chaos:
         slack = self.slack
         if fault.kind == "slack.late":
             slack.late(fault.target, fault.seconds)
+        elif fault.kind == "slack.late.kill":  # directed plans only (one instance)
+            before = slack.count(fault.target)
+            slack.late(fault.target, fault.seconds)
+            self._later(0.0, lambda: self._kill_when_cut(fault.target, before))
         elif fault.kind == "slack.5xx":
             slack.fail(fault.target, "internal_error", status=500, applied=True)
         elif fault.kind == "slack.drop":
@@ -546,7 +551,18 @@ class Chaos:
         elif fault.kind == "db.fail":
             await self.db.fail(fault.target, fault.seconds)
 
+    async def _kill_when_cut(self, method: str, before: int) -> None:
+        """SIGKILL the first instance once Slack has cut a ``method`` request it will apply late (the
+        process dies with its write on the way), and restart it."""
+        await eventually(lambda: self.slack.count(method) > before and self.slack.pending_late > 0, 60.0)
+        instance = self.instances[0]
+        if instance.up:
+            instance.kill()
+            self.note(f"killed {instance.name} with its {method} on the way")
+            await self._restart(instance)
+
     async def _restart(self, instance: Instance) -> None:
+
         if instance.server is not None and instance.server.proc is not None:
             with contextlib.suppress(Exception):
                 await instance.server.wait(within=10)
