@@ -196,6 +196,23 @@ async def test_a_reply_on_its_way_when_its_writer_is_killed_is_in_the_thread_onc
 
 
 @pytest.mark.process
+@pytest.mark.timeout(180)
+async def test_a_stream_on_its_way_when_its_writer_is_killed_leaves_no_partial(tmp_path: Path) -> None:
+    """Killed once Slack has cut its ``chat.startStream`` (applied seconds later): the restarted
+    process waits until the start can no longer land (the whole window: an unfinished message is not
+    found by an id), then removes the message Slack started and answers once."""
+    conversation = Conversation("c1", "plain", 0.0)
+    fault = Fault(0.0, "slack.late.kill", "chat.startStream", 4.0)
+    # The conversation may take the takeover's whole wait (WRITE_IN_FLIGHT and the guard's lag).
+    schedule = Plan(0, "sqlite", "auto", (conversation,), (fault,), within=DIRECTED_WITHIN + 45.0)
+    outcome = await _directed_outcome(schedule, tmp_path)
+    killed = "killed a with its chat.startStream on the way"
+    assert any(killed in note for note in outcome.notes), _failures(outcome)
+    assert not outcome.checks["no_partial_message"], _failures(outcome)
+    assert not outcome.checks["one_answer_each"], _failures(outcome)
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("store", ["sqlite"])
 async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "plain", "auto", Fault(0.0, "slack.late", "chat.startStream", 5.0))
