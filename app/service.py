@@ -312,6 +312,7 @@ async def _connect_adapter(settings: Settings, store: Store, observer: Observer)
             file_origins=settings.slack_file_origins,
             write_deadline=settings.write_deadline,
             on_call=observer.slack_call,
+            in_flight=settings.write_in_flight,
         )
     except ChannelError as exc:
         await store.close()

@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     usage_footer: bool = False
     #: Seconds one Slack write may keep waiting out rate limits (429) before it fails ``rate_limited``.
     write_deadline: float = Field(default=300.0, gt=0)
+    #: Seconds after its attempt began that a Slack write whose answer was lost (a cut connection, a
+    #: timeout, a gateway's 5xx) may still be applied: it counts as maybe applied until then. The
+    #: attempt's timeout (30 s) and a margin; lower it only for tests.
+    write_in_flight: float = Field(default=35.0, gt=0)
     #: Seconds a conversation lease lives without a heartbeat.
     lease_ttl: float = Field(default=60.0, gt=0)
     #: Seconds between sweeps for conversations whose owner died.

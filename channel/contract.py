@@ -16,23 +16,31 @@ docs/architecture.md).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from .cards import Card
 
 from .inbound import InboundMessage
 
+T = TypeVar("T")
+
 #: Awaited before a write; raises (the host's own exception) when the task may no longer write.
 WriteGuard = Callable[[], Awaitable[None]]
 
 #: The guard of the writes made in this context (a run's, and the tasks it starts); None: unguarded.
 WRITE_GUARD: ContextVar[WriteGuard | None] = ContextVar("channel_write_guard", default=None)
+#: Seconds a guard may still let an attempt start after the host lost the right to write: it trusts
+#: a confirmation at most this old (a run's lease, ``app.runs.lease``). A survivor waiting out the
+#: writes of a fenced host counts them from its own takeover plus this (:class:`InFlight`).
+WRITE_GUARD_LAG = 3.0
 
 
 @contextmanager
@@ -208,6 +216,47 @@ class Document:
     permalink: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """How long a write whose answer never came (a cut connection, a timeout, a gateway's 5xx) may
+    still be applied by the provider: it counts as maybe applied until then (invariant "Exactly
+    once at every point and under every schedule", docs/architecture.md)."""
+
+    #: Seconds after its attempt began that the provider may still apply a write: the attempt's
+    #: timeout and a margin. 0: a write is applied or refused by the time it is answered.
+    window: float = 0.0
+    #: Seconds a write may wait for its turn (pacing, rate limits) before its last attempt begins.
+    deadline: float = 0.0
+
+    def until(self, opened: float, now: float) -> float:
+        """When a write journalled at ``opened`` by a host that may no longer write (dead, or fenced
+        at ``now`` at the latest) can no longer land: its last attempt began before its deadline
+        passed, and before the host's guard refused (:data:`WRITE_GUARD_LAG` after ``now``)."""
+        if self.window <= 0:
+            return opened
+        return min(opened + self.deadline, now + WRITE_GUARD_LAG) + self.window
+
+
+#: Pauses between looks at a write that may still be on its way (the last one repeats).
+LOOK_AGAIN_S = (0.5, 1.0, 2.0, 3.0)
+
+
+async def look_until(
+    look: Callable[[], Awaitable[T]], until: float, *, clock: Callable[[], float] = time.monotonic
+) -> T:
+    """``look``'s answer once it finds something (not None, not empty), else its answer at ``until``
+    (a ``clock`` time) or later; looked again at growing intervals meanwhile."""
+    pauses = iter(LOOK_AGAIN_S)
+    pause = 0.0
+    while True:
+        found = await look()
+        left = until - clock()
+        if found or left <= 0:
+            return found
+        pause = next(pauses, pause)
+        await asyncio.sleep(min(pause, left))
+
+
 @runtime_checkable
 class ChannelAdapter(Protocol):
     """A provider's side of the channel tools. Optional methods are only called when
@@ -216,6 +265,8 @@ class ChannelAdapter(Protocol):
     features: ChannelFeatures
     provider: str
     max_post_chars: int
+    #: How long a write whose answer was lost may still land (a survivor waits it out).
+    in_flight: InFlight
 
     async def describe(self, origin: Origin) -> OriginInfo:
         """Names and permalink of the origin, resolved (and cached) in trusted code."""
@@ -317,6 +368,8 @@ class AdapterBase:
     provider: str = "unknown"
     #: Longest Markdown one post may carry; longer replies are split by the session.
     max_post_chars: int = 8000
+    #: Writes are applied or refused by the time they are answered (a provider's own may differ).
+    in_flight: InFlight = InFlight()
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         return []

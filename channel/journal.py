@@ -16,6 +16,15 @@ settled by :func:`reconcile` at the start of the next run:
   (``already_done`` and :class:`~channel.errors.MessageGone` mean already done);
 - uploads and documents carry no marker to look for: they are reported, never repeated.
 
+An entry left open may be a write still on its way: its host died or was fenced while the request
+was out, and Slack can apply it seconds later. Such a write counts as maybe applied until it can
+no longer land (``ChannelAdapter.in_flight``: its last attempt began before its own deadline and
+before the host's guard refused, ``channel.contract.WRITE_GUARD_LAG`` after this run took over;
+it lands within one attempt's window after that). Until then a post is looked for again and again
+and reported not posted only after; a stream whose start was never answered is looked for only
+after; an idempotent write is made again only after (made sooner, the original landing late
+would undo a later write of the model's); an upload is reported only after.
+
 How a tool's entries settle is its spec's :class:`JournalPolicy` (``channel.tools``): the policy
 names one of :func:`settle_post`, :func:`redo` or :func:`settle_unknown`.
 
@@ -35,7 +44,9 @@ The session (``channel.session``) is the only caller.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,9 +58,11 @@ from typing import Any, Protocol, TypeVar
 
 from storage.base import EffectRecord, Fence, retry_if_session_ended
 
-from .contract import ChannelAdapter, Origin, Posted, WriteGuard
+from .contract import ChannelAdapter, Origin, Posted, WriteGuard, look_until
 from .errors import ChannelError, MessageGone, bounded
 from .store import SessionStore
+
+log = logging.getLogger(__name__)
 
 Result = dict[str, Any]
 T = TypeVar("T")
@@ -73,6 +86,32 @@ class Interrupted:
     args: dict[str, Any]
     #: Mints the handle of a recovered post.
     record_post: Callable[[Posted], Awaitable[str]]
+    #: The ``time.monotonic()`` moment after which the write can no longer land (module doc).
+    until: float = 0.0
+
+    async def look(self, find: Callable[[], Awaitable[T]]) -> T:
+        """``find``'s answer once it finds something, else its answer once the write can no
+        longer land."""
+        return await look_until(find, self.until)
+
+    async def waited(self) -> None:
+        """Return once the write can no longer land."""
+        await wait_until(self.until)
+
+
+async def wait_until(until: float) -> None:
+    """Sleep until the ``time.monotonic()`` moment ``until``."""
+    left = until - time.monotonic()
+    if left > 0:
+        await asyncio.sleep(left)
+
+
+def landed_by(journal: EffectJournal, adapter: ChannelAdapter, effect: EffectRecord) -> float:
+    """The ``time.monotonic()`` moment after which the write of ``effect``, opened by a host that
+    is gone or fenced now, can no longer land (module doc)."""
+    now = journal.clock()
+    left = adapter.in_flight.until(effect.created_at, now) - now
+    return time.monotonic() + max(0.0, left)
 
 
 #: Settles an interrupted entry: the result it is closed with, and the note the model reads.
@@ -182,6 +221,14 @@ class EffectJournal:
     async def get(self, effect_id: str) -> EffectRecord | None:
         return await self.store.get_effect(effect_id)
 
+    async def look_for(
+        self, adapter: ChannelAdapter, effect: EffectRecord, find: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``find``'s answer once it finds the write of ``effect``, an entry a run that is gone or
+        fenced left open, else its answer once that write can no longer land (module doc): what
+        is not found then is made again."""
+        return await look_until(find, landed_by(self, adapter, effect))
+
     async def close(self, effect_id: str, result: Result) -> None:
         """Record the write's result. Made again once when the store failed (a close only sets the
         entry's result, so twice is once): a write that happened must not stay open for want of a
@@ -214,6 +261,8 @@ async def reconcile(
     policy; None: :func:`settle_unknown`). Returns one line per effect for the model (reasons
     bounded to 512 bytes)."""
     notes: list[str] = []
+    began = time.monotonic()
+    until = {effect.effect_id: landed_by(journal, adapter, effect) for effect in effects}
     # A streamed message's ref, by the reply effect it belongs to.
     streamed: dict[str, tuple[str, str]] = {}
     for effect in effects:
@@ -231,7 +280,10 @@ async def reconcile(
                 result, note = await _settle_stream(adapter, origin, effect.effect_id, stream[1], record_post)
             else:
                 settle = settle_of(effect.tool) or settle_unknown
-                result, note = await settle(Interrupted(adapter, origin, effect.effect_id, args, record_post))
+                interrupted = Interrupted(
+                    adapter, origin, effect.effect_id, args, record_post, until[effect.effect_id]
+                )
+                result, note = await settle(interrupted)
         except ChannelError as exc:
             result, note = exc.as_result(), f"is unavailable: {exc.message}"
         await journal.close(effect.effect_id, result)
@@ -242,7 +294,8 @@ async def reconcile(
         await journal.check()
         args = json.loads(_args_of(effects, stream_effect))
         try:
-            if not ref:  # a start whose answer was lost: Slack may hold the message
+            if not ref:  # a start whose answer was lost: Slack may hold the message, or still apply it
+                await wait_until(until[stream_effect])
                 await _remove_unfinished(adapter, origin, args)
             elif not await adapter.find_posted(origin, str(args.get("reply") or "")):
                 # Not finished as its reply (no effect id on it): text that was removed from the
@@ -252,6 +305,12 @@ async def reconcile(
             await journal.close(stream_effect, exc.as_result())
             continue
         await journal.close(stream_effect, {"ok": True})
+    waited = time.monotonic() - began
+    if waited >= 1.0:
+        log.info(
+            "interrupted writes settled after waiting out those still on their way",
+            extra={"fields": {"task": journal.task_id, "waited_ms": round(waited * 1000)}},
+        )
     return notes
 
 
@@ -300,7 +359,7 @@ async def settle_post(interrupted: Interrupted) -> tuple[Result, str]:
     again); a streamed one started but never journalled is looked for unfinished and removed."""
     args, origin, adapter = interrupted.args, interrupted.origin, interrupted.adapter
     where = Origin(args.get("channel", origin.channel), args.get("thread_ts", origin.thread))
-    found = await adapter.find_posted(where, interrupted.effect_id)
+    found = await interrupted.look(partial(adapter.find_posted, where, interrupted.effect_id))
     if not found and args.get("stream") and await _remove_unfinished(adapter, origin, args):
         # Started, but its ref never journalled: the partial message was found and removed.
         error = ChannelError("not_found", "the interrupted reply was removed before it was finished")
@@ -317,6 +376,7 @@ def redo(write: Callable[[ChannelAdapter, dict[str, Any]], Awaitable[object]]) -
     arguments; an error that means it had already taken effect counts as done."""
 
     async def settle(interrupted: Interrupted) -> tuple[Result, str]:
+        await interrupted.waited()  # the original landing after it would undo what the model does next
         try:
             await write(interrupted.adapter, interrupted.args)
         except ChannelError as exc:
@@ -329,6 +389,8 @@ def redo(write: Callable[[ChannelAdapter, dict[str, Any]], Awaitable[object]]) -
 
 
 async def settle_unknown(interrupted: Interrupted) -> tuple[Result, str]:
-    """A write with no marker to look for (an upload, a document): reported, never repeated."""
+    """A write with no marker to look for (an upload, a document): reported, never repeated, once
+    it can no longer land (the model may look for it then)."""
+    await interrupted.waited()
     error = ChannelError("not_found", "the interrupted action's result is unavailable")
     return error.as_result(), "has an unavailable result; check before doing it again"

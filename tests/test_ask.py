@@ -446,6 +446,7 @@ async def test_an_ask_killed_around_its_card_posts_it_once_and_its_answer_resume
             "OPENAI_BASE_URL": llm.base_url,
             "OPENAI_API_KEY": "x",
             "STREAM": "off",
+            "WRITE_IN_FLIGHT": "2",  # a card not posted before the kill is waited out this long
         }
         first = ServerProcess(
             {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "s1.log"

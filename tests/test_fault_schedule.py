@@ -7,9 +7,9 @@ SQLite — while its schedule injects faults; then each property of the checker
 once per test session and its outcome shared by its checks. Every run prints its seed and schedule;
 ``python -m tests.support.fault_schedule --seed N --store …`` replays one, ``--seeds 50`` runs many.
 
-The bugs the schedule found that are still open are each pinned by a directed plan (one conversation,
-one fault at a known moment: deterministic, where a seed's outcome depends on which call a fault
-meets) under ``xfail(strict=True)`` naming the bug, so each test fails once its bug is fixed and its
+The bugs the schedule found are each pinned by a directed plan (one conversation, one fault at a
+known moment: deterministic, where a seed's outcome depends on which call a fault meets); a bug
+still open is marked ``xfail(strict=True)`` naming it, so its test fails once it is fixed and the
 mark must go. The checker's properties are shown able to fail on made-up states (no process needed).
 """
 
@@ -27,7 +27,7 @@ import pytest
 
 from tests.support.chaos_checks import CHECKS, Outcome, StoreState, check, runs_of
 from tests.support.chaos_workload import Conversation
-from tests.support.fault_schedule import Fault, Plan, plan, run_plan, run_seed
+from tests.support.fault_schedule import Chaos, Fault, Plan, plan, run_plan, run_seed
 from tests.support.postgres import base_url
 from threadbound_emulator import FakeSlack
 
@@ -176,11 +176,6 @@ STORES = ["sqlite", "postgres"]
 
 @pytest.mark.process
 @pytest.mark.parametrize("store", STORES)
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 item 1: a post Slack applies after the connection was cut is looked up at once,"
-    " not found, reported to the model as not done, and posted again",
-)
 async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "reply", "off", Fault(0.0, "slack.late", "chat.postMessage", 6.0))
     outcome = await _directed_outcome(schedule, tmp_path)
@@ -188,12 +183,42 @@ async def test_a_reply_slack_applies_late_is_in_the_thread_once(store: str, tmp_
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("store", STORES)
+async def test_a_reply_on_its_way_when_its_writer_is_killed_is_in_the_thread_once(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process is SIGKILLed once Slack has cut its post, which Slack applies seconds later: the
+    survivor (on SQLite the restart, on Postgres the peer or the restart, whichever takes the
+    conversation first) finds the entry open and looks for the post until it can no longer land, so
+    it finds it and the model is told it was posted (looked at once, it would be told "not posted"
+    and post it again)."""
+    monkeypatch.setattr(Chaos, "_pick", lambda self, n: 0)  # every delivery to a: the one killed
+    schedule = _directed(store, "reply", "off", Fault(0.0, "slack.late.kill", "chat.postMessage", 4.0))
+    outcome = await _directed_outcome(schedule, tmp_path)
+    killed = "killed a with its chat.postMessage on the way"
+    assert any(killed in note for note in outcome.notes), _failures(outcome)
+    assert not outcome.checks["one_answer_each"], _failures(outcome)
+
+
+@pytest.mark.process
+@pytest.mark.timeout(180)
+async def test_a_stream_on_its_way_when_its_writer_is_killed_leaves_no_partial(tmp_path: Path) -> None:
+    """Killed once Slack has cut its ``chat.startStream`` (applied seconds later): the restarted
+    process waits until the start can no longer land (the whole window: an unfinished message is not
+    found by an id), then removes the message Slack started and answers once."""
+    conversation = Conversation("c1", "plain", 0.0)
+    fault = Fault(0.0, "slack.late.kill", "chat.startStream", 4.0)
+    # The conversation may take the takeover's whole wait (WRITE_IN_FLIGHT and the guard's lag).
+    schedule = Plan(0, "sqlite", "auto", (conversation,), (fault,), within=DIRECTED_WITHIN + 45.0)
+    outcome = await _directed_outcome(schedule, tmp_path)
+    killed = "killed a with its chat.startStream on the way"
+    assert any(killed in note for note in outcome.notes), _failures(outcome)
+    assert not outcome.checks["no_partial_message"], _failures(outcome)
+    assert not outcome.checks["one_answer_each"], _failures(outcome)
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("store", ["sqlite"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 item 1 (streams): a chat.startStream cut off is taken as refused and the answer"
-    " posted instead; the stream Slack starts a moment later stays in the thread, empty and open",
-)
 async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "plain", "auto", Fault(0.0, "slack.late", "chat.startStream", 5.0))
     outcome = await _directed_outcome(schedule, tmp_path)
@@ -202,11 +227,6 @@ async def test_a_stream_slack_starts_late_leaves_no_empty_message(store: str, tm
 
 @pytest.mark.process
 @pytest.mark.parametrize("store", ["sqlite"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 37 items 1-2: the final answer's post cut off (Slack applies it a moment later) ends"
-    " the run as refused with an apology; the answer then appears beside the apology",
-)
 async def test_an_answer_slack_posts_late_gets_no_apology(store: str, tmp_path: Path) -> None:
     schedule = _directed(store, "plain", "off", Fault(0.0, "slack.late", "chat.postMessage", 6.0))
     outcome = await _directed_outcome(schedule, tmp_path)
@@ -214,12 +234,6 @@ async def test_an_answer_slack_posts_late_gets_no_apology(store: str, tmp_path: 
 
 
 @pytest.mark.process
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the fault schedule: a run resumed from its checkpoint has no requester, so an"
-    " approval it requests is recorded with requester '' and only APPROVERS may decide it: the"
-    " requester's click is refused ('Only an approver can answer this') and the card stays live",
-)
 async def test_an_approval_requested_by_a_resumed_run_can_be_decided_by_its_requester(tmp_path: Path) -> None:
     schedule = _directed("sqlite", "approval", "off", crash_at="store.checkpoint.after")
     outcome = await _directed_outcome(schedule, tmp_path)

@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessage
@@ -139,10 +140,18 @@ class Approvals:
         return ids
 
     async def settle(
-        self, session: ChannelSession, effects: Sequence[EffectRecord], history: Sequence[ModelMessage]
+        self,
+        session: ChannelSession,
+        effects: Sequence[EffectRecord],
+        history: Sequence[ModelMessage],
+        *,
+        interrupted: bool = True,
     ) -> None:
         """Post (or find, after a crash) the cards of open card effects; withdraw an approval whose
-        call is not pending in the saved transcript (its run never saved)."""
+        call is not pending in the saved transcript (its run never saved). ``interrupted``: the
+        effects were left open by a run that is gone, so a card of theirs may still be on its way
+        and is looked for until it can no longer land (``EffectJournal.look_for``) before it is
+        posted; else (this run's own, or ones whose post was already waited out) one look."""
         pending = {c.tool_call_id for c in open_calls(history)}
         for effect in effects:
             await session.journal.check()
@@ -163,7 +172,8 @@ class Approvals:
                 await session.journal.close(effect.effect_id, {"void": True})
                 continue
             origin = Origin(approval.channel, approval.thread_ts)
-            found = await self.adapter.find_posted(origin, effect.effect_id)
+            find = partial(self.adapter.find_posted, origin, effect.effect_id)
+            found = await (session.journal.look_for(self.adapter, effect, find) if interrupted else find())
             if found:
                 posted = found[0]
             else:
@@ -203,7 +213,7 @@ class Approvals:
         leaves its effect open: the next sweep looks for the card in the thread and posts it if absent."""
         effects = [e for e in await self.store.open_effects(session.task.task_id) if e.tool == CARD_EFFECT]
         try:
-            await self.settle(session, effects, history)
+            await self.settle(session, effects, history, interrupted=False)
         except ChannelError as exc:
             log.warning("an approval card was not posted (%s); the sweep retries it", exc.message)
 

@@ -26,6 +26,7 @@ import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from app.clicks import Action
@@ -173,7 +174,10 @@ class Asks:
             # Never recorded, or withdrawn (or expired) before its card was known: not posted now.
             await session.journal.close(effect.effect_id, _NOT_RECORDED.as_result())
             return
-        found = await self.adapter.find_posted(Origin(record.channel, record.thread_ts), effect.effect_id)
+        # Left open by a run that is gone: looked for until the card can no longer land, then posted.
+        origin = Origin(record.channel, record.thread_ts)
+        find = partial(self.adapter.find_posted, origin, effect.effect_id)
+        found = await session.journal.look_for(self.adapter, effect, find)
         try:
             await self._post_card(session, record, effect.effect_id, found)
         except ChannelError as exc:

@@ -81,6 +81,9 @@ ANSWER_KEY = "threadbound_answer"
 #: existed, under the answer's key (``channel.streaming.AnswerStream.key``); the key is how a resumed
 #: run knows the call's reply reached the thread (``app.runs.resume``), however late they started.
 STREAMED_KEY = "threadbound_streamed"
+#: Key, in a checkpointed response's ``metadata``, of the person the run works for (its requester):
+#: a run resumed from the checkpoint, its inbox items consumed, goes on for them (``app.runs.resume``).
+REQUESTER_KEY = "threadbound_requester"
 
 
 @dataclass(eq=False)
@@ -221,6 +224,13 @@ def tag_streamed(messages: list[ModelMessage], streamed: Sequence[str], key: str
         metadata = {**(last.metadata or {}), STREAMED_KEY: {owner: [key]}}
         messages[-1] = replace(last, metadata=metadata)
     return owner
+
+
+def tag_requester(messages: list[ModelMessage], person: str) -> None:
+    """Name ``person`` (the run's requester) on the last response before the step is checkpointed."""
+    last = messages[-1] if messages else None
+    if person and isinstance(last, ModelResponse) and (last.metadata or {}).get(REQUESTER_KEY) != person:
+        messages[-1] = replace(last, metadata={**(last.metadata or {}), REQUESTER_KEY: person})
 
 
 def synced_by_next_write(messages: Sequence[ModelMessage]) -> bool:

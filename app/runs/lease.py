@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
+from channel.contract import WRITE_GUARD_LAG
 from storage.base import Fence, Store, StoreError
 
 from .outcome import RunStopped
@@ -27,8 +28,9 @@ from .outcome import RunStopped
 log = logging.getLogger(__name__)
 
 #: Seconds a store confirmation of the lease counts for: a check later than this (before a Slack
-#: write or a model request) asks the store again (one round trip).
-CONFIRM_AFTER = 3.0
+#: write or a model request) asks the store again (one round trip). A survivor counts on it to know
+#: how long a fenced run may still start a Slack write (``channel.contract.WRITE_GUARD_LAG``).
+CONFIRM_AFTER = WRITE_GUARD_LAG
 
 
 @dataclass(eq=False)

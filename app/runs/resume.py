@@ -27,7 +27,7 @@ from channel.streaming import STREAM_KEY_PREFIX
 from channel.tools import spec_named
 from storage.base import EffectRecord, Store, TaskRecord
 
-from .checkpoint import ANSWER_KEY, STREAMED_KEY
+from .checkpoint import ANSWER_KEY, REQUESTER_KEY, STREAMED_KEY
 from .history import load_history
 
 log = logging.getLogger(__name__)
@@ -224,6 +224,18 @@ def asked(transcript: bytes) -> bool:
         and "error" not in p.content
         for p in last.parts
     )
+
+
+def requester_of(transcript: bytes) -> str:
+    """The person the run the transcript ends with worked for, as its newest checkpoint named them
+    (``checkpoint.tag_requester``); "" for none. A resumed run goes on for them: its inbox items
+    were consumed with the checkpoint, so no message names them any more."""
+    for message in reversed(load_history(transcript)):
+        if isinstance(message, ModelResponse):
+            person = (message.metadata or {}).get(REQUESTER_KEY)
+            if isinstance(person, str) and person:
+                return person
+    return ""
 
 
 def replied_since_prompt(transcript: bytes) -> bool:

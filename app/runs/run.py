@@ -85,7 +85,7 @@ from .outcome import (
 )
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
-from .resume import resume_open_run
+from .resume import requester_of, resume_open_run
 from .steps import AgentSteps, Turn
 
 __all__ = ["APOLOGY", "RunExecutor", "RunHooks", "RunOutcome", "RunStopped", "trim_history"]
@@ -282,6 +282,8 @@ class RunExecutor:
             if lines:
                 prompt += "\n\nFeedback on your earlier answers:\n" + "\n".join(f"- {line}" for line in lines)
         person = newest_author(shown)  # charged for the run's model requests
+        if not person and task.run_open:  # resumed: its messages were consumed with its checkpoint
+            person = requester_of(session.task.transcript)
         return await self.execute(
             session, prompt, list(items), inbox, feedback_upto=upto, person=person, screen=screen
         )

@@ -41,7 +41,7 @@ from storage.base import InboxItem
 from storage.crashpoints import crash_point
 
 from .budget_screen import BudgetScreen, newest_author
-from .checkpoint import Checkpoints, synced_by_next_write, tag_streamed
+from .checkpoint import Checkpoints, synced_by_next_write, tag_requester, tag_streamed
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
 from .streaming import EventFeed
@@ -241,6 +241,7 @@ class AgentSteps:
         before it goes out."""
         calls_tools = any(isinstance(p, ToolCallPart) for p in node.model_response.parts)
         messages = list(run.all_messages())  # pydantic-ai's own list: not ours to change
+        tag_requester(messages, self.meter.person)  # a run resumed from this checkpoint goes on for them
         if self.session.answer is not None:
             answer = self.session.answer
             answer.own(tag_streamed(messages, answer.sources, answer.key))

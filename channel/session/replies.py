@@ -147,9 +147,10 @@ class Replies:
         known = await self._state.journal.get(effect_id)
         if known is not None and known.result is not None:
             return
-        found = (
-            await self._state.adapter.find_posted(self._state.origin, effect_id) if known is not None else []
-        )
+        adapter, origin = self._state.adapter, self._state.origin
+        # Left open by a run that is gone: looked for until it can no longer land, then posted.
+        find = partial(adapter.find_posted, origin, effect_id)
+        found = await self._state.journal.look_for(adapter, known, find) if known is not None else []
         if known is None:
             args = {
                 "channel": self._state.origin.channel,
@@ -176,7 +177,11 @@ class Replies:
             try:
                 if isinstance(text, str) and text.strip():
                     await self.post_note_once(effect.effect_id, text)
-                elif found := await self._state.adapter.find_posted(self._state.origin, effect.effect_id):
+                elif found := await self._state.journal.look_for(
+                    self._state.adapter,
+                    effect,
+                    partial(self._state.adapter.find_posted, self._state.origin, effect.effect_id),
+                ):
                     await self._state.journal.close(
                         effect.effect_id, {"message": await self.record_post(found[0])}
                     )

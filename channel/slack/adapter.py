@@ -29,6 +29,7 @@ from channel.contract import (
     Document,
     Fetched,
     FileMeta,
+    InFlight,
     LiveMessage,
     MessageView,
     Origin,
@@ -46,7 +47,7 @@ from .errors import SlackCallObserver
 from .file_meta import file_meta
 from .identity import SlackIdentity, fetch_identity
 from .link import EFFECT_EVENT, SlackLink
-from .lookback import Lookback
+from .lookback import IN_FLIGHT_S, Lookback
 from .lookups import Lookups
 from .outbound import DEFAULT_DEADLINE
 from .reads import Reads
@@ -89,7 +90,10 @@ class SlackAdapter(AdapterBase):
         write_deadline: float = DEFAULT_DEADLINE,
         http: aiohttp.ClientSession | None = None,
         on_call: SlackCallObserver | None = None,
+        in_flight: float = IN_FLIGHT_S,
     ) -> None:
+        """``in_flight``: seconds after its attempt began that a write whose answer was lost may
+        still land (``channel.slack.lookback``)."""
         self._token = token
         self.link = SlackLink(
             token=token,
@@ -101,7 +105,8 @@ class SlackAdapter(AdapterBase):
         )
         self.lookups = Lookups(self.link)
         self.reads = Reads(self.link, self.lookups)
-        self.lookback = Lookback(self.link, self.reads)
+        self.lookback = Lookback(self.link, self.reads, window=in_flight)
+        self.in_flight = InFlight(window=in_flight, deadline=write_deadline)
         self.writes = Writes(self.link, self.reads, self.lookback)
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
@@ -115,6 +120,7 @@ class SlackAdapter(AdapterBase):
         file_origins: Sequence[str],
         write_deadline: float = DEFAULT_DEADLINE,
         on_call: SlackCallObserver | None = None,
+        in_flight: float = IN_FLIGHT_S,
     ) -> SlackAdapter:
         """Call ``auth.test`` once, learn the bot's identity and granted scopes, derive features."""
         http = http_session()
@@ -131,6 +137,7 @@ class SlackAdapter(AdapterBase):
             write_deadline=write_deadline,
             http=http,
             on_call=on_call,
+            in_flight=in_flight,
         )
 
     async def close(self) -> None:
@@ -253,6 +260,7 @@ class SlackAdapter(AdapterBase):
                 comment=comment,
                 outbound=self.link.outbound,
                 files_info=self.lookups.files_info,
+                in_flight=self.lookback.window,
             )
 
     async def post_document(self, origin: Origin, title: str, markdown: str) -> Document:

@@ -7,6 +7,13 @@ looked at: :meth:`Lookback.once` makes the write and, on an ambiguous answer, as
 check what Slack holds — done (the write's result), not done (the error, now definite),
 or still unknown (the error, still ``ambiguous``, saying so).
 
+A write that got no answer at all (a cut connection, a timeout) or a gateway's 5xx may still be
+on its way: Slack can apply it seconds after the caller gave up on it. Until ``window`` seconds
+after its attempt began (the attempt's timeout and a margin: :data:`IN_FLIGHT_S`) a look that finds
+nothing is not an answer: Slack is looked at again, at growing intervals, and the write reported
+not done only once that time has passed. An answer of Slack's own (``internal_error`` at HTTP 200)
+ended the request: one look settles it.
+
 A streamed message carries no effect id until it is stopped, so an unfinished one is
 found by author and place: :meth:`Lookback.find_unfinished` lists the bot's replies in
 a thread after a given message that carry no effect id and no file.
@@ -15,27 +22,48 @@ a thread after a given message that carry no effect id and no file.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from channel.contract import Origin, Posted
+from slack_sdk.errors import SlackApiError
+
+from channel.contract import Origin, Posted, look_until
 from channel.errors import ChannelError
 
 from .link import SlackLink, effect_id_of, split_ref
 from .reads import Reads
+from .transport import TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Seconds Slack may take after the timeout of an attempt before a write it received shows.
+IN_FLIGHT_MARGIN_S = 5.0
+#: Seconds after its attempt began that a write whose answer was lost may still be applied.
+IN_FLIGHT_S = TIMEOUT_S + IN_FLIGHT_MARGIN_S
+
+
+def maybe_in_flight(exc: ChannelError) -> bool:
+    """Whether the ambiguous ``exc`` may leave the write still on its way: no answer came (a cut
+    connection, a timeout), or a gateway answered for Slack (HTTP 5xx)."""
+    if exc.provider_code == "transport":
+        return True
+    cause = exc.__cause__
+    response = cause.response if isinstance(cause, SlackApiError) else None
+    return response is not None and response.status_code >= 500
 
 
 class Lookback:
     """Ambiguous write answers settled by a look at Slack: writes through the ``link``'s outbound
     path, looks through ``reads``."""
 
-    def __init__(self, link: SlackLink, reads: Reads) -> None:
+    def __init__(self, link: SlackLink, reads: Reads, *, window: float = IN_FLIGHT_S) -> None:
         self.link = link
         self.reads = reads
+        #: Seconds after its attempt began that a write whose answer was lost may still land.
+        self.window = window
 
     async def once(
         self,
@@ -48,14 +76,24 @@ class Lookback:
         deadline: float | None = None,
     ) -> T:
         """Make the write ``call`` once (through the outbound path); when its answer is ambiguous,
-        ``check`` says what Slack holds: a result (it was done), None (it was not)."""
+        ``check`` says what Slack holds: a result (it was done), None (it was not). A write that may
+        still be on its way is looked at until it can no longer land (the module doc)."""
+        began: list[float] = []
+
+        async def attempt() -> T:
+            began.append(time.monotonic())
+            return await call()
+
         try:
-            return await self.link.outbound.write(method, call, channel=channel, post=post, deadline=deadline)
+            return await self.link.outbound.write(
+                method, attempt, channel=channel, post=post, deadline=deadline
+            )
         except ChannelError as exc:
             if not exc.ambiguous:
                 raise
+            until = began[-1] + self.window if began and maybe_in_flight(exc) else 0.0
             try:
-                done = await check()
+                done = await look_until(check, until)
             except ChannelError as lookup:
                 log.warning("%s: could not look whether it was done: %s", method, lookup.message)
                 exc.message = f"{exc.message} It may have been done anyway: look before doing it again."

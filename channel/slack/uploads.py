@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import aiofiles.os
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from channel.contract import Origin, Uploaded
+from channel.contract import Origin, Uploaded, look_until
 from channel.errors import ChannelError
 
 from .content import shared_in
@@ -29,13 +30,16 @@ async def upload(
     comment: str | None,
     outbound: Outbound | None = None,
     files_info: Callable[[str], Awaitable[Mapping[str, Any]]] | None = None,
+    in_flight: float = 0.0,
 ) -> Uploaded:
     """Upload ``path`` into the origin thread (``files_upload_v2``: get URL, POST bytes, complete).
 
     Through ``outbound`` (the adapter's; paced as a post): a 429 at any step means the file was
     not shared, and the whole upload is made again; an abandoned upload URL is never completed,
     so nothing doubles. When the completion's answer is ambiguous (a 5xx, ``internal_error``),
-    ``files_info`` looks whether the file got shared here anyway (its id is in the request).
+    ``files_info`` looks whether the file got shared here anyway (its id is in the request); after
+    a gateway's 5xx, which Slack may still apply, it looks again until ``in_flight`` seconds have
+    passed (``channel.slack.lookback``) before the upload counts as not done.
     """
     try:
         size = (await aiofiles.os.stat(path)).st_size
@@ -67,7 +71,7 @@ async def upload(
             post=True,
         )
     except ChannelError as exc:
-        found = await _shared_anyway(exc, origin.channel, files_info) if exc.ambiguous else None
+        found = await _shared_anyway(exc, origin.channel, files_info, in_flight) if exc.ambiguous else None
         if found is None:
             raise
         response = {"file": found}
@@ -91,7 +95,10 @@ def _share_ts(raw: Mapping[str, Any], channel: str) -> str | None:
 
 
 async def _shared_anyway(
-    exc: ChannelError, channel: str, files_info: Callable[[str], Awaitable[Mapping[str, Any]]] | None
+    exc: ChannelError,
+    channel: str,
+    files_info: Callable[[str], Awaitable[Mapping[str, Any]]] | None,
+    in_flight: float,
 ) -> Mapping[str, Any] | None:
     """The file object when an ambiguous ``files.completeUploadExternal`` did share the file in
     ``channel`` after all; None when it did not, or nobody can tell (a dropped connection carries
@@ -106,11 +113,19 @@ async def _shared_anyway(
         file_id = str(files[0]["id"])
     except (ValueError, LookupError, TypeError):
         return None
+    look = files_info
+
+    async def shared() -> Mapping[str, Any] | None:
+        info = (await look(file_id)).get("file")
+        return info if isinstance(info, Mapping) and shared_in(info, channel) else None
+
+    # Counted from now, later than the completion's attempt began: never too soon.
+    until = time.monotonic() + in_flight if cause.response.status_code >= 500 else 0.0
     try:
-        info = (await files_info(file_id)).get("file")
+        info = await look_until(shared, until)
     except ChannelError:
         return None
-    if isinstance(info, Mapping) and shared_in(info, channel):
+    if info is not None:
         return info
     exc.ambiguous = False  # looked: not shared here
     return None

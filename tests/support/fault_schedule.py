@@ -52,6 +52,7 @@ from .fake_model import FakeOpenAI
 from .postgres import drop_schema, new_schema
 from .process import ServerProcess, server_env
 from .tcp_proxy import TcpProxy
+from .waiting import eventually
 
 STORES = ("sqlite", "postgres")
 #: The writes a Slack fault may hit.
@@ -73,6 +74,9 @@ SPAN = 24.0
 MODEL_DELAY = 0.3
 #: Seconds one conversation may take, from its mention to its last answer.
 CONVERSATION_WITHIN = 90.0
+#: ``WRITE_IN_FLIGHT``: the default, so a takeover waits out writes still on their way as in production
+#: (every ``slack.late`` fault applies its write well within it).
+WRITE_IN_FLIGHT = 35.0
 #: Seconds the store may take to settle once every fault is healed.
 SETTLE_WITHIN = 60.0
 
@@ -425,7 +429,12 @@ class Chaos:
     # -- instances -----------------------------------------------------------------------------
     async def _start_instances(self, slack: FakeSlack, llm: FakeOpenAI) -> None:
         env = server_env(
-            slack, llm, SLACK_FILE_ORIGINS=slack.files_origin, STREAM=self.plan.stream, LOG_FORMAT="json"
+            slack,
+            llm,
+            SLACK_FILE_ORIGINS=slack.files_origin,
+            STREAM=self.plan.stream,
+            LOG_FORMAT="json",
+            WRITE_IN_FLIGHT=str(WRITE_IN_FLIGHT),
         )
         for name in self.plan.instances:
             instance_env = {
@@ -510,6 +519,10 @@ class Chaos:
         slack = self.slack
         if fault.kind == "slack.late":
             slack.late(fault.target, fault.seconds)
+        elif fault.kind == "slack.late.kill":  # directed plans only (one instance)
+            before = slack.count(fault.target)
+            slack.late(fault.target, fault.seconds)
+            self._later(0.0, lambda: self._kill_when_cut(fault.target, before))
         elif fault.kind == "slack.5xx":
             slack.fail(fault.target, "internal_error", status=500, applied=True)
         elif fault.kind == "slack.drop":
@@ -538,7 +551,18 @@ class Chaos:
         elif fault.kind == "db.fail":
             await self.db.fail(fault.target, fault.seconds)
 
+    async def _kill_when_cut(self, method: str, before: int) -> None:
+        """SIGKILL the first instance once Slack has cut a ``method`` request it will apply late (the
+        process dies with its write on the way), and restart it."""
+        await eventually(lambda: self.slack.count(method) > before and self.slack.pending_late > 0, 60.0)
+        instance = self.instances[0]
+        if instance.up:
+            instance.kill()
+            self.note(f"killed {instance.name} with its {method} on the way")
+            await self._restart(instance)
+
     async def _restart(self, instance: Instance) -> None:
+
         if instance.server is not None and instance.server.proc is not None:
             with contextlib.suppress(Exception):
                 await instance.server.wait(within=10)
@@ -709,6 +733,25 @@ async def run_plan(schedule: Plan, workdir: Path, out: Any = sys.stdout) -> Outc
         await drop_schema(base, schema.name)
 
 
+#: The log line of a run that waited out writes a dead or fenced owner may still have had on their way.
+TAKEOVER_WAIT = "interrupted writes settled after waiting out those still on their way"
+
+
+def takeover_waits(workdir: Path) -> list[float]:
+    """Seconds each takeover (or resume) of the seed waited for writes still on their way, from the
+    instances' logs in ``workdir``."""
+    waits = []
+    for log in sorted(workdir.glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("message") == TAKEOVER_WAIT:
+                waits.append(float(record.get("waited_ms") or 0) / 1000)
+    return waits
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.support.fault_schedule", description=__doc__.split("\n")[0]
@@ -724,10 +767,15 @@ def main(argv: list[str] | None = None) -> int:
     ServerProcess.preloaded = True  # restarts as quick as under pytest (tests/support/preloaded.py)
     seeds = args.seed or list(range(args.first, args.first + args.seeds))
     failing: dict[int, list[str]] = {}
+    longest = 0.0
     for seed in seeds:
         workdir = Path(tempfile.mkdtemp(prefix=f"tb-chaos-{args.store}-{seed}-"))
         outcome = asyncio.run(run_seed(seed, args.store, workdir))
         print(outcome.report(), flush=True)
+        waits = takeover_waits(workdir)
+        longest = max([longest, *waits])
+        if waits:
+            print(f"  takeovers waited for writes on their way: {', '.join(f'{w:.1f}s' for w in waits)}")
         if outcome.failed:
             failing[seed] = sorted(outcome.failed)
         if args.keep or outcome.failed:
@@ -735,6 +783,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n{len(seeds) - len(failing)} of {len(seeds)} seeds ran clean on {args.store}")
+    print(f"  the longest wait of a takeover for writes on their way: {longest:.1f}s")
     for seed, checks in failing.items():
         print(f"  seed {seed}: {', '.join(checks)}")
     return 1 if failing else 0

@@ -42,7 +42,8 @@ _PORT_IN_USE = "already in use"
 
 def server_env(slack: FakeSlack, llm: FakeOpenAI, **extra: str) -> dict[str, str]:
     """The environment of a served app on ``slack`` and ``llm``: a long lease, no sweep, no progress
-    notes or streaming (the crash and failover tests' base), with ``extra`` on top."""
+    notes or streaming, a short in-flight window (the crash and failover tests' base), with ``extra``
+    on top."""
     return {
         "SLACK_BOT_TOKEN": slack.token,
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
@@ -54,6 +55,9 @@ def server_env(slack: FakeSlack, llm: FakeOpenAI, **extra: str) -> dict[str, str
         "SWEEP_INTERVAL": "3600",
         "PROGRESS": "off",
         "STREAM": "off",
+        # A write whose answer was lost counts as maybe applied this long (the default 35 s would
+        # make every takeover of a crash test wait it out; the fault schedule sets the default).
+        "WRITE_IN_FLIGHT": "2",
         **extra,
     }
 

@@ -20,6 +20,11 @@ from channel.slack.adapter import SlackAdapter, SlackIdentity
 from storage import Store, TaskRecord, open_store
 from threadbound_emulator import FakeSlack
 
+#: Seconds a write whose answer was lost counts as maybe applied here (the emulator applies a
+#: write at once, or ``late`` by the seconds a test names): short, so a write never applied is
+#: reported soon.
+IN_FLIGHT_S = 2.0
+
 
 @dataclass
 class SessionEnv:
@@ -101,6 +106,7 @@ async def slack_session(
         api_url=slack.api_url,
         identity=identity_of(slack),
         file_origins=[slack.files_origin],
+        in_flight=IN_FLIGHT_S,
     )
     try:
         tools = select_tools(adapter.features.enabled(), None, skills or SkillLibrary([]))
