@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from . import statements as sql
 from ._rows import from_row
+from .crashpoints import crash_point
 from .records import ApprovalDecision, ApprovalRecord, FeedbackRecord, StoreError, UsageRecord
 from .sqlcore import Database, decide
 
@@ -58,7 +59,9 @@ class People:
             "card_args": json.dumps({"approval_id": approval_id}),
             "now": now,
         }
+        crash_point("store.approval.before")
         await self._db.call(sql.OPEN_APPROVAL, params)
+        crash_point("store.approval.after")
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         row = await self._db.one(sql.GET_APPROVAL, approval_id=approval_id)
