@@ -5,8 +5,11 @@ Each row runs one conversation in a real server process with ``THREADBOUND_CRASH
 the same store then takes the conversation over (on SQLite a restart, on Postgres a peer that was
 already running, as in a deployment of several instances). The thread must end with the answer
 exactly once and no partial or temporary message, the model must not be asked the conversation
-afresh once a step was checkpointed, and the task must answer a follow-up. Rows run on SQLite, and
-on Postgres when ``TEST_DATABASE_URL`` is set. A crash point the code passes but no row covers fails
+afresh once a step was checkpointed, and the task must answer a follow-up. A row's conversation may
+ask a question or have a gated call approved (the person clicks the card: one card, decided) or
+schedule a follow-up (one stays pending), and may reach the app through the edge's thread or Socket
+Mode instead of the edge's process. Rows run on SQLite, and on Postgres when ``TEST_DATABASE_URL``
+is set. A crash point the code passes but no row covers fails
 :func:`test_the_matrix_covers_every_crash_point`, which reads the points from the source
 (``tests/support/crash_points.py``), not from the registry the rows could be built from.
 """
