@@ -28,6 +28,10 @@ class People:
         row = await self._db.one(sql.TOKENS_SPENT, day=day, person=person)
         return int(row["spent"]) if row else 0
 
+    async def recent_requester(self, task_id: str, *, since: str) -> str:
+        row = await self._db.one(sql.RECENT_REQUESTER, task_id=task_id, since=since)
+        return str(row["person"]) if row else ""
+
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
         return [from_row(UsageRecord, r) for r in await self._db.fetch(sql.USAGE_BY_DAY, {"since": since})]
 
