@@ -365,7 +365,11 @@ class Asks:
         return json.dumps(payload | {"decision": decision, "answer": answer}, ensure_ascii=False)
 
     async def row(self, session: ChannelSession, payload: dict[str, Any]) -> Result:
-        """An answer's inbox payload as the prompt shows it: "Alice answered q_…: staging"."""
+        """An answer's inbox payload as the prompt shows it: "Alice answered q_…: staging". Its card is
+        redrawn decided unless this process did it at the click (killed before, the card kept its buttons)."""
+        ask_id = str(payload.get("ask") or "")
+        if ask_id:
+            self.approvals.cards.redraw_once(ask_id, self.store.get_ask, decided_card)
         return answer_row(payload, await self._name(str(payload.get("by") or "")))
 
     async def _name(self, user: str) -> str:
