@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     #: ``serve`` answers Slack's deliveries from a process of its own (``app/intake/edge_process.py``),
     #: so runs never slow an acknowledgement; ``false`` serves them from a thread (one process, ~25 MB less).
     edge_process: bool = True
+    #: Seconds the service loop may go without a heartbeat before ``/healthz`` (answered by the edge's
+    #: process or thread) says 503, so a liveness probe restarts a wedged service; 0: never.
+    health_deadline_s: float = Field(default=30.0, ge=0)
     #: Seconds SIGTERM waits for running turns before leases are released (Heroku allows 30).
     shutdown_grace: float = Field(default=20.0, ge=0)
     #: Seconds one agent run may take before it ends with an apology.

@@ -21,8 +21,11 @@ Tree::
 
 Adapters map provider exceptions into ``ChannelError`` at one place each
 (``channel.slack.errors``); the session turns it into
-``{"error": {"code": ..., "message": ...}}``. A tool call never raises to the agent.
-Callers branch on these codes and classes; ``provider_code`` (the provider's own string) is for logs.
+``{"error": {"code": ..., "message": ...}}``. A tool call never raises to the agent, but for
+two exceptions that end the run instead of informing the model: the store's refusal of a fenced
+write (the lease moved), and :class:`Unsettled` (a write whose outcome cannot be recorded or told
+yet: the run stops and is taken up again). Callers branch on these codes and classes;
+``provider_code`` (the provider's own string) is for logs.
 """
 
 from __future__ import annotations
@@ -104,3 +107,12 @@ class StreamClosed(ChannelError):
         super().__init__("provider_error", message, provider_code=provider_code)
         #: The end of the Markdown handed to the stream that the message does not show.
         self.unsent = unsent
+
+
+class Unsettled(Exception):
+    """A write that was made, or may have been, whose outcome cannot be recorded or told yet: the
+    store failed once it was made, or the provider's answer was ambiguous and the look at what it
+    holds failed. Telling the model "it failed" would have it made again, so it is not told: the
+    write's journal entry stays open, the run stops writing (as a run whose store failed does) and
+    is taken up again later, when the resumed run settles the entry (found, or not). Never reaches
+    the model."""

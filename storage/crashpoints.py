@@ -40,7 +40,11 @@ SLACK_WRITES: Final = (
     "upload",
 )
 #: Store commits: ``store.<kind>.before`` / ``.after`` around the transaction of each kind.
-STORE_COMMITS: Final = ("claim", "checkpoint", "journal_open", "journal_close", "save", "consume")
+STORE_COMMITS: Final = (
+    *("claim", "checkpoint", "journal_open", "journal_close", "save", "consume"),
+    # The records a run writes beside its journal: an ask, a follow-up, a gated call's approval, a handle.
+    *("ask", "follow_up", "approval", "handle"),
+)
 #: Every point there is.
 POINTS: Final = frozenset(
     {f"slack.{kind}.{when}" for kind in SLACK_WRITES for when in ("before", "after")}

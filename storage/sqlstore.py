@@ -391,6 +391,11 @@ class SqlStore:
         """Input plus output tokens of UTC ``day``: everyone's, or ``person``'s."""
         return await self._people.tokens_spent(day, person)
 
+    async def recent_requester(self, task_id: str, *, since: str) -> str:
+        """The person the task's newest model request on or after UTC day ``since`` (``YYYY-MM-DD``)
+        was charged to; "" when there is none (or only runs no person started)."""
+        return await self._people.recent_requester(task_id, since=since)
+
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
         """Usage summed by day, person and channel from UTC day ``since`` on, oldest first."""
         return await self._people.usage_by_day(since)

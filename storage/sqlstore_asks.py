@@ -10,6 +10,7 @@ from dataclasses import asdict
 from . import ask_statements as sql
 from ._rows import from_row
 from .ask_records import AskDecision, AskRecord
+from .crashpoints import crash_point
 from .sqlcore import Database, decide
 
 
@@ -21,7 +22,9 @@ class Asks:
 
     async def open_ask(self, ask: AskRecord) -> None:
         options = json.dumps(list(ask.options), ensure_ascii=False)
+        crash_point("store.ask.before")
         await self._db.fetch(sql.OPEN_ASK, {**asdict(ask), "options": options, "now": ask.created_at})
+        crash_point("store.ask.after")
 
     async def get_ask(self, ask_id: str) -> AskRecord | None:
         row = await self._db.one(sql.GET_ASK, ask_id=ask_id)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from . import follow_up_statements as sql
 from ._rows import from_row
+from .crashpoints import crash_point
 from .records import FollowUpRecord, FollowUpState
 from .sqlcore import Database, new_id
 
@@ -28,7 +29,10 @@ class FollowUps:
     ) -> str:
         bounds = {"per_task": per_task, "install_max": install_max}
         params = {**asdict(record), "payload": payload, "now": record.created_at, **bounds}
-        if await self._db.one(sql.SCHEDULE_FOLLOW_UP, **params) is not None:
+        crash_point("store.follow_up.before")
+        scheduled = await self._db.one(sql.SCHEDULE_FOLLOW_UP, **params)
+        crash_point("store.follow_up.after")
+        if scheduled is not None:
             return "scheduled"
         row = await self._db.one(sql.COUNT_TASK_PENDING, task_id=record.task_id)
         return "task_full" if row is not None and int(row["n"]) >= per_task else "install_full"

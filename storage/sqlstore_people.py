@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from . import statements as sql
 from ._rows import from_row
+from .crashpoints import crash_point
 from .records import ApprovalDecision, ApprovalRecord, FeedbackRecord, PersonTask, StoreError, UsageRecord
 from .sqlcore import Database, decide
 
@@ -26,6 +27,10 @@ class People:
     async def tokens_spent(self, day: str, person: str | None = None) -> int:
         row = await self._db.one(sql.TOKENS_SPENT, day=day, person=person)
         return int(row["spent"]) if row else 0
+
+    async def recent_requester(self, task_id: str, *, since: str) -> str:
+        row = await self._db.one(sql.RECENT_REQUESTER, task_id=task_id, since=since)
+        return str(row["person"]) if row else ""
 
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
         return [from_row(UsageRecord, r) for r in await self._db.fetch(sql.USAGE_BY_DAY, {"since": since})]
@@ -62,7 +67,9 @@ class People:
             "card_args": json.dumps({"approval_id": approval_id}),
             "now": now,
         }
+        crash_point("store.approval.before")
         await self._db.call(sql.OPEN_APPROVAL, params)
+        crash_point("store.approval.after")
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         row = await self._db.one(sql.GET_APPROVAL, approval_id=approval_id)

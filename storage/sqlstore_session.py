@@ -44,9 +44,11 @@ class Sessions:
         authored: bool = False,
         data: str = "{}",
     ) -> HandleRecord:
+        crash_point("store.handle.before")
         row = await self._db.one(
             sql.MINT_HANDLE, task_id=task_id, handle=handle, kind=kind, ref=ref, authored=authored, data=data
         )
+        crash_point("store.handle.after")
         assert row is not None  # an upsert with RETURNING yields the inserted or updated row
         return from_row(HandleRecord, row)
 

@@ -45,6 +45,7 @@ from .usage_statements import (  # noqa: F401
     MARK_FEEDBACK_SHOWN,
     PENDING_FEEDBACK,
     PERSON_TASKS,
+    RECENT_REQUESTER,
     RECORD_FEEDBACK,
     RECORD_USAGE,
     TOKENS_SPENT,

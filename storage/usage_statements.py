@@ -22,6 +22,12 @@ TOKENS_SPENT: Final = Statement(
     "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) AS spent FROM model_usage"
     " WHERE day = :day AND (CAST(:person AS TEXT) IS NULL OR person = :person)"
 )
+#: The person a task's newest model request since UTC ``:since`` was charged to (a run resumed from
+#: a checkpoint that consumed its message asks for the person it runs for); the day index bounds it.
+RECENT_REQUESTER: Final = Statement(
+    "SELECT person FROM model_usage WHERE day >= :since AND task_id = :task_id AND person <> ''"
+    " ORDER BY at DESC LIMIT 1"
+)
 USAGE_BY_DAY: Final = Statement(
     "SELECT day, person, channel, SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens,"
     " SUM(cache_read_tokens) AS cache_read_tokens, SUM(cache_write_tokens) AS cache_write_tokens,"

@@ -22,7 +22,7 @@ from tests.support import events
 from tests.support.fake_model import FakeOpenAI, Reply, last_user_text
 from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, call, scripted
-from tests.support.process import ServerProcess
+from tests.support.process import ServerProcess, server_env
 from tests.support.waiting import eventually
 from threadbound_emulator import FakeSlack
 
@@ -551,3 +551,41 @@ async def test_an_ask_whose_card_was_never_journalled_takes_no_answer_and_wakes_
     assert f"Alice answered {live['question']}: Call it Zephyr" in answered
     assert "<@U1> answered *Call it Zephyr*" in json.dumps(_card(slack, card["ts"])["blocks"])
     assert len(_cards(slack)) == 1 and _replies(slack) == ["got it"]
+
+
+@pytest.mark.process
+async def test_a_card_whose_redraw_a_kill_cut_off_is_redrawn_by_the_run_its_answer_resumes(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL right before the clicked card is redrawn (its answer already stored): the restarted
+    process's run, resumed by that answer, redraws the card, so it no longer offers its buttons."""
+    async with FakeSlack() as slack, FakeOpenAI(_ask_script) as llm, aiohttp.ClientSession() as http:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = server_env(slack, llm, DATA_DIR=str(tmp_path / "data"))
+        first = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": "slack.update.before"}, cwd=tmp_path, log_path=tmp_path / "s1.log"
+        )
+        await first.start()
+        root = slack.add_message("C1", "<@UBOT> please ask", user="U1")
+        mention = events.app_mention("C1", "U1", "<@UBOT> please ask", root)
+        assert (
+            await events.deliver(http, f"{first.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        await eventually(lambda: len(_cards(slack)) == 1)
+        [card] = _cards(slack)
+        staging = next(b for b in _buttons(card) if "staging" in json.dumps(b))
+        click = _click(card, "U1", staging, root)
+        assert (
+            await events.deliver_interaction(http, f"{first.url}/slack/events", click, SIGNING_SECRET)
+        ).status == 200
+        assert await first.wait() == -9  # killed as it was about to redraw the card
+        assert _buttons(_card(slack, card["ts"]))  # the card still offers its choices
+        second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "s2.log")
+        await second.start()
+        try:
+            await eventually(lambda: "deploying to staging" in _replies(slack))
+            await eventually(lambda: not _buttons(_card(slack, card["ts"])))
+        finally:
+            await second.stop()
+    assert "<@U1> answered *staging*" in json.dumps(_card(slack, card["ts"])["blocks"])

@@ -5,14 +5,18 @@ Each row runs one conversation in a real server process with ``THREADBOUND_CRASH
 the same store then takes the conversation over (on SQLite a restart, on Postgres a peer that was
 already running, as in a deployment of several instances). The thread must end with the answer
 exactly once and no partial or temporary message, the model must not be asked the conversation
-afresh once a step was checkpointed, and the task must answer a follow-up. Rows run on SQLite, and
-on Postgres when ``TEST_DATABASE_URL`` is set. A crash point the code passes but no row covers fails
+afresh once a step was checkpointed, and the task must answer a follow-up. A row's conversation may
+ask a question or have a gated call approved (the person clicks the card: one card, decided) or
+schedule a follow-up (one stays pending), and may reach the app through the edge's thread or Socket
+Mode instead of the edge's process. Rows run on SQLite, and on Postgres when ``TEST_DATABASE_URL``
+is set. A crash point the code passes but no row covers fails
 :func:`test_the_matrix_covers_every_crash_point`, which reads the points from the source
 (``tests/support/crash_points.py``), not from the registry the rows could be built from.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -79,6 +83,20 @@ STREAM_BROKEN = "stream-broken"
 #: is the first one's, the second is posted; each must reach the thread once.
 TWO_REPLIES = "two-replies"
 OTHER = "OTHER NOTE"
+#: The model asks a question with options (``channel_ask``); the person clicks one; the answer follows.
+ASK_CARD = "ask"
+#: The model schedules a follow-up (``channel_follow_up``), then answers: one follow-up stays pending.
+FOLLOW = "follow-up"
+#: The model reacts through a call the agent file gates (``approval``): a card; the person approves;
+#: the call runs and the answer follows.
+APPROVAL = "approval"
+#: The buttons a person clicks on a card, by scenario: an option, or Approve.
+_CLICK = {ASK_CARD: "threadbound_ask_option_0", APPROVAL: "threadbound_approve"}
+#: How Slack's deliveries reach the app, after a scenario's ``@``: the edge's process by default,
+#: ``thread`` (``EDGE_PROCESS=false``: the edge on a thread of the one process), or ``socket``
+#: (Socket Mode: deliveries and clicks over the emulator's socket, not HTTP).
+EDGE_THREAD = "thread"
+EDGE_SOCKET = "socket"
 _STREAMED = {"startStream", "appendStream", "stopStream"}
 #: Every point once, written out by hand (not taken from ``POINTS``): a point the code passes that is
 #: missing here fails :func:`test_the_matrix_covers_every_crash_point`.
@@ -101,6 +119,23 @@ _EACH_POINT = (
 )
 ROWS: list[tuple[str, str]] = [
     *((point, STREAM if point.split(".")[1] in _STREAMED else STEPS) for point in _EACH_POINT),
+    # The records a run writes beside its journal, each in the conversation that writes it.
+    # A handle minted mid-run (the first, the woken message's, is minted beside the lease's take:
+    # killed there on Postgres, the message waits for a peer's sweep, an hour away in these rows).
+    ("store.handle.before:2", STEPS),
+    ("store.handle.after:2", STEPS),
+    ("store.ask.before", ASK_CARD),
+    ("store.ask.after", ASK_CARD),
+    ("store.follow_up.before", FOLLOW),
+    ("store.follow_up.after", FOLLOW),
+    ("store.approval.before", APPROVAL),
+    ("store.approval.after", APPROVAL),
+    # Deliveries through the edge's thread and over Socket Mode: killed between the claim and the
+    # acknowledgement (Slack delivers again), and after the answer's post.
+    ("store.claim.after", f"{PLAIN}@{EDGE_THREAD}"),
+    ("slack.post.after", f"{PLAIN}@{EDGE_THREAD}"),
+    ("store.claim.after", f"{PLAIN}@{EDGE_SOCKET}"),
+    ("slack.post.after", f"{PLAIN}@{EDGE_SOCKET}"),
     # Later passes: the answer's post and journal entries, the checkpoints before it.
     ("slack.post.before:2", STEPS),
     ("slack.post.after:2", STEPS),
@@ -179,6 +214,8 @@ class Conversation:
             for c in m.get("tool_calls") or []
         ]
         results = {m.get("tool_call_id"): message_text(m) for m in turn if m.get("role") == "tool"}
+        if self.scenario in (ASK_CARD, FOLLOW, APPROVAL):
+            return _records_turn(self.scenario, turn, done, results)
         if self.scenario == LONG_PLAIN:
             return FakeOpenAI.text(LONG_TEXT)
         if self.scenario == STREAM_SLOW:
@@ -260,6 +297,32 @@ class Conversation:
         return FakeOpenAI.tool_call("channel_reply", {"text": ANSWER})
 
 
+def _records_turn(
+    scenario: str, turn: list[dict[str, Any]], done: list[str], results: dict[Any, str]
+) -> Reply:
+    """The model of the scenarios that write a record beside the journal: an ask, a follow-up, a
+    gated call's approval; then the answer as final text."""
+    answer = FakeOpenAI.text(f"{ANSWER}: " + "the thread says what you hoped it would say. " * 2)
+    if scenario == APPROVAL:
+        if "channel_react" in done and results:  # approved: the call ran (its result is in the history)
+            return answer
+        asked = re.search(r"\"message\": \"(msg_[^\"]+)\"", message_text(turn[0]) if turn else "")
+        react = {"message": asked.group(1) if asked else "", "emoji": "eyes"}
+        return FakeOpenAI.tool_call("channel_react", react)
+    said = [message_text(m) for m in turn if m.get("role") == "user"]
+    if scenario == ASK_CARD and any("answered q_" in text for text in said):
+        return answer
+    tool, args, marker = {
+        ASK_CARD: ("channel_ask", {"question": "Which one?", "options": ["staging", "prod"]}, '"q_'),
+        FOLLOW: ("channel_follow_up", {"after": "1h", "note": "check on it"}, '"fu_'),
+    }[scenario]
+    if "tool_search" not in done:
+        return FakeOpenAI.tool_call("tool_search", {"query": tool.removeprefix("channel_"), "limit": 3})
+    if not any(marker in r for r in results.values()) and done.count(tool) < 3:
+        return FakeOpenAI.tool_call(tool, args)
+    return answer if scenario == FOLLOW else FakeOpenAI.text("")
+
+
 def _shown(message: dict[str, Any]) -> str:
     """What a reader sees of a bot message: its markdown block (``text`` is the notification fallback)."""
     blocks = [str(b.get("text", "")) for b in message.get("blocks", []) if b.get("type") == "markdown"]
@@ -279,16 +342,88 @@ def _since_ask(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _env(slack: FakeSlack, llm: FakeOpenAI, data_dir: Path, scenario: str, url: str | None) -> dict[str, str]:
+    scenario, _, edge = scenario.partition("@")
+    whole = (STEPS, PLAIN, LONG, LONG_PLAIN, ASK_CARD, FOLLOW, APPROVAL)
     env = server_env(
         slack,
         llm,
         SLACK_FILE_ORIGINS=slack.files_origin,
         DATA_DIR=str(data_dir),
-        STREAM="off" if scenario in (STEPS, PLAIN, LONG, LONG_PLAIN) else "auto",
+        STREAM="off" if scenario in whole else "auto",
     )
     if url:
         env["DATABASE_URL"] = url
+    if edge == EDGE_THREAD:
+        env["EDGE_PROCESS"] = "false"
+    elif edge == EDGE_SOCKET:
+        env["SLACK_APP_TOKEN"] = slack.app_token
+    if scenario == APPROVAL:
+        agent_file = data_dir.parent / "agent.toml"
+        agent_file.write_text('approval = ["channel_react"]\n')
+        env["AGENT_FILE"] = str(agent_file)
     return env
+
+
+async def _deliver(
+    http: aiohttp.ClientSession, slack: FakeSlack, server: ServerProcess, body: dict[str, Any], socket: bool
+) -> None:
+    """``body`` (an event or a click) to ``server`` over HTTP, or over the socket in Socket Mode."""
+    if socket:
+        events.over_socket(slack, body)
+        return
+    if body.get("type") == "block_actions":
+        answer = await events.deliver_interaction(http, f"{server.url}/slack/events", body, SIGNING_SECRET)
+    else:
+        answer = await events.deliver(http, f"{server.url}/slack/events", body, SIGNING_SECRET)
+    assert answer.status == 200
+
+
+def _cards(slack: FakeSlack, action: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The bot's messages with a button ``action`` (a card still open), with that button."""
+    return [
+        (m, e)
+        for m in slack.bot_messages("C1")
+        for b in m.get("blocks") or []
+        if b.get("type") == "actions"
+        for e in b.get("elements") or []
+        if e.get("action_id") == action
+    ]
+
+
+async def _click_card(
+    http: aiohttp.ClientSession, slack: FakeSlack, server: ServerProcess, action: str, socket: bool
+) -> dict[str, Any]:
+    """Wait for the card with the button ``action`` in the thread, click it as the requester; the card."""
+    await eventually(lambda: bool(_cards(slack, action)), within=WITHIN_S)
+    [(card, button)] = _cards(slack, action)
+    click = events.block_actions(
+        channel="C1",
+        user="U1",
+        message_ts=card["ts"],
+        thread_ts=_ROOT[0],
+        action_id=action,
+        value=button["value"],
+    )
+    await _deliver(http, slack, server, click, socket)
+    return card
+
+
+async def _records_kept_once(
+    scenario: str, slack: FakeSlack, card: dict[str, Any] | None, data_dir: Path, url: str | None
+) -> None:
+    """One card for an ask or an approval, decided (its buttons gone); one follow-up pending."""
+    if card is not None:
+        assert _cards(slack, _CLICK[scenario]) == [], "a card is still open"
+        shows = "Which one?" if scenario == ASK_CARD else "channel_react"
+        assert [m["ts"] for m in slack.bot_messages("C1") if shows in json.dumps(m)] == [card["ts"]]
+    if scenario == FOLLOW:
+        store = open_store(url or f"sqlite:///{data_dir / 'threadbound.db'}")
+        try:
+            task_id = await store.find_task("C1", _ROOT[0])
+            assert task_id is not None
+            assert len(await store.task_follow_ups(task_id)) == 1, "the follow-up was scheduled twice"
+        finally:
+            await store.close()
 
 
 def _left_open(log: str) -> bool:
@@ -330,8 +465,10 @@ async def _settled(data_dir: Path, url: str | None) -> None:
     await settled(url or f"sqlite:///{data_dir / 'threadbound.db'}", "C1", _ROOT[0], within=WITHIN_S)
 
 
-async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> None:
+async def _row(tmp_path: Path, point: str, row: str, url: str | None) -> None:
     data_dir = tmp_path / "data"
+    scenario, _, edge = row.partition("@")
+    socket = edge == EDGE_SOCKET
     model = Conversation(scenario, data_dir)
     async with (
         FakeSlack() as slack,
@@ -350,7 +487,7 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         if scenario == STREAM_CUT:  # the first append arrives after the stream expired
             slack.stream_ttl = 0.3
             slack.delay("chat.appendStream", 0.6)
-        env = _env(slack, llm, data_dir, scenario, url)
+        env = _env(slack, llm, data_dir, row, url)
         doomed = ServerProcess(
             {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
         )
@@ -358,19 +495,26 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         processes.push_async_callback(doomed.stop)  # whatever fails, no process outlives the row
         processes.push_async_callback(survivor.stop)
         await doomed.start()
-        if url:
+        if url and not socket:
             # Postgres: a peer already running sees the doomed one alive, so it takes the conversation
             # over a second after the kill (app.runs.takeover) instead of after the 12 s liveness grace
             # that a process started after the kill must wait. SQLite has one instance: a restart.
             await survivor.start()
         root = _ROOT[0] = slack.add_message("C1", f"<@UBOT> {ASK}", user="U1", files=files)
         mention = events.app_mention("C1", "U1", f"<@UBOT> {ASK}", root, files=files)
-        try:
-            response = await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
-            assert response.status == 200
-            unanswered = False
-        except aiohttp.ClientError:
-            unanswered = True  # killed before its 200: Slack delivers the event again
+        unanswered = False
+        if socket:
+            # To the doomed one's socket only (a survivor starts after the kill): an envelope it did
+            # not acknowledge goes out again on the survivor's socket, as Slack redelivers it.
+            async with asyncio.timeout(WITHIN_S):
+                await slack.socket.wait_connections(1)
+            events.over_socket(slack, mention)
+        else:
+            try:
+                response = await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
+                assert response.status == 200
+            except aiohttp.ClientError:
+                unanswered = True  # killed before its 200: Slack delivers the event again
         await eventually(
             lambda: (
                 doomed.proc is not None
@@ -399,6 +543,9 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
                     http, f"{survivor.url}/slack/events", mention, SIGNING_SECRET, retry_num=1
                 )
                 assert retry.status == 200
+            card = None
+            if scenario in _CLICK:  # the person answers the card (posted once, before or after the kill)
+                card = await _click_card(http, slack, survivor, _CLICK[scenario], socket)
             await eventually(
                 lambda: ANSWER in "".join(_shown(m) for m in slack.bot_messages("C1")), within=WITHIN_S
             )
@@ -406,9 +553,7 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
             await _settled(data_dir, url)
             follow = slack.add_message("C1", FOLLOW_UP, user="U1", thread_ts=root)
             envelope = events.message("C1", "U1", FOLLOW_UP, follow, thread_ts=root)
-            assert (
-                await events.deliver(http, f"{survivor.url}/slack/events", envelope, SIGNING_SECRET)
-            ).status == 200
+            await _deliver(http, slack, survivor, envelope, socket)
             await eventually(
                 lambda: any(SECOND in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
             )
@@ -441,6 +586,7 @@ async def _row(tmp_path: Path, point: str, scenario: str, url: str | None) -> No
         reactions = [r for m in slack.messages("C1") if m.get("ts") == root for r in m.get("reactions") or []]
         # A reaction cut off before Slack took it is reported as not done (this model goes on): never two.
         assert [(r["name"], r.get("count", 1)) for r in reactions] in ([], [("eyes", 1)])
+        await _records_kept_once(scenario, slack, card, data_dir, url)
         if checkpointed:
             assert model.fresh_starts() == 1, "the resumed run asked the model the conversation afresh"
 

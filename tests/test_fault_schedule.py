@@ -235,6 +235,8 @@ async def test_an_answer_slack_posts_late_gets_no_apology(store: str, tmp_path: 
 
 @pytest.mark.process
 async def test_an_approval_requested_by_a_resumed_run_can_be_decided_by_its_requester(tmp_path: Path) -> None:
+    """Killed once its first step was checkpointed (its message consumed with it), the resumed run
+    still runs for the person who asked: the approval it requests is theirs to decide."""
     schedule = _directed("sqlite", "approval", "off", crash_at="store.checkpoint.after")
     outcome = await _directed_outcome(schedule, tmp_path)
     assert not outcome.checks["cards_decided_once"], _failures(outcome)

@@ -631,6 +631,22 @@ async def test_person_tasks_are_the_tasks_one_persons_requests_ran_in(store: Sto
     assert await store.person_tasks("U3", since="2026-01-01") == []
 
 
+async def test_the_recent_requester_is_whom_a_tasks_newest_request_was_for(store: Store) -> None:
+    """A task's newest model request since a day names its person; a request no person made (the
+    `run` command), another task's, and older days do not count."""
+    for day, person, task, at in (
+        ("2026-01-01", "U9", "T1", T0 - 86400),
+        ("2026-01-02", "U1", "T1", T0),
+        ("2026-01-02", "U2", "T1", T0 + 2),
+        ("2026-01-02", "", "T1", T0 + 3),
+        ("2026-01-02", "U3", "T2", T0 + 4),
+    ):
+        await store.record_usage(UsageRecord(day=day, person=person, channel="C1", task_id=task, at=at))
+    assert await store.recent_requester("T1", since="2026-01-02") == "U2"
+    assert await store.recent_requester("T1", since="2026-01-03") == ""
+    assert await store.recent_requester("T3", since="2026-01-01") == ""
+
+
 async def test_save_run_ignores_other_tasks_items(store: Store) -> None:
     """Item ids of another task are not consumed by this task's save_run."""
     mine = await claim(store)

@@ -15,6 +15,9 @@
   rules (requester or ``APPROVERS``; only ``APPROVERS`` with ``APPROVAL_BY=approvers``).
 - **Expiry.** Open longer than ``APPROVAL_TTL``: decided ``expired`` by the sweep (or on click),
   which resumes the task with ``expired``.
+- **A card that may be live.** Posted but not recorded (a store error), or posted with an ambiguous
+  answer the look at the thread could not settle: the ask is neither withdrawn nor reported failed;
+  the run stops (``channel.errors.Unsettled``) and the resumed run settles the card (:meth:`Asks.settle`).
 
 An approval the model requested unlocks nothing by itself: it is the model's own promise.
 """
@@ -31,10 +34,10 @@ from typing import Any
 
 from app.clicks import Action
 from channel.contract import Origin, Posted
-from channel.errors import ChannelError
+from channel.errors import ChannelError, Unsettled
 from channel.session import ChannelSession
 from channel.tools import AskArgs, RequestApprovalArgs
-from storage.base import AskDecision, AskKind, AskRecord, EffectRecord, StoreError
+from storage.base import AskDecision, AskKind, AskRecord, EffectRecord, LeaseMoved, StoreError
 
 from .approvals import Approvals
 from .ask_cards import ASK_APPROVE, ASK_DENY, OPTION_ACTIONS, decided_card, open_card
@@ -152,17 +155,24 @@ class Asks:
                 card = open_card(record, self.approvals.ttl)
                 posted = await self.adapter.post_card(where, card, effect_id=effect_id)
         except ChannelError as exc:
+            if exc.ambiguous:
+                # The look after an ambiguous answer failed: the card may be in the thread, so the
+                # ask is neither withdrawn nor reported failed; the resumed run looks again.
+                raise Unsettled(f"the card of {record.ask_id} may have been posted: {exc.message}") from exc
             # Nobody can answer a card that was never posted: withdrawn, resuming nothing.
             await self._withdraw(session, record, effect_id, exc)
             raise
-        # The store keeps the key the adapter gives (what a click reports), never a piece of the ref.
-        await self.store.set_ask_card(record.ask_id, self.adapter.click_key(posted.ref))
-        result: Result = (
-            {"question": record.ask_id, "status": "asked"}
-            if record.kind == "question"
-            else {"approval": record.ask_id, "status": "pending"}
-        )
-        await session.journal.close(effect_id, result)
+        result = _asked(record)
+        try:
+            # The store keeps the key the adapter gives (what a click reports), never a piece of the ref.
+            await self.store.set_ask_card(record.ask_id, self.adapter.click_key(posted.ref))
+            await session.journal.close(effect_id, result)
+        except LeaseMoved:
+            raise
+        except StoreError as exc:
+            # The card is in the thread: the model must not read "it may not have happened" and ask
+            # again (two live cards). The resumed run finds the card by its effect id (:meth:`settle`).
+            raise Unsettled(f"the card of {record.ask_id} was posted, not recorded: {exc}") from exc
         return result
 
     async def settle(self, session: ChannelSession, effect: EffectRecord) -> None:
@@ -170,18 +180,29 @@ class Asks:
         card is found in the thread by the effect id it carries (else posted now), so it is posted
         once and the resumed run reads the call's own result from the journal."""
         record = await self.store.get_ask(str(json.loads(effect.args).get("ask") or ""))
-        if record is None or (record.decision is not None and not record.card_ts):
+        answered = record is not None and bool(record.decided_by)  # a click on its card: it was live
+        if record is None or (record.decision is not None and not record.card_ts and not answered):
             # Never recorded, or withdrawn (or expired) before its card was known: not posted now.
             await session.journal.close(effect.effect_id, _NOT_RECORDED.as_result())
             return
         # Left open by a run that is gone: looked for until the card can no longer land, then posted.
         origin = Origin(record.channel, record.thread_ts)
         find = partial(self.adapter.find_posted, origin, effect.effect_id)
-        found = await session.journal.look_for(self.adapter, effect, find)
+        try:
+            found = await session.journal.look_for(self.adapter, effect, find)
+        except ChannelError as exc:
+            # Posted or not, nobody can tell now: the entry stays open and a later run looks again.
+            raise Unsettled(f"could not look for the card of {record.ask_id}: {exc.message}") from exc
+        if answered and not found:
+            await session.journal.close(effect.effect_id, _asked(record))  # answered: never posted again
+            return
         try:
             await self._post_card(session, record, effect.effect_id, found)
         except ChannelError as exc:
             log.warning("could not post the card of interrupted ask %s: %s", record.ask_id, exc.message)
+            return
+        if answered:
+            self._update_card(record.ask_id)  # its click could not redraw a card it did not know
 
     async def close_cardless(
         self, session: ChannelSession, asks: Sequence[AskRecord] | None = None
@@ -349,7 +370,11 @@ class Asks:
         return json.dumps(payload | {"decision": decision, "answer": answer}, ensure_ascii=False)
 
     async def row(self, session: ChannelSession, payload: dict[str, Any]) -> Result:
-        """An answer's inbox payload as the prompt shows it: "Alice answered q_…: staging"."""
+        """An answer's inbox payload as the prompt shows it: "Alice answered q_…: staging". Its card is
+        redrawn decided unless this process did it at the click (killed before, the card kept its buttons)."""
+        ask_id = str(payload.get("ask") or "")
+        if ask_id:
+            self.approvals.cards.redraw_once(ask_id, self.store.get_ask, decided_card)
         return answer_row(payload, await self._name(str(payload.get("by") or "")))
 
     async def _name(self, user: str) -> str:
@@ -362,6 +387,13 @@ class Asks:
 
     def _update_card(self, ask_id: str) -> None:
         self.approvals.cards.redraw(ask_id, self.store.get_ask, decided_card)
+
+
+def _asked(record: AskRecord) -> Result:
+    """The ask tool's result once its card is posted."""
+    if record.kind == "question":
+        return {"question": record.ask_id, "status": "asked"}
+    return {"approval": record.ask_id, "status": "pending"}
 
 
 def _iso(ts: float) -> str:

@@ -5,13 +5,16 @@ whose click changed nothing is told why, privately.
 
 Both adapter calls run in the background (:class:`CardDesk`): a click is answered (200) before any
 of them, well inside Slack's 3 seconds. ``idle()`` waits for those in flight (tests, shutdown). A
-failure in one is logged: the decision is already stored; only the card keeps its choices.
+failure in one is logged: the decision is already stored; only the card keeps its choices. A process
+killed before its redraw leaves the card showing them: the run the decision resumes redraws it
+again unless this process redrew it (:meth:`CardDesk.redraw_once`; redrawing shows the same blocks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -22,6 +25,8 @@ from channel.errors import ChannelError
 from storage.base import StoreError
 
 log = logging.getLogger(__name__)
+#: Cards this process remembers redrawing (or redrawing now), the newest kept.
+_REDRAWN_KEPT = 4096
 
 
 class DecidedRecord(Protocol):
@@ -44,6 +49,9 @@ class CardDesk:
     def __init__(self, adapter: ChannelAdapter) -> None:
         self.adapter = adapter
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Cards redrawn, or being redrawn, by this process since it started (an in-process memory
+        #: for speed: after a restart each is redrawn once more).
+        self._redrawn: OrderedDict[str, None] = OrderedDict()
 
     def tell(self, action: Action, text: str) -> None:
         """Tell the clicker ``text`` privately, in the thread of the card they clicked."""
@@ -53,7 +61,19 @@ class CardDesk:
         self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Card]
     ) -> None:
         """Redraw the card of ``card_id`` as ``draw`` shows its record, read back by ``load`` (decided)."""
+        self._redrawn[card_id] = None
+        self._redrawn.move_to_end(card_id)
+        while len(self._redrawn) > _REDRAWN_KEPT:
+            self._redrawn.popitem(last=False)
         self._spawn(self._redraw(card_id, load, draw), f"card:{card_id}")
+
+    def redraw_once(
+        self, card_id: str, load: Callable[[str], Awaitable[R | None]], draw: Callable[[R], Card]
+    ) -> None:
+        """:meth:`redraw`, unless this process redrew the card (or is redrawing it) already: for the
+        run a decision resumes, whose click may have been handled by a process killed before its redraw."""
+        if card_id not in self._redrawn:
+            self.redraw(card_id, load, draw)
 
     async def idle(self) -> None:
         """Wait for the calls in flight, and for those they start."""
@@ -91,3 +111,4 @@ class CardDesk:
             )
         except ChannelError as exc:
             log.warning("could not update the card of %s: %s", card_id, exc.message)
+            self._redrawn.pop(card_id, None)  # the next run it resumes tries again

@@ -37,6 +37,7 @@ from storage import open_store
 
 from .edge_status import EdgeStatus
 from .edge_wire import Forwarder, ToService
+from .heartbeat import Heartbeat
 from .http import EventAcker, HttpEdge, event_acker
 from .ingress import Ingress
 
@@ -46,11 +47,14 @@ BACKLOG = 128
 _PR_SET_PDEATHSIG = 1
 
 
-def run(settings: Settings, sockets: list[socket.socket], wire: socket.socket, parent: int) -> int:
-    """The forked child's whole life; its exit code (the caller ends the process with it)."""
+def run(
+    settings: Settings, sockets: list[socket.socket], wire: socket.socket, parent: int, heartbeat: Heartbeat
+) -> int:
+    """The forked child's whole life; its exit code (the caller ends the process with it).
+    ``heartbeat``: the service loop's, which ``/healthz`` reads."""
     _die_with(parent)
     try:
-        return asyncio.run(_serve(settings, sockets, wire))
+        return asyncio.run(_serve(settings, sockets, wire, heartbeat))
     except Exception:
         log.exception("the HTTP edge process failed")
         return 1
@@ -66,7 +70,9 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.socket) -> int:
+async def _serve(
+    settings: Settings, sockets: list[socket.socket], wire: socket.socket, heartbeat: Heartbeat
+) -> int:
     reader, writer = await asyncio.open_connection(sock=wire)
     hello = await reader.readline()
     if not hello:
@@ -102,6 +108,7 @@ async def _serve(settings: Settings, sockets: list[socket.socket], wire: socket.
             events=_after_the_wire(event_acker(ingress, None)),
             forward=forward,
         )
+        edge.watch(heartbeat, settings.health_deadline_s)
         store.inline_when(edge.nothing_else_to_do)
         runner = web.AppRunner(
             edge.app, handle_signals=False, access_log=None, shutdown_timeout=float(said["shutdown_timeout"])

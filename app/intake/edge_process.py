@@ -42,6 +42,7 @@ from app.runs.ack_gate import AckGate
 from app.settings import Settings
 
 from .edge_wire import line
+from .heartbeat import Heartbeat
 from .http import listen_error
 from .ingress import IngressResult
 from .router import Decision
@@ -76,6 +77,8 @@ class Wiring:
 class EdgeProcess:
     pid: int
     wire: socket.socket
+    #: The service loop's, shared with the child, whose ``/healthz`` reads it (``app.intake.heartbeat``).
+    heartbeat: Heartbeat = field(default_factory=Heartbeat)
     _runner: web.AppRunner | None = field(default=None, init=False)
     _dir: str = field(default="", init=False)
     _writer: asyncio.StreamWriter | None = field(default=None, init=False)
@@ -89,6 +92,7 @@ class EdgeProcess:
         """Bind ``HOST:PORT`` and fork the edge's process; OSError when the address cannot be bound."""
         sockets = bind(settings.host, settings.port)
         ours, theirs = socket.socketpair()
+        heartbeat = Heartbeat()  # before the fork: its memory is shared with the child
         parent = os.getpid()
         # What is imported by now is shared with the child until written to; frozen, no collection
         # in either process walks it (a walk would copy every page it touches into both).
@@ -100,7 +104,7 @@ class EdgeProcess:
                 ours.close()
                 from .edge_child import run
 
-                code = run(settings, sockets, theirs, parent)
+                code = run(settings, sockets, theirs, parent, heartbeat)
             finally:
                 traces.flush()  # the deliveries' spans still queued for export
                 logging.shutdown()
@@ -108,7 +112,7 @@ class EdgeProcess:
         theirs.close()
         for sock in sockets:
             sock.close()  # the child's to listen on
-        return cls(pid, ours)
+        return cls(pid, ours, heartbeat)
 
     async def start(
         self, app: web.Application, wiring: Wiring, hello: dict[str, Any], on_exit: Callable[[], None]
@@ -117,6 +121,7 @@ class EdgeProcess:
         ``on_exit`` is called when the child exits 0 unasked (the service should stop)."""
         loop = asyncio.get_running_loop()
         self._exited = loop.create_future()
+        self.heartbeat.start()  # on the service loop, before the child serves /healthz
         threading.Thread(target=self._wait, args=(loop,), name="threadbound-edge-waiter", daemon=True).start()
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
@@ -198,6 +203,7 @@ class EdgeProcess:
         """Stop the child (it answers the requests in flight), then drain and close the service's app.
         Cancelled (a bounded shutdown step overran), the child is killed."""
         self._stopping = True
+        await self.heartbeat.stop()  # the child stops serving /healthz below, and for good
         exited = self._exited
         try:
             if exited is not None and not exited.done():

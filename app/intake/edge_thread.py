@@ -34,6 +34,7 @@ from aiohttp import web
 from storage.base import Store
 
 from .agent_view import AgentView
+from .heartbeat import Heartbeat
 from .http import HttpEdge, event_acker
 from .ingress import Ingress
 
@@ -118,6 +119,8 @@ class EdgeThread:
     store: Store
     agent_view: AgentView | None
     main: MainLoop
+    #: Seconds without a beat of the main loop past which ``/healthz`` answers 503 (0: never).
+    health_deadline: float = 0.0
     #: The port it listens on, once it does (``start`` with port 0 picks a free one).
     port: int = field(default=0, init=False)
     _where: tuple[str, int, float] = field(default=("", 0, 0.0), init=False)
@@ -129,20 +132,29 @@ class EdgeThread:
 
     def __post_init__(self) -> None:
         self._thread = threading.Thread(target=self._main_of_thread, name="threadbound-http", daemon=True)
+        #: The main loop's, read by ``/healthz`` on the edge's thread.
+        self.heartbeat = Heartbeat()
 
     async def start(self, host: str, port: int, shutdown_timeout: float) -> None:
         """Listen on ``host:port``; ``shutdown_timeout``: how long :meth:`stop` lets requests in
         flight finish once the drain is over."""
         self._where = (host, port, shutdown_timeout)
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))  # module doc
+        self.heartbeat.start()  # on the main loop: a wedged main loop stops beating
+        self.edge.watch(self.heartbeat, self.health_deadline)
         self._thread.start()
-        await asyncio.wrap_future(self._listening)
+        try:
+            await asyncio.wrap_future(self._listening)
+        except BaseException:
+            await self.heartbeat.stop()
+            raise
 
     async def stop(self) -> None:
         """Stop serving; cancelled (a bounded shutdown step overran), it cancels what the edge's
         loop is doing, the drain on the main loop included, as cancelling the runner's clean-up did."""
         loop, stop, task = self._loop, self._stop, self._task
         if loop is None or stop is None or task is None or self._stopped.done():
+            await self.heartbeat.stop()
             return
         with contextlib.suppress(RuntimeError):  # the thread ended already
             loop.call_soon_threadsafe(stop.set)
@@ -152,6 +164,8 @@ class EdgeThread:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
             raise
+        finally:
+            await self.heartbeat.stop()
 
     def _main_of_thread(self) -> None:
         loop = asyncio.new_event_loop()

@@ -40,7 +40,14 @@ async def start_edge(
             forked.kill()
             raise EdgeFailed(f"the HTTP edge process did not start: {exc}") from exc
         return forked
-    edge = EdgeThread(service.http, service.ingress, service.store, service.agent_view, service.main)
+    edge = EdgeThread(
+        service.http,
+        service.ingress,
+        service.store,
+        service.agent_view,
+        service.main,
+        health_deadline=settings.health_deadline_s,
+    )
     try:
         await edge.start(settings.host, settings.port, wait)  # acks on a loop of their own
     except OSError as exc:

@@ -37,6 +37,7 @@ from app.settings import Settings
 from storage import StoreError
 
 from .agent_view import AGENT_EVENTS, AgentView
+from .heartbeat import Heartbeat
 from .ingress import Ingress
 from .interactions import Interactions
 from .signature import same_secret, unsigned_reason
@@ -246,6 +247,10 @@ class HttpEdge:
         self._startup = on_startup
         self._shutdown = on_shutdown
         self._forward = forward
+        #: Served from another thread or process than the service loop: that loop's heartbeat, and
+        #: the seconds without a beat past which ``/healthz`` answers 503 (:meth:`watch`).
+        self._heartbeat: Heartbeat | None = None
+        self._health_deadline = 0.0
         app = web.Application(client_max_size=max_body_bytes)
         app.router.add_post("/slack/events", self._events)
         app.router.add_get("/healthz", self._healthz)
@@ -254,6 +259,12 @@ class HttpEdge:
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         self.app = app
+
+    def watch(self, heartbeat: Heartbeat, deadline: float) -> None:
+        """``/healthz`` answers 503 once the service loop's last beat is older than ``deadline``
+        seconds (``HEALTH_DEADLINE_S``; 0: never): the edge serves from a thread or process of its
+        own, so its own answer says nothing of the loop that runs the conversations."""
+        self._heartbeat, self._health_deadline = heartbeat, deadline
 
     def nothing_else_to_do(self) -> bool:
         """At most one delivery in flight (the caller's): the edge's store may work inline
@@ -334,6 +345,10 @@ class HttpEdge:
             self._refusal_logged_at = now
 
     async def _healthz(self, _: web.Request) -> web.Response:
+        beat, deadline = self._heartbeat, self._health_deadline
+        if beat is not None and deadline > 0 and (age := beat.age()) > deadline:
+            log.warning("healthz: no heartbeat of the service loop for %.1fs (HEALTH_DEADLINE_S)", age)
+            return web.json_response({"ok": False, "service_loop_silent_s": round(age, 1)}, status=503)
         return web.json_response({"ok": True})
 
     def _on_main(self, make: Callable[[], Awaitable[T]]) -> Awaitable[T]:

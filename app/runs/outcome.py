@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from channel.errors import ChannelError
+from channel.errors import ChannelError, Unsettled
 from channel.session import ChannelSession
 from storage.base import InboxItem, LeaseMoved, StoreError, UsageRecord
 
@@ -78,8 +78,10 @@ def stopped(exc: BaseException) -> bool:
 
 def store_failed(exc: BaseException) -> bool:
     """``exc`` is, or wraps, a failure of the store (not its refusal of a fenced write: that is
-    :func:`stopped`): the run ends unsaved and is taken up again (:class:`StoreFailed`)."""
-    return not stopped(exc) and any(isinstance(current, StoreError | StoreFailed) for current in _chain(exc))
+    :func:`stopped`) or a write left unsettled (``channel.errors.Unsettled``): the run ends unsaved
+    and is taken up again (:class:`StoreFailed`)."""
+    kinds = StoreError | StoreFailed | Unsettled
+    return not stopped(exc) and any(isinstance(current, kinds) for current in _chain(exc))
 
 
 def slack_refusal(exc: BaseException) -> ChannelError | None:

@@ -319,7 +319,7 @@ class RunExecutor:
         if not prompt.strip() and deferred is None and items:
             return await self._nothing_to_ask(session, turn)
         results = deferred if isinstance(deferred, DeferredToolResults) else None
-        person = await self._requester(items, person)
+        person = await self._requester(items, person, task)
         session.requester = person  # follow-ups it schedules run for them
         # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await self.budgets.exceeded(person) if items else None
@@ -357,11 +357,16 @@ class RunExecutor:
         )
         return RunOutcome(task.task_id, "ok", False, "", turn.consumed)
 
-    async def _requester(self, items: list[InboxItem], person: str | None) -> str:
-        """Who the run's model requests are charged to: ``person``, else the items' author."""
+    async def _requester(self, items: list[InboxItem], person: str | None, task: TaskRecord) -> str:
+        """Who the run's model requests are charged to: ``person``, else the items' author; a run
+        resumed from a checkpoint that consumed its message: whom its earlier requests were for (an
+        ask or approval it makes is theirs to answer, not only APPROVERS')."""
         person = requester(items) if person is None else person
         if not person and self.approvals is not None and items:
             person = await self.approvals.requester(items)  # resumed by decisions: the asker's run
+        if not person and task.run_open:
+            since = time.strftime("%Y-%m-%d", time.gmtime(self.clock() - 86400))
+            person = await self.store.recent_requester(task.task_id, since=since)
         return person
 
     async def _run(

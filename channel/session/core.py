@@ -246,9 +246,10 @@ class ChannelSession:
 
     async def reconcile(self, effects: Sequence[EffectRecord]) -> list[str]:
         """Settle effects a crashed run left open: the asks' cards through the ask host (found by
-        their effect id, so posted once), host notes finished once, the rest by the journal
-        (``channel.journal.reconcile``)."""
-        rest = await self.replies.settle_notes(await self.asking.settle_asks(self, effects))
+        their effect id, so posted once), follow-ups looked up in the store, host notes finished
+        once, the rest by the journal (``channel.journal.reconcile``)."""
+        rest = await self.follow_ups.settle(await self.asking.settle_asks(self, effects))
+        rest = await self.replies.settle_notes(rest)
         return await self.replies.reconcile(rest) if rest else []
 
     # -- streaming ----------------------------------------------------------------------

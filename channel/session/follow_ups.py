@@ -2,19 +2,32 @@
 
 They act on this task's conversation only: the follow-up's channel and thread are the session's
 origin, its requester the person whose message led to this run (``SessionState.requester``).
+
+Scheduling is journalled (:data:`FOLLOW_UP_EFFECT`, the new follow-up's handle in its arguments)
+before the store writes it: a run killed after the write leaves an entry the resumed run settles
+(:meth:`FollowUpTools.settle`: the follow-up looked up), so the call's result is known and the
+model does not schedule the same follow-up twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import cast
 
-from storage.base import FollowUpRecord
+from storage.base import EffectRecord, FollowUpRecord
 
 from .. import follow_ups as fu
 from ..errors import ChannelError
 from ..tools import CancelFollowUpArgs, FollowUpArgs, NoArgs
 from .state import Result, SessionState
+
+#: The journal's name for a follow-up being scheduled.
+FOLLOW_UP_EFFECT = "channel_follow_up"
+#: The result of a call a crash interrupted before its follow-up was written.
+_NOT_SCHEDULED = ChannelError(
+    "not_found", "your run was interrupted before this follow-up was scheduled; schedule it again if needed"
+)
 
 
 class FollowUpTools:
@@ -47,20 +60,37 @@ class FollowUpTools:
             due_at=due,
             created_at=now,
         )
+        journal = self._state.journal
+        effect_id = await journal.open(FOLLOW_UP_EFFECT, {"follow_up": record.follow_up})  # module doc
         outcome = await store.schedule_follow_up(
             record, payload=fu.payload(record), per_task=fu.PER_TASK, install_max=self.install_max
         )
-        if outcome == "task_full":
-            raise ChannelError(
-                "invalid_arguments",
-                f"this conversation already has {fu.PER_TASK} pending follow-ups; cancel one first.",
-            )
         if outcome != "scheduled":
-            raise ChannelError(
-                "invalid_arguments",
-                f"this install already has {self.install_max} pending follow-ups (FOLLOW_UPS_MAX).",
+            full = (
+                f"this conversation already has {fu.PER_TASK} pending follow-ups; cancel one first."
+                if outcome == "task_full"
+                else f"this install already has {self.install_max} pending follow-ups (FOLLOW_UPS_MAX)."
             )
-        return {"follow_up": record.follow_up, "at": fu.utc_iso(due), "how_to_cancel": fu.HOW_TO_CANCEL}
+            error = ChannelError("invalid_arguments", full)
+            await journal.close(effect_id, error.as_result())
+            raise error
+        result = _scheduled(record)
+        await journal.close(effect_id, result)
+        return result
+
+    async def settle(self, effects: Sequence[EffectRecord]) -> list[EffectRecord]:
+        """Close the follow-up entries among ``effects`` a crash left open with the call's result
+        (the follow-up found in the store, else not scheduled); the others."""
+        rest = []
+        for effect in effects:
+            if effect.tool != FOLLOW_UP_EFFECT:
+                rest.append(effect)
+                continue
+            handle = str(json.loads(effect.args).get("follow_up") or "")
+            found = await self._follow_up_store().get_follow_up(self._state.task.task_id, handle)
+            result = _scheduled(found) if found is not None else _NOT_SCHEDULED.as_result()
+            await self._state.journal.close(effect.effect_id, result)
+        return rest
 
     async def follow_ups(self, args: NoArgs) -> Result:
         pending = await self._follow_up_store().task_follow_ups(self._state.task.task_id)
@@ -79,3 +109,8 @@ class FollowUpTools:
         if found is None:
             raise ChannelError("invalid_handle", "no follow-up of this conversation has that handle.")
         raise ChannelError("not_found", f"that follow-up has already {found.state}; nothing to cancel.")
+
+
+def _scheduled(record: FollowUpRecord) -> Result:
+    """``channel_follow_up``'s result for a scheduled follow-up."""
+    return {"follow_up": record.follow_up, "at": fu.utc_iso(record.due_at), "how_to_cancel": fu.HOW_TO_CANCEL}
