@@ -41,6 +41,7 @@ from channel.errors import ChannelError, bounded
 
 from . import cards
 from .canvases import create_canvas
+from .directory import SlackDirectory
 from .downloads import download
 from .errors import SlackCallObserver
 from .file_meta import file_meta
@@ -103,6 +104,8 @@ class SlackAdapter(AdapterBase):
         self.reads = Reads(self.link, self.lookups)
         self.lookback = Lookback(self.link, self.reads)
         self.writes = Writes(self.link, self.reads, self.lookback)
+        #: Guests, groups and conversation kinds for the host's access rules (``channel.directory``).
+        self.directory = SlackDirectory(self.link, self.lookups)
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
 

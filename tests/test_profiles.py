@@ -1,0 +1,315 @@
+"""Profiles in the agent file: one per conversation, by precedence; tools, people and guests scoped
+by it, over the real HTTP edge and the emulator."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.agent.admission import Admission
+from app.agent.agent_file import AgentFile
+from app.agent.mcp.servers import McpServers
+from app.agent.mcp.toolset import McpToolset
+from app.agent.profiles import DEFAULT, Profile, Profiles
+from app.intake.router import classify
+from app.settings import Settings
+from channel.slack.identity import SlackIdentity
+from tests.support import events
+from tests.support.harness import AppHarness
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
+
+PROFILES = """
+instructions = "You are the team's assistant."
+approval = ["channel_retract"]
+
+[profiles.support]
+channels = ["#support"]
+instructions = "Customers may be watching: be brief."
+tools = ["channel_reply"]
+approval = []
+approvers = ["U9", "@leads"]
+guests = true
+user_daily_token_budget = 5000
+
+[profiles.ops]
+channels = ["C7", "#ops"]
+users = ["U1", "@oncall"]
+
+[profiles.direct]
+channels = ["dm"]
+mcp = []
+"""
+
+
+def _file(tmp_path: Path, body: str = PROFILES) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def test_one_profile_per_conversation_by_precedence(tmp_path: Path) -> None:
+    """Channel id beats #name beats dm beats "*"; a conversation no profile names gets the default,
+    and every key a profile does not set is the default's."""
+    profiles = AgentFile.load(_file(tmp_path, PROFILES + '\n[profiles.rest]\nchannels = ["*"]\n')).profiles
+    assert profiles.choose("C5", "support").name == "support"
+    assert profiles.choose("C7", "support").name == "ops"  # the id wins over the name
+    assert profiles.choose("D1", is_dm=True).name == "direct"
+    assert profiles.choose("C5", "random").name == "rest"
+    without_rest = AgentFile.load(_file(tmp_path)).profiles
+    assert without_rest.choose("C5", "random").name == DEFAULT
+    support = profiles.choose("C5", "support")
+    assert support.instructions == "You are the team's assistant.\n\nCustomers may be watching: be brief."
+    assert support.approval == () and support.guests is True and support.user_daily_token_budget == 5000
+    ops = profiles.choose("C7")
+    assert ops.approval == ("channel_retract",) and ops.tools is None and ops.guests is None
+    assert ops.groups == ("oncall",)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[profiles.x]\nchannels = ["support"]\n', "is not a #channel-name"),
+        ('[profiles.x]\nchannels = ["#a"]\ncolour = "red"\n', "unknown keys ['colour']"),
+        ('[profiles.x]\nchannels = ["#a"]\n[profiles.y]\nchannels = ["#a"]\n', "keep one"),
+        ('[profiles.x]\nchannels = ["#a"]\nusers = ["alice"]\n', "is not a user id"),
+        ('[profiles.default]\nchannels = ["#a"]\n', "not 'default'"),
+        ('[profiles.x]\nchannels = ["#a"]\nguests = "no"\n', "guests must be true or false"),
+    ],
+)
+def test_a_mistaken_profile_stops_start_up_naming_it(tmp_path: Path, body: str, message: str) -> None:
+    """Each mistake names the profile's table and the problem, with a line."""
+    with pytest.raises(ValueError, match=re.escape(message)) as raised:
+        AgentFile.load(_file(tmp_path, body))
+    assert "agent.toml" in str(raised.value)
+
+
+def test_an_agent_file_without_profiles_is_its_own_default(tmp_path: Path) -> None:
+    """Existing files keep working: the top-level keys are the one (default) profile."""
+    loaded = AgentFile.load(_file(tmp_path, 'tools = ["channel_reply"]\napproval = ["channel_react"]\n'))
+    assert loaded.profiles.named == ()
+    assert loaded.profiles.choose("C1", "general").tools == ("channel_reply",)
+    assert loaded.profiles.default.approval == ("channel_react",)
+
+
+async def test_the_same_question_in_two_channels_offers_different_tools(tmp_path: Path) -> None:
+    """In #general (the default) channel_react is offered and runs; in #support, whose profile allows
+    only channel_reply, it is not offered, and a model that names it anyway makes no reaction."""
+    offered: dict[str, list[str]] = {}
+    instructions: dict[str, str] = {}
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            where = "support" if "#support" in (turn.info.instructions or "") else "general"
+            offered[where] = turn.tools
+            instructions[where] = turn.info.instructions or ""
+            handle = re.search(r"msg_[A-Za-z0-9_-]+", turn.prompt)
+            assert handle is not None
+            return [call("channel_react", message=handle.group(0), emoji="eyes")]
+        if turn.step == 1:
+            return [call("channel_reply", text="done")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_channel("C2", "support")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data", agent_file=_file(tmp_path)
+        ) as app:
+            for channel in ("C1", "C2"):
+                ts = slack.add_message(channel, "<@UBOT> is the login page down?", user="U1")
+                await app.deliver(events.app_mention(channel, "U1", "<@UBOT> is the login page down?", ts))
+                await app.idle()
+    assert "channel_react" in offered["general"]
+    assert offered["support"] == ["channel_reply"] or "channel_react" not in offered["support"]
+    assert "Customers may be watching" in instructions["support"]
+    assert "Customers may be watching" not in instructions["general"]
+    reacted = [c.params.get("channel") for c in slack.calls if c.method == "reactions.add"]
+    assert reacted == ["C1"]
+    assert [m["text"] for m in slack.bot_messages("C2")] == ["done"]
+
+
+async def test_a_forbidden_tool_named_at_call_time_is_refused_by_the_session(tmp_path: Path) -> None:
+    """Below pydantic-ai's own check: a session of the #support profile refuses channel_react when
+    called directly, and the MCP toolset refuses a server's tool the profile leaves out."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C2", "support")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(
+            slack, model=scripted(lambda turn: [""]), data_dir=tmp_path / "data", agent_file=_file(tmp_path)
+        ) as app:
+            assert app.service is not None
+            executor = app.service.runner.executor
+            policy = await executor.policy("C2")
+            assert policy.profile.name == "support"
+            assert [s.name for s in policy.tools.channel_tools] == ["channel_reply"]
+            task = SimpleNamespace(task_id="t1", channel="C2", thread_ts="1.0", enabled_tools=[])
+            session = SimpleNamespace(tools=policy.tools, task=task)
+            toolset = McpToolset(McpServers([]))
+            ctx: Any = SimpleNamespace(deps=SimpleNamespace(session=session))
+            result, outcome = await toolset._call("tickets_close_ticket", {"id": 1}, ctx)
+            assert outcome == "denied" and result["error"]["code"] == "denied"
+
+
+async def test_a_guest_is_not_served_unless_their_profile_allows_guests(tmp_path: Path) -> None:
+    """Through the HTTP edge: a guest's mention in #general (ALLOW_GUESTS off) reaches no model and
+    posts nothing; in #support (profile guests = true) the same guest is answered."""
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            prompts.append(turn.prompt)
+            return [call("channel_reply", text="hello")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_channel("C2", "support")
+        slack.add_guest("UG", "gus", single_channel=True)
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data", agent_file=_file(tmp_path)
+        ) as app:
+            ts = slack.add_message("C1", "<@UBOT> what is our revenue?", user="UG")
+            response = await app.deliver(events.app_mention("C1", "UG", "<@UBOT> what is our revenue?", ts))
+            assert response.status == 200
+            await app.idle()
+            assert prompts == [] and slack.bot_messages("C1") == []
+            ts = slack.add_message("C2", "<@UBOT> how do I reset my password?", user="UG")
+            await app.deliver(events.app_mention("C2", "UG", "<@UBOT> how do I reset my password?", ts))
+            await app.idle()
+    assert len(prompts) == 1 and "reset my password" in prompts[0]
+    assert [m["text"] for m in slack.bot_messages("C2")] == ["hello"]
+
+
+async def test_allow_guests_serves_guests_where_no_profile_says_otherwise(tmp_path: Path) -> None:
+    """With ALLOW_GUESTS on, the default profile serves a guest."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_guest("UG", "gus")
+        model = scripted(lambda turn: [call("channel_reply", text="hi")] if turn.prompt else [""])
+        async with AppHarness(slack, model=model, data_dir=tmp_path, allow_guests=True) as app:
+            ts = slack.add_message("C1", "<@UBOT> hi", user="UG")
+            await app.deliver(events.app_mention("C1", "UG", "<@UBOT> hi", ts))
+            await app.idle()
+    assert [m["text"] for m in slack.bot_messages("C1")] == ["hi"]
+
+
+async def test_profile_users_admit_listed_people_and_usergroup_members(tmp_path: Path) -> None:
+    """In #ops only U1 and members of @oncall are served; another member's message starts nothing,
+    also in a thread the bot already answers."""
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            prompts.append(turn.prompt)
+            return [call("channel_reply", text=f"answer {len(prompts)}")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        slack.scopes.append("usergroups:read")
+        slack.add_channel("C3", "ops")
+        for user, name in (("U1", "alice"), ("U2", "bob"), ("U3", "carol")):
+            slack.add_user(user, name, display_name=name.title())
+        slack.add_usergroup("S1", "oncall", ["U3"])
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data", agent_file=_file(tmp_path)
+        ) as app:
+            root = slack.add_message("C3", "<@UBOT> restart the queue", user="U2")
+            await app.deliver(events.app_mention("C3", "U2", "<@UBOT> restart the queue", root))
+            await app.idle()
+            assert prompts == []
+            root = slack.add_message("C3", "<@UBOT> status of the queue?", user="U3")
+            await app.deliver(events.app_mention("C3", "U3", "<@UBOT> status of the queue?", root))
+            await app.idle()
+            reply = slack.add_message("C3", "and the cache?", user="U2", thread_ts=root)
+            await app.deliver(events.message("C3", "U2", "and the cache?", reply, thread_ts=root))
+            await app.idle()
+            reply = slack.add_message("C3", "and the database?", user="U1", thread_ts=root)
+            await app.deliver(events.message("C3", "U1", "and the database?", reply, thread_ts=root))
+            await app.idle()
+    assert len(prompts) == 2
+    assert "status of the queue" in prompts[0] and "and the database" in prompts[1]
+    assert not any("cache" in p for p in prompts)
+
+
+async def test_a_click_by_a_person_not_admitted_changes_nothing(tmp_path: Path) -> None:
+    """A feedback click by someone outside ALLOWED_USERS, by a guest, or from an unknown organisation
+    is not recorded, and the clicker is told privately; the allowed person's click counts."""
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        slack.add_guest("UG", "gus")
+        model = scripted(lambda turn: [call("channel_reply", text="answer")] if turn.prompt else [""])
+        async with AppHarness(slack, model=model, data_dir=tmp_path, allowed_users="U1,UG") as app:
+            root = slack.add_message("C1", "<@UBOT> help", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> help", root))
+            await app.idle()
+            [answer] = slack.bot_messages("C1")
+            value = _buttons(answer)["negative_button"]["value"]
+            for user, team in (("U2", events.TEAM_ID), ("UG", events.TEAM_ID), ("U1", ""), ("U1", "T1")):
+                click = events.block_actions(
+                    channel="C1",
+                    user=user,
+                    message_ts=answer["ts"],
+                    thread_ts=root,
+                    action_id="threadbound_feedback",
+                    value=value,
+                    element="feedback_buttons",
+                    team_id=team,
+                )
+                if not team:
+                    click["user"].pop("team_id", None)
+                assert (await app.click(click)).status == 200
+            text = await (await app.get("/metrics")).text()
+            assert 'threadbound_feedback_total{kind="negative"} 1.0' in text
+            assert app.service is not None
+            await app.service.approvals.cards.idle()  # type: ignore[union-attr]
+    told = [(user, text) for _, user, _, text in slack.ephemerals]
+    assert sorted(u for u, t in told if "cannot use this app here" in t) == ["U1", "U2", "UG"]
+
+
+def _buttons(message: dict[str, Any]) -> dict[str, Any]:
+    for block in message.get("blocks") or []:
+        for element in block.get("elements") or []:
+            if element.get("action_id") == "threadbound_feedback":
+                return dict(element)
+    raise AssertionError("no feedback buttons")
+
+
+def test_an_event_whose_organisation_cannot_be_told_is_external() -> None:
+    """Neither user_team nor team: treated as from another organisation (ignored, and noted)."""
+    settings = Settings(_env_file=None, slack_bot_token="xoxb-x", slack_signing_secret="s")  # type: ignore[call-arg]
+    bot = SlackIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1", team_url="", scopes=())
+    event = {"type": "app_mention", "channel": "C1", "user": "U1", "text": "<@UBOT> hi", "ts": "1.0"}
+    decision = classify(event, bot, settings)
+    assert decision.action == "ignore" and decision.external
+    assert classify({**event, "team": "T1"}, bot, settings).action == "start"
+    assert classify({**event, "team": "T1", "user_team": "T2"}, bot, settings).external
+    allowed = settings.model_copy(update={"allow_external_users": True})
+    assert classify(event, bot, allowed).action == "start"
+
+
+async def test_admission_fails_closed_when_a_group_cannot_be_listed() -> None:
+    """A profile's @group that cannot be listed (no usergroups:read) admits nobody through it;
+    a conversation the profile does not name is not affected."""
+
+    class Directory:
+        async def person(self, user_id: str) -> Any:
+            return SimpleNamespace(known=True, guest=False, active=True)
+
+        async def group_members(self, handle: str) -> frozenset[str] | None:
+            return None
+
+        async def conversation(self, channel: str) -> Any:
+            return SimpleNamespace(name="ops" if channel == "C3" else "general", is_dm=False)
+
+    ops = Profile(name="ops", channels=("#ops",), users=("@oncall",))
+    admission = Admission(profiles=Profiles(Profile(), (ops,)), directory=Directory(), team="T1")
+    assert await admission.refusal("C3", "U3") == "not among the users of profile ops"
+    assert await admission.refusal("C4", "U3") is None
