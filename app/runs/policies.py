@@ -54,11 +54,12 @@ class Policy:
         agent_file: AgentFile,
     ) -> Policy:
         """``profile``'s policy: its budgets where it sets them, its instructions and approvals."""
-        budgets = replace(
-            budgets,
-            per_user=_either(profile.user_daily_token_budget, budgets.per_user),
-            install=_either(profile.daily_token_budget, budgets.install),
-        )
+        if profile.user_daily_token_budget is not None or profile.daily_token_budget is not None:
+            budgets = replace(
+                budgets,
+                per_user=_either(profile.user_daily_token_budget, budgets.per_user),
+                install=_either(profile.daily_token_budget, budgets.install),
+            )
         reads = replace(agent_file, instructions=profile.instructions, approval=profile.approval)
         return cls(profile, agent, tools, budgets, reads)
 
