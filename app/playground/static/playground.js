@@ -230,7 +230,8 @@ function render() {
   ui.conversation = conv.id;
   renderSidebar(conv);
   $("title").replaceChildren(conv.dm ? `✉ ${ui.data.bot.name}` : `# ${conv.name}`,
-    el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"));
+    el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"),
+    conv.profile ? el("small", { class: "profile", title: "the agent file profile this conversation runs under" }, `profile: ${conv.profile}`) : "");
   renderCanvases(conv);
   renderMessages(conv);
   renderComposer(conv);
