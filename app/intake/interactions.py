@@ -18,10 +18,13 @@ clicker told to try again.
 Every click on our buttons first passes the same access rules as a message (``admit``: access
 lists, organisation, guests, the conversation's profile ``users``; approval cards also admit the
 profile's ``approvers``): a clicker who is not admitted is told so privately and nothing changes.
+A check that needs Slack (``users.info``) and takes longer than ``ADMIT_WAIT`` does not hold the
+answer: the click is answered, and handled once the check admits the clicker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -38,6 +41,9 @@ OUR_ACTIONS = "threadbound_"
 Tell = Callable[[Action, str], None]
 #: Why a clicker may not use the bot where they clicked (``app.agent.admission``); None: they may.
 Admit = Callable[[Action], Awaitable[str | None]]
+#: Seconds a click's answer waits for its access check; a slower one is finished after the answer
+#: (Slack wants the answer within 3 seconds).
+ADMIT_WAIT = 1.5
 #: What a clicker who is not admitted is told (privately); nothing changes.
 NOT_ADMITTED = "You cannot use this app here, so your click changed nothing."
 
@@ -50,6 +56,7 @@ class Interactions:
         self._handlers: dict[str, Handler] = {}
         self.tell = tell
         self.admit = admit
+        self._later: set[asyncio.Task[None]] = set()
 
     def on(self, action_id: str, handler: Handler) -> None:
         """Route clicks on elements with ``action_id`` to ``handler`` (one handler per id)."""
@@ -87,15 +94,41 @@ class Interactions:
                     action, "That button could not be handled just now; please click it again in a minute."
                 )
                 continue
-            if await self._refused(action):
-                continue
-            try:
-                with traces.click_span(action.action_id):
-                    await handler(action)
-            except Exception:
-                log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
-                self._tell(action, "Your click could not be handled just now; please try again.")
+            if self.admit is not None:
+                check = asyncio.ensure_future(self._refused(action))
+                try:
+                    if await asyncio.wait_for(asyncio.shield(check), ADMIT_WAIT):
+                        continue
+                except TimeoutError:
+                    self._after_check(check, action, handler)  # answered now, handled once known
+                    continue
+            await self._run(action, handler)
         return 200, ""
+
+    async def _run(self, action: Action, handler: Handler) -> None:
+        try:
+            with traces.click_span(action.action_id):
+                await handler(action)
+        except Exception:
+            log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
+            self._tell(action, "Your click could not be handled just now; please try again.")
+
+    def _after_check(self, check: asyncio.Future[bool], action: Action, handler: Handler) -> None:
+        """A slow access check (Slack's ``users.info`` held up): the click is answered at once and
+        handled once the check admits the clicker, in a task owned here."""
+
+        async def then() -> None:
+            if not await check:
+                await self._run(action, handler)
+
+        log.info("a click's access check is slow: it is handled after the answer")
+        task = asyncio.create_task(then(), name=f"click:{action.action_id}")
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def idle(self) -> None:
+        """Wait for clicks handled after their answer (tests, shutdown)."""
+        await asyncio.gather(*list(self._later), return_exceptions=True)
 
     async def _refused(self, action: Action) -> bool:
         """Whether the clicker is not admitted where they clicked (logged, told privately)."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from channel.directory import Conversation, Person
 from channel.errors import ChannelError
@@ -42,6 +44,8 @@ class SlackDirectory:
         self._groups: TtlCache[str, frozenset[str]] = TtlCache(1_000, ACCESS_TTL)
         self._failed_groups: TtlCache[str, bool] = TtlCache(1_000, FAILED_TTL)
         self._lock = asyncio.Lock()
+        # One users.info answer serves both: a name looked up brings the access facts, and back.
+        lookups.on_user_info = self._hear
 
     async def person(self, user_id: str) -> Person:
         found = self._people.get(user_id) or self._failed.get(user_id)
@@ -60,6 +64,13 @@ class SlackDirectory:
             self._failed[user_id] = unknown
             return unknown
         info = response.get("user") or {}
+        self.lookups.remember_user(user_id, info)
+        return self._heard(user_id, info)
+
+    def _hear(self, user_id: str, info: Mapping[str, Any]) -> None:
+        self._heard(user_id, info)
+
+    def _heard(self, user_id: str, info: Mapping[str, Any]) -> Person:
         person = Person(
             user_id,
             guest=bool(info.get("is_restricted") or info.get("is_ultra_restricted")),
