@@ -224,6 +224,7 @@ class Service:
         await bounded(asyncio.gather(*self._background, return_exceptions=True), CANCEL_WAIT, "background")
         self._background.clear()
         await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
+        await bounded(self.interactions.idle(), CANCEL_WAIT, "clicks waiting for an access check")
         if self.approvals is not None:
             await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
         if self.agent_view is not None:
