@@ -238,21 +238,24 @@ async def test_profile_users_admit_listed_people_and_usergroup_members(tmp_path:
 
 
 async def test_a_click_by_a_person_not_admitted_changes_nothing(tmp_path: Path) -> None:
-    """A feedback click by someone outside ALLOWED_USERS, by a guest, or from an unknown organisation
-    is not recorded, and the clicker is told privately; the allowed person's click counts."""
+    """A feedback click by someone outside ALLOWED_USERS, by a guest, from another organisation or
+    from one neither the payload nor Slack can tell is not recorded, and the clicker is told
+    privately; the allowed member's clicks count (their organisation told by users.info when the
+    payload does not say)."""
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
         slack.add_user("U2", "bob", display_name="Bob")
         slack.add_guest("UG", "gus")
         model = scripted(lambda turn: [call("channel_reply", text="answer")] if turn.prompt else [""])
-        async with AppHarness(slack, model=model, data_dir=tmp_path, allowed_users="U1,UG") as app:
+        async with AppHarness(slack, model=model, data_dir=tmp_path, allowed_users="U1,UG,UX") as app:
             root = slack.add_message("C1", "<@UBOT> help", user="U1")
             await app.deliver(events.app_mention("C1", "U1", "<@UBOT> help", root))
             await app.idle()
             [answer] = slack.bot_messages("C1")
             value = _buttons(answer)["negative_button"]["value"]
-            for user, team in (("U2", events.TEAM_ID), ("UG", events.TEAM_ID), ("U1", ""), ("U1", "T1")):
+            clicks = (("U2", "T1"), ("UG", "T1"), ("UX", ""), ("U1", "T2"), ("U1", ""), ("U1", "T1"))
+            for user, team in clicks:
                 click = events.block_actions(
                     channel="C1",
                     user=user,
@@ -263,15 +266,16 @@ async def test_a_click_by_a_person_not_admitted_changes_nothing(tmp_path: Path) 
                     element="feedback_buttons",
                     team_id=team,
                 )
-                if not team:
+                if not team:  # the organisation is not told: users.info is asked
                     click["user"].pop("team_id", None)
+                    click.pop("team", None)
                 assert (await app.click(click)).status == 200
             text = await (await app.get("/metrics")).text()
-            assert 'threadbound_feedback_total{kind="negative"} 1.0' in text
+            assert 'threadbound_feedback_total{kind="negative"} 2.0' in text  # U1 told by Slack, U1 in T1
             assert app.service is not None
             await app.service.approvals.cards.idle()  # type: ignore[union-attr]
     told = [(user, text) for _, user, _, text in slack.ephemerals]
-    assert sorted(u for u, t in told if "cannot use this app here" in t) == ["U1", "U2", "UG"]
+    assert sorted(u for u, t in told if "cannot use this app here" in t) == ["U1", "U2", "UG", "UX"]
 
 
 def _buttons(message: dict[str, Any]) -> dict[str, Any]:
@@ -282,17 +286,39 @@ def _buttons(message: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError("no feedback buttons")
 
 
-def test_an_event_whose_organisation_cannot_be_told_is_external() -> None:
-    """Neither user_team nor team: treated as from another organisation (ignored, and noted)."""
+async def test_an_event_whose_organisation_cannot_be_told_is_external(tmp_path: Path) -> None:
+    """Neither user_team nor team in the event: Slack is asked (users.info team_id). A member of the
+    workspace is served; a person Slack cannot place counts as external and reaches no model; one
+    whose event names another organisation is ignored at the edge as before."""
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt:
+            prompts.append(turn.prompt)
+            return [call("channel_reply", text="ok")]
+        return [""]
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+            for user, text in (("UX", "<@UBOT> from nowhere"), ("U1", "<@UBOT> from alice")):
+                ts = slack.add_message("C1", text, user="U1")
+                envelope = events.app_mention("C1", user, text, ts)
+                envelope["event"].pop("team", None)
+                envelope["event"].pop("user_team", None)
+                assert (await app.deliver(envelope)).status == 200
+                await app.idle()
+            ts = slack.add_message("C1", "<@UBOT> from elsewhere", user="U1")
+            envelope = events.app_mention("C1", "U1", "<@UBOT> from elsewhere", ts)
+            envelope["event"]["user_team"] = "T2"
+            await app.deliver(envelope)
+            await app.idle()
+    assert len(prompts) == 1 and "from alice" in prompts[0]
     settings = Settings(_env_file=None, slack_bot_token="xoxb-x", slack_signing_secret="s")  # type: ignore[call-arg]
     bot = SlackIdentity(user_id="UBOT", bot_id="BBOT", team_id="T1", team_url="", scopes=())
     event = {"type": "app_mention", "channel": "C1", "user": "U1", "text": "<@UBOT> hi", "ts": "1.0"}
-    decision = classify(event, bot, settings)
-    assert decision.action == "ignore" and decision.external
-    assert classify({**event, "team": "T1"}, bot, settings).action == "start"
     assert classify({**event, "team": "T1", "user_team": "T2"}, bot, settings).external
-    allowed = settings.model_copy(update={"allow_external_users": True})
-    assert classify(event, bot, allowed).action == "start"
 
 
 async def test_admission_fails_closed_when_a_group_cannot_be_listed() -> None:

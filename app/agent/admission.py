@@ -6,9 +6,9 @@ does not admit starts nothing, by message or by click (invariant "Scoped by prof
 docs/architecture.md). In order:
 
 - ``ALLOWED_USERS`` (when set): the person is in it;
-- the organisation: a person from another one (a ``team`` that is not the install's, or no
-  ``team`` at all — an organisation that cannot be told counts as another) only with
-  ``ALLOW_EXTERNAL_USERS``;
+- the organisation: a person from another one only with ``ALLOW_EXTERNAL_USERS``. The event or
+  click names it (``user_team``/``team``); when it names none, Slack's ``users.info`` (``team_id``)
+  is asked, and an organisation that cannot be told that way either counts as another;
 - the conversation's profile ``users`` (when set, without ``*``): the person's id is listed, or
   they are in a listed ``@usergroup``; a group that cannot be listed admits nobody;
 - guests (Slack's single- and multi-channel guests) only where allowed: the profile's ``guests``,
@@ -84,15 +84,19 @@ class Admission:
         approving: bool = False,
     ) -> str | None:
         """None when ``user`` may use the bot in ``channel``, else why not. ``team``: the
-        organisation the event or click named (``""``: none named; None: not known here — the
-        router checked it). ``approving``: a click on an approval card, which the profile's
+        organisation the event or click named (``""``: none named, so ``users.info`` is asked and
+        one it cannot tell either counts as another; None: checked already, by the router).
+        ``approving``: a click on an approval card, which the profile's
         ``approvers`` and ``APPROVERS`` may make even when its ``users`` leave them out."""
         if not user:
             return "nobody (no person is named)"
         if self.allowed_users and user not in self.allowed_users:
             return "not in ALLOWED_USERS"
-        if team is not None and self.team and team != self.team and not self.allow_external_users:
-            return "from another organisation (or one that cannot be told; ALLOW_EXTERNAL_USERS is off)"
+        if team is not None and self.team and not self.allow_external_users:
+            told = team or await self._organisation(user)
+            if told != self.team:
+                why = "another organisation" if told else "an organisation that cannot be told"
+                return f"from {why} (ALLOW_EXTERNAL_USERS is off)"
         profile = profile or await self.profile(channel)
         extra = (*profile.approvers, *self.approvers) if approving else ()
         if profile.users is not None and not await self._listed(user, (*profile.users, *extra)):
@@ -107,6 +111,13 @@ class Admission:
             if not person.active:
                 return "a deactivated account"
         return None
+
+    async def _organisation(self, user: str) -> str:
+        """The person's organisation as Slack's ``users.info`` says (``""``: it cannot tell)."""
+        if self.directory is None:
+            return ""
+        person = await self.directory.person(user)
+        return person.team if person.known else ""
 
     async def _listed(self, user: str, entries: Iterable[str]) -> bool:
         entries = tuple(entries)

@@ -23,7 +23,7 @@ A message a person forwards is that person's message, whoever wrote the original
 only the message's own author and text decide, never its attachments.
 
 People from another organisation (Slack Connect: the message's ``user_team``, else
-``team``, is not the install's, or neither is given) are ignored unless ``ALLOW_EXTERNAL_USERS``; the
+``team``, is not the install's) are ignored unless ``ALLOW_EXTERNAL_USERS``; the
 decision says so (``external``), so ingress can tell them once, privately.
 """
 
@@ -112,9 +112,11 @@ def classify(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -
         return Decision("ignore", "posted by another bot (ALLOW_BOTS is off)")
     thread_ts = str(event.get("thread_ts") or "")
     team = event.get("user_team") or event.get("team")
-    # The install's workspace unknown (team_id ""): nobody counts as external. An author whose
-    # organisation the event does not tell (neither user_team nor team) counts as external.
-    external = bool(bot.team_id) and team != bot.team_id
+    # The install's workspace unknown (team_id ""): nobody counts as external. An event that does not
+    # tell the author's organisation (neither user_team nor team) is not decided here: the run asks
+    # Slack (users.info) before the model sees it, and one it cannot tell either counts as external
+    # (app.agent.admission).
+    external = bool(bot.team_id) and isinstance(team, str) and team not in ("", bot.team_id)
     if external and not settings.allow_external_users:
         reason = "author is from another organisation (ALLOW_EXTERNAL_USERS is off)"
         return Decision("ignore", reason, channel, ts, thread_ts, user, external=True)

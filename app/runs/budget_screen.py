@@ -33,13 +33,21 @@ log = logging.getLogger(__name__)
 
 __all__ = ["BudgetScreen", "Refusal", "author", "newest_author"]
 
-#: Why a person may not use the bot in the run's conversation; None when they may.
-Refusal = Callable[[str], Awaitable[str | None]]
+#: Why a person may not use the bot in the run's conversation (None when they may), given the
+#: organisation their message's event named (``""``: none; None: the router checked it).
+Refusal = Callable[[str, str | None], Awaitable[str | None]]
 
 
 def author(item: InboxItem) -> str:
     """The person who wrote an inbox message; ``""`` for a decision or a bot's message."""
     return inbound.person(item.payload)
+
+
+def _organisation(item: InboxItem) -> str | None:
+    """The organisation an inbox message's event named for its author (``""``: none); None for a
+    row that is not a message (a decision, a follow-up, an answer)."""
+    message = inbound.stored(item.payload)
+    return message.author.organisation if message is not None else None
 
 
 def newest_author(items: Sequence[InboxItem]) -> str:
@@ -68,7 +76,10 @@ class BudgetScreen:
         if self.refusal is None:
             return list(items)
         for person in sorted({author(i) for i in items} - {""} - set(self._refused)):
-            why = self._refused[person] = await self.refusal(person)
+            # An organisation the event did not tell ("") is asked of the platform; else the router
+            # decided it (None).
+            untold = any(author(i) == person and _organisation(i) == "" for i in items)
+            why = self._refused[person] = await self.refusal(person, "" if untold else None)
             if why is not None:
                 log.warning("a message was not shown to the model: its author is %s", why)
         return [i for i in items if self._refused.get(author(i)) is None]

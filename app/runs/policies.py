@@ -82,8 +82,8 @@ class Policies:
     def refusal(self, channel: str, profile: Profile) -> Any:
         """The run screen's question for ``channel`` (``app.runs.budget_screen.Refusal``)."""
 
-        async def refused(person: str) -> str | None:
-            return await self.admission.refusal(channel, person, profile=profile)
+        async def refused(person: str, team: str | None) -> str | None:
+            return await self.admission.refusal(channel, person, team=team, profile=profile)
 
         return refused
 
