@@ -339,3 +339,43 @@ async def test_admission_fails_closed_when_a_group_cannot_be_listed() -> None:
     admission = Admission(profiles=Profiles(Profile(), (ops,)), directory=Directory(), team="T1")
     assert await admission.refusal("C3", "U3") == "not among the users of profile ops"
     assert await admission.refusal("C4", "U3") is None
+
+
+async def test_a_profile_gates_its_own_calls_and_names_its_own_approvers(tmp_path: Path) -> None:
+    """In #general's profile channel_react waits for approval and @leads decide it (not the requester,
+    with APPROVAL_BY=approvers); in the default profile (#random) the same call runs at once."""
+    from tests.test_approvals import APPROVE, ReactScript, _cards, _click, _settle
+
+    agent = _file(
+        tmp_path,
+        '[profiles.gated]\nchannels = ["#general"]\napproval = ["channel_react"]\napprovers = ["@leads"]\n',
+    )
+    async with FakeSlack() as slack:
+        slack.scopes.append("usergroups:read")
+        slack.add_channel("C1", "general")
+        slack.add_channel("C2", "random")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        slack.add_usergroup("S1", "leads", ["U2"])
+        async with AppHarness(
+            slack,
+            model=scripted(ReactScript()),
+            data_dir=tmp_path / "data",
+            agent_file=agent,
+            approval_by="approvers",
+            approvers=("U7",),
+        ) as app:
+            ts = slack.add_message("C2", "<@UBOT> please react", user="U1")
+            await app.deliver(events.app_mention("C2", "U1", "<@UBOT> please react", ts))
+            await _settle(app)
+            assert [c.params["channel"] for c in slack.calls if c.method == "reactions.add"] == ["C2"]
+            root = slack.add_message("C1", "<@UBOT> please react", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> please react", root))
+            await _settle(app)
+            [card] = _cards(slack)
+            await app.click(_click(card, "U1", APPROVE, root))  # the requester is not an approver here
+            await _settle(app)
+            assert [c.params["channel"] for c in slack.calls if c.method == "reactions.add"] == ["C2"]
+            await app.click(_click(card, "U2", APPROVE, root))  # @leads
+            await _settle(app)
+    assert [c.params["channel"] for c in slack.calls if c.method == "reactions.add"] == ["C2", "C1"]
