@@ -1,4 +1,4 @@
-"""``agent.toml``: the deployment's own instructions, tool selection, model and MCP servers."""
+"""``agent.toml``: the deployment's own instructions, tool selection, model, MCP servers and profiles."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ MAX_LOADING_CHARS = 100
 class AgentFile:
     """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
     or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision),
-    ``[mcp.NAME]`` servers and ``max_requests_per_run``.
+    ``[mcp.NAME]`` servers, ``max_requests_per_run`` and ``[profiles.NAME]`` (``app.agent.profiles``;
+    the top-level keys are the default profile).
 
     :meth:`load` raises ValueError naming the file and the line on any mistake."""
 
