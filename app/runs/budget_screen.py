@@ -84,6 +84,11 @@ class BudgetScreen:
                 log.warning("a message was not shown to the model: its author is %s", why)
         return [i for i in items if self._refused.get(author(i)) is None]
 
+    @property
+    def refused_anyone(self) -> bool:
+        """Whether the run left out a message because its author is not admitted."""
+        return any(why is not None for why in self._refused.values())
+
     async def screen(self, items: Sequence[InboxItem]) -> list[InboxItem]:
         """The run's first messages as the model may see them: those of people not admitted left
         out, then those of over-budget authors (and told), unless every person's message is (then

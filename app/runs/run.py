@@ -47,7 +47,7 @@ from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel.contract import ChannelAdapter, Origin, WriteGuard, guarding
-from channel.errors import ConversationGone
+from channel.errors import ChannelError, ConversationGone
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
 from channel.streaming import FLUSH_INTERVAL
@@ -281,6 +281,11 @@ class RunExecutor:
         refusal = self.policies.refusal(task.channel, policy.profile) if self.policies is not None else None
         screen = BudgetScreen(policy.budgets, session, refusal)
         shown = await screen.screen(items)
+        if items and not shown and screen.refused_anyone:
+            # Nobody this run would answer is admitted: it ends without a model call (nothing in the
+            # prompt), and the "is thinking…" the edge may have shown for the message goes.
+            await self._clear_status(session)
+            return await self.execute(session, "", list(items), inbox, policy=policy)
         # Read again when a crashed run's card effects were settled just now (a card since posted).
         asks = list(start.asks) if start is not None and not effects else None
         if session.asks is not None:
@@ -304,6 +309,12 @@ class RunExecutor:
             screen=screen,
             policy=policy,
         )
+
+    async def _clear_status(self, session: ChannelSession) -> None:
+        try:
+            await self.adapter.set_status(session.origin, "")
+        except ChannelError as exc:
+            log.info("could not clear the status of a conversation nobody is answered in: %s", exc.message)
 
     async def execute(
         self,
