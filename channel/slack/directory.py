@@ -121,4 +121,8 @@ class SlackDirectory:
             return Conversation(channel, "", True)
         info = await self.lookups.channel_info(channel)
         is_dm = bool(info.get("is_im") or info.get("is_mpim"))
+        if not is_dm and not info.get("name"):
+            log.warning(
+                "the name of conversation %s cannot be told: its profile is chosen without it", channel
+            )
         return Conversation(channel, "" if is_dm else str(info.get("name") or ""), is_dm)
