@@ -379,3 +379,36 @@ async def test_a_profile_gates_its_own_calls_and_names_its_own_approvers(tmp_pat
             await app.click(_click(card, "U2", APPROVE, root))  # @leads
             await _settle(app)
     assert [c.params["channel"] for c in slack.calls if c.method == "reactions.add"] == ["C2", "C1"]
+
+
+async def test_a_profile_budget_holds_in_its_conversations_only(tmp_path: Path) -> None:
+    """#random's profile sets a per-person budget of 100 tokens: past it, a request there gets the
+    note and no model call, while the same person is still answered in #general (no budget)."""
+    from pydantic_ai.usage import RequestUsage
+
+    from tests.test_usage import mention, metered, reply_once
+
+    calls: list[str] = []
+    model = metered(reply_once, RequestUsage(input_tokens=60, output_tokens=10), calls)
+    agent = _file(tmp_path, '[profiles.tight]\nchannels = ["#random"]\nuser_daily_token_budget = 100\n')
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_channel("C2", "random")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(
+            slack, model=model, data_dir=tmp_path / "data", stream="off", agent_file=agent
+        ) as app:
+            delivery, _ = mention(app, slack, "U1", "first", channel="C2")  # 140 tokens
+            await delivery
+            await app.idle()
+            delivery, ts = mention(app, slack, "U1", "second", channel="C2")
+            await delivery
+            await app.idle()
+            assert len(calls) == 2
+            [note] = [m for m in slack.messages("C2", ts) if m.get("bot_id")]
+            assert "of your 100 daily model tokens" in note["text"]
+            delivery, ts = mention(app, slack, "U1", "third", channel="C1")
+            await delivery
+            await app.idle()
+    assert len(calls) == 4
+    assert [m["text"] for m in slack.messages("C1", ts) if m.get("bot_id")] == ["answer"]
