@@ -412,3 +412,26 @@ async def test_a_profile_budget_holds_in_its_conversations_only(tmp_path: Path) 
             await app.idle()
     assert len(calls) == 4
     assert [m["text"] for m in slack.messages("C1", ts) if m.get("bot_id")] == ["answer"]
+
+
+async def test_a_profile_approver_decides_an_approval_the_agent_requested(tmp_path: Path) -> None:
+    """channel_request_approval in a conversation whose profile names U2 among its approvers: U2's
+    click decides it (without the profile, only the requester or APPROVERS could)."""
+    from tests.test_ask import ASK_APPROVE, AskScript, _buttons, _cards, _click, _start
+
+    agent = _file(tmp_path, '[profiles.team]\nchannels = ["#general"]\napprovers = ["U2"]\n')
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        script = AskScript(tool="channel_request_approval", action="Archive the tickets")
+        async with AppHarness(
+            slack, model=scripted(script), data_dir=tmp_path / "data", agent_file=agent
+        ) as app:
+            root = await _start(app, slack)
+            [card] = _cards(slack)
+            [approve] = [b for b in _buttons(card) if b["action_id"] == ASK_APPROVE]
+            assert (await app.click(_click(card, "U2", approve, root))).status == 200
+            assert app.service is not None
+            ask = await app.service.store.get_ask(approve["value"].partition(":")[0])
+    assert ask is not None and ask.decision == "approved" and ask.decided_by == "U2"
