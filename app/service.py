@@ -46,14 +46,14 @@ from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
 from app.runs.follow_ups import Access, FollowUpSweep
 from app.runs.limits import RunLimits
-from app.runs.policies import Policies, Policy, host_tools_of
+from app.runs.policies import Policies, Policy, profile_tools
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
 from app.runs.streaming import check_mode as check_stream_mode
 from channel.contract import missing_implementations
 from channel.errors import ChannelError
-from channel.selection import ToolSelection, select_tools
+from channel.selection import ToolSelection
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from storage import Store, StoreError, open_store
@@ -336,16 +336,11 @@ async def _select_tools(parts: _Parts) -> dict[str, ToolSelection]:
         skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
-        servers = {t.name: t.server for t in mcp.tools}
         selections: dict[str, ToolSelection] = {}
         for profile in parts.config.agent_file.profiles.all():
             try:
-                selections[profile.name] = select_tools(
-                    adapter.features.enabled(),
-                    profile.tools,
-                    skills,
-                    host_tools_of(profile, mcp.tools, servers),
-                    mcp.unavailable(),
+                selections[profile.name] = profile_tools(
+                    profile, adapter.features.enabled(), skills, mcp.tools, mcp.unavailable()
                 )
             except ValueError as exc:
                 where = "" if profile.name == DEFAULT else f"profile {profile.name}: "

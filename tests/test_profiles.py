@@ -4,6 +4,7 @@ by it, over the real HTTP edge and the emulator."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -435,3 +436,24 @@ async def test_a_profile_approver_decides_an_approval_the_agent_requested(tmp_pa
             assert app.service is not None
             ask = await app.service.store.get_ask(approve["value"].partition(":")[0])
     assert ask is not None and ask.decision == "approved" and ask.decided_by == "U2"
+
+
+def test_a_profile_without_a_server_keeps_the_default_tools_globs_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The default selects tickets_*; a profile whose mcp leaves tickets out starts without its tools
+    (logged), and one that keeps it offers them."""
+    from app.agent.mcp.servers import McpTool
+    from app.runs.policies import profile_tools
+    from channel.skills import SkillLibrary
+
+    tickets = [McpTool("tickets_get_ticket", "tickets", "get_ticket", "Get a ticket", {}, "active")]
+    wiki = [McpTool("wiki_search", "wiki", "search", "Search the wiki", {}, "deferred")]
+    features = frozenset({"read", "react"})
+    default = Profile(tools=("channel_reply", "tickets_*", "wiki_*"))
+    closed = replace(default, name="closed", mcp=("wiki",))
+    selected = profile_tools(closed, features, SkillLibrary([]), [*tickets, *wiki], {})
+    assert [t.name for t in selected.host_tools] == ["wiki_search"]
+    assert "profile closed leaves it out" in caplog.text
+    everything = profile_tools(default, features, SkillLibrary([]), [*tickets, *wiki], {})
+    assert [t.name for t in everything.host_tools] == ["tickets_get_ticket", "wiki_search"]

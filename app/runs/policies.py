@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_ai import Agent
 
@@ -21,9 +21,17 @@ from app.agent.agent_file import AgentFile
 from app.agent.profiles import Profile
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets
-from channel.selection import HostTool, ToolSelection
+from channel.selection import HostTool, ToolSelection, select_tools
+from channel.skills import SkillLibrary
 
-__all__ = ["Policies", "Policy", "host_tools_of"]
+__all__ = ["Policies", "Policy", "ServerTool", "profile_tools"]
+
+
+class ServerTool(HostTool, Protocol):
+    """An MCP tool, as a profile selects it: by its server's name (``app.agent.mcp.servers.McpTool``)."""
+
+    @property
+    def server(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +96,24 @@ class Policies:
         return refused
 
 
-def host_tools_of(profile: Profile, tools: Sequence[HostTool], servers: Mapping[str, str]) -> list[HostTool]:
-    """``tools`` of the MCP servers ``profile.mcp`` names (``servers``: tool name → its server)."""
-    if profile.mcp is None:
-        return list(tools)
-    return [t for t in tools if any(fnmatch.fnmatchcase(servers.get(t.name, ""), g) for g in profile.mcp)]
+def profile_tools(
+    profile: Profile,
+    features: frozenset[str],
+    skills: SkillLibrary,
+    host_tools: Sequence[ServerTool],
+    unavailable: Mapping[str, str],
+) -> ToolSelection:
+    """The tools that exist in ``profile``'s conversations: its ``tools`` over the adapter's
+    ``features``, the skills and the MCP tools of the servers its ``mcp`` names. An entry of its
+    ``tools`` for a server its ``mcp`` leaves out selects nothing there (logged, as for a server
+    that is down); ValueError as :func:`channel.selection.select_tools` raises it."""
+    servers = {t.server for t in host_tools} | set(unavailable)
+    kept = (
+        servers
+        if profile.mcp is None
+        else {s for s in servers if any(fnmatch.fnmatchcase(s, g) for g in profile.mcp)}
+    )
+    absent = dict(unavailable)
+    absent.update({s: f"profile {profile.name} leaves it out (mcp)" for s in servers - kept})
+    offered = [t for t in host_tools if t.server in kept]
+    return select_tools(features, profile.tools, skills, offered, absent)
