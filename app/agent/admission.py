@@ -67,7 +67,7 @@ class Admission:
 
     async def profile(self, channel: str) -> Profile:
         """The profile of the conversation ``channel`` (``app.agent.profiles`` precedence)."""
-        if not self.profiles.named:
+        if not self.profiles.named or not channel:  # no conversation (the App Home): the default
             return self.profiles.default
         if self.directory is None or not self.profiles.needs_names:
             return self.profiles.choose(channel, is_dm=channel.startswith("D"))

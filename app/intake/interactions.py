@@ -32,6 +32,7 @@ from typing import Any
 from app import traces
 from app.agent.admission import Admission
 from app.clicks import Action, Handler
+from channel.slack.cards import input_values
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class Interactions:
         self.tell = tell
         self.admit = admit
         self._later: set[asyncio.Task[None]] = set()
+        #: Message shortcuts (``message_action`` payloads): ``app.intake.shortcuts.Shortcuts.handle``.
+        self.on_shortcut: Callable[[Mapping[str, Any]], Awaitable[tuple[int, str]]] | None = None
 
     def on(self, action_id: str, handler: Handler) -> None:
         """Route clicks on elements with ``action_id`` to ``handler`` (one handler per id)."""
@@ -69,9 +72,12 @@ class Interactions:
         return frozenset(self._handlers)
 
     async def handle(self, payload: Mapping[str, Any]) -> tuple[int, str]:
-        """Dispatch every action of one ``block_actions`` payload; ``(status, body)`` for Slack."""
+        """Dispatch every action of one ``block_actions`` payload, or a message shortcut to
+        :attr:`on_shortcut`; ``(status, body)`` for Slack."""
+        if payload.get("type") == "message_action" and self.on_shortcut is not None:
+            return await self.on_shortcut(payload)
         if payload.get("type") != "block_actions":
-            return 200, ""  # view submissions, shortcuts: nothing here uses them yet
+            return 200, ""  # view submissions, global shortcuts: nothing here uses them yet
         actions = payload.get("actions")
         if not isinstance(actions, list):
             return 400, "block_actions without actions"
@@ -197,6 +203,7 @@ def parse_action(payload: Mapping[str, Any], raw: Mapping[str, Any]) -> Action:
         thread_ts=thread_ts,
         block_id=str(raw.get("block_id") or ""),
         response_url=str(payload.get("response_url") or ""),
+        values=input_values(payload.get("state")),
         payload=payload,
     )
 

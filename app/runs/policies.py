@@ -21,10 +21,10 @@ from app.agent.agent_file import AgentFile
 from app.agent.profiles import Profile
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets
-from channel.selection import HostTool, ToolSelection, select_tools
+from channel.selection import HostTool, ToolSelection, host_tools_of, select_tools
 from channel.skills import SkillLibrary
 
-__all__ = ["Policies", "Policy", "ServerTool", "profile_tools"]
+__all__ = ["Policies", "Policy", "ServerTool", "profile_host_tools", "profile_tools"]
 
 
 class ServerTool(HostTool, Protocol):
@@ -108,12 +108,18 @@ def profile_tools(
     ``tools`` for a server its ``mcp`` leaves out selects nothing there (logged, as for a server
     that is down); ValueError as :func:`channel.selection.select_tools` raises it."""
     servers = {t.server for t in host_tools} | set(unavailable)
-    kept = (
-        servers
-        if profile.mcp is None
-        else {s for s in servers if any(fnmatch.fnmatchcase(s, g) for g in profile.mcp)}
-    )
+    kept = {s for s in servers if _keeps(profile, s)}
     absent = dict(unavailable)
     absent.update({s: f"profile {profile.name} leaves it out (mcp)" for s in servers - kept})
     offered = [t for t in host_tools if t.server in kept]
     return select_tools(features, profile.tools, skills, offered, absent)
+
+
+def profile_host_tools(profile: Profile, host_tools: Sequence[ServerTool]) -> tuple[HostTool, ...]:
+    """The MCP tools ``profile`` offers out of ``host_tools`` (a server's list that changed after
+    start-up): its servers' only, narrowed by its ``tools``."""
+    return host_tools_of(profile.tools, [t for t in host_tools if _keeps(profile, t.server)])
+
+
+def _keeps(profile: Profile, server: str) -> bool:
+    return profile.mcp is None or any(fnmatch.fnmatchcase(server, g) for g in profile.mcp)
