@@ -17,13 +17,17 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 from slack_bolt.async_app import AsyncApp
 
+from app.agent.admission import Admission
 from app.agent.agent_file import AgentFile
+from app.agent.approval_cards import APPROVE, DENY
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
+from app.agent.ask_cards import ASK_APPROVE, ASK_DENY
 from app.agent.asks import Asks
 from app.agent.mcp.elicitation import Elicitor
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
+from app.agent.profiles import DEFAULT, Profile
 from app.agent.runtime import RunDeps, build_agent, build_model
 from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
@@ -32,7 +36,7 @@ from app.intake.external import ExternalNotice
 from app.intake.home import AppHome
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler
 from app.intake.ingress import Ingress
-from app.intake.interactions import Interactions
+from app.intake.interactions import Interactions, admit_by
 from app.intake.personal import Personal
 from app.intake.personal_blocks import CANCEL_FOLLOW_UP
 from app.intake.shortcuts import Shortcuts
@@ -48,13 +52,14 @@ from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
 from app.runs.follow_ups import Access, FollowUpSweep
 from app.runs.limits import RunLimits
+from app.runs.policies import Policies, Policy, profile_host_tools, profile_tools
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
 from app.runs.scheduler import Scheduler
 from app.runs.streaming import check_mode as check_stream_mode
 from channel.contract import missing_implementations
 from channel.errors import ChannelError
-from channel.selection import ToolSelection, host_tools_of, select_tools
+from channel.selection import ToolSelection
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
 from channel.slack.surfaces import Surfaces
@@ -164,8 +169,8 @@ class Service:
         observer = Observer()
         adapter = await _connect_adapter(settings, store, observer)
         parts = _Parts(settings, config, store, adapter, observer)
-        tools = await _select_tools(parts)
-        runs = _Runs.build(parts, tools, hooks, owner)
+        selections = await _select_tools(parts)
+        runs = _Runs.build(parts, selections, hooks, owner)
         await _register(parts, runs.runner)
         intake = _Intake.build(parts, runs)
         return cls(
@@ -234,6 +239,7 @@ class Service:
         await bounded(asyncio.gather(*self._background, return_exceptions=True), CANCEL_WAIT, "background")
         self._background.clear()
         await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
+        await bounded(self.interactions.idle(), CANCEL_WAIT, "clicks waiting for an access check")
         if self.approvals is not None:
             await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
         if self.mcp.elicitor is not None:
@@ -265,6 +271,8 @@ class _Config:
     progress: Progress
     stream_mode: str
     socket_url: str | None
+    #: The models of profiles that name their own (``[profiles.NAME] model``), by profile name.
+    profile_models: dict[str, Model] = field(default_factory=dict)
 
     @classmethod
     async def checked(cls, settings: Settings, model: Model | None, webhook: bool) -> _Config:
@@ -298,9 +306,12 @@ class _Config:
             progress = Progress(settings.progress, settings.progress_emoji, agent_file.loading_messages)
             stream_mode = check_stream_mode(settings.stream)
             model = model if model is not None else build_model(model_name, settings)
+            profile_models = {
+                p.name: build_model(p.model, settings) for p in agent_file.profiles.named if p.model
+            }
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
-        return cls(agent_file, mcp, model, progress, stream_mode, socket_url)
+        return cls(agent_file, mcp, model, progress, stream_mode, socket_url, profile_models)
 
 
 async def _connect_adapter(settings: Settings, store: Store, observer: Observer) -> SlackAdapter:
@@ -333,9 +344,10 @@ class _Parts:
     observer: Observer
 
 
-async def _select_tools(parts: _Parts) -> ToolSelection:
-    """The tools the agent may call: the adapter's, the skills', the MCP servers' (started here)
-    narrowed to the agent file's; on a StartupError what was opened is closed."""
+async def _select_tools(parts: _Parts) -> dict[str, ToolSelection]:
+    """The tools the agent may call, by profile (``DEFAULT`` first): the adapter's, the skills', the
+    MCP servers' (started here) narrowed to the agent file's and each profile's ``tools`` and
+    ``mcp``; on a StartupError what was opened is closed."""
     mcp, adapter = parts.config.mcp, parts.adapter
     try:
         missing = missing_implementations(adapter)
@@ -349,24 +361,24 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
         mcp.elicitor = elicitor
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
-        try:
-            selection = select_tools(
-                adapter.features.enabled(),
-                parts.config.agent_file.tools,
-                skills,
-                mcp.tools,
-                mcp.unavailable(),
-            )
-        except ValueError as exc:
-            raise StartupError(str(exc)) from exc
-        requested = parts.config.agent_file.tools
+        selections: dict[str, ToolSelection] = {}
+        profiles = parts.config.agent_file.profiles.all()
+        for profile in profiles:
+            try:
+                selections[profile.name] = profile_tools(
+                    profile, adapter.features.enabled(), skills, mcp.tools, mcp.unavailable()
+                )
+            except ValueError as exc:
+                where = "" if profile.name == DEFAULT else f"profile {profile.name}: "
+                raise StartupError(where + str(exc)) from exc
 
         def tools_changed() -> None:
-            # Every session offers from this one selection: tool_search finds the new list next step.
-            selection.host_tools = host_tools_of(requested, mcp.tools)
+            # Each profile's sessions offer from its selection: tool_search finds the new list next step.
+            for profile in profiles:
+                selections[profile.name].host_tools = profile_host_tools(profile, mcp.tools)
 
         mcp.on_change = tools_changed
-        return selection
+        return selections
     except StartupError:
         await mcp.stop()
         await adapter.close()
@@ -383,18 +395,39 @@ class _Runs:
     asks: Asks
     runner: Scheduler
     follow_ups: FollowUpSweep
+    #: Who is served where (clicks ask it too).
+    admission: Admission
 
     @classmethod
-    def build(cls, parts: _Parts, tools: ToolSelection, hooks: RunHooks | None, owner: str | None) -> _Runs:
+    def build(
+        cls, parts: _Parts, selections: dict[str, ToolSelection], hooks: RunHooks | None, owner: str | None
+    ) -> _Runs:
         settings, config, store, observer = parts.settings, parts.config, parts.store, parts.observer
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         agent_view = AgentView(parts.adapter, config.agent_file.prompts)
         run_hooks = combine(observer.hooks(), config.progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, parts.adapter, settings)
+        tools = selections[DEFAULT]
         warn_unmatched_approval(config.agent_file.approval, tools, config.mcp.unavailable())
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
         timing = ModelTiming(observer, ack_gate)
         agent = _build_agent(parts, run_hooks, timing)
+        admission = _admission(parts)
+        approvals.deciders = admission.deciders  # the profile's approvers
+        budgets = Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget)
+        policies = Policies(
+            admission,
+            {
+                p.name: Policy.of(
+                    p,
+                    agent if p.name == DEFAULT else _build_agent(parts, run_hooks, timing, p),
+                    selections[p.name],
+                    budgets,
+                    config.agent_file,
+                )
+                for p in config.agent_file.profiles.all()
+            },
+        )
         executor = RunExecutor(
             store=store,
             adapter=parts.adapter,
@@ -406,11 +439,12 @@ class _Runs:
             hooks=run_hooks,
             approvals=approvals,
             asks=(asks := Asks(approvals, name_of=parts.adapter.user)),  # channel_ask & co.: approvals' rules
-            budgets=Budgets(store, settings.user_daily_token_budget, settings.daily_token_budget),
+            budgets=budgets,
             compactor=Compactor(config.model, settings.compact_after_tokens, timing.request),
             usage_footer=settings.usage_footer,
             stream=config.stream_mode == "auto",
             feedback=True,
+            policies=policies,
         )
         runner = Scheduler(
             store=store,
@@ -429,16 +463,27 @@ class _Runs:
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
         )
         follow_ups.on_pending = observer.metrics.follow_ups_pending.set  # the /metrics gauge
-        return cls(agent_view, approvals, asks, runner, follow_ups)
+        return cls(agent_view, approvals, asks, runner, follow_ups, admission)
 
 
-def _build_agent(parts: _Parts, run_hooks: RunHooks, timing: ModelTiming) -> Agent[RunDeps, Any]:
+def _admission(parts: _Parts) -> Admission:
+    """Who is served where: access lists, organisation, guests and the profiles' ``users``."""
+    adapter = parts.adapter
+    return Admission.of(
+        parts.settings, parts.config.agent_file.profiles, adapter.directory, adapter.identity.team_id
+    )
+
+
+def _build_agent(
+    parts: _Parts, run_hooks: RunHooks, timing: ModelTiming, profile: Profile | None = None
+) -> Agent[RunDeps, Any]:
     """The agent: the model, the channel's tools and the MCP servers', gated by the agent file's
-    approval rules, each request timed."""
+    approval rules (``profile``'s model and approvals when given), each request timed."""
     config, observer = parts.config, parts.observer
-    approval = config.agent_file.approval
+    approval = config.agent_file.approval if profile is None else profile.approval
+    model = config.model if profile is None else config.profile_models.get(profile.name, config.model)
     return build_agent(
-        config.model,
+        model,
         on_tool=run_hooks.on_tool,
         on_tool_end=observer.tool_end,
         toolsets=(
@@ -482,7 +527,8 @@ class _Intake:
             on_result=observer.delivery,
             on_external=ExternalNotice(adapter),
         )
-        interactions = Interactions(tell=runs.approvals.tell)
+        approving = frozenset({APPROVE, DENY, ASK_APPROVE, ASK_DENY})
+        interactions = Interactions(tell=runs.approvals.tell, admit=admit_by(runs.admission, approving))
         runs.approvals.register(interactions.on)
         runs.asks.register(interactions.on)
         if parts.config.mcp.elicitor is not None:
@@ -530,6 +576,7 @@ class _WaysIn:
         )
         interactions.on(CANCEL_FOLLOW_UP, home.cancel_click)
         runs.agent_view.home = home.opened
+
         async def name_of(user: str) -> str:
             return (await adapter.lookups.user(user))[0]
 

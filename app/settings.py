@@ -128,6 +128,8 @@ class Settings(BaseSettings):
     approval_by: Literal["requester", "approvers"] = "requester"
     #: Serve people from other organisations in Slack Connect channels (else ignored, with a log line).
     allow_external_users: bool = False
+    #: Serve the workspace's guests (single- and multi-channel); a profile's ``guests`` overrides it.
+    allow_guests: bool = False
     #: Pending follow-ups (``channel_follow_up``) across the install; each task has at most 10.
     follow_ups_max: int = Field(default=1000, ge=0)
     #: Conversations one person's messages may have running at once; more wait their turn.

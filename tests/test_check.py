@@ -62,7 +62,8 @@ async def test_good_configuration_passes(llm: FakeOpenAI, tmp_path: Path) -> Non
     async with FakeSlack(token=TOKEN) as slack:
         code, lines = await check(slack, llm, tmp_path)
     assert code == 0, lines
-    assert [line.split()[0] for line in lines] == ["PASS"] * 5 + ["SKIP", "SKIP", "PASS"], lines
+    checks = [line.split()[0] for line in lines if not line.startswith("INFO") and "  posture  " not in line]
+    assert checks == ["PASS"] * 5 + ["SKIP", "SKIP", "PASS"], lines
     assert lines_of(lines, "PASS", "token") and "@threadbound" in lines[0]
     assert llm.count == 1
     assert llm.requests[0]["max_completion_tokens"] <= 16
@@ -296,3 +297,40 @@ def test_the_agent_file_and_skills_folder_default_to_the_conventional_names_when
     assert settings.resolved_skills_dir == Path("skills")
     chosen = Settings(_env_file=None, agent_file=tmp_path / "a.toml", skills_dir=tmp_path / "s")  # type: ignore[call-arg]
     assert chosen.resolved_agent_file == tmp_path / "a.toml" and chosen.resolved_skills_dir == tmp_path / "s"
+
+
+async def test_check_prints_each_profile_and_the_production_posture(llm: FakeOpenAI, tmp_path: Path) -> None:
+    """One INFO line per profile with its effective policy, a FAIL for @groups without
+    usergroups:read, and posture lines that WARN for what a production install should close."""
+    agent = tmp_path / "agent.toml"
+    agent.write_text(
+        'approval = ["channel_retract"]\n'
+        '[profiles.support]\nchannels = ["#support", "C9"]\ntools = ["channel_reply"]\n'
+        'users = ["@support-team"]\nguests = true\nuser_daily_token_budget = 5000\n',
+        encoding="utf-8",
+    )
+    async with FakeSlack(token=TOKEN) as slack:
+        code, lines = await check(slack, llm, tmp_path, agent_file=agent, metrics_token="m" * 20)
+    assert code == 1, lines  # the group needs a scope this install lacks
+    [default, support] = lines_of(lines, "INFO", "profile")
+    assert "default (top-level keys" in default and "tools all" in default
+    assert "approval channel_retract decided by the requester" in default
+    assert "guests not served" in default and "users everyone" in default
+    assert "support (#support, C9)" in support and "tools channel_reply" in support
+    assert "users @support-team" in support and "guests served" in support
+    assert "per person 5,000 tokens/day" in support
+    assert "usergroups:read" in lines_of(lines, "FAIL", "profile")[0]
+    posture = {
+        line.split("  posture  ")[1].split(":")[0].strip(): line.split()[0]
+        for line in lines
+        if "  posture  " in line
+    }
+    assert posture == {
+        "access": "WARN",  # the default profile serves everyone
+        "guests": "WARN",
+        "externals": "PASS",
+        "approvals": "PASS",
+        "budgets": "WARN",
+        "/metrics": "PASS",
+        "previews": "WARN",
+    }, lines

@@ -463,3 +463,15 @@ def test_an_ephemeral_note_is_in_the_snapshot_for_its_person() -> None:
     assert conversation["ephemerals"] == [
         {"user": "U2", "thread_ts": ts, "html": "<p>Only <em>Alice</em> can decide this.</p>\n"}
     ]
+
+
+async def test_each_conversation_shows_the_profile_it_runs_under(tmp_path: Path) -> None:
+    """#general under its profile by name, the DMs under the "dm" one; the page's data says which."""
+    agent = tmp_path / "agent.toml"
+    agent.write_text(
+        '[profiles.team]\nchannels = ["#general"]\n[profiles.private]\nchannels = ["dm"]\n', encoding="utf-8"
+    )
+    async with Playground(_settings(tmp_path / "data", agent_file=agent), model=echo_model()) as pg:
+        shown = {c["name"]: c["profile"] for c in pg.snapshot()["conversations"]}
+    assert shown["general"] == "team"
+    assert {shown[n] for n in shown if n != "general"} == {"private"}

@@ -97,6 +97,21 @@ class User:
     bot_id: str | None = None
     #: IANA time zone (``users.info`` ``tz``); ``""``: Slack's default, America/Los_Angeles.
     tz: str = ""
+    #: A multi-channel guest (``is_restricted``); a single-channel guest is also ``is_ultra_restricted``.
+    is_restricted: bool = False
+    is_ultra_restricted: bool = False
+    #: A deactivated account (``users.info`` ``deleted``).
+    deleted: bool = False
+
+
+@dataclass
+class Usergroup:
+    """A user group (``usergroups.list``): its id, ``@handle`` and members."""
+
+    id: str
+    handle: str
+    users: list[str] = field(default_factory=list)
+    name: str = ""
 
 
 @dataclass

@@ -27,6 +27,7 @@ from .records import (
     Stream,
     Upload,
     User,
+    Usergroup,
     filetype,
     pattern_block,
 )
@@ -79,6 +80,8 @@ class Workspace(MessageRules):
         self.responses: list[tuple[str, JSON]] = []
         self.canvases: dict[str, Canvas] = {}
         self.users: dict[str, User] = {}
+        #: User groups by id (``usergroups.list``, ``usergroups.users.list``).
+        self.usergroups: dict[str, Usergroup] = {}
         self.channels: dict[str, Channel] = {}
         self.files: dict[str, File] = {}
         self.uploads: dict[str, Upload] = {}
@@ -143,6 +146,17 @@ class Workspace(MessageRules):
     ) -> None:
         """Add (or replace) a user; ``tz`` is their IANA time zone."""
         self.users[id] = User(id, name, display_name, real_name, is_bot, tz=tz)
+
+    def add_guest(self, id: str, name: str, *, single_channel: bool = False, display_name: str = "") -> None:
+        """Add a guest: multi-channel (``is_restricted``), or single-channel (also ``is_ultra_restricted``).
+        Like every member, a guest's messages carry the workspace's team id."""
+        self.add_user(id, name, display_name=display_name or name)
+        self.users[id].is_restricted = True
+        self.users[id].is_ultra_restricted = single_channel
+
+    def add_usergroup(self, id: str, handle: str, users: Iterable[str]) -> None:
+        """Add (or replace) the user group ``@handle`` with ``users``."""
+        self.usergroups[id] = Usergroup(id, handle, list(users), name=handle)
 
     def add_channel(
         self,

@@ -1,14 +1,15 @@
-"""``agent.toml``: the deployment's own instructions, tool selection, model and MCP servers."""
+"""``agent.toml``: the deployment's own instructions, tool selection, model, MCP servers and profiles."""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.agent.mcp.config import McpServerConfig, parse_servers
 from app.agent.mcp.json_config import load_mcp_json, merge_servers
+from app.agent.profiles import Profile, Profiles, parse_profiles
 from app.agent.toml_lines import located
 
 #: A one-line ``instructions`` value with one of these endings is a file path, not the text.
@@ -22,6 +23,7 @@ _KEYS = (
     "prompts",
     "loading_messages",
     "max_requests_per_run",
+    "profiles",
 )
 #: Model requests one run may make before it stops with an apology (a runaway tool loop).
 DEFAULT_MAX_REQUESTS_PER_RUN = 20
@@ -37,7 +39,8 @@ MAX_LOADING_CHARS = 100
 class AgentFile:
     """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
     or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision),
-    ``[mcp.NAME]`` servers and ``max_requests_per_run``.
+    ``[mcp.NAME]`` servers, ``max_requests_per_run`` and ``[profiles.NAME]`` (``app.agent.profiles``;
+    the top-level keys are the default profile).
 
     :meth:`load` raises ValueError naming the file and the line on any mistake."""
 
@@ -51,6 +54,8 @@ class AgentFile:
     prompts: tuple[str, ...] = ()
     #: Texts Slack rotates under the thread while a run works ("Reading the thread…"); empty: our defaults.
     loading_messages: tuple[str, ...] = ()
+    #: The default profile (these top-level keys) and ``[profiles.NAME]`` (``app.agent.profiles``).
+    profiles: Profiles = field(default_factory=Profiles)
 
     @classmethod
     def load(cls, path: Path | None, mcp_config: Path | None = None) -> AgentFile:
@@ -101,7 +106,9 @@ class AgentFile:
             MAX_LOADING_CHARS,
             '["Checking the runbook…"]',
         )
+        default = Profile(instructions=instructions, tools=_tuple(tools), approval=tuple(approval))
         return cls(
+            profiles=parse_profiles(path, data.get("profiles"), default),
             instructions=instructions,
             loading_messages=loading,
             tools=tuple(tools) if tools is not None else None,
@@ -111,6 +118,10 @@ class AgentFile:
             max_requests_per_run=limit,
             prompts=prompts,
         )
+
+
+def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(values) if values is not None else None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -103,6 +103,9 @@ class Approvals:
         self.clock = clock
         # Card updates and notes after a click run here, so the click's 200 never waits on Slack.
         self.cards = CardDesk(adapter)
+        #: The conversation's profile ``approvers`` as user ids (``app.agent.admission``), who may
+        #: decide there besides ``APPROVERS``; None: nobody more.
+        self.deciders: Callable[[str], Awaitable[frozenset[str]]] | None = None
 
     @classmethod
     def from_settings(cls, store: Store, adapter: ChannelAdapter, settings: Settings) -> Approvals:
@@ -272,7 +275,9 @@ class Approvals:
             # container points at another channel or message decides nothing.
             self.tell(action, "That approval request is unknown; nothing was changed.")
             return
-        if not self.may_decide(action.user_id, approval):
+        if not self.may_decide(action.user_id, approval) and not await self._profile_decider(
+            action, approval
+        ):
             if self.approval_by == "approvers":
                 who = "an approver"
             else:
@@ -315,6 +320,10 @@ class Approvals:
             return  # the same click delivered twice (or to two instances): already done
         if current is not None and current.decision is not None:
             self.tell(action, f"This request was already {current.decision}; nothing was changed.")
+
+    async def _profile_decider(self, action: Action, approval: ApprovalRecord) -> bool:
+        """Whether the clicker is among the ``approvers`` of the conversation's profile."""
+        return self.deciders is not None and action.user_id in await self.deciders(approval.channel)
 
     def may_decide(self, user_id: str, approval: ApprovalRecord) -> bool:
         """Whether ``user_id`` may decide ``approval`` (``APPROVAL_BY``, ``APPROVERS``)."""

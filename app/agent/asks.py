@@ -287,7 +287,7 @@ class Asks:
         if ask is None or action.channel != ask.channel or (ask.card_ts and action.message_ts != ask.card_ts):
             self.approvals.tell(action, "That question is unknown; nothing was changed.")
             return
-        if not self.may_answer(action.user_id, ask):
+        if not self.may_answer(action.user_id, ask) and not await self._profile_approver(action.user_id, ask):
             who = f"<@{ask.requester}> or an approver" if ask.requester else "an approver"
             if ask.kind == "approval" and self.approvals.approval_by == "approvers":
                 who = "an approver"
@@ -325,6 +325,12 @@ class Asks:
         if current is not None and current.decided_by == action.user_id and current.answer == answer:
             return  # the same click delivered twice: already done
         self.approvals.tell(action, "This was already answered; nothing was changed.")
+
+    async def _profile_approver(self, user_id: str, ask: AskRecord) -> bool:
+        """Whether ``user_id`` is among the ``approvers`` of the ask's conversation's profile (they
+        decide its approval requests, like those of gated calls)."""
+        deciders = self.approvals.deciders
+        return ask.kind == "approval" and deciders is not None and user_id in await deciders(ask.channel)
 
     def may_answer(self, user_id: str, ask: AskRecord) -> bool:
         if not user_id:

@@ -14,15 +14,23 @@ non-2xx only shows the person a warning icon — and the clicker is told private
 on one of our buttons (``threadbound_…``) that nothing here handles (an instance of another
 version during a rolling deploy) is not ignored silently either: it is logged and the
 clicker told to try again.
+
+Every click on our buttons first passes the same access rules as a message (``admit``: access
+lists, organisation, guests, the conversation's profile ``users``; approval cards also admit the
+profile's ``approvers``): a clicker who is not admitted is told so privately and nothing changes.
+A check that needs Slack (``users.info``) and takes longer than ``ADMIT_WAIT`` does not hold the
+answer: the click is answered, and handled once the check admits the clicker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from app import traces
+from app.agent.admission import Admission
 from app.clicks import Action, Handler
 from channel.slack.cards import input_values
 
@@ -32,14 +40,24 @@ log = logging.getLogger(__name__)
 OUR_ACTIONS = "threadbound_"
 #: Tells a clicker something privately, in the background (never delays the click's answer).
 Tell = Callable[[Action, str], None]
+#: Why a clicker may not use the bot where they clicked (``app.agent.admission``); None: they may.
+Admit = Callable[[Action], Awaitable[str | None]]
+#: Seconds a click's answer waits for its access check; a slower one is finished after the answer
+#: (Slack wants the answer within 3 seconds).
+ADMIT_WAIT = 1.5
+#: What a clicker who is not admitted is told (privately); nothing changes.
+NOT_ADMITTED = "You cannot use this app here, so your click changed nothing."
 
 
 class Interactions:
     """The registry of action handlers, by ``action_id``."""
 
-    def __init__(self, tell: Tell | None = None) -> None:
+    def __init__(self, tell: Tell | None = None, admit: Admit | None = None) -> None:
+        """``admit``: the access rules every click on our buttons passes first, as messages do."""
         self._handlers: dict[str, Handler] = {}
         self.tell = tell
+        self.admit = admit
+        self._later: set[asyncio.Task[None]] = set()
         #: Message shortcuts (``message_action`` payloads): ``app.intake.shortcuts.Shortcuts.handle``.
         self.on_shortcut: Callable[[Mapping[str, Any]], Awaitable[tuple[int, str]]] | None = None
 
@@ -82,13 +100,60 @@ class Interactions:
                     action, "That button could not be handled just now; please click it again in a minute."
                 )
                 continue
-            try:
-                with traces.click_span(action.action_id):
-                    await handler(action)
-            except Exception:
-                log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
-                self._tell(action, "Your click could not be handled just now; please try again.")
+            if self.admit is not None:
+                check = asyncio.ensure_future(self._refused(action))
+                try:
+                    if await asyncio.wait_for(asyncio.shield(check), ADMIT_WAIT):
+                        continue
+                except TimeoutError:
+                    self._after_check(check, action, handler)  # answered now, handled once known
+                    continue
+            await self._run(action, handler)
         return 200, ""
+
+    async def _run(self, action: Action, handler: Handler) -> None:
+        try:
+            with traces.click_span(action.action_id):
+                await handler(action)
+        except Exception:
+            log.exception("handling a click failed", extra={"fields": {"action_id": action.action_id}})
+            self._tell(action, "Your click could not be handled just now; please try again.")
+
+    def _after_check(self, check: asyncio.Future[bool], action: Action, handler: Handler) -> None:
+        """A slow access check (Slack's ``users.info`` held up): the click is answered at once and
+        handled once the check admits the clicker, in a task owned here."""
+
+        async def then() -> None:
+            if not await check:
+                await self._run(action, handler)
+
+        log.info("a click's access check is slow: it is handled after the answer")
+        task = asyncio.create_task(then(), name=f"click:{action.action_id}")
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def idle(self) -> None:
+        """Wait for clicks handled after their answer (tests, shutdown)."""
+        await asyncio.gather(*list(self._later), return_exceptions=True)
+
+    async def _refused(self, action: Action) -> bool:
+        """Whether the clicker is not admitted where they clicked (logged, told privately)."""
+        if self.admit is None:
+            return False
+        try:
+            why = await self.admit(action)
+        except Exception:
+            log.exception(
+                "checking a clicker's access failed", extra={"fields": {"action_id": action.action_id}}
+            )
+            why = "their access could not be checked"
+        if why is None:
+            return False
+        log.warning(
+            "a click was refused: the clicker is %s", why, extra={"fields": {"action_id": action.action_id}}
+        )
+        self._tell(action, NOT_ADMITTED)
+        return True
 
     def _tell(self, action: Action, text: str) -> None:
         if self.tell is None or not action.user_id or not action.channel:
@@ -97,6 +162,21 @@ class Interactions:
             self.tell(action, text)
         except Exception:
             log.exception("could not tell the clicker")
+
+
+def admit_by(admission: Admission, approving: frozenset[str]) -> Admit:
+    """The clicks' ``admit``: ``admission``'s rules for the clicker where they clicked, with the
+    organisation the payload names for them (``user.team_id``, else ``team.id``; none: another).
+    ``approving``: the action ids of approval buttons (the profile's approvers may click them)."""
+
+    async def admit(action: Action) -> str | None:
+        user = _mapping(action.payload.get("user"))
+        team = str(user.get("team_id") or action.team_id or "")
+        return await admission.refusal(
+            action.channel, action.user_id, team=team, approving=action.action_id in approving
+        )
+
+    return admit
 
 
 def parse_action(payload: Mapping[str, Any], raw: Mapping[str, Any]) -> Action:
@@ -132,4 +212,4 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-__all__ = ["Action", "Handler", "Interactions", "parse_action"]
+__all__ = ["Action", "Handler", "Interactions", "admit_by", "parse_action"]

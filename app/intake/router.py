@@ -112,7 +112,10 @@ def classify(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -
         return Decision("ignore", "posted by another bot (ALLOW_BOTS is off)")
     thread_ts = str(event.get("thread_ts") or "")
     team = event.get("user_team") or event.get("team")
-    # The install's workspace unknown (team_id ""): nobody counts as external.
+    # The install's workspace unknown (team_id ""): nobody counts as external. An event that does not
+    # tell the author's organisation (neither user_team nor team) is not decided here: the run asks
+    # Slack (users.info) before the model sees it, and one it cannot tell either counts as external
+    # (app.agent.admission).
     external = bool(bot.team_id) and isinstance(team, str) and team not in ("", bot.team_id)
     if external and not settings.allow_external_users:
         reason = "author is from another organisation (ALLOW_EXTERNAL_USERS is off)"
@@ -157,6 +160,9 @@ def _edit(event: Mapping[str, Any], bot: SlackIdentity, settings: Settings) -> D
         return Decision("ignore", "an edit in a direct message (the message itself was the request)")
     if edited.get("subtype") == "message_changed":
         return Decision("ignore", "an edit without the edited message")
+    if not (edited.get("user_team") or edited.get("team")) and event.get("team"):
+        # Slack may leave the organisation out of the edited message; the edit's own event names it.
+        edited = {**edited, "team": event.get("team")}
     decision = classify(edited, bot, settings)
     if decision.action == "ignore":
         return decision

@@ -1,7 +1,9 @@
 """``python -m app check``: the configuration, checked against the real services.
 
 One line per finding: ``PASS``, ``WARN``, ``FAIL`` or ``SKIP``, the check's name,
-and what was found or what to do. The exit code is 1 when anything FAILed.
+and what was found or what to do; ``INFO`` lines state each profile's effective policy, and the
+``posture`` lines summarise the production posture (``app.ops.posture``). The exit code is 1
+when anything FAILed.
 Secrets never reach the output: every line is scrubbed of the configured ones (of
 :data:`MIN_SECRET_CHARS` or more) and of anything shaped like a Slack token or an API key.
 """
@@ -29,6 +31,7 @@ from channel.tools import AUTOMATIC, CATALOG
 from storage import StoreError, open_store, sqlite_path
 
 from .paas import ephemeral_disk_warning
+from .posture import group_scope_line, posture_lines, profile_lines
 
 # Seconds before a hung service counts as failed (the Postgres driver and OpenAI client have their own).
 _DB_TIMEOUT = 30.0
@@ -390,7 +393,23 @@ async def run_checks(settings: Settings, *, model: bool = True, out: TextIO | No
     agent_file = await _load_agent_file(settings, report, identity)
     _check_skills(settings, report)
     await _check_model(settings, report, agent_file, request=model)
+    _report_policy(settings, report, agent_file, identity)
     return 1 if report.failed else 0
+
+
+def _report_policy(
+    settings: Settings, report: _Report, agent_file: AgentFile | None, identity: SlackIdentity | None
+) -> None:
+    """Each profile's effective policy (INFO), then the production posture (``app.ops.posture``)."""
+    loaded = agent_file or AgentFile()
+    scopes = tuple(identity.scopes) if identity is not None and identity.scopes else None
+    found = group_scope_line(loaded, scopes)
+    for status, name, detail in [
+        *profile_lines(settings, loaded),
+        *([found] if found is not None else []),
+        *posture_lines(settings, loaded),
+    ]:
+        report.line(status, name, detail)
 
 
 __all__ = ["run_checks"]

@@ -135,6 +135,7 @@ class Playground:
             # it, so one asked for in 20 minutes after a fast-forward still waits 20 (demo) minutes.
             self.service.follow_ups.clock = self.board.clock.now
             self.service.runner.executor.follow_up_clock = self.board.clock.now
+        await self._profiles()
         self._watch = asyncio.create_task(self._watch_follow_ups(), name="playground-follow-ups")
         self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
         self._http = aiohttp.ClientSession()
@@ -143,6 +144,13 @@ class Playground:
             self.port = await self._serve(page, self.host, self.port)
         except OSError as exc:
             raise StartupError(listen_error(self.host, self.port, exc)) from exc
+
+    async def _profiles(self) -> None:
+        """Which profile of the agent file each conversation runs under (its header shows it)."""
+        assert self.service is not None
+        for channel in list(self.slack.channels):
+            policy = await self.service.runner.executor.policy(channel)
+            self.view.profiles[channel] = policy.profile.name
 
     async def _serve(self, app: web.Application, host: str, port: int) -> int:
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)

@@ -134,6 +134,8 @@ class ViewState:
     #: (from this ts on, the demo clock's offset) for each fast-forward: messages are shown at the
     #: demo clock's time, so their stamps agree with it.
     shifts: list[tuple[float, float]] = field(default_factory=list)
+    #: Conversation → the agent file profile it runs under (``app.agent.profiles``).
+    profiles: dict[str, str] = field(default_factory=dict)
 
     def shown_at(self, ts: str) -> float:
         """When a message of ``ts`` was posted by the demo clock (its real time plus the offset then)."""
@@ -455,6 +457,7 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
                 # assistant.threads.setTitle (the agent view titles a DM thread): the latest per thread.
                 "titles": {ts: title for channel, ts, title in ws.titles if channel == chan.id},
                 "canvases": canvases,
+                "profile": state.profiles.get(chan.id, ""),
             }
         )
     return {

@@ -9,12 +9,17 @@ budget's short note in the thread, once per run. The note is journalled under an
 consumed the message, finds it on restart instead of posting it again. Model requests are charged
 to the author of the newest message shown (see :func:`newest_author`). A run whose messages are
 *all* over budget is refused as a whole (``app.runs.refusal``), with the same note.
+
+Before budgets, the screen leaves out messages whose authors the conversation does not admit
+(``app.agent.admission``: access lists, organisation, profile users, guests): they are consumed with
+the run and never reach the model, and nothing is posted for them. A run left with no person's
+message ends without a model call.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from app.agent.usage import BudgetHit, Budgets
 from channel import inbound
@@ -26,12 +31,23 @@ from .outcome import RunStopped
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BudgetScreen", "author", "newest_author"]
+__all__ = ["BudgetScreen", "Refusal", "author", "newest_author"]
+
+#: Why a person may not use the bot in the run's conversation (None when they may), given the
+#: organisation their message's event named (``""``: none; None: the router checked it).
+Refusal = Callable[[str, str | None], Awaitable[str | None]]
 
 
 def author(item: InboxItem) -> str:
     """The person who wrote an inbox message; ``""`` for a decision or a bot's message."""
     return inbound.person(item.payload)
+
+
+def _organisation(item: InboxItem) -> str | None:
+    """The organisation an inbox message's event named for its author (``""``: none); None for a
+    row that is not a message (a decision, a follow-up, an answer)."""
+    message = inbound.stored(item.payload)
+    return message.author.organisation if message is not None else None
 
 
 def newest_author(items: Sequence[InboxItem]) -> str:
@@ -45,14 +61,39 @@ def newest_author(items: Sequence[InboxItem]) -> str:
 class BudgetScreen:
     """One run's check of each message against its author's daily budget (see the module doc)."""
 
-    def __init__(self, budgets: Budgets, session: ChannelSession) -> None:
+    def __init__(self, budgets: Budgets, session: ChannelSession, refusal: Refusal | None = None) -> None:
+        """``refusal``: why a person may not use the bot in this conversation (None: they may),
+        ``app.agent.admission``; their messages are left out before budgets are looked at."""
         self.budgets = budgets
         self.session = session
+        self.refusal = refusal
         self._told: set[str] = set()
+        self._refused: dict[str, str | None] = {}
+
+    async def admitted(self, items: Sequence[InboxItem]) -> list[InboxItem]:
+        """``items`` without the messages of people the conversation does not admit (logged once a
+        run each, nothing posted: they start nothing)."""
+        if self.refusal is None:
+            return list(items)
+        for person in sorted({author(i) for i in items} - {""} - set(self._refused)):
+            # An organisation the event did not tell ("") is asked of the platform; else the router
+            # decided it (None).
+            untold = any(author(i) == person and _organisation(i) == "" for i in items)
+            why = self._refused[person] = await self.refusal(person, "" if untold else None)
+            if why is not None:
+                log.warning("a message was not shown to the model: its author is %s", why)
+        return [i for i in items if self._refused.get(author(i)) is None]
+
+    @property
+    def refused_anyone(self) -> bool:
+        """Whether the run left out a message because its author is not admitted."""
+        return any(why is not None for why in self._refused.values())
 
     async def screen(self, items: Sequence[InboxItem]) -> list[InboxItem]:
-        """The run's first messages as the model may see them: those of over-budget authors left
-        out (and told), unless every person's message is (then all stay, for the run's refusal)."""
+        """The run's first messages as the model may see them: those of people not admitted left
+        out, then those of over-budget authors (and told), unless every person's message is (then
+        all stay, for the run's refusal)."""
+        items = await self.admitted(items)
         over = await self.over(items)
         if not {author(i) for i in items} - {"", *over}:
             return list(items)
@@ -70,7 +111,9 @@ class BudgetScreen:
         return found
 
     async def shown(self, items: Sequence[InboxItem], over: dict[str, BudgetHit]) -> list[InboxItem]:
-        """``items`` without the messages of over-budget authors, who are each told once."""
+        """``items`` without the messages of people not admitted and of over-budget authors, who
+        are each told once."""
+        items = await self.admitted(items)
         kept = [i for i in items if author(i) not in over]
         for person in sorted({author(i) for i in items} & set(over)):
             if person in self._told:

@@ -47,7 +47,7 @@ from app.agent.approvals import CARD_EFFECT, WAITING, Approvals
 from app.agent.runtime import RunDeps
 from app.agent.usage import Budgets, UsageMeter, footer, requester
 from channel.contract import ChannelAdapter, Origin, WriteGuard, guarding
-from channel.errors import ConversationGone
+from channel.errors import ChannelError, ConversationGone
 from channel.file_quota import FileQuota
 from channel.selection import ToolSelection
 from channel.session import AskHost, ChannelSession
@@ -83,6 +83,7 @@ from .outcome import (
     stopped,
     store_failed,
 )
+from .policies import Policies, Policy
 from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .resume import requester_of, resume_open_run
@@ -139,8 +140,11 @@ class RunExecutor:
         stream: bool = False,
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
+        policies: Policies | None = None,
     ) -> None:
-        """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons."""
+        """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons;
+        ``policies``: each conversation's profile (``app.runs.policies``; None: ``agent``, ``tools``,
+        ``agent_file`` and ``budgets`` everywhere, nobody screened)."""
         self.store = store
         self.approvals = approvals
         self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
@@ -160,8 +164,15 @@ class RunExecutor:
         self.stream = stream
         self.stream_interval = stream_interval
         self.feedback = feedback
+        self.policies = policies
         self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
         self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
+
+    async def policy(self, channel: str) -> Policy:
+        """What a run in ``channel`` works with: its profile's agent, tools, budgets, instructions."""
+        if self.policies is None:
+            return Policy.plain(self.agent, self.tools, self.budgets, self.agent_file)
+        return await self.policies.of(channel)
 
     async def waiting(self, task_id: str) -> bool:
         """The task waits for a decision on an approval (its inbox waits with it)."""
@@ -175,13 +186,15 @@ class RunExecutor:
         adopt_first_root: bool = False,
         guard: WriteGuard | None = None,
         fence: Fence | None = None,
+        tools: ToolSelection | None = None,
     ) -> ChannelSession:
+        """The run's session; ``tools``: its profile's (default: the executor's)."""
         session = ChannelSession(
             adapter=self.adapter,
             store=self.store,
             task=task,
             origin=origin,
-            tools=self.tools,
+            tools=tools or self.tools,
             task_dir=self.data_dir / "tasks" / task.task_id,
             adopt_first_root=adopt_first_root,
             clock=self.clock,
@@ -207,9 +220,12 @@ class RunExecutor:
     ) -> RunOutcome:
         """Run a prompt given directly (the `run` command) rather than taken from the inbox."""
         origin = Origin(task.channel, task.thread_ts)
-        session = self.session(task, origin, adopt_first_root=adopt_first_root, guard=guard, fence=fence)
+        policy = await self.policy(task.channel)
+        session = self.session(
+            task, origin, adopt_first_root=adopt_first_root, guard=guard, fence=fence, tools=policy.tools
+        )
         with guarding(guard):  # and before each attempt of each of its Slack writes
-            return await self.execute(session, prompt, [], inbox)
+            return await self.execute(session, prompt, [], inbox, policy=policy)
 
     async def run_inbox(
         self,
@@ -248,7 +264,9 @@ class RunExecutor:
         if task is None:
             raise StoreError(f"task {task_id} has inbox items but no record")
         thread_ts = items[-1].thread_ts if items else task.thread_ts
-        session = self.session(task, Origin(task.channel, thread_ts), guard=guard, fence=fence)
+        policy = await self.policy(task.channel)
+        origin = Origin(task.channel, thread_ts)
+        session = self.session(task, origin, guard=guard, fence=fence, tools=policy.tools)
         session.handles.seed(minted)
         session.look_ahead()  # the instructions' channel lookup overlaps the store trips below
         cards = [e for e in effects if e.tool == CARD_EFFECT]
@@ -267,8 +285,15 @@ class RunExecutor:
         except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
-        screen = BudgetScreen(self.budgets, session)  # each author's own budget, told once a run
+        # Who may use the bot here (profile, guests), then each author's own budget, told once a run.
+        refusal = self.policies.refusal(task.channel, policy.profile) if self.policies is not None else None
+        screen = BudgetScreen(policy.budgets, session, refusal)
         shown = await screen.screen(items)
+        if items and not shown and screen.refused_anyone:
+            # Nobody this run would answer is admitted: it ends without a model call (nothing in the
+            # prompt), and the "is thinking…" the edge may have shown for the message goes.
+            await self._clear_status(session)
+            return await self.execute(session, "", list(items), inbox, policy=policy)
         # Read again when a crashed run's card effects were settled just now (a card since posted).
         asks = list(start.asks) if start is not None and not effects else None
         if session.asks is not None:
@@ -285,8 +310,21 @@ class RunExecutor:
         if not person and task.run_open:  # resumed: its messages were consumed with its checkpoint
             person = requester_of(session.task.transcript)
         return await self.execute(
-            session, prompt, list(items), inbox, feedback_upto=upto, person=person, screen=screen
+            session,
+            prompt,
+            list(items),
+            inbox,
+            feedback_upto=upto,
+            person=person,
+            screen=screen,
+            policy=policy,
         )
+
+    async def _clear_status(self, session: ChannelSession) -> None:
+        try:
+            await self.adapter.set_status(session.origin, "")
+        except ChannelError as exc:
+            log.info("could not clear the status of a conversation nobody is answered in: %s", exc.message)
 
     async def execute(
         self,
@@ -298,10 +336,12 @@ class RunExecutor:
         feedback_upto: float | None = None,
         person: str | None = None,
         screen: BudgetScreen | None = None,
+        policy: Policy | None = None,
     ) -> RunOutcome:
         """One agent run. Never raises for model or tool failures: it apologises in the thread instead.
         First the decisions it resumes with, the person it runs for and their budget; then :meth:`_run`."""
         task = session.task
+        policy = policy or await self.policy(task.channel)
         turn = Turn(prompt, items)
         checkpoints = Checkpoints(
             self.store,
@@ -322,7 +362,7 @@ class RunExecutor:
         person = await self._requester(items, person, task)
         session.requester = person  # follow-ups it schedules run for them
         # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
-        hit = await self.budgets.exceeded(person) if items else None
+        hit = await policy.budgets.exceeded(person) if items else None
         if hit is not None:
             return await refuse(self.store, self.hooks.on_budget, session, prompt, turn.consumed, hit)
         meter = UsageMeter(
@@ -335,18 +375,18 @@ class RunExecutor:
             bounded=bool(items),
         )
         steps = AgentSteps(
-            self.agent,
+            policy.agent,
             session,
             turn,
             meter=meter,
             inbox=inbox,
-            max_requests=self.agent_file.max_requests_per_run,
-            budgets=self.budgets,
+            max_requests=policy.agent_file.max_requests_per_run,
+            budgets=policy.budgets,
             on_budget=self.hooks.on_budget,
             checkpoints=checkpoints,
             screen=screen,
         )
-        return await self._run(steps, checkpoints, results)
+        return await self._run(steps, checkpoints, results, policy)
 
     async def _nothing_to_ask(self, session: ChannelSession, turn: Turn) -> RunOutcome:
         """Only decisions on calls no longer pending (withdrawn): nothing for the model to do."""
@@ -370,7 +410,11 @@ class RunExecutor:
         return person
 
     async def _run(
-        self, steps: AgentSteps, checkpoints: Checkpoints, results: DeferredToolResults | None
+        self,
+        steps: AgentSteps,
+        checkpoints: Checkpoints,
+        results: DeferredToolResults | None,
+        policy: Policy,
     ) -> RunOutcome:
         """The run proper, between its hooks: the answer (:meth:`_answer`), or an apology for a
         failure (:meth:`_apologise`), then the save (:meth:`_save`); a lost lease ends it unsaved, and
@@ -389,7 +433,7 @@ class RunExecutor:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, turn.items)
             try:
-                run_status = await self._answer(steps, checkpoints, exchange, results)
+                run_status = await self._answer(steps, checkpoints, exchange, results, policy)
             except asyncio.CancelledError:
                 status = "cancelled"
                 raise  # shutdown: leave the inbox pending for the next owner
@@ -420,6 +464,7 @@ class RunExecutor:
         checkpoints: Checkpoints,
         exchange: _Exchange,
         results: DeferredToolResults | None,
+        policy: Policy,
     ) -> str:
         """The agent's steps on the (compacted) history, within the run's time, and their end posted
         (:func:`~app.runs.checkpoint.post_answer`). Returns the run's status."""
@@ -427,7 +472,7 @@ class RunExecutor:
         # Compaction's model call and describe() count to the run's time (RUN_TIMEOUT) too.
         async with asyncio.timeout(self.limits.run_timeout):
             await self._compact(exchange, checkpoints, steps.meter)
-            instructions = await run_instructions(session, self.tools, self.agent_file)
+            instructions = await run_instructions(session, policy.tools, policy.agent_file)
             exchange.messages, result, note = await steps.run(exchange.history, instructions, results)
         if isinstance(result, DeferredToolRequests):
             exchange.requests = result  # gated calls: their cards are posted once the run is saved

@@ -42,6 +42,7 @@ from channel.errors import ChannelError, bounded
 
 from . import cards
 from .canvases import create_canvas
+from .directory import SlackDirectory
 from .downloads import download
 from .errors import SlackCallObserver
 from .file_meta import file_meta
@@ -108,6 +109,8 @@ class SlackAdapter(AdapterBase):
         self.lookback = Lookback(self.link, self.reads, window=in_flight)
         self.in_flight = InFlight(window=in_flight, deadline=write_deadline)
         self.writes = Writes(self.link, self.reads, self.lookback)
+        #: Guests, groups and conversation kinds for the host's access rules (``channel.directory``).
+        self.directory = SlackDirectory(self.link, self.lookups)
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
 

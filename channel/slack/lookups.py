@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from channel.errors import ChannelError
@@ -57,6 +57,8 @@ class Lookups:
         # Failed users.info look-ups: user id -> monotonic time until which it is not asked again.
         self._user_failures: dict[str, float] = {}
         self._lookup_slots = asyncio.Semaphore(LOOKUP_CONCURRENCY)
+        #: Hears of every ``users.info`` answer (the access facts of ``.directory`` come with it).
+        self.on_user_info: Callable[[str, Mapping[str, Any]], None] | None = None
         self._channels: TtlCache[str, dict[str, Any]] = TtlCache(MAX_CHANNELS)
         # Names of channels a message refers to; "" when Slack would not say (another
         # workspace, a private channel): cosmetic, so a failed lookup is not retried.
@@ -125,6 +127,12 @@ class Lookups:
                 self._user_failures = {u: t for u, t in self._user_failures.items() if t > now}
             return ("someone", False)
         info = response.get("user") or {}
+        if self.on_user_info is not None:
+            self.on_user_info(user_id, info)
+        return self.remember_user(user_id, info)
+
+    def remember_user(self, user_id: str, info: Mapping[str, Any]) -> tuple[str, bool]:
+        """Keep what a ``users.info`` answer says of a name and time zone (whoever asked)."""
         found = (display_name(info), bool(info.get("is_bot")))
         self._user_names[user_id] = found
         self._user_zones[user_id] = str(info.get("tz") or "")

@@ -166,6 +166,7 @@ def message_changed(
         "user": user,
         "text": text,
         "ts": ts,
+        "team": TEAM_ID,
         "edited": {"user": user, "ts": now},
     }
     previous: JSON = {"type": "message", "user": user, "text": previous_text, "ts": ts}

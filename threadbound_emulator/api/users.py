@@ -1,4 +1,4 @@
-"""``auth.test`` and ``users.info``: who the bot is, and who the workspace's people are."""
+"""``auth.test``, ``users.info`` and user groups: who the bot is, and who the workspace's people are."""
 
 from __future__ import annotations
 
@@ -39,8 +39,10 @@ def info(ws: Workspace, params: Params) -> JSON:
             "team_id": ws.team_id,
             "name": user.name,
             "real_name": user.real_name,
-            "deleted": False,
+            "deleted": user.deleted,
             "is_bot": user.is_bot,
+            "is_restricted": user.is_restricted,
+            "is_ultra_restricted": user.is_ultra_restricted,
             "is_app_user": False,
             "tz": user.tz or "America/Los_Angeles",
             "profile": profile,
@@ -48,7 +50,24 @@ def info(ws: Workspace, params: Params) -> JSON:
     }
 
 
+def usergroups_list(ws: Workspace, params: Params) -> JSON:
+    groups = [
+        {"id": g.id, "team_id": ws.team_id, "handle": g.handle, "name": g.name, "user_count": len(g.users)}
+        for g in ws.usergroups.values()
+    ]
+    return {"usergroups": groups}
+
+
+def usergroups_users(ws: Workspace, params: Params) -> JSON:
+    group = ws.usergroups.get(str(params.get("usergroup") or ""))
+    if group is None:
+        raise SlackError("no_such_subteam")
+    return {"users": list(group.users)}
+
+
 METHODS = {
     "auth.test": Method(auth_test),
     "users.info": Method(info, "users:read"),
+    "usergroups.list": Method(usergroups_list, "usergroups:read"),
+    "usergroups.users.list": Method(usergroups_users, "usergroups:read"),
 }

@@ -75,6 +75,11 @@ class McpToolset(ObservedToolset):
 
     async def _call(self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps]) -> tuple[Any, str]:
         session = ctx.deps.session
+        if all(t.name != name for t in session.tools.host_tools):
+            # Scoped by profile: a tool this conversation's profile leaves out is never run, even
+            # when a call names it (a model that remembers it from elsewhere, a replayed transcript).
+            message = f"There is no tool {name!r} in this conversation."
+            return {"error": {"code": "denied", "message": message}}, "denied"
         found = self._servers.lookup(name)
         if found is None:
             return tool_failed(f"There is no MCP tool {name!r}."), "tool_failed"

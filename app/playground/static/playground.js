@@ -255,7 +255,8 @@ function drawAll() {
   $("composer").hidden = ui.home;
   if (ui.home) { renderHome(); return; }
   $("title").replaceChildren(conv.dm ? `✉ ${ui.data.bot.name}` : `# ${conv.name}`,
-    el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"));
+    el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"),
+    conv.profile ? el("small", { class: "profile", title: "the agent file profile this conversation runs under" }, `profile: ${conv.profile}`) : "");
   renderCanvases(conv);
   renderMessages(conv);
   renderComposer(conv);
