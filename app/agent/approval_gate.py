@@ -85,8 +85,8 @@ class ApprovalGate(WrapperToolset[RunDeps]):
                 return json.loads(
                     error_json(
                         "denied",
-                        f"{name} needs approval, but {exc}. It did not run; call it again with fewer "
-                        "or shorter keys.",
+                        f"{name} needs approval, but {exc}. It did not run; call it again with "
+                        "smaller arguments (or split the work into several calls).",
                     )
                 )
             raise ApprovalRequired
