@@ -15,13 +15,14 @@ from typing import Any
 from aiohttp import web
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
 from slack_bolt.async_app import AsyncApp
 
 from app.agent.agent_file import AgentFile
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
-from app.agent.mcp.servers import McpServers
+from app.agent.mcp.servers import McpServers, McpTool
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import RunDeps, build_agent, build_model
 from app.agent.usage import Budgets
@@ -403,13 +404,21 @@ def _build_agent(parts: _Parts, run_hooks: RunHooks, timing: ModelTiming) -> Age
     """The agent: the model, the channel's tools and the MCP servers', gated by the agent file's
     approval rules, each request timed."""
     config, observer = parts.config, parts.observer
-    approval = config.agent_file.approval
+    policy = config.agent_file.approval_policy
+
+    def mcp_tool(name: str) -> McpTool | None:
+        found = config.mcp.lookup(name)
+        return found[1] if found is not None else None
+
+    def gate(every: AbstractToolset[RunDeps]) -> ApprovalGate:
+        return ApprovalGate(every, policy, parts.store, mcp_tool=mcp_tool)
+
     return build_agent(
         config.model,
         on_tool=run_hooks.on_tool,
         on_tool_end=observer.tool_end,
         toolsets=[McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end)] if config.mcp else [],
-        gate=(lambda every: ApprovalGate(every, approval, parts.store)) if approval else None,
+        gate=gate if policy.gates_anything(bool(config.mcp)) else None,
         capabilities=[timing],
     )
 

@@ -3,6 +3,7 @@ that are not read-only wait for a person unless the agent file says otherwise.""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -10,12 +11,15 @@ from typing import Any
 
 import pytest
 
+from app.agent.agent_file import AgentFile
 from app.agent.approval_cards import APPROVE
+from app.agent.approval_policy import ApprovalPolicy, approver_warnings
 from app.agent.ask_cards import open_card
+from app.ops.check import run_checks
 from channel.card_fields import argument_fields, visible
 from storage.ask_records import AskRecord
 from tests.support import events
-from tests.support.harness import AppHarness
+from tests.support.harness import AppHarness, settings_for
 from tests.support.models import Turn, call, scripted
 from threadbound_emulator import FakeSlack
 
@@ -128,3 +132,94 @@ def test_an_approval_request_card_shows_hidden_characters_of_the_models_text() -
     )
     card = open_card(ask, 3600.0)
     assert card.body == ("Delete the <U+202E>staging<U+202C> database?",)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize(
+    ("head", "server", "waits"),
+    [
+        ("", "", True),  # the default: not marked read-only, so it waits
+        ('approval_default = "listed_only"', "", False),  # only what `approval` names waits
+        ("", 'read_only = ["close_*"]', False),  # the agent file declares it read-only
+        ('approval = ["tickets_close_*"]', 'read_only = ["close_*"]', True),  # a name always gates
+    ],
+)
+async def test_an_mcp_tool_not_marked_read_only_waits_for_approval_by_default(
+    slack: FakeSlack, tmp_path: Path, head: str, server: str, waits: bool
+) -> None:
+    """With no ``approval`` at all, ``tickets_close_ticket`` (no ``readOnlyHint``) posts a card instead
+    of running, while ``tickets_get_ticket`` (marked read-only by its server) runs at once; the
+    agent file can turn the default off or declare tools read-only, and a listed name always waits."""
+    results: list[Any] = []
+
+    def script(turn: Turn) -> list[Any]:
+        if turn.prompt and "please" in turn.prompt:
+            return [call("tickets_get_ticket", ticket_id=2), call("tickets_close_ticket", ticket_id=2)]
+        results.extend(turn.results)
+        return [call("channel_reply", text="done")] if turn.results else [""]
+
+    agent = _agent(tmp_path, head, server)
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path / "d", agent_file=agent) as app:
+        await _ask(app, slack, "<@UBOT> please close ticket 2")
+        cards = _cards(slack)
+    by_tool = dict(results)
+    if waits:
+        [card] = cards
+        assert "tickets_close_ticket" in _card_text(card) and "ticket_id: 2" in _card_text(card)
+        assert "tickets_get_ticket" not in json.dumps(card["blocks"])
+        assert "tickets_close_ticket" not in by_tool
+    else:
+        assert cards == [] and by_tool["tickets_close_ticket"] == "ticket #2 closed"
+        assert by_tool["tickets_get_ticket"]["title"] == "Export to CSV drops the header row"
+
+
+def test_approval_default_is_checked_when_the_file_loads(tmp_path: Path) -> None:
+    """A misspelt ``approval_default`` stops start-up naming the key and the line."""
+    path = tmp_path / "agent.toml"
+    path.write_text('instructions = "hi"\napproval_default = "never"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2.*approval_default must be"):
+        AgentFile.load(path)
+    assert AgentFile.load(None).approval_policy == ApprovalPolicy((), "not_read_only")
+
+
+def test_the_policy_takes_its_globs_and_approvers_as_inputs() -> None:
+    """A policy (from the agent file, or a profile) gates by name, then MCP tools not read-only; the
+    approver warning names the gated tools when nobody but the asker can approve."""
+
+    class Tool:
+        def __init__(self, read_only: bool) -> None:
+            self.read_only = read_only
+
+    policy = ApprovalPolicy(("channel_retract",))
+    assert policy.needs_approval("channel_retract") and not policy.needs_approval("channel_reply")
+    assert policy.needs_approval("x_write", Tool(False)) and not policy.needs_approval("x_read", Tool(True))
+    assert not ApprovalPolicy((), "listed_only").needs_approval("x_write", Tool(False))
+    [warning] = approver_warnings(["x_write", "channel_retract"], approvers=())
+    assert (
+        "2 tools wait for approval (x_write, channel_retract)" in warning and "APPROVERS is empty" in warning
+    )
+    assert approver_warnings(["x_write"], approvers=("U9",)) == []
+    assert "nobody can approve" in approver_warnings(["x_write"], (), "approvers")[0]
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("approvers", [(), ("U9",)])
+async def test_check_warns_when_only_the_asker_can_approve_gated_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, approvers: tuple[str, ...]
+) -> None:
+    """``check`` starts the MCP servers, sees which tools wait for approval (here every one not
+    marked read-only) and WARNs when no ``APPROVERS`` is set, since the asker then approves their own call."""
+    monkeypatch.chdir(tmp_path)
+    agent = _agent(tmp_path, 'approval = ["channel_retract"]')
+    async with FakeSlack() as slack:
+        settings = settings_for(slack, tmp_path / "data", agent_file=agent, approvers=approvers)
+        out = io.StringIO()
+        await run_checks(settings, model=False, out=out)
+    warned = [line for line in out.getvalue().splitlines() if "  approvals  " in line]
+    if approvers:
+        assert warned == []
+    else:
+        [line] = warned
+        assert line.startswith("WARN") and "APPROVERS is empty" in line
+        assert "channel_retract" in line and "tickets_close_ticket" in line and "tickets_notify" in line
+        assert "tickets_get_ticket" not in line

@@ -25,7 +25,18 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 RESERVED_NAMES = frozenset({"channel", "tool", "skills"})
 # ${VAR} or ${VAR:-default}; nothing else is special, so a literal "$" needs no escaping.
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_KEYS = ("command", "env", "url", "headers", "include", "exclude", "eager", "timeout", "startup_timeout")
+_KEYS = (
+    "command",
+    "env",
+    "url",
+    "headers",
+    "include",
+    "exclude",
+    "eager",
+    "timeout",
+    "startup_timeout",
+    "read_only",
+)
 #: Seconds a tool call may take before it fails with ``tool_failed``.
 DEFAULT_TIMEOUT = 60.0
 #: Seconds a server has to start (or connect) and list its tools.
@@ -56,6 +67,8 @@ class McpServerConfig:
     cwd: Path | None = None
     #: How messages name this server: ``[mcp.NAME]``, or ``MCP_CONFIG "NAME"`` for the JSON file's.
     where: str = ""
+    #: Globs of the server's tools the agent file declares read-only (no approval by default).
+    read_only: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:
@@ -67,6 +80,9 @@ class McpServerConfig:
 
     def is_eager(self, tool: str) -> bool:
         return _matches(tool, self.eager)
+
+    def declares_read_only(self, tool: str) -> bool:
+        return _matches(tool, self.read_only)
 
     def resolve(self, environ: Mapping[str, str]) -> Resolved:
         """``env``, ``url`` and ``headers`` with ``${VAR}`` expanded from ``environ``.
@@ -179,6 +195,7 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
             table.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT), f"{where} startup_timeout"
         ),
         cwd=source.resolve().parent,
+        read_only=_globs(table.get("read_only", []), f"{where} read_only"),
     )
 
 
