@@ -2,10 +2,10 @@
 after a decision.
 
 A card says which tool would run and with which arguments (every key and every value whole, what
-cannot be seen shown by code point: see :mod:`channel.card_fields`; the adapter escapes them so nothing in the arguments can mention, link
-or break out of their block), who asked and when it expires, and carries the two choices. Once
-decided it says who decided what, and when, and has no choices left. The fallback text keeps
-notifications readable.
+cannot be seen shown by code point: see :mod:`channel.card_fields`; the adapter escapes them so
+nothing in the arguments can mention, link or break out of their block), who asked and when it
+expires, and carries the two choices. Once decided it says who decided what, and when, and has no
+choices left. The fallback text keeps notifications readable.
 """
 
 from __future__ import annotations
