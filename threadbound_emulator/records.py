@@ -84,6 +84,8 @@ class Channel:
     user: str | None = None
     #: Whether the bot is in it (``conversations.info``'s ``is_member``; lists private ones).
     is_member: bool = True
+    #: Its people (``conversations.members``); None: every user of the workspace.
+    members: list[str] | None = None
 
 
 @dataclass
@@ -96,6 +98,13 @@ class User:
     bot_id: str | None = None
     #: IANA time zone (``users.info`` ``tz``); ``""``: Slack's default, America/Los_Angeles.
     tz: str = ""
+    #: A guest: multi-channel (``is_restricted``) or single-channel (both flags).
+    is_restricted: bool = False
+    is_ultra_restricted: bool = False
+    #: Deactivated (``users.info``'s ``deleted``).
+    deleted: bool = False
+    #: The person's own workspace (another organisation's in Slack Connect); ``""``: this one.
+    team_id: str = ""
 
 
 @dataclass
