@@ -41,7 +41,7 @@ from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
-from app.runs.follow_ups import Access, FollowUpSweep
+from app.runs.follow_ups import Access, FollowUpSweep, Recheck
 from app.runs.limits import RunLimits
 from app.runs.progress import Progress
 from app.runs.run import RunExecutor, RunHooks
@@ -392,6 +392,7 @@ class _Runs:
             ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
+        executor.recheck = Recheck.of(settings)  # a fired follow-up's person, checked again
         store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
         follow_ups = FollowUpSweep(
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired

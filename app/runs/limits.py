@@ -19,6 +19,10 @@ class RunLimits:
     files_max_bytes: int = task_files.DEFAULT_MAX_BYTES
     #: ``FOLLOW_UPS_MAX``: pending follow-ups (``channel_follow_up``) across the install.
     follow_ups_max: int = 1000
+    #: ``FOLLOW_UPS_PER_PERSON_MAX``: pending follow-ups one person's requests may have.
+    follow_ups_per_person_max: int = 50
+    #: ``FOLLOW_UPS_UNATTENDED_MAX``: follow-ups runs no person started may schedule in a row.
+    follow_ups_unattended_max: int = 1
 
     @classmethod
     def of(cls, settings: Settings) -> RunLimits:
@@ -27,6 +31,8 @@ class RunLimits:
             history_limit=settings.history_limit,
             files_max_bytes=settings.task_files_max_bytes,
             follow_ups_max=settings.follow_ups_max,
+            follow_ups_per_person_max=settings.follow_ups_per_person_max,
+            follow_ups_unattended_max=settings.follow_ups_unattended_max,
         )
 
 

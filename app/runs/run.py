@@ -68,6 +68,7 @@ from .budget_screen import BudgetScreen, newest_author
 from .checkpoint import Checkpoints, post_answer, post_note
 from .compaction import Compactor
 from .feedback import feedback_notes
+from .follow_ups import Recheck, recheck_follow_ups, unattended_chain
 from .history import load_history, trim_history
 from .instructions import run_instructions
 from .limits import DEFAULT_LIMITS, RunLimits
@@ -154,6 +155,7 @@ class RunExecutor:
         self.stream_interval = stream_interval
         self.feedback = feedback
         self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
+        self.recheck = Recheck()  # who a fired follow-up may still run for (service: from settings)
         self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
 
     async def waiting(self, task_id: str) -> bool:
@@ -185,6 +187,8 @@ class RunExecutor:
             follow_up_clock=self.follow_up_clock,  # the sweep's (playground: demo); None: clock
             asks=self.asks,
         )
+        session.follow_ups.per_person_max = self.limits.follow_ups_per_person_max
+        session.follow_ups.unattended_max = self.limits.follow_ups_unattended_max
         return session
 
     async def run_prompt(
@@ -259,6 +263,8 @@ class RunExecutor:
         except (RunStopped, LeaseMoved):
             log.warning("run of task %s stopped before it began: its lease was lost", task_id)
             return RunOutcome(task_id, "stopped", False)
+        # A fired follow-up's person, checked again as the provider sees them now (a note if refused).
+        items = await recheck_follow_ups(session, items, self.recheck)
         screen = BudgetScreen(self.budgets, session)  # each author's own budget, told once a run
         shown = await screen.screen(items)
         # Read again when a crashed run's card effects were settled just now (a card since posted).
@@ -311,6 +317,8 @@ class RunExecutor:
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         person = await self._requester(items, person)
         session.requester = person  # follow-ups it schedules run for them
+        # Nothing runs away: a run no person started schedules at most so many follow-ups in a row.
+        session.follow_ups.unattended = unattended_chain(items, self.limits.follow_ups_unattended_max)
         # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await self.budgets.exceeded(person) if items else None
         if hit is not None:
