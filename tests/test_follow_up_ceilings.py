@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from app.runs.follow_ups import FollowUpSweep
-from storage import FollowUpRecord
+from app.runs.follow_ups import FollowUpSweep, unattended_chain
+from channel import follow_ups as fu
+from channel import inbound
+from storage import FollowUpRecord, InboxItem
 from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, call, scripted
@@ -169,3 +171,22 @@ async def test_a_follow_up_whose_person_still_passes_runs(slack: FakeSlack, tmp_
         assert await _fire_all(app, 1) == 1
     assert agent.fired == 1
     assert not [m for m in slack.bot_messages("C1") if "did not run" in m.get("text", "")]
+
+
+def test_only_what_a_person_did_lifts_the_ceiling() -> None:
+    """A person's message, a click and an answer start the count again; a fired follow-up carries
+    its place in the chain; an expiry or another bot's message does not count as a person."""
+
+    def item(payload: str) -> InboxItem:
+        return InboxItem(1, "t1", "C1", "1.0", "", payload, 0.0)
+
+    person = inbound.dump(inbound.InboundMessage(author=inbound.InboundAuthor(id="U1"), text="hi"))
+    bot = inbound.dump(inbound.InboundMessage(author=inbound.InboundAuthor(bot="B1"), text="hi"))
+    fired = FollowUpRecord("fu_aaaaaaaa1", "t1", "U1", "C1", "", "n", 0.0, 0.0)
+    clicked = '{"kind": "approval_decision", "approval_id": "apv_1", "by": "U2"}'
+    expired = '{"kind": "approval_decision", "approval_id": "apv_1", "by": ""}'
+    assert unattended_chain([item(person)], 1) is None and unattended_chain([], 1) is None
+    assert unattended_chain([item(clicked)], 1) is None
+    assert unattended_chain([item(fu.payload(fired, 1)), item(fu.payload(fired))], 3) == 1
+    assert unattended_chain([item(expired)], 3) == 3
+    assert unattended_chain([item(bot)], 3) == 3

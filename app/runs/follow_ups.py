@@ -129,9 +129,10 @@ async def follow_up_row(session: ChannelSession, item: InboxItem) -> dict[str, A
 
 def by_person(item: InboxItem) -> bool:
     """The inbox item is something a person did: a message, an answer to an ask, a click on an
-    approval card (not a follow-up, an expiry or a withdrawal)."""
-    if inbound.stored(item.payload) is not None:
-        return True
+    approval card (not a follow-up, an expiry, a withdrawal or another bot's message)."""
+    message = inbound.stored(item.payload)
+    if message is not None:
+        return not message.author.bot  # another bot's message (ALLOW_BOTS) is nobody writing
     try:
         found = json.loads(item.payload)
     except ValueError:
