@@ -211,11 +211,7 @@ async def test_check_warns_when_only_the_asker_can_approve_gated_tools(
     marked read-only) and WARNs when no ``APPROVERS`` is set, since the asker then approves their own call."""
     monkeypatch.chdir(tmp_path)
     agent = _agent(tmp_path, 'approval = ["channel_retract"]')
-    async with FakeSlack() as slack:
-        settings = settings_for(slack, tmp_path / "data", agent_file=agent, approvers=approvers)
-        out = io.StringIO()
-        await run_checks(settings, model=False, out=out)
-    warned = [line for line in out.getvalue().splitlines() if "  approvals  " in line]
+    warned = await _approval_lines(tmp_path, agent, approvers)
     if approvers:
         assert warned == []
     else:
@@ -223,3 +219,24 @@ async def test_check_warns_when_only_the_asker_can_approve_gated_tools(
         assert line.startswith("WARN") and "APPROVERS is empty" in line
         assert "channel_retract" in line and "tickets_close_ticket" in line and "tickets_notify" in line
         assert "tickets_get_ticket" not in line
+
+
+@pytest.mark.process
+async def test_check_warns_when_listed_only_lets_unmarked_mcp_tools_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``approval_default = "listed_only"``, ``check`` names the MCP tools that change things
+    and now run with nobody's approval."""
+    monkeypatch.chdir(tmp_path)
+    agent = _agent(tmp_path, 'approval_default = "listed_only"')
+    [line] = await _approval_lines(tmp_path, agent, ("U9",))
+    assert line.startswith("WARN") and "tickets_close_ticket" in line and "tickets_get_ticket" not in line
+
+
+async def _approval_lines(tmp_path: Path, agent: Path, approvers: tuple[str, ...]) -> list[str]:
+    """The ``approvals`` lines of ``check`` with ``agent`` and ``APPROVERS``."""
+    async with FakeSlack() as slack:
+        settings = settings_for(slack, tmp_path / "data", agent_file=agent, approvers=approvers)
+        out = io.StringIO()
+        await run_checks(settings, model=False, out=out)
+    return [line for line in out.getvalue().splitlines() if "  approvals  " in line]

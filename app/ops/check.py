@@ -319,6 +319,15 @@ def _check_approvers(settings: Settings, agent_file: AgentFile, mcp: list[McpToo
     ]
     for warning in approver_warnings(names, settings.approvers, settings.approval_by):
         report.line("WARN", "approvals", warning)
+    unmarked = [t.name for t in mcp if not t.read_only and not policy.needs_approval(t.name, t)]
+    if unmarked:
+        shown = ", ".join(unmarked[:5]) + (f" and {len(unmarked) - 5} more" if len(unmarked) > 5 else "")
+        report.line(
+            "WARN",
+            "approvals",
+            f'approval_default = "listed_only": {len(unmarked)} MCP tools not marked read-only run '
+            f"without anyone's approval ({shown})",
+        )
 
 
 def _check_skills(settings: Settings, report: _Report) -> None:
