@@ -3,6 +3,7 @@ take every slot, and a follow-up re-checks its person as Slack sees them when it
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,42 @@ def test_only_what_a_person_did_lifts_the_ceiling() -> None:
     assert unattended_chain([item(fu.payload(fired, 1)), item(fu.payload(fired))], 3) == 1
     assert unattended_chain([item(expired)], 3) == 3
     assert unattended_chain([item(bot)], 3) == 3
+
+
+async def test_a_person_writing_into_a_running_follow_up_lifts_the_ceiling(
+    slack: FakeSlack, tmp_path: Path
+) -> None:
+    """With ``FOLLOW_UPS_UNATTENDED_MAX=0`` a fired follow-up's run may schedule nothing, until Bob
+    writes in the thread while it runs: his message is steered into it, and then it may."""
+    held, proceed = asyncio.Event(), asyncio.Event()
+    results: list[dict[str, Any]] = []
+
+    async def script(turn: Turn) -> list[Any]:
+        results.extend(r for name, r in turn.results if name == "channel_follow_up")
+        if "remind" in turn.prompt:
+            return [call("tool_search", query="remind me later, follow up", limit=3)]
+        if "Follow-up you scheduled" in turn.prompt:
+            held.set()
+            await proceed.wait()
+            return [call("channel_follow_up", after="20m", note="before Bob")]
+        if "still around" in turn.prompt:
+            return [call("channel_follow_up", after="30m", note="after Bob")]
+        if any(name == "tool_search" for name, _ in turn.results):
+            return [call("channel_follow_up", after="20m", note="check the deploy")]
+        return [""]
+
+    async with AppHarness(
+        slack, model=scripted(script), data_dir=tmp_path, follow_ups_unattended_max=0, stream="off"
+    ) as app:
+        root = await _say(app, slack, "<@UBOT> remind me to check the deploy in 20 minutes")
+        [scheduled] = await _pending(app)
+        assert len(await _sweep(app).fire(now=scheduled.due_at + 1)) == 1
+        await held.wait()
+        ts = slack.add_message("C1", "are you still around?", user="U2", thread_ts=root)
+        await app.deliver(events.message("C1", "U2", "are you still around?", ts, thread_ts=root))
+        proceed.set()
+        await app.idle()
+        pending = await _pending(app)
+    codes = [r.get("error", {}).get("code", "ok") for r in results]
+    assert codes == ["ok", "denied", "ok"]
+    assert [p.note for p in pending] == ["after Bob"]
