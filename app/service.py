@@ -15,17 +15,19 @@ from typing import Any
 from aiohttp import web
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
+from pydantic_ai.toolsets import AbstractToolset
 from slack_bolt.async_app import AsyncApp
 
 from app.agent.admission import Admission
 from app.agent.agent_file import AgentFile
 from app.agent.approval_cards import APPROVE, DENY
 from app.agent.approval_gate import warn_unmatched_approval
+from app.agent.approval_policy import ApprovalPolicy
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY
 from app.agent.asks import Asks
 from app.agent.mcp.elicitation import Elicitor
-from app.agent.mcp.servers import McpServers
+from app.agent.mcp.servers import McpServers, McpTool
 from app.agent.mcp.toolset import McpToolset
 from app.agent.profiles import DEFAULT, Profile
 from app.agent.runtime import RunDeps, build_agent, build_model
@@ -50,7 +52,7 @@ from app.runs.ack_gate import AckGate
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
-from app.runs.follow_ups import Access, FollowUpSweep
+from app.runs.follow_ups import Access, FollowUpSweep, Recheck
 from app.runs.limits import RunLimits
 from app.runs.policies import Policies, Policy, profile_host_tools, profile_tools
 from app.runs.progress import Progress
@@ -458,6 +460,7 @@ class _Runs:
             ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
+        executor.recheck = Recheck.of(settings)  # a fired follow-up's person, checked again
         store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
         follow_ups = FollowUpSweep(
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
@@ -482,6 +485,16 @@ def _build_agent(
     config, observer = parts.config, parts.observer
     approval = config.agent_file.approval if profile is None else profile.approval
     model = config.model if profile is None else config.profile_models.get(profile.name, config.model)
+    # The file's approval_default holds in every profile; a profile's approval globs replace the file's.
+    policy = ApprovalPolicy(approval, config.agent_file.approval_default)
+
+    def mcp_tool(name: str) -> McpTool | None:
+        found = config.mcp.lookup(name)
+        return found[1] if found is not None else None
+
+    def gate(every: AbstractToolset[RunDeps]) -> ApprovalGate:
+        return ApprovalGate(every, policy, parts.store, mcp_tool=mcp_tool)
+
     return build_agent(
         model,
         on_tool=run_hooks.on_tool,
@@ -491,7 +504,7 @@ def _build_agent(
             if config.mcp
             else []
         ),
-        gate=(lambda every: ApprovalGate(every, approval, parts.store)) if approval else None,
+        gate=gate if policy.gates_anything(bool(config.mcp)) else None,
         capabilities=[timing],
     )
 

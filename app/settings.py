@@ -132,6 +132,10 @@ class Settings(BaseSettings):
     allow_guests: bool = False
     #: Pending follow-ups (``channel_follow_up``) across the install; each task has at most 10.
     follow_ups_max: int = Field(default=1000, ge=0)
+    #: Pending follow-ups one person's requests may have across the install.
+    follow_ups_per_person_max: int = Field(default=50, ge=0)
+    #: Follow-ups runs no person started (a follow-up firing, an expiry) may schedule in a row.
+    follow_ups_unattended_max: int = Field(default=1, ge=0)
     #: Conversations one person's messages may have running at once; more wait their turn.
     user_max_runs: int = Field(default=4, ge=1)
     #: Disk a task's fetched and produced files may use; past it a fetch is refused (``file_refused``).

@@ -113,6 +113,22 @@ class OriginInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Standing:
+    """How the provider sees a person now, in one conversation (a follow-up re-checks the person it
+    runs for when it fires). The defaults let them through: an adapter that cannot tell, or a
+    look-up that failed, says nothing against anyone."""
+
+    #: Their account is active (not deactivated or deleted).
+    active: bool = True
+    #: A guest of the workspace (Slack: a multi- or single-channel guest).
+    guest: bool = False
+    #: From another organisation (Slack Connect).
+    external: bool = False
+    #: Still one of the conversation's people.
+    member: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Author:
     display_name: str
     is_bot: bool
@@ -344,6 +360,10 @@ class ChannelAdapter(Protocol):
         """The ref of the message a click reports as ``key`` in ``channel`` (a card, an answer's
         feedback buttons): :meth:`click_key` turned back."""
 
+    async def standing(self, origin: Origin, user: str) -> Standing:
+        """How the provider sees ``user`` now in ``origin``'s conversation, asked afresh (no cache);
+        never raises: what it could not find out keeps :class:`Standing`'s default."""
+
 
 #: The method behind each feature flag, each a method of :class:`ChannelAdapter`; registration
 #: checks the adapter overrides it.
@@ -370,6 +390,9 @@ class AdapterBase:
     max_post_chars: int = 8000
     #: Writes are applied or refused by the time they are answered (a provider's own may differ).
     in_flight: InFlight = InFlight()
+
+    async def standing(self, origin: Origin, user: str) -> Standing:
+        return Standing()
 
     async def find_posted(self, origin: Origin, effect_id: str) -> list[Posted]:
         return []

@@ -17,6 +17,8 @@ Tree::
     ├── code "provider_error"      any other provider failure (the provider's code is in the message)
     ├── code "slack_error"         the Slack adapter's name for provider_error (the contract's code)
     ├── code "tool_failed"         failed inside threadbound (its storage, the task's disk), not the provider
+    ├── code "denied"              refused by the host's rules, whatever the arguments (a ceiling on
+    │                              follow-ups scheduled with no person writing in between)
     └── StreamClosed               the provider ended a streamed message early (time, size): a new one goes on
 
 Adapters map provider exceptions into ``ChannelError`` at one place each
@@ -44,6 +46,7 @@ ErrorCode = Literal[
     "provider_error",
     "slack_error",
     "tool_failed",
+    "denied",
 ]
 
 #: Bound on any message shown to the model, in bytes of UTF-8.

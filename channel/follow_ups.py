@@ -27,6 +27,10 @@ MIN_AHEAD = 60.0
 MAX_AHEAD = 30 * 86_400.0
 PER_TASK = 10
 DEFAULT_INSTALL_MAX = 1000
+#: Defaults of ``FOLLOW_UPS_PER_PERSON_MAX`` (pending per person) and ``FOLLOW_UPS_UNATTENDED_MAX``
+#: (follow-ups scheduled in a row by runs no person's message started).
+DEFAULT_PER_PERSON_MAX = 50
+DEFAULT_UNATTENDED_MAX = 1
 #: What the tool's result tells the model to pass on: how people cancel one.
 HOW_TO_CANCEL = (
     "Tell the people here when you will follow up; anyone can cancel it by asking in this thread "
@@ -40,7 +44,7 @@ class FollowUpStore(Protocol):
     """The store methods the follow-up tools use (``storage.base.Store`` has them)."""
 
     async def schedule_follow_up(
-        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
+        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int, per_person: int
     ) -> str: ...
 
     async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]: ...
@@ -92,8 +96,10 @@ def utc_iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def payload(record: FollowUpRecord) -> str:
-    """The inbox item a follow-up becomes: ``user`` is its requester (budgets, approvals, streaming)."""
+def payload(record: FollowUpRecord, unattended: int = 0) -> str:
+    """The inbox item a follow-up becomes: ``user`` is its requester (budgets, approvals, streaming);
+    ``unattended`` how many follow-ups in a row, this one included, runs no person's message started
+    scheduled (0: a person's message led to it), which bounds the chain it may start."""
     body: dict[str, Any] = {
         "kind": KIND,
         "follow_up": record.follow_up,
@@ -101,8 +107,16 @@ def payload(record: FollowUpRecord) -> str:
         "note": record.note,
         "at": record.due_at,
         "scheduled_at": record.created_at,
+        "unattended": unattended,
     }
     return json.dumps(body, ensure_ascii=False)
+
+
+def unattended_of(raw: str) -> int:
+    """The ``unattended`` count of a fired follow-up's inbox payload (0 for one from before it existed)."""
+    found = parse(raw) or {}
+    value = found.get("unattended")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def parse(raw: str) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 START = {
     "1": {"id": 1, "title": "Login page times out", "status": "open"},
@@ -22,6 +23,8 @@ START = {
 }
 
 server = MCPServer("tickets", instructions="The team's ticket tracker.")
+#: Tools that only read: no approval card by default (``approval_default`` in docs/agent-file.md).
+READ_ONLY = ToolAnnotations(read_only_hint=True)
 _db = Path(os.environ["TICKETS_DB"]) if os.environ.get("TICKETS_DB") else None
 _memory: dict[str, dict[str, object]] = {}
 
@@ -40,14 +43,14 @@ def _save(tickets: dict[str, dict[str, object]]) -> None:
     _db.write_text(json.dumps(tickets, indent=2), encoding="utf-8")
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def search_tickets(query: str) -> list[dict[str, object]]:
     """Search the ticket tracker by words in a ticket's title; returns matching tickets."""
     words = query.lower().split()
     return [t for t in _tickets().values() if any(w in str(t["title"]).lower() for w in words)]
 
 
-@server.tool()
+@server.tool(annotations=READ_ONLY)
 def get_ticket(ticket_id: int) -> dict[str, object]:
     """One ticket by its number: id, title and status (open or closed)."""
     ticket = _tickets().get(str(ticket_id))

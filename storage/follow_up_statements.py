@@ -43,14 +43,20 @@ FOLLOW_UP_COLUMNS = (
 
 _LEASE_FREE = "NOT EXISTS (SELECT 1 FROM leases l WHERE l.task_id = f.task_id AND l.expires_at > :now)"
 
-#: ``Store.schedule_follow_up``: inserted only within both bounds (pending per task, per install).
+#: ``Store.schedule_follow_up``: inserted only within every bound (pending per task, per person — a
+#: follow-up for nobody, ``''``, has no person's bound — and per install).
 SCHEDULE_FOLLOW_UP: Final = Statement(
     "INSERT INTO follow_ups (follow_up, task_id, requester, channel, thread_ts, note, payload, due_at,"
     " created_at) SELECT :follow_up, :task_id, :requester, :channel, :thread_ts, :note, :payload,"
     " :due_at, :now"
     " WHERE (SELECT COUNT(*) FROM follow_ups WHERE task_id = :task_id AND state = 'pending') < :per_task"
+    " AND (:requester = '' OR (SELECT COUNT(*) FROM follow_ups"
+    " WHERE requester = :requester AND state = 'pending') < :per_person)"
     " AND (SELECT COUNT(*) FROM follow_ups WHERE state = 'pending') < :install_max"
     " RETURNING follow_up"
+)
+COUNT_PERSON_PENDING: Final = Statement(
+    "SELECT COUNT(*) AS n FROM follow_ups WHERE requester = :requester AND state = 'pending'"
 )
 COUNT_TASK_PENDING: Final = Statement(
     "SELECT COUNT(*) AS n FROM follow_ups WHERE task_id = :task_id AND state = 'pending'"

@@ -39,7 +39,7 @@ from .run_records import RunState
 from .schema import migration
 from .sqlcore import Database
 from .sqlstore_asks import Asks
-from .sqlstore_follow_ups import FollowUps
+from .sqlstore_follow_ups import DEFAULT_PER_PERSON, FollowUps
 from .sqlstore_leases import Leases
 from .sqlstore_people import People
 from .sqlstore_session import Sessions
@@ -494,16 +494,24 @@ class SqlStore:
 
     # -- follow-ups (``sqlstore_follow_ups.FollowUps``) ----------------------------------------
     async def schedule_follow_up(
-        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
+        self,
+        record: FollowUpRecord,
+        *,
+        payload: str,
+        per_task: int,
+        install_max: int,
+        per_person: int = DEFAULT_PER_PERSON,
     ) -> str:
-        """Store a pending follow-up unless its task already has ``per_task`` pending or the install
-        ``install_max``: ``"scheduled"``, ``"task_full"`` or ``"install_full"``. ``payload`` is the
+        """Store a pending follow-up unless its task already has ``per_task`` pending, its requester
+        ``per_person`` (across the install; no bound for ``""``) or the install ``install_max``:
+        ``"scheduled"``, ``"task_full"``, ``"person_full"`` or ``"install_full"``. ``payload`` is the
         inbox item it becomes when it fires."""
         return await self._follow_ups.schedule_follow_up(
             record,
             payload=payload,
             per_task=per_task,
             install_max=install_max,
+            per_person=per_person,
         )
 
     async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]:

@@ -14,6 +14,8 @@ from .sqlcore import Database, new_id
 
 #: ``pending_follow_ups`` without ``before``: every pending one (due before the year 5000).
 _FOREVER = 95_617_584_000.0
+#: Pending follow-ups one person may have across the install, unless the caller says otherwise.
+DEFAULT_PER_PERSON = 50
 #: Most fired or cancelled follow-ups one prune statement deletes.
 _PRUNE_BATCH = 5_000
 
@@ -25,9 +27,15 @@ class FollowUps:
         self._db = db
 
     async def schedule_follow_up(
-        self, record: FollowUpRecord, *, payload: str, per_task: int, install_max: int
+        self,
+        record: FollowUpRecord,
+        *,
+        payload: str,
+        per_task: int,
+        install_max: int,
+        per_person: int = DEFAULT_PER_PERSON,
     ) -> str:
-        bounds = {"per_task": per_task, "install_max": install_max}
+        bounds = {"per_task": per_task, "install_max": install_max, "per_person": per_person}
         params = {**asdict(record), "payload": payload, "now": record.created_at, **bounds}
         crash_point("store.follow_up.before")
         scheduled = await self._db.one(sql.SCHEDULE_FOLLOW_UP, **params)
@@ -35,7 +43,13 @@ class FollowUps:
         if scheduled is not None:
             return "scheduled"
         row = await self._db.one(sql.COUNT_TASK_PENDING, task_id=record.task_id)
-        return "task_full" if row is not None and int(row["n"]) >= per_task else "install_full"
+        if row is not None and int(row["n"]) >= per_task:
+            return "task_full"
+        if record.requester:
+            row = await self._db.one(sql.COUNT_PERSON_PENDING, requester=record.requester)
+            if row is not None and int(row["n"]) >= per_person:
+                return "person_full"
+        return "install_full"
 
     async def task_follow_ups(self, task_id: str) -> list[FollowUpRecord]:
         return [

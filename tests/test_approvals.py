@@ -345,17 +345,22 @@ async def test_approval_gates_an_mcp_tool(slack: FakeSlack, tmp_path: Path) -> N
     assert "got it" in [m["text"] for m in slack.bot_messages("C1")]
 
 
-def test_card_arguments_are_bounded_and_cannot_mention_or_break_out() -> None:
-    """Long values are shortened within Slack's section limit; fences and mention syntax are neutralised."""
-    [shown] = arg_sections(json.dumps({"text": "x" * 5000}))
-    assert len(shown) <= MAX_SECTION_CHARS and "more characters" in shown
+def test_card_arguments_are_whole_and_cannot_mention_or_break_out() -> None:
+    """A long value is shown whole, in consecutive sections within Slack's section limit; fences and
+    mention syntax are neutralised."""
+    shown = arg_sections(json.dumps({"body": "x" * 5000 + "END"}))
+    assert len(shown) == 2 and all(len(s) <= MAX_SECTION_CHARS for s in shown)
+    assert "body (part 1 of 2): " in shown[0] and "body (part 2 of 2): " in shown[1]
+    assert (
+        "".join(shown).count("x") == 5000 and 'END"' in shown[1] and "more characters" not in "".join(shown)
+    )
     [fenced] = arg_sections(json.dumps({"text": "```<!channel>```"}))
     assert "```" not in fenced[3:-3] and "<!channel>" not in fenced
 
 
 def test_every_argument_key_is_shown_whatever_the_order_and_length() -> None:
-    """The attack of issue 19: a 1,700-character body before ``to`` no longer hides ``to``; nested keys and
-    list items are shown too, and a newline in a value cannot forge a line of its own."""
+    """A 1,700-character body before ``to`` does not hide ``to``; nested keys and list items are
+    shown too, and a newline in a value cannot forge a line of its own."""
     args = {
         "body": "x" * 1700 + '\nto: "friend@example.com"',
         "to": "attacker@evil.example",
@@ -363,17 +368,20 @@ def test_every_argument_key_is_shown_whatever_the_order_and_length() -> None:
     }
     text = "\n".join(arg_sections(json.dumps(args)))
     assert '\nto: "attacker@evil.example"' in text
-    assert 'cc.list[0]: "a@example.com"' in text and "cc.list[1]: " in text
-    assert 'cc.bcc: "spy@evil.example"' in text
-    assert '\nto: "friend' not in text and "more characters" in text
+    assert 'cc.list[0]: "a@example.com"' in text and "cc.list[1] (part 1 of " in text
+    assert 'cc.bcc: "spy@evil.example"' in text and text.count("b") >= 4000
+    assert '\nto: "friend' not in text and '\\nto: \\"friend@example.com\\""' in text
 
 
-def test_many_keys_fit_by_shortening_values_and_too_many_cannot_be_shown() -> None:
-    """Fifty long values are all shown, shortened, within the card's block limits; ten thousand keys, or
-    one key longer than a section, cannot be shown at all."""
-    sections = arg_sections(json.dumps({f"k{i}": "v" * 3000 for i in range(50)}))
+def test_many_long_values_are_shown_whole_and_too_many_cannot_be_shown() -> None:
+    """Thirty values of 3,000 characters are all shown whole within the card's block limits; fifty
+    such values, ten thousand keys, or one key longer than a section cannot be shown at all."""
+    sections = arg_sections(json.dumps({f"k{i}": "v" * 3000 for i in range(30)}))
     assert len(sections) <= MAX_SECTIONS and all(len(s) <= MAX_SECTION_CHARS for s in sections)
-    assert all(f"k{i}: " in "".join(sections) for i in range(50))
+    assert "".join(sections).count("v") == 30 * 3000
+    assert all(f"k{i} (part 1 of 2): " in "".join(sections) for i in range(30))
+    with pytest.raises(ArgumentsUnshowable):
+        arg_sections(json.dumps({f"k{i}": "v" * 3000 for i in range(50)}))
     with pytest.raises(ArgumentsUnshowable):
         arg_sections(json.dumps({f"k{i}": i for i in range(10_000)}))
     with pytest.raises(ArgumentsUnshowable):
@@ -381,7 +389,7 @@ def test_many_keys_fit_by_shortening_values_and_too_many_cannot_be_shown() -> No
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("keys", [1, 5000])
+@pytest.mark.parametrize("keys", [1, 20_000])
 async def test_a_card_shows_the_key_that_matters_or_the_call_is_denied(
     slack: FakeSlack, tmp_path: Path, keys: int
 ) -> None:

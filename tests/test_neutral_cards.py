@@ -64,14 +64,14 @@ def _has_markup(value: Any) -> bool:
 
 async def test_the_fake_adapter_keeps_an_approval_card_as_neutral_data_with_every_argument() -> None:
     """Posted through the fake, the approval card is plain data: every argument key is a field (short
-    values whole, the long one shortened), choices carry the approval id, and no Block Kit is in it."""
+    values whole, the long one too), choices carry the approval id, and no Block Kit is in it."""
     adapter = FakeAdapter(features=dataclasses.replace(ALL_FEATURES, ask=True))
     posted = await adapter.post_card(Origin("C1"), open_card(_approval(), 3600.0), effect_id="e1")
     card = adapter.cards[posted.ref]
     fields = {f.label: f.value for group in card.fields for f in group}
     assert set(fields) == {"to", "params.cc[0]", "params.cc[1]", "params.note", "body"}
     assert fields["to"] == '"attacker@evil.example"' and fields["params.note"] == '"<!channel> & ```"'
-    assert fields["body"].endswith("… (500 more characters)")
+    assert fields["body"] == json.dumps("x" * 1500)
     assert [(c.action, c.value) for c in card.choices] == [(APPROVE, "apv_1"), (DENY, "apv_1")]
     assert card.state == "open" and Mention("U1") in card.note and card.requester == "U1"
     assert any(isinstance(span, Time) for span in card.note)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import random
 import signal
@@ -1151,6 +1152,40 @@ async def test_follow_ups_are_bounded_per_task_and_per_install(store: Store) -> 
     assert await schedule(store, follow_up(first, "fu_aaaaaaaa2"), per_task=1) == "task_full"
     assert await schedule(store, follow_up(second, "fu_aaaaaaaa3"), install_max=1) == "install_full"
     assert await store.follow_up_counts() == {"pending": 1, "fired": 0, "cancelled": 0}
+
+
+async def test_follow_ups_are_bounded_per_person_across_tasks(store: Store) -> None:
+    """A person with ``per_person`` pending follow-ups (in any task) gets ``person_full``; another
+    person, and a follow-up for nobody, are not bounded by it."""
+    first, second = await new_task(store), await new_task(store)
+    assert (
+        await store.schedule_follow_up(
+            follow_up(first, "fu_aaaaaaaa1"), payload="{}", per_task=10, install_max=10, per_person=2
+        )
+        == "scheduled"
+    )
+    assert (
+        await store.schedule_follow_up(
+            follow_up(second, "fu_aaaaaaaa2"), payload="{}", per_task=10, install_max=10, per_person=2
+        )
+        == "scheduled"
+    )
+    third = follow_up(second, "fu_aaaaaaaa3")
+    assert (
+        await store.schedule_follow_up(third, payload="{}", per_task=10, install_max=10, per_person=2)
+        == "person_full"
+    )
+    bob = dataclasses.replace(third, requester="U2")
+    assert (
+        await store.schedule_follow_up(bob, payload="{}", per_task=10, install_max=10, per_person=2)
+        == "scheduled"
+    )
+    nobody = dataclasses.replace(third, follow_up="fu_aaaaaaaa4", requester="")
+    assert (
+        await store.schedule_follow_up(nobody, payload="{}", per_task=10, install_max=10, per_person=0)
+        == "scheduled"
+    )
+    assert await store.follow_up_counts() == {"pending": 4, "fired": 0, "cancelled": 0}
 
 
 async def test_a_follow_up_is_cancelled_once_and_only_by_its_task(store: Store) -> None:

@@ -85,6 +85,8 @@ class Channel:
     user: str | None = None
     #: Whether the bot is in it (``conversations.info``'s ``is_member``; lists private ones).
     is_member: bool = True
+    #: Its people (``conversations.members``); None: every user of the workspace.
+    members: list[str] | None = None
 
 
 @dataclass
@@ -102,6 +104,8 @@ class User:
     is_ultra_restricted: bool = False
     #: A deactivated account (``users.info`` ``deleted``).
     deleted: bool = False
+    #: The person's own workspace (another organisation's in Slack Connect); ``""``: this one.
+    team_id: str = ""
 
 
 @dataclass

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from app.agent.approval_policy import APPROVAL_DEFAULTS, ApprovalDefault, ApprovalPolicy
 from app.agent.mcp.config import McpServerConfig, parse_servers
 from app.agent.mcp.json_config import load_mcp_json, merge_servers
 from app.agent.profiles import Profile, Profiles, parse_profiles
@@ -24,6 +25,7 @@ _KEYS = (
     "loading_messages",
     "max_requests_per_run",
     "profiles",
+    "approval_default",
 )
 #: Model requests one run may make before it stops with an apology (a runaway tool loop).
 DEFAULT_MAX_REQUESTS_PER_RUN = 20
@@ -39,8 +41,9 @@ MAX_LOADING_CHARS = 100
 class AgentFile:
     """``agent.toml``: ``instructions`` (text, or a ``.md``/``.txt`` file beside it), ``tools`` (names
     or globs), ``model``, ``approval`` (names or globs of calls that wait for a person's decision),
-    ``[mcp.NAME]`` servers, ``max_requests_per_run`` and ``[profiles.NAME]`` (``app.agent.profiles``;
-    the top-level keys are the default profile).
+    ``approval_default`` (whether MCP tools not marked read-only wait too), ``[mcp.NAME]`` servers,
+    ``max_requests_per_run`` and ``[profiles.NAME]`` (``app.agent.profiles``; the top-level keys are
+    the default profile).
 
     :meth:`load` raises ValueError naming the file and the line on any mistake."""
 
@@ -56,6 +59,14 @@ class AgentFile:
     loading_messages: tuple[str, ...] = ()
     #: The default profile (these top-level keys) and ``[profiles.NAME]`` (``app.agent.profiles``).
     profiles: Profiles = field(default_factory=Profiles)
+    #: ``not_read_only``: MCP tools not marked read-only wait for approval too; ``listed_only``: only
+    #: the calls ``approval`` names.
+    approval_default: ApprovalDefault = "not_read_only"
+
+    @property
+    def approval_policy(self) -> ApprovalPolicy:
+        """Which calls wait for a person (``app.agent.approval_policy``)."""
+        return ApprovalPolicy(self.approval, self.approval_default)
 
     @classmethod
     def load(cls, path: Path | None, mcp_config: Path | None = None) -> AgentFile:
@@ -91,6 +102,10 @@ class AgentFile:
         if not isinstance(approval, list) or not all(isinstance(t, str) and t for t in approval):
             text = 'approval must be a list of tool names or globs, e.g. ["channel_retract"]'
             raise ValueError(located(path, "approval", text))
+        approval_default = data.get("approval_default", "not_read_only")
+        if approval_default not in APPROVAL_DEFAULTS:
+            text = 'approval_default must be "not_read_only" (the default) or "listed_only"'
+            raise ValueError(located(path, "approval_default", text))
         limit = data.get("max_requests_per_run", DEFAULT_MAX_REQUESTS_PER_RUN)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             text = "max_requests_per_run must be a whole number of at least 1, e.g. 20"
@@ -115,6 +130,7 @@ class AgentFile:
             model=data.get("model", ""),
             mcp=parse_servers(data.get("mcp"), source=path),
             approval=tuple(approval),
+            approval_default=approval_default,
             max_requests_per_run=limit,
             prompts=prompts,
         )

@@ -1,11 +1,11 @@
 """The approval card: what a gated call would do, as a neutral card (``channel.cards``), before and
 after a decision.
 
-A card says which tool would run and with which arguments (every key, long values shortened: see
-:mod:`channel.card_fields`; the adapter escapes them so nothing in the arguments can mention, link
-or break out of their block), who asked and when it expires, and carries the two choices. Once
-decided it says who decided what, and when, and has no choices left. The fallback text keeps
-notifications readable.
+A card says which tool would run and with which arguments (every key and every value whole, what
+cannot be seen shown by code point: see :mod:`channel.card_fields`; the adapter escapes them so
+nothing in the arguments can mention, link or break out of their block), who asked and when it
+expires, and carries the two choices. Once decided it says who decided what, and when, and has no
+choices left. The fallback text keeps notifications readable.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _OUTCOME = {
 
 
 def showable(approval: ApprovalRecord) -> bool:
-    """Whether the card can show every argument key of the call (else it cannot be approved)."""
+    """Whether the card can show every argument of the call whole (else it cannot be approved)."""
     try:
         argument_fields(approval.args)
     except ArgumentsUnshowable:

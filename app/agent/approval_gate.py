@@ -1,7 +1,8 @@
-"""The gate: a call of a tool matching ``approval`` in agent.toml does not run until decided.
+"""The gate: a call that needs approval (``app.agent.approval_policy``: a tool matching ``approval``
+in agent.toml, or an MCP tool not marked read-only) does not run until decided.
 
-:class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required`` pattern): a
-matching call raises ``ApprovalRequired`` instead of running, unless its arguments cannot all be
+:class:`ApprovalGate` wraps the agent's toolsets (pydantic-ai's ``approval_required`` pattern): such
+a call raises ``ApprovalRequired`` instead of running, unless its arguments cannot all be
 shown on a card (then it is denied at once: never gated half-visible, invariant "Approvals show
 everything", docs/architecture.md). An approved
 call is marked started in the store before it runs, so it runs at most once even after a crash.
@@ -9,12 +10,11 @@ call is marked started in the store before it runs, so it runs at most once even
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,16 +24,13 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Tool
 from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
+from app.agent.approval_policy import ApprovalPolicy, McpToolLike, gated
 from app.agent.runtime import RunDeps
 from channel.card_fields import ArgumentsUnshowable, argument_fields
 from channel.tools import CATALOG
 from storage.base import ApprovalRecord, Store
 
 log = logging.getLogger(__name__)
-
-
-def gated(globs: Sequence[str], name: str) -> bool:
-    return any(fnmatch.fnmatchcase(name, glob) for glob in globs)
 
 
 def error_json(code: str, message: str) -> str:
@@ -63,17 +60,21 @@ def decision_result(approval: ApprovalRecord | None) -> bool | ToolDenied:
 
 @dataclass
 class ApprovalGate(WrapperToolset[RunDeps]):
-    """Calls of tools matching ``globs`` wait for approval; an approved call starts at most once.
-    (A dataclass like every pydantic-ai wrapper: ``for_run`` copies it with ``replace``.)"""
+    """Calls ``policy`` says need approval wait for it; an approved call starts at most once.
+    ``mcp_tool`` finds the MCP tool of a name (None for other tools): the policy reads whether it is
+    read-only. (A dataclass like every pydantic-ai wrapper: ``for_run`` copies it with ``replace``.)"""
 
-    globs: tuple[str, ...] = ()
+    policy: ApprovalPolicy = field(default_factory=ApprovalPolicy)
     store: Store | None = None
     clock: Callable[[], float] = time.time
+    mcp_tool: Callable[[str], McpToolLike | None] = lambda name: None
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[RunDeps], tool: ToolsetTool[RunDeps]
     ) -> Any:
-        if not gated(self.globs, name) or _invalid_channel_call(name, tool_args):
+        if not self.policy.needs_approval(name, self.mcp_tool(name)) or _invalid_channel_call(
+            name, tool_args
+        ):
             # A channel call that fails validation gets its error result; no card for it.
             return await super().call_tool(name, tool_args, ctx, tool)
         if not ctx.tool_call_approved:
@@ -85,8 +86,8 @@ class ApprovalGate(WrapperToolset[RunDeps]):
                 return json.loads(
                     error_json(
                         "denied",
-                        f"{name} needs approval, but {exc}. It did not run; call it again with fewer "
-                        "or shorter keys.",
+                        f"{name} needs approval, but {exc}. It did not run; call it again with "
+                        "smaller arguments (or split the work into several calls).",
                     )
                 )
             raise ApprovalRequired

@@ -296,7 +296,9 @@ class Approvals:
                 approval.approval_id,
                 decision=decision,
                 user_id=action.user_id,
-                payload=_decision_payload(approval.approval_id),
+                payload=_decision_payload(
+                    approval.approval_id, action.user_id if decision != "expired" else ""
+                ),
                 now=self.clock(),
             )
         except StoreError:
@@ -366,8 +368,10 @@ class Approvals:
         on(DENY, self.click)
 
 
-def _decision_payload(approval_id: str) -> str:
-    return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id})
+def _decision_payload(approval_id: str, by: str = "") -> str:
+    """The inbox item a decision appends; ``by``: the person who clicked (``""``: an expiry, a
+    withdrawal), which tells a run a person acted (ceilings on follow-ups, ``app.runs.follow_ups``)."""
+    return json.dumps({"kind": DECISION_KIND, "approval_id": approval_id, "by": by})
 
 
 def _on_its_card(action: Action, approval: ApprovalRecord) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from channel.card_fields import visible
 from channel.cards import Answerers, Card, Choice, Icon, Line, Mention, Strong, Text, Time
 from storage.base import AskRecord
 
@@ -28,7 +29,8 @@ def _heading(ask: AskRecord) -> Line:
 
 
 def _card(ask: AskRecord, fallback: str, note: Line) -> Card:
-    body = (ask.text, ask.details) if ask.details else (ask.text,)
+    # Approvals show everything: what a reader cannot see (BiDi overrides, zero-width) is shown by code point.
+    body = tuple(visible(t, keep="\n\t") for t in ((ask.text, ask.details) if ask.details else (ask.text,)))
     answerers: Answerers = "anyone" if not ask.only_requester else "requester"
     return Card(fallback, _heading(ask), body, note=note, answerers=answerers, requester=ask.requester)
 

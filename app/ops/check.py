@@ -20,7 +20,8 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from app.agent.agent_file import AgentFile
-from app.agent.mcp.servers import McpServers
+from app.agent.approval_policy import approver_warnings
+from app.agent.mcp.servers import McpServers, McpTool
 from app.intake.socket_mode import SocketModeError, check_transport, open_connection_url
 from app.settings import Settings, bot_token_problem, describe_database, signing_secret_problem
 from channel.errors import ChannelError
@@ -255,7 +256,9 @@ async def _load_agent_file(
     except (ValueError, OSError) as exc:
         report.line("FAIL", "agent file" if path is not None else "mcp", f"{_short(exc)}")
         return None
-    mcp_tools, unavailable = await _check_mcp(agent_file, report)
+    listed, unavailable = await _check_mcp(agent_file, report)
+    mcp_tools = [t.name for t in listed]
+    _check_approvers(settings, agent_file, listed, report)
     if path is None:
         detail = "none (AGENT_FILE unset, no ./agent.toml): every supported tool is offered"
         report.line("SKIP", "agent file", detail)
@@ -286,8 +289,8 @@ async def _load_agent_file(
     return agent_file
 
 
-async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[str], dict[str, str]]:
-    """Start every MCP server of the agent file, one line each; returns the tool names and the
+async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[McpTool], dict[str, str]]:
+    """Start every MCP server of the agent file, one line each; returns the tools and the
     servers that did not start (with why)."""
     if not agent_file.mcp:
         return [], {}
@@ -308,7 +311,26 @@ async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[str],
                 report.line("PASS", name, f"ok, {counts} over {server.config.transport}")
     finally:
         await servers.stop()
-    return [t.name for t in servers.tools], servers.unavailable()
+    return list(servers.tools), servers.unavailable()
+
+
+def _check_approvers(settings: Settings, agent_file: AgentFile, mcp: list[McpTool], report: _Report) -> None:
+    """WARN when calls wait for approval but nobody besides the asker can give it (no ``APPROVERS``)."""
+    policy = agent_file.approval_policy
+    names = [n for n in CATALOG if policy.needs_approval(n)] + [
+        t.name for t in mcp if policy.needs_approval(t.name, t)
+    ]
+    for warning in approver_warnings(names, settings.approvers, settings.approval_by):
+        report.line("WARN", "approvals", warning)
+    unmarked = [t.name for t in mcp if not t.read_only and not policy.needs_approval(t.name, t)]
+    if unmarked:
+        shown = ", ".join(unmarked[:5]) + (f" and {len(unmarked) - 5} more" if len(unmarked) > 5 else "")
+        report.line(
+            "WARN",
+            "approvals",
+            f'approval_default = "listed_only": {len(unmarked)} MCP tools not marked read-only run '
+            f"without anyone's approval ({shown})",
+        )
 
 
 def _check_skills(settings: Settings, report: _Report) -> None:

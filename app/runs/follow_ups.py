@@ -14,6 +14,16 @@ to scheduling it), so the run is theirs for budgets, approvals and streaming lik
 theirs. Before firing, the sweep checks the access lists (``ALLOWED_USERS``, ``ALLOWED_CHANNELS``,
 ``ALLOW_DMS``): a follow-up whose person or conversation is no longer allowed fires as a refusal,
 which the run turns into one short note in the thread and no model call (:func:`follow_up_row`).
+When the run takes it up, the person is checked again as the provider sees them now
+(:func:`recheck_follow_ups`: active, not a guest unless ``ALLOW_GUESTS``, not from another
+organisation unless ``ALLOW_EXTERNAL_USERS``, still in the conversation); one who no longer passes
+gets the same kind of note instead of the run.
+
+**Ceilings** (invariant "Nothing runs away", docs/architecture.md). A run that no person's message,
+answer or click started — a follow-up firing, an approval nobody decided in time — may schedule at
+most ``FOLLOW_UPS_UNATTENDED_MAX`` follow-ups in a row before a person writes in the thread again
+(:func:`unattended_chain`; each follow-up's payload carries its place in the chain); one person may
+have at most ``FOLLOW_UPS_PER_PERSON_MAX`` pending (``channel.session.follow_ups``).
 """
 
 from __future__ import annotations
@@ -23,12 +33,16 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from app.agent.approvals import DECISION_KIND
+from app.agent.asks import ASK_KIND
 from app.settings import Settings
 from channel import follow_ups as fu
+from channel import inbound
+from channel.contract import Standing
 from channel.errors import ChannelError
 from channel.session import ChannelSession
 from storage.base import FollowUpRecord, InboxItem, Store
@@ -49,7 +63,21 @@ CHECK_LIMIT = 1_000_000
 #: A follow-up fired more than this many seconds after it was due counts (and is shown) as late.
 LATE_AFTER = 60.0
 
-__all__ = ["Access", "FollowUpSweep", "follow_up_row", "is_follow_up", "lateness"]
+__all__ = [
+    "Access",
+    "FollowUpSweep",
+    "Recheck",
+    "by_person",
+    "follow_up_row",
+    "is_follow_up",
+    "lateness",
+    "recheck_follow_ups",
+    "unattended_chain",
+]
+
+#: Inbox kinds a person's click or answer appends (an approval's decision, an ask's answer), whose
+#: ``by`` names them (``""`` for an expiry).
+_DECIDED_BY = (DECISION_KIND, ASK_KIND)
 
 
 def is_follow_up(item: InboxItem) -> bool:
@@ -97,6 +125,83 @@ async def follow_up_row(session: ChannelSession, item: InboxItem) -> dict[str, A
             "was busy) when it was due. Say so if the delay matters."
         )
     return row
+
+
+def by_person(item: InboxItem) -> bool:
+    """The inbox item is something a person did: a message, an answer to an ask, a click on an
+    approval card (not a follow-up, an expiry, a withdrawal or another bot's message)."""
+    message = inbound.stored(item.payload)
+    if message is not None:
+        return not message.author.bot  # another bot's message (ALLOW_BOTS) is nobody writing
+    try:
+        found = json.loads(item.payload)
+    except ValueError:
+        return False
+    return isinstance(found, dict) and found.get("kind") in _DECIDED_BY and bool(found.get("by"))
+
+
+def unattended_chain(items: Sequence[InboxItem], ceiling: int) -> int | None:
+    """None when a person started the run (or nothing did: the ``run`` command); else how many
+    follow-ups runs no person started have scheduled in a row before it — the most its fired
+    follow-ups carry, or ``ceiling`` for a run only expiries started (whose chain is not known, so
+    it schedules none)."""
+    if not items or any(by_person(item) for item in items):
+        return None
+    counts = [fu.unattended_of(item.payload) for item in items if is_follow_up(item)]
+    return max(counts) if counts else ceiling
+
+
+@dataclass(frozen=True, slots=True)
+class Recheck:
+    """Who a firing follow-up may still run for, as the provider sees its person now."""
+
+    allow_guests: bool = False
+    allow_external: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> Recheck:
+        # ALLOW_GUESTS arrives with profiles; until then guests are refused, as for messages.
+        return cls(bool(getattr(settings, "allow_guests", False)), settings.allow_external_users)
+
+    def refusal(self, standing: Standing) -> str | None:
+        """Why the follow-up may no longer run for its person (the note), or None when it may."""
+        if not standing.active:
+            why = "the person it was for no longer has an active account"
+        elif standing.guest and not self.allow_guests:
+            why = "the person it was for is a guest, and this app does not serve guests"
+        elif standing.external and not self.allow_external:
+            why = "the person it was for is from another organisation, and this app does not serve them"
+        elif not standing.member:
+            why = "the person it was for is no longer in this conversation"
+        else:
+            return None
+        return f"A follow-up scheduled here did not run: {why}."
+
+
+async def recheck_follow_ups(
+    session: ChannelSession, items: Sequence[InboxItem], recheck: Recheck
+) -> list[InboxItem]:
+    """``items`` with each fired follow-up whose person no longer passes :class:`Recheck` (asked of
+    the provider now) turned into a refusal: :func:`follow_up_row` posts its note, no model call."""
+    checked: list[InboxItem] = []
+    for item in items:
+        found = fu.parse(item.payload)
+        person = str(found.get("user") or "") if found is not None else ""
+        if found is None or found.get("refused") or not person:
+            checked.append(item)
+            continue
+        why = recheck.refusal(await session.adapter.standing(session.origin, person))
+        if why is not None:
+            log.info("a follow-up was refused when it fired: %s", why)
+            refused = {
+                "kind": fu.KIND,
+                "follow_up": found.get("follow_up"),
+                "refused": why,
+                "at": found.get("at"),
+            }
+            item = replace(item, payload=json.dumps(refused))
+        checked.append(item)
+    return checked
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ async def run_instructions(session: ChannelSession, tools: ToolSelection, agent_
     """Everything the model is told before the conversation, for this run."""
     info = await session.describe()
     instructions = instructions_for(info, tools, agent_file.instructions)
-    if agent_file.approval:
+    if agent_file.approval_policy.gates_anything(bool(agent_file.mcp)):
         instructions += APPROVAL_NOTE
     if any(s.name == _FOLLOW_UP for s in tools.channel_tools):
         instructions += "\n\n" + await time_note(session)

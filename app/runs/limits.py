@@ -23,6 +23,10 @@ class RunLimits:
     user_files_max_bytes: int | None = None
     #: ``FILES_MAX_BYTES``: disk every task's files may use together (None: no cap).
     install_files_max_bytes: int | None = None
+    #: ``FOLLOW_UPS_PER_PERSON_MAX``: pending follow-ups one person's requests may have.
+    follow_ups_per_person_max: int = 50
+    #: ``FOLLOW_UPS_UNATTENDED_MAX``: follow-ups runs no person started may schedule in a row.
+    follow_ups_unattended_max: int = 1
 
     @classmethod
     def of(cls, settings: Settings) -> RunLimits:
@@ -33,6 +37,8 @@ class RunLimits:
             follow_ups_max=settings.follow_ups_max,
             user_files_max_bytes=settings.user_files_max_bytes or None,
             install_files_max_bytes=settings.files_max_bytes or None,
+            follow_ups_per_person_max=settings.follow_ups_per_person_max,
+            follow_ups_unattended_max=settings.follow_ups_unattended_max,
         )
 
 

@@ -69,6 +69,7 @@ from .budget_screen import BudgetScreen, newest_author
 from .checkpoint import Checkpoints, post_answer, post_note
 from .compaction import Compactor
 from .feedback import feedback_notes
+from .follow_ups import Recheck, recheck_follow_ups, unattended_chain
 from .history import load_history, trim_history
 from .instructions import run_instructions
 from .limits import DEFAULT_LIMITS, RunLimits
@@ -166,6 +167,7 @@ class RunExecutor:
         self.feedback = feedback
         self.policies = policies
         self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
+        self.recheck = Recheck()  # who a fired follow-up may still run for (service: from settings)
         self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
 
     async def policy(self, channel: str) -> Policy:
@@ -206,6 +208,8 @@ class RunExecutor:
             follow_up_clock=self.follow_up_clock,  # the sweep's (playground: demo); None: clock
             asks=self.asks,
         )
+        session.follow_ups.per_person_max = self.limits.follow_ups_per_person_max
+        session.follow_ups.unattended_max = self.limits.follow_ups_unattended_max
         return session
 
     async def run_prompt(
@@ -287,6 +291,8 @@ class RunExecutor:
             return RunOutcome(task_id, "stopped", False)
         # Who may use the bot here (profile, guests), then each author's own budget, told once a run.
         refusal = self.policies.refusal(task.channel, policy.profile) if self.policies is not None else None
+        # A fired follow-up's person, checked again as the provider sees them now (a note if refused).
+        items = await recheck_follow_ups(session, items, self.recheck)
         screen = BudgetScreen(policy.budgets, session, refusal)
         shown = await screen.screen(items)
         if items and not shown and screen.refused_anyone:
@@ -361,6 +367,8 @@ class RunExecutor:
         results = deferred if isinstance(deferred, DeferredToolResults) else None
         person = await self._requester(items, person, task)
         session.requester = person  # follow-ups it schedules run for them
+        # Nothing runs away: a run no person started schedules at most so many follow-ups in a row.
+        session.follow_ups.unattended = unattended_chain(items, self.limits.follow_ups_unattended_max)
         # Budgets bound what people ask; a run with no message (`run`, settling effects) is never refused.
         hit = await policy.budgets.exceeded(person) if items else None
         if hit is not None:

@@ -42,6 +42,7 @@ from storage.crashpoints import crash_point
 
 from .budget_screen import BudgetScreen, newest_author
 from .checkpoint import Checkpoints, synced_by_next_write, tag_requester, tag_streamed
+from .follow_ups import by_person
 from .outcome import RUNAWAY, Inbox
 from .prompt import render_prompt
 from .streaming import EventFeed
@@ -295,6 +296,8 @@ class AgentSteps:
             run.enqueue(steering, priority="asap")
             self.turn.steer(steering, shown)
             self.meter.person = self.session.requester = newest_author(shown) or self.meter.person
+            if any(by_person(item) for item in shown):
+                self.session.follow_ups.unattended = None  # a person wrote: the ceiling lifts
         self.turn.take(fresh)
 
     async def _stream(

@@ -40,6 +40,28 @@ class FollowUpTools:
         self._state = state
         self.clock = clock
         self.install_max = install_max
+        #: Pending follow-ups one person may have across the install (``FOLLOW_UPS_PER_PERSON_MAX``).
+        self.per_person_max = fu.DEFAULT_PER_PERSON_MAX
+        #: Follow-ups runs no person started may schedule in a row (``FOLLOW_UPS_UNATTENDED_MAX``).
+        self.unattended_max = fu.DEFAULT_UNATTENDED_MAX
+        #: None when a person's message (or answer, or decision) started this run; else how many
+        #: follow-ups runs no person started have scheduled in a row so far (the host sets it).
+        self.unattended: int | None = None
+
+    def _ceiling(self) -> int:
+        """The ``unattended`` count the next follow-up gets (0: a person asked); refused past the ceiling."""
+        if self.unattended is None:
+            return 0
+        if self.unattended + 1 > self.unattended_max:
+            raise ChannelError(
+                "denied",
+                "No follow-up was scheduled: this run was not started by a person (a follow-up fired, "
+                f"or nobody decided in time), and {self.unattended} follow-up(s) were already scheduled "
+                f"in a row with nobody writing here (FOLLOW_UPS_UNATTENDED_MAX={self.unattended_max}). "
+                "Say what you would have followed up on instead; a person's next message here lets you "
+                "schedule again.",
+            )
+        return self.unattended + 1
 
     def _follow_up_store(self) -> fu.FollowUpStore:
         if not hasattr(self._state.store, "schedule_follow_up"):
@@ -50,6 +72,7 @@ class FollowUpTools:
         store = self._follow_up_store()
         now = self.clock()
         due = fu.due_time(at=args.at, after=args.after, now=now)
+        unattended = self._ceiling()
         record = FollowUpRecord(
             follow_up=fu.new_follow_up_handle(),
             task_id=self._state.task.task_id,
@@ -63,8 +86,25 @@ class FollowUpTools:
         journal = self._state.journal
         effect_id = await journal.open(FOLLOW_UP_EFFECT, {"follow_up": record.follow_up})  # module doc
         outcome = await store.schedule_follow_up(
-            record, payload=fu.payload(record), per_task=fu.PER_TASK, install_max=self.install_max
+            record,
+            payload=fu.payload(record, unattended),
+            per_task=fu.PER_TASK,
+            install_max=self.install_max,
+            per_person=self.per_person_max,
         )
+        if outcome == "task_full":
+            raise ChannelError(
+                "invalid_arguments",
+                f"this conversation already has {fu.PER_TASK} pending follow-ups; cancel one first.",
+            )
+        if outcome == "person_full":
+            raise ChannelError(
+                "invalid_arguments",
+                f"the person this is for already has {self.per_person_max} pending follow-ups across "
+                "this install (FOLLOW_UPS_PER_PERSON_MAX); cancel one first.",
+            )
+        if outcome == "scheduled" and self.unattended is not None:
+            self.unattended = unattended
         if outcome != "scheduled":
             full = (
                 f"this conversation already has {fu.PER_TASK} pending follow-ups; cancel one first."

@@ -35,6 +35,7 @@ from channel.contract import (
     Origin,
     OriginInfo,
     Posted,
+    Standing,
     StreamStart,
     Uploaded,
 )
@@ -54,6 +55,7 @@ from .outbound import DEFAULT_DEADLINE
 from .reads import Reads
 from .render import fallback_text, strip_mass_mentions
 from .scopes import features_from_scopes
+from .standing import standing
 from .transport import http_session
 from .uploads import upload
 from .writes import STATUS_DEADLINE, Writes
@@ -165,6 +167,10 @@ class SlackAdapter(AdapterBase):
     def known_user(self, user_id: str) -> str:
         """The user's display name if known now, else ``""`` (see :meth:`.lookups.Lookups.known_user`)."""
         return self.lookups.known_user(user_id)
+
+    async def standing(self, origin: Origin, user: str) -> Standing:
+        """How Slack sees ``user`` now in ``origin`` (:mod:`.standing`): asked afresh, never cached."""
+        return await standing(self.link, origin, user)
 
     # -- reading --------------------------------------------------------------------------------
     async def describe(self, origin: Origin) -> OriginInfo:

@@ -19,6 +19,7 @@ from fastmcp import FastMCP
 from fastmcp.server.dependencies import get_http_headers
 from fastmcp.tools import ToolResult
 from mcp import types
+from mcp.types import ToolAnnotations
 
 TICKETS = {
     1: {"id": 1, "title": "Login page times out", "status": "open"},
@@ -26,20 +27,24 @@ TICKETS = {
     3: {"id": 3, "title": "Dark mode colours", "status": "closed"},
 }
 
+#: Tools that only read are marked so: calls of the others wait for approval unless an agent file
+#: says ``approval_default = "listed_only"`` (tests of calls that must run at once use that).
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+
 server = FastMCP(
     "tickets",
     instructions="The team's ticket tracker.",
 )
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def search_tickets(query: str) -> list[dict[str, object]]:
     """Search the ticket tracker by words in a ticket's title; returns matching tickets."""
     words = query.lower().split()
     return [t for t in TICKETS.values() if any(w in str(t["title"]).lower() for w in words)]
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def get_ticket(ticket_id: int) -> dict[str, object]:
     """Read one ticket by its number."""
     ticket = TICKETS.get(ticket_id)
@@ -57,7 +62,7 @@ def close_ticket(ticket_id: int) -> str:
     return f"ticket #{ticket_id} closed"
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def ticket_chart() -> ToolResult:
     """A chart of open and closed tickets, as a PNG image."""
     return ToolResult(
@@ -68,7 +73,7 @@ def ticket_chart() -> ToolResult:
     )
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 async def hang() -> str:
     """Never answers (tests use it for call timeouts)."""
     await asyncio.Event().wait()
@@ -87,25 +92,25 @@ def notify(body: str, to: str, meta: dict[str, str] | None = None) -> str:
     return f"sent to {to} ({len(body)} characters, {len(meta or {})} meta keys)"
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def big(mib: int) -> str:
     """A text result of ``mib`` MiB on one line (tests of the answer size cap)."""
     return "x" * (mib * 2**20)
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def environment() -> dict[str, object]:
     """The names of the environment variables this process sees, and TICKETS_DB's value."""
     return {"names": sorted(os.environ), "TICKETS_DB": os.environ.get("TICKETS_DB")}
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def request_headers() -> dict[str, str]:
     """The HTTP request headers of this call (empty over stdio)."""
     return get_http_headers(include_all=True)
 
 
-@server.tool
+@server.tool(annotations=READ_ONLY)
 def whoami() -> dict[str, object]:
     """This server process's id (tests use it to see a restart)."""
     return {"pid": os.getpid()}

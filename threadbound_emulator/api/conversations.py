@@ -144,9 +144,36 @@ def _read_scope(ws: Workspace, params: Params) -> str:
     return f"{_kind(ws, params)}:read"
 
 
+def members(ws: Workspace, params: Params) -> JSON:
+    """The people of a conversation, paged by ``limit`` and ``cursor`` like Slack (an IM: the bot
+    and the other party)."""
+    chan = ws.channel(params)
+    if chan.is_im:
+        people = [ws.bot_user_id, *([chan.user] if chan.user else [])]
+    elif chan.members is not None:
+        people = list(chan.members)
+    else:
+        people = list(ws.users)
+    limit = as_int(params.get("limit"), 100)
+    limit = 100 if limit <= 0 else min(limit, 1000)
+    start = 0
+    cursor = str(params.get("cursor") or "")
+    if cursor:
+        after = _decode_id_cursor(cursor)
+        if after not in people:
+            raise SlackError("invalid_cursor")
+        start = people.index(after)
+    rest = people[start + limit :]
+    return {
+        "members": people[start : start + limit],
+        "response_metadata": {"next_cursor": _encode_id_cursor(rest[0]) if rest else ""},
+    }
+
+
 METHODS = {
     "conversations.replies": Method(replies, _history_scope),
     "conversations.history": Method(history, _history_scope),
     "conversations.info": Method(info, _read_scope),
     "conversations.list": Method(list_, _list_scope),
+    "conversations.members": Method(members, _read_scope),
 }

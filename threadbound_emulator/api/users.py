@@ -29,14 +29,14 @@ def info(ws: Workspace, params: Params) -> JSON:
         "real_name": user.real_name,
         "display_name_normalized": user.display_name,
         "real_name_normalized": user.real_name,
-        "team": ws.team_id,
+        "team": user.team_id or ws.team_id,
     }
     if user.bot_id:
         profile["bot_id"] = user.bot_id
     return {
         "user": {
             "id": user.id,
-            "team_id": ws.team_id,
+            "team_id": user.team_id or ws.team_id,
             "name": user.name,
             "real_name": user.real_name,
             "deleted": user.deleted,

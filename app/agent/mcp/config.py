@@ -41,6 +41,7 @@ _KEYS = (
     "startup_timeout",
     "sampling",
     "sampling_max_tokens",
+    "read_only",
 )
 #: Seconds a tool call may take before it fails with ``tool_failed``.
 DEFAULT_TIMEOUT = 60.0
@@ -77,6 +78,8 @@ class McpServerConfig:
     cwd: Path | None = None
     #: How messages name this server: ``[mcp.NAME]``, or ``MCP_CONFIG "NAME"`` for the JSON file's.
     where: str = ""
+    #: Globs of the server's tools the agent file declares read-only (no approval by default).
+    read_only: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:
@@ -88,6 +91,9 @@ class McpServerConfig:
 
     def is_eager(self, tool: str) -> bool:
         return _matches(tool, self.eager)
+
+    def declares_read_only(self, tool: str) -> bool:
+        return _matches(tool, self.read_only)
 
     def resolve(self, environ: Mapping[str, str]) -> Resolved:
         """``env``, ``url`` and ``headers`` with ``${VAR}`` expanded from ``environ``.
@@ -206,6 +212,7 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
             table.get("sampling_max_tokens", DEFAULT_SAMPLING_MAX_TOKENS), f"{where} sampling_max_tokens"
         ),
         cwd=source.resolve().parent,
+        read_only=_globs(table.get("read_only", []), f"{where} read_only"),
     )
 
 

@@ -3,7 +3,8 @@
 The format Claude Desktop, Cursor and pydantic-ai's ``load_mcp_toolsets`` read: each entry is a
 stdio server (``command``, ``args``, ``env``) or an HTTP one (``url``, ``headers``; ``type`` may say
 ``http`` or ``streamable-http``, but ``sse`` is not supported). Besides those, an entry takes the
-agent file's own keys (``include``, ``exclude``, ``eager``, ``timeout``, ``startup_timeout``) with
+agent file's own keys (``include``, ``exclude``, ``eager``, ``timeout``, ``startup_timeout``,
+``read_only``) with
 the same rules, so both sources end as the same :class:`McpServerConfig`. ``${VAR}`` in ``env`` and
 ``headers`` is expanded at start-up, as in the agent file.
 
@@ -22,7 +23,16 @@ from typing import Any
 
 from app.agent.mcp.config import McpConfigError, McpServerConfig, parse_servers
 
-_OWN_KEYS = ("include", "exclude", "eager", "timeout", "startup_timeout", "sampling", "sampling_max_tokens")
+_OWN_KEYS = (
+    "include",
+    "exclude",
+    "eager",
+    "timeout",
+    "startup_timeout",
+    "sampling",
+    "sampling_max_tokens",
+    "read_only",
+)
 _STDIO_KEYS = ("command", "args", "env", "type")
 _HTTP_KEYS = ("url", "headers", "type")
 #: Keys other clients write that mean nothing here but do no harm (Claude Desktop, Cursor, VS Code).

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from app.agent.approval_policy import read_only_hint
 from app.agent.mcp.bounds import bounded_description, bounded_schema
 from app.agent.mcp.config import McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
@@ -87,6 +88,9 @@ class McpTool:
     schema: Mapping[str, Any]
     #: "active" when the server's ``eager`` globs select it, else "deferred" behind tool_search.
     starts: str
+    #: Marked read-only by its server (``readOnlyHint``) or by the agent file's ``read_only``: such a
+    #: call needs no approval unless ``approval`` names it (``app.agent.approval_policy``).
+    read_only: bool = False
 
     @property
     def label(self) -> str:
@@ -213,6 +217,7 @@ class McpServer:
                     description=bounded_description(self.name, tool.name, description),
                     schema=schema,
                     starts="active" if self.config.is_eager(tool.name) else "deferred",
+                    read_only=read_only_hint(tool) or self.config.declares_read_only(tool.name),
                 )
             )
         return tools
