@@ -33,6 +33,7 @@ AGENT = f"""
 command = ["{PYTHON}", "{TALKBACK}"]
 env = {{ TALKBACK_SECRET = "unused-here" }}
 eager = ["plan_release", "open_dashboard"]
+read_only = ["*"]  # approvals are not what this shows
 timeout = 60
 """
 

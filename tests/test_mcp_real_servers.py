@@ -111,6 +111,7 @@ async def test_the_reference_everything_server_samples_links_images_and_progress
 [mcp.ev]
 command = ["{NODE}", "{EVERYTHING.as_posix()}", "stdio"]
 eager = ["*"]
+read_only = ["*"]  # approvals are not what this shows
 sampling = true
 sampling_max_tokens = 40
 timeout = 30
@@ -147,7 +148,10 @@ async def test_the_reference_everything_server_asks_its_form_in_the_thread(tmp_p
         return [call("ev_trigger-elicitation-request")] if turn.step == 0 else [""]
 
     path = tmp_path / "agent.toml"
-    path.write_text(f'[mcp.ev]\ncommand = ["{NODE}", "{EVERYTHING.as_posix()}", "stdio"]\neager = ["*"]\n')
+    path.write_text(
+        f'[mcp.ev]\ncommand = ["{NODE}", "{EVERYTHING.as_posix()}", "stdio"]\n'
+        'eager = ["*"]\nread_only = ["*"]\n'
+    )
     async with FakeSlack() as slack:
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice")

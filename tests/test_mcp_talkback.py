@@ -39,6 +39,7 @@ def agent_file(tmp_path: Path, extra: str = "", eager: str = '["*"]') -> Path:
 command = ["{PYTHON}", "{TALKBACK}"]
 env = {{ TALKBACK_SECRET = "${{TALKBACK_SECRET}}" }}
 eager = {eager}
+read_only = ["*"]  # what these tests show is not approvals (tests/test_gate.py)
 timeout = 20
 {extra}
 """,

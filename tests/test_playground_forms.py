@@ -31,7 +31,7 @@ async def test_a_form_card_shows_its_fields_and_a_click_sends_them(tmp_path: Pat
     agent = tmp_path / "agent.toml"
     agent.write_text(
         f'[mcp.tb]\ncommand = ["{PYTHON}", "{TALKBACK}"]\nenv = {{ TALKBACK_SECRET = "unused" }}\n'
-        'eager = ["plan_release"]\ntimeout = 60\n',
+        'eager = ["plan_release"]\nread_only = ["*"]\ntimeout = 60\n',
         encoding="utf-8",
     )
     seen: list[Any] = []
@@ -87,7 +87,7 @@ async def test_a_form_is_filled_in_and_submitted_in_the_browser(tmp_path: Path) 
     agent = tmp_path / "agent.toml"
     agent.write_text(
         f'[mcp.tb]\ncommand = ["{PYTHON}", "{TALKBACK}"]\nenv = {{ TALKBACK_SECRET = "unused" }}\n'
-        'eager = ["plan_release"]\ntimeout = 60\n',
+        'eager = ["plan_release"]\nread_only = ["*"]\ntimeout = 60\n',
         encoding="utf-8",
     )
     seen: list[Any] = []
