@@ -37,6 +37,7 @@ from app.ops.observe import ModelTiming, Observer, combine
 from app.ops.paas import ephemeral_disk_warning
 from app.ops.shutdown import CANCEL_WAIT, bounded
 from app.runs.ack_gate import AckGate
+from app.runs.agent_session import SessionStatuses
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
@@ -356,7 +357,10 @@ class _Runs:
         settings, config, store, observer = parts.settings, parts.config, parts.store, parts.observer
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         agent_view = AgentView(parts.adapter, config.agent_file.prompts)
-        run_hooks = combine(observer.hooks(), config.progress.hooks(), agent_view.hooks(), hooks)
+        sessions = SessionStatuses(store, settings.agent_sessions)  # Slack's agent sessions, where offered
+        run_hooks = combine(
+            observer.hooks(), config.progress.hooks(), agent_view.hooks(), sessions.hooks(), hooks
+        )
         approvals = Approvals.from_settings(store, parts.adapter, settings)
         warn_unmatched_approval(config.agent_file.approval, tools, config.mcp.unavailable())
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
@@ -378,6 +382,7 @@ class _Runs:
             usage_footer=settings.usage_footer,
             stream=config.stream_mode == "auto",
             feedback=True,
+            name_of=parts.adapter.user,  # who stopped a turn, as the model is told
         )
         runner = Scheduler(
             store=store,

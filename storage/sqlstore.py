@@ -592,12 +592,15 @@ class SqlStore:
         """The waiting stops of the given tasks (what a running instance polls for)."""
         return await self._stops.stops_of(task_ids)
 
-    async def settle_stop(self, task_id: str, *, transcript: bytes | None, fence: Fence | None) -> bool:
+    async def settle_stop(
+        self, task_id: str, *, transcript: bytes | None, consumed: Sequence[int] = (), fence: Fence | None
+    ) -> bool:
         """Settle the task's waiting stop, in one fenced transaction: ``transcript`` saved (None keeps
-        it) with the run closed, the inbox items up to the stop's ``upto`` consumed, the task's open
+        it) with the run closed, the inbox items up to the stop's ``upto`` (and ``consumed``, what the
+        stopped run was shown) consumed, the task's open
         journal entries closed as they stand, the stop removed. True when no stop waits any more;
         :class:`LeaseMoved` when ``fence`` is no longer the task's lease (nothing changed)."""
-        return await self._stops.settle_stop(task_id, transcript=transcript, fence=fence)
+        return await self._stops.settle_stop(task_id, transcript=transcript, consumed=consumed, fence=fence)
 
     async def session_title(self, task_id: str) -> str:
         """The title the task's agent session shows (``""``: none recorded)."""

@@ -37,10 +37,13 @@ class Stops:
         rows = await self._db.fetch(sql.ALL_STOPS, {})
         return [stop for r in rows if (stop := from_row(StopRecord, r)).task_id in wanted]
 
-    async def settle_stop(self, task_id: str, *, transcript: bytes | None, fence: Fence | None) -> bool:
+    async def settle_stop(
+        self, task_id: str, *, transcript: bytes | None, consumed: Sequence[int], fence: Fence | None
+    ) -> bool:
         params = {
             "task_id": task_id,
             "transcript": transcript,
+            "consumed": self._db.dialect.ids(consumed),
             "stopped_result": json.dumps({"stopped": True}),
             "fence": fence_token(task_id, fence),
         }

@@ -55,11 +55,11 @@ GET_STOP: Final = Statement(f"SELECT {STOP_COLUMNS} FROM stops WHERE task_id = :
 ALL_STOPS: Final = Statement(f"SELECT {STOP_COLUMNS} FROM stops")
 
 #: ``Store.settle_stop``: the stopped turn's transcript saved (the run closed), its items (up to the
-#: stop's ``upto``) consumed, its open journal entries closed as they are (what was posted stays), the
-#: stop removed; all of it fenced.
+#: stop's ``upto``, and ``consumed``: what the run was shown) consumed, its open journal entries
+#: closed as they are (what was posted stays), the stop removed; all of it fenced.
 SETTLE_STOP: Final = Procedure(
     name="settle_stop",
-    params=typed("task_id transcript:bytes stopped_result fence"),
+    params=typed("task_id transcript:bytes consumed:ids stopped_result fence"),
     returns=typed("settled:bool fenced:bool"),
     steps=(
         Statement(
@@ -67,8 +67,8 @@ SETTLE_STOP: Final = Procedure(
             f" WHERE task_id = :task_id AND {fenced()}"
         ),
         Statement(
-            "DELETE FROM inbox WHERE task_id = :task_id"
-            f" AND item_id <= (SELECT s.upto FROM stops s WHERE s.task_id = :task_id) AND {fenced()}"
+            "DELETE FROM inbox WHERE task_id = :task_id AND (item_id IN {each:consumed}"
+            f" OR item_id <= (SELECT s.upto FROM stops s WHERE s.task_id = :task_id)) AND {fenced()}"
         ),
         Statement(
             "UPDATE effects SET state = 'done', result = :stopped_result"

@@ -146,6 +146,21 @@ def block_actions(ws: Workspace, channel: str, ts: str, user: str, action: JSON)
     }
 
 
+def session_stopped(ws: Workspace, channel: str, thread_ts: str, user: str) -> JSON:
+    """The envelope Slack sends when ``user`` presses Stop on the thread's agent session: Slack ends the
+    thread's open streams itself (listed in ``streaming_message_ts``) and leaves the status as it is."""
+    streams = ws.stop_streams(channel, thread_ts)
+    event: JSON = {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": streams,
+        "event_ts": f"{time.time():.6f}",
+    }
+    return envelope(ws, event)
+
+
 __all__ = [
     "block_actions",
     "channel_type",
@@ -154,5 +169,6 @@ __all__ = [
     "interaction_body",
     "message_events",
     "over_socket",
+    "session_stopped",
     "sign",
 ]

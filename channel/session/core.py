@@ -294,6 +294,11 @@ class ChannelSession:
         if self.answer is not None:
             self.answer.cancel()
 
+    async def finish_streams(self) -> None:
+        """A person stopped the run: the answer being streamed ends as it stands (``AnswerStream.halt``)."""
+        if self.answer is not None:
+            await self.answer.halt()
+
     async def drop_answer(self) -> None:
         """The run ended without the streamed text becoming an answer: remove what was shown."""
         answer, self.state.answer = self.state.answer, None

@@ -34,12 +34,14 @@ from channel.contract import (
     Origin,
     OriginInfo,
     Posted,
+    SessionStatus,
     StreamStart,
     Uploaded,
 )
 from channel.errors import ChannelError, bounded
 
 from . import cards
+from .agent_sessions import AgentSessions
 from .canvases import create_canvas
 from .downloads import download
 from .errors import SlackCallObserver
@@ -103,6 +105,7 @@ class SlackAdapter(AdapterBase):
         self.reads = Reads(self.link, self.lookups)
         self.lookback = Lookback(self.link, self.reads)
         self.writes = Writes(self.link, self.reads, self.lookback)
+        self.agent_sessions = AgentSessions(self.link)
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
 
@@ -215,6 +218,14 @@ class SlackAdapter(AdapterBase):
 
     async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         await self.writes.set_status(origin, status, loading_messages)
+
+    async def set_session(
+        self, origin: Origin, status: SessionStatus, *, title: str = "", initiator: str = ""
+    ) -> None:
+        await self.agent_sessions.set_status(origin, status, title=title, initiator=initiator)
+
+    async def rename_session(self, origin: Origin, title: str) -> None:
+        await self.agent_sessions.rename(origin, title)
 
     # -- files and documents --------------------------------------------------------------------
     # Cards are drawn as Block Kit by :mod:`.cards` and posted like any host message.
