@@ -112,6 +112,20 @@ async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | N
     return identity
 
 
+def _check_agent_sessions(identity: SlackIdentity, report: _Report) -> None:
+    """One line on Slack's agent sessions (status, title, Stop): on where the install granted
+    ``assistant:write`` (declared an agent: ``manifest --agent-view``), else what turns them on."""
+    if features_from_scopes(identity.scopes).sessions:
+        detail = "on (assistant:write granted): a status and a Stop button while a run works"
+        report.line("PASS", "agent sessions", detail)
+        return
+    detail = (
+        "off (no assistant:write): no status or Stop button on conversations; declare the app an agent "
+        "(manifest --agent-view) and reinstall to have them"
+    )
+    report.line("SKIP", "agent sessions", detail)
+
+
 def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
     if identity is None:
         report.line("SKIP", "scopes", "needs a valid token")
@@ -122,6 +136,7 @@ def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
     missing = missing_scopes(identity.scopes)
     if not missing:
         report.line("PASS", "scopes", f"all {len(identity.scopes)} granted scopes cover every tool")
+        _check_agent_sessions(identity, report)
         return
     for scope, tools in missing.items():
         disables = f" (disables {', '.join(tools)})" if tools else ""
@@ -132,6 +147,7 @@ def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
             report.line("WARN", "scopes", f"{scope} is missing: disables {', '.join(tools)}; {_REINSTALL}")
         else:
             report.line("WARN", "scopes", f"{scope} is missing: cannot {purpose(scope)}; {_REINSTALL}")
+    _check_agent_sessions(identity, report)
 
 
 async def _check_app_token(settings: Settings, report: _Report) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from channel.slack.scopes import wanted_scopes
+from channel.slack.scopes import AGENT_SCOPES, wanted_scopes
 
 #: The URL path the server answers Slack events on (see app/server.py).
 EVENTS_PATH = "/slack/events"
@@ -21,6 +21,8 @@ PLACEHOLDER_URL = "https://YOUR-APP-HOST/slack/events"
 #: The checked-in manifests: Events API (with the placeholder URL) and Socket Mode.
 MANIFEST_FILE = "slack-manifest.json"
 SOCKET_MODE_MANIFEST_FILE = "slack-manifest.socket-mode.json"
+#: The checked-in manifest of an install declared an agent (``--agent-view``): sessions, Stop.
+AGENT_MANIFEST_FILE = "slack-manifest.agent.json"
 
 #: Bot events → the scope Slack requires to deliver each.
 BOT_EVENTS: dict[str, str] = {
@@ -33,6 +35,10 @@ BOT_EVENTS: dict[str, str] = {
 
 #: Bot events the agent messaging experience adds (``--agent-view``); answered by ``app.intake.agent_view``.
 AGENT_VIEW_EVENTS: tuple[str, ...] = ("app_home_opened", "assistant_thread_started")
+#: Bot events of agent sessions (``--agent-view`` declares the app an agent): a person's Stop and a
+#: rename, answered by ``app.intake.session_events``. Without ``agent_session_stopped`` Slack shows
+#: a spinner with no Stop button.
+AGENT_SESSION_EVENTS: tuple[str, ...] = ("agent_session_stopped", "agent_session_title_changed")
 
 _DEV_HOSTS = ("localhost", "127.0.0.1", "::1")
 # Slack's limits: display_information.name ≤ 35 characters.
@@ -68,7 +74,8 @@ def build_manifest(
     """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name.
 
     It installs on any Slack plan: nothing in it needs a paid one. ``agent_view`` adds Slack's agent
-    messaging experience (``features.agent_view``), which Slack documents for paid plans only. The
+    messaging experience (``features.agent_view``), which Slack documents for paid plans only, and
+    declares the app an agent: agent sessions (``assistant:write`` and the session events). The
     older ``assistant_view`` is never written: new apps can no longer use it. ``socket_mode`` (with
     ``url`` None) turns Socket Mode on and names no request URL: events and clicks arrive over the
     WebSocket the app opens with its app-level token."""
@@ -97,6 +104,9 @@ def build_manifest(
         # A new conversation in the agent view gets the agent file's suggested prompts
         # (assistant_thread_started); the Messages tab reports being opened (app_home_opened).
         events += list(AGENT_VIEW_EVENTS)
+        # Declared an agent: agent sessions (status, title, Stop) need assistant:write and their events.
+        scopes = sorted({*scopes, *AGENT_SCOPES})
+        events += list(AGENT_SESSION_EVENTS)
     # Clicks (feedback and approval buttons) are signed block_actions posted to the same URL, or
     # sent over the socket in Socket Mode.
     where = {} if url is None else {"request_url": url}
@@ -115,6 +125,8 @@ def build_manifest(
 
 
 __all__ = [
+    "AGENT_MANIFEST_FILE",
+    "AGENT_SESSION_EVENTS",
     "BOT_EVENTS",
     "EVENTS_PATH",
     "MANIFEST_FILE",
