@@ -265,6 +265,7 @@ class AnswerStream:
                     ]
                     current.cut = True
                     await self._stop(current, "")
+                    await self._session.stream_closed()  # a person's Stop ends the run here
                     continue  # the rest goes into a new message
                 except ChannelError as exc:
                     await self._break(current, exc)

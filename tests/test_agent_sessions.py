@@ -159,3 +159,30 @@ async def test_agent_sessions_on_where_slack_refuses_them_stops_asking(
         await app.idle()
     assert slack.count("agents.sessions.setStatus") == 1
     assert [m["text"] for m in slack.bot_messages("C1")] == [SHORT, SHORT]
+
+
+async def test_a_stop_reaches_the_other_instance_on_postgres(
+    agent_slack: FakeSlack, tmp_path: Path, database_url: str
+) -> None:
+    """Two instances on one Postgres: the run works on A, the Stop arrives at B; A halts its run at
+    once, writes nothing more, and the stop is settled for good."""
+    slack = agent_slack
+    model = scripted(_long_then_short, chunk=40, chunk_delay=0.02)
+    common: dict[str, Any] = {"database_url": database_url, "model": model}
+    async with (
+        AppHarness(slack, data_dir=tmp_path / "a", owner="instance-a", **common) as a,
+        AppHarness(slack, data_dir=tmp_path / "b", owner="instance-b", **common) as b,
+    ):
+        assert a.service is not None and b.service is not None
+        a.service.runner.executor.stream_interval = 0.05
+        root = await _mention(a, "tell me everything")
+        await eventually(lambda: any(len(s.text) > 200 for s in slack.streams.values()))
+        await _stop(b, root, socket=False)
+        await a.idle()
+        [stream] = slack.streams.values()
+        assert 0 < len(stream.text) < len(LONG) and stream.state == "stopped"
+        assert slack.count("chat.postMessage") == 0
+        assert slack.sessions[("C1", root)].status == "active"
+        task_id = await a.service.store.find_task("C1", root)
+        assert task_id is not None and await a.service.store.stop_of(task_id) is None
+        assert await a.service.store.pending_inbox(task_id) == []

@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +397,7 @@ class RunExecutor:
         status = "failed"
         if self.feedback:
             session.feedback = task.task_id
+        session.on_stream_closed = partial(self._stop_if_asked, task.task_id)
         if self.stream:
             recipient = await answer_recipient(turn.items, self.approvals)
             session.stream_answers(recipient, interval=self.stream_interval)
@@ -452,6 +454,13 @@ class RunExecutor:
             if task_id in self._halted:
                 running.uncancel()  # our own cancel: the caller settles the stop
                 raise asyncio.CancelledError("stopped by a person")
+
+    async def _stop_if_asked(self, task_id: str) -> None:
+        """A stream the provider closed may be a person's Stop (Slack ends the thread's streams
+        itself): look at once, before the answer goes on in a new message, and halt here if so."""
+        stop = await self.store.stop_of(task_id)
+        if stop is not None and self.halt(task_id, stop.by_user):
+            await asyncio.sleep(0)  # the cancellation lands here
 
     async def _halt(self, session: ChannelSession, turn: Turn, exchange: _Exchange, by_user: str) -> str:
         """A person stopped the run (called while handling the cancellation :meth:`halt` made): open
