@@ -579,7 +579,8 @@ class SqlStore:
     # -- stops and agent sessions (``sqlstore_stops.Stops``) -------------------------------------
     async def request_stop(self, channel: str, thread_ts: str, *, by_user: str, now: float) -> str | None:
         """Record a person's Stop on the run in progress in conversation ``(channel, thread_ts)``:
-        only while its task's lease is live (a run holds it) and no stop of it waits already. Returns
+        only while its task's lease is live and it has work (pending inbox items, or a run checkpointed
+        and not finished): a run is in progress; and no stop of it waits already. Returns
         the task's id when recorded, None otherwise (no such conversation, no run: a Stop between runs
         does nothing). The stop's ``upto`` is the task's newest inbox item at this moment."""
         return await self._stops.request_stop(channel, thread_ts, by_user=by_user, now=now)

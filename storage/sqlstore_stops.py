@@ -49,6 +49,7 @@ class Stops:
         }
         crash_point("store.settle_stop.before")
         row = await self._db.call(sql.SETTLE_STOP, params)
+        crash_point("store.settle_stop.after")
         if not row["fenced"]:
             raise LeaseMoved(f"the lease of task {task_id!r} has moved: the stop was not settled")
         return bool(row["settled"])

@@ -40,13 +40,17 @@ _TASK_OF: Final = (
     "(SELECT c.task_id FROM conversations c WHERE c.channel = :channel AND c.thread_ts = :thread_ts)"
 )
 
-#: ``Store.request_stop``: recorded only while a live lease on the conversation's task exists (a run is
-#: in progress) and no stop waits already; the task's id when recorded.
+#: ``Store.request_stop``: recorded only while a live lease on the conversation's task exists and the
+#: task has work (pending inbox items, or a run checkpointed and not finished): a run is in progress.
+#: A lease left by a dead instance whose run was settled is no run. No stop waits already; the task's
+#: id when recorded.
 REQUEST_STOP: Final = Statement(
     "INSERT INTO stops (task_id, by_user, requested_at, upto)"
     " SELECT l.task_id, :by_user, :now,"
     " COALESCE((SELECT MAX(i.item_id) FROM inbox i WHERE i.task_id = l.task_id), 0)"
     f" FROM leases l WHERE l.task_id = {_TASK_OF} AND l.expires_at > :now"
+    " AND (EXISTS (SELECT 1 FROM inbox i WHERE i.task_id = l.task_id)"
+    " OR EXISTS (SELECT 1 FROM tasks t WHERE t.task_id = l.task_id AND t.run_open))"
     " ON CONFLICT (task_id) DO NOTHING RETURNING task_id"
 )
 STOP_COLUMNS: Final = "task_id, by_user, requested_at, upto"
