@@ -70,6 +70,8 @@ class Workspace(MessageRules):
         self.streams: dict[tuple[str, str], Stream] = {}
         #: Seconds a stream stays open (Slack: about five minutes); ``expire_streams`` ends them now.
         self.stream_ttl = 300.0
+        #: Whether ``chat.startStream`` offers ``task_display_mode: plan``.
+        self.plans_offered = True
         #: Agent sessions by ``(channel, thread_ts)`` (``threadbound_emulator.api.agents``).
         self.sessions: dict[tuple[str, str], AgentSession] = {}
         #: ``assistant.threads.setTitle`` calls: ``(channel, thread_ts, title)``.
