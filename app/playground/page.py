@@ -53,6 +53,8 @@ class Driver(Protocol):
 
     async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery: ...
 
+    async def stop_session(self, person: str, channel: str, thread_ts: str) -> Delivery: ...
+
     async def fast_forward(self) -> dict[str, Any]: ...
 
 
@@ -73,6 +75,7 @@ class Page:
         page.router.add_get("/api/events", self._events)
         page.router.add_post("/api/messages", self._post_message)
         page.router.add_post("/api/click", self._click)
+        page.router.add_post("/api/stop", self._stop)
         page.router.add_post("/api/fast-forward", self._fast_forward)
         page.router.add_get("/files/{fid}/{name}", self._file)
         page.on_shutdown.append(self._end_streams)
@@ -162,6 +165,21 @@ class Page:
             delivery = await self.driver.click(
                 str(body.get("as") or ""), str(body.get("channel") or ""), str(body.get("ts") or ""), body
             )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": delivery.status})
+
+    async def _stop(self, request: web.Request) -> web.Response:
+        """Stop on a thread's agent session: ``{as, channel, thread_ts}``."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        who, channel, thread = (str(body.get(k) or "") for k in ("as", "channel", "thread_ts"))
+        try:
+            delivery = await self.driver.stop_session(who, channel, thread)
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
         return web.json_response({"status": delivery.status})
