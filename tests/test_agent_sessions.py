@@ -61,7 +61,7 @@ async def _stop(app: AppHarness, root: str, *, socket: bool) -> None:
 
 
 @pytest.mark.parametrize("socket", [False, True], ids=["http", "socket-mode"])
-async def test_a_long_streamed_answer_stopped_midway_stays_stopped(
+async def test_a_stop_is_final_a_long_streamed_answer_stopped_midway_stays_stopped(
     agent_slack: FakeSlack, tmp_path: Path, socket: bool
 ) -> None:
     """Stop mid-stream: nothing more is written, no message is left streaming, the session leaves
@@ -121,10 +121,21 @@ async def test_a_stop_between_runs_does_nothing(agent_slack: FakeSlack, tmp_path
         assert slack.ephemerals == []
 
 
-async def test_the_session_is_suspended_while_an_ask_waits(agent_slack: FakeSlack, tmp_path: Path) -> None:
-    """A run that asks a person ends ``suspended``; the answer's run goes ``processing`` then ``active``."""
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("channel_ask", {"question": "Which colour?"}),
+        ("channel_request_approval", {"action": "Paint it blue"}),
+    ],
+    ids=["ask", "approval"],
+)
+async def test_the_session_is_suspended_while_an_ask_waits(
+    agent_slack: FakeSlack, tmp_path: Path, tool: str, args: dict[str, str]
+) -> None:
+    """A run that asks a person (a question, an approval) ends ``suspended``; the next run goes
+    ``processing`` then ``active``."""
     slack = agent_slack
-    script = AskScript(question="Which colour?")
+    script = AskScript(tool, **args)
     async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
         root = await _mention(app, "please ask")
         await app.idle()
