@@ -16,7 +16,7 @@ from tests.support.models import Turn, scripted
 from tests.support.waiting import eventually
 from tests.test_ask import AskScript
 from threadbound_emulator import FakeSlack
-from threadbound_emulator.events import over_socket, session_stopped
+from threadbound_emulator.events import envelope, over_socket, session_stopped
 
 LONG = " ".join(f"Word{i} of a long answer that keeps going." for i in range(400))
 SHORT = "Here is the short answer."
@@ -197,3 +197,29 @@ async def test_a_stop_reaches_the_other_instance_on_postgres(
         task_id = await a.service.store.find_task("C1", root)
         assert task_id is not None and await a.service.store.stop_of(task_id) is None
         assert await a.service.store.pending_inbox(task_id) == []
+
+
+async def test_a_rename_in_slack_keeps_the_stored_title_in_step(
+    agent_slack: FakeSlack, tmp_path: Path
+) -> None:
+    """The session is created with the first message's words as its title; a person's rename
+    (``agent_session_title_changed``) is what the store then holds."""
+    slack = agent_slack
+    model = scripted(lambda t: [SHORT] if t.prompt else [""])
+    async with AppHarness(slack, model=model, data_dir=tmp_path) as app:
+        assert app.service is not None
+        root = await _mention(app, "plan the offsite")
+        await app.idle()
+        store = app.service.store
+        task_id = await store.find_task("C1", root)
+        assert task_id is not None
+        assert (await store.session_title(task_id)).endswith("plan the offsite")
+        assert slack.sessions[("C1", root)].title == await store.session_title(task_id)
+        event = {
+            "type": "agent_session_title_changed",
+            "channel": "C1",
+            "thread_ts": root,
+            "title": "Offsite",
+        }
+        assert (await app.deliver(envelope(slack, event))).status == 200
+        assert await store.session_title(task_id) == "Offsite"
