@@ -114,6 +114,27 @@ async def test_missing_optional_scopes_warn_naming_tools(llm: FakeOpenAI, tmp_pa
     assert any("canvases:write" in w and "channel_post_document" in w for w in warned), lines
 
 
+@pytest.mark.parametrize(
+    ("agent", "mode", "status", "says"),
+    [
+        (False, "auto", "SKIP", "manifest --agent-view"),
+        (True, "auto", "PASS", "assistant:write granted"),
+        (True, "off", "SKIP", "AGENT_SESSIONS=off"),
+    ],
+)
+async def test_agent_sessions_are_reported_with_what_turns_them_on(
+    llm: FakeOpenAI, tmp_path: Path, agent: bool, mode: str, status: str, says: str
+) -> None:
+    """One line says whether agent sessions (Slack's Stop) are on: declared an agent
+    (``assistant:write``) and not turned off, else what to do."""
+    scopes = [*DEFAULT_SCOPES, *(["assistant:write"] if agent else [])]
+    async with FakeSlack(token=TOKEN, scopes=scopes) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, agent_sessions=mode)
+    assert code == 0
+    (line,) = lines_of(lines, status, "agent sessions")
+    assert says in line, lines
+
+
 async def test_missing_chat_write_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
     """Without chat:write nothing can be answered: FAIL, naming the scope and the tools it takes."""
     scopes = [s for s in DEFAULT_SCOPES if s != "chat:write"]
