@@ -14,6 +14,7 @@ from tests.support import events
 from tests.support.harness import AppHarness
 from tests.support.models import Turn, scripted
 from tests.support.waiting import eventually
+from tests.test_approvals import APPROVE, ReactScript, _ask, _cards, _click, _gated, _settle
 from tests.test_ask import AskScript
 from threadbound_emulator import FakeSlack
 from threadbound_emulator.events import envelope, over_socket, session_stopped
@@ -223,3 +224,19 @@ async def test_a_rename_in_slack_keeps_the_stored_title_in_step(
         }
         assert (await app.deliver(envelope(slack, event))).status == 200
         assert await store.session_title(task_id) == "Offsite"
+
+
+async def test_the_session_is_suspended_while_a_gated_call_waits_for_its_approval(
+    agent_slack: FakeSlack, tmp_path: Path
+) -> None:
+    """A call the agent file gates waits for a person's approval: the run ends ``suspended``; the
+    approval's click resumes the task, which ends ``active``."""
+    slack = agent_slack
+    async with _gated(slack, tmp_path, ReactScript()) as app:
+        root = await _ask(app, slack)
+        session = slack.sessions[("C1", root)]
+        assert session.history == ["processing", "suspended"]
+        [card] = _cards(slack)
+        assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
+        await _settle(app)
+        assert session.history == ["processing", "suspended", "processing", "active"]
