@@ -38,6 +38,8 @@ from app.intake.personal_blocks import CANCEL_FOLLOW_UP
 from app.intake.shortcuts import Shortcuts
 from app.intake.slash_command import SlashCommand
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
+from app.intake.stop_command import SUMMARY as STOP_SUMMARY
+from app.intake.stop_command import StopCommand
 from app.ops.check import auth_failure
 from app.ops.observe import ModelTiming, Observer, combine
 from app.ops.paas import ephemeral_disk_warning
@@ -540,4 +542,5 @@ class _WaysIn:
         shortcuts = Shortcuts(ingress, surfaces.respond, name_of)
         interactions.on_shortcut = shortcuts.handle
         command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
+        command.add("stop", StopCommand(parts.store, runs.runner), STOP_SUMMARY)  # a person's Stop
         return cls(shortcuts, command, home)

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
+from app.intake.stop_command import thread_of
 from tests.support import events
-from tests.support.harness import AppHarness
+from tests.support.harness import SIGNING_SECRET, AppHarness
 from tests.support.models import Turn, scripted
 from tests.support.waiting import eventually
 from tests.test_approvals import APPROVE, ReactScript, _ask, _cards, _click, _gated, _settle
 from tests.test_ask import AskScript
 from threadbound_emulator import FakeSlack
-from threadbound_emulator.events import envelope, over_socket, session_stopped
+from threadbound_emulator.events import command_body, envelope, over_socket, session_stopped, slash_command
 
 LONG = " ".join(f"Word{i} of a long answer that keeps going." for i in range(400))
 SHORT = "Here is the short answer."
@@ -240,3 +241,57 @@ async def test_the_session_is_suspended_while_a_gated_call_waits_for_its_approva
         assert (await app.click(_click(card, "U1", APPROVE, root))).status == 200
         await _settle(app)
         assert session.history == ["processing", "suspended", "processing", "active"]
+
+
+@pytest.mark.parametrize("socket", [False, True], ids=["http", "socket-mode"])
+async def test_the_stop_subcommand_stops_the_run_of_the_thread_it_names(
+    agent_slack: FakeSlack, tmp_path: Path, socket: bool
+) -> None:
+    """``/threadbound stop`` with a link to the thread stops its run like Slack's Stop (privately
+    answered); without a thread it says how; with nothing running it says so and changes nothing."""
+    slack = agent_slack
+    model = scripted(_long_then_short, chunk=40, chunk_delay=0.02)
+    async with AppHarness(slack, model=model, data_dir=tmp_path, socket_mode=socket) as app:
+        assert app.service is not None
+        app.service.runner.executor.stream_interval = 0.05
+        root = await _mention(app, "tell me everything", socket=socket)
+        await eventually(lambda: any(len(s.text) > 200 for s in slack.streams.values()))
+        how = await _slash(app, "U2", "stop", socket=socket)
+        assert "Type `stop` in the thread" in how["text"]
+        link = f"https://fake.slack.com/archives/C1/p{root.replace('.', '')}"
+        answer = await _slash(app, "U2", f"stop {link}", socket=socket)
+        assert answer["response_type"] == "ephemeral" and "Stopping" in answer["text"]
+        await app.idle()
+        [stream] = slack.streams.values()
+        assert 0 < len(stream.text) < len(LONG) and stream.state == "stopped"
+        assert slack.count("chat.postMessage") == 0
+        assert slack.sessions[("C1", root)].status == "active"
+        again = await _slash(app, "U2", f"stop {link}", socket=socket)
+        assert "Nothing of the app's is running" in again["text"]
+
+
+async def _slash(app: AppHarness, user: str, text: str, *, socket: bool) -> dict[str, Any]:
+    payload = slash_command(app.slack, "C1", user, text, response_url=app.slack.response_url())
+    if socket:
+        envelope = over_socket(app.slack.socket, payload)
+        async with asyncio.timeout(10):
+            await app.slack.socket.wait_acked(envelope)
+        answer = envelope.ack_payload
+    else:
+        raw, headers = command_body(payload, SIGNING_SECRET)
+        response = await app.post_raw(raw, headers)
+        assert response.status == 200
+        answer = await response.json()
+    assert isinstance(answer, dict)
+    return answer
+
+
+def test_the_stop_subcommand_finds_its_thread_in_the_payload_or_a_link() -> None:
+    """The thread is Slack's ``thread_ts`` when given, else a link's (a reply's link names its
+    thread); a link to another conversation, or none, names nothing."""
+    assert thread_of({"thread_ts": "1.5"}, "", "C1") == "1.5"
+    assert thread_of({}, "https://x.slack.com/archives/C1/p1700000000123456", "C1") == "1700000000.123456"
+    reply = "https://x.slack.com/archives/C1/p1700000009000001?thread_ts=1700000000.123456&cid=C1"
+    assert thread_of({}, reply, "C1") == "1700000000.123456"
+    assert thread_of({}, "https://x.slack.com/archives/C9/p1700000000123456", "C1") is None
+    assert thread_of({}, "please", "C1") is None

@@ -141,7 +141,7 @@ def build_manifest(
             {
                 "command": slash_command,
                 "description": "Your usage and follow-ups with this app",
-                "usage_hint": "help | usage | follow-ups",
+                "usage_hint": "help | usage | follow-ups | stop",
                 "should_escape": False,
                 **({} if url is None else {"url": url}),
             }
