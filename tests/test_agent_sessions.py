@@ -205,7 +205,8 @@ async def test_a_rename_in_slack_keeps_the_stored_title_in_step(
     agent_slack: FakeSlack, tmp_path: Path
 ) -> None:
     """The session is created with the first message's words as its title; a person's rename
-    (``agent_session_title_changed``) is what the store then holds."""
+    (``agent_session_title_changed``) is what the store then holds, and what a session created again
+    is titled."""
     slack = agent_slack
     model = scripted(lambda t: [SHORT] if t.prompt else [""])
     async with AppHarness(slack, model=model, data_dir=tmp_path) as app:
@@ -225,6 +226,10 @@ async def test_a_rename_in_slack_keeps_the_stored_title_in_step(
         }
         assert (await app.deliver(envelope(slack, event))).status == 200
         assert await store.session_title(task_id) == "Offsite"
+        del slack.sessions[("C1", root)]  # Slack no longer has it: the next run creates it again
+        await _mention(app, "again", thread_ts=root)
+        await app.idle()
+        assert slack.sessions[("C1", root)].title == "Offsite"
 
 
 async def test_the_session_is_suspended_while_a_gated_call_waits_for_its_approval(

@@ -3,7 +3,8 @@
 Where the adapter offers agent sessions (``ChannelFeatures.sessions``; on Slack, an app declared an
 agent) and ``AGENT_SESSIONS`` is not ``off``, a run sets its thread's session to ``processing`` as it
 starts — creating it on the task's first run with a short title from the first message and the
-person who wrote it — so people see a status and a Stop button (``app.runs.stop``); when the run ends
+person who wrote it (a later run names the stored title, kept in step with a person's rename, should
+the session not exist yet) — so people see a status and a Stop button (``app.runs.stop``); when the run ends
 the session is ``suspended`` if the task now waits on a person (an ask, an approval), else ``active``.
 A stopped run ends ``active`` too; a run that lost its lease leaves the session to the new owner.
 
@@ -72,7 +73,10 @@ class SessionStatuses:
 
     async def _begin(self, session: ChannelSession, items: Sequence[InboxItem]) -> bool:
         task, title = session.task, ""
-        if not task.transcript:  # the task's first run creates the session: its title, its initiator
+        if task.transcript:  # a later run: the stored title (a person's rename kept), should it create one
+            with contextlib.suppress(Exception):
+                title = await self.store.session_title(task.task_id)
+        else:  # the task's first run creates the session: its title, its initiator
             first = inbound.stored(items[0].payload) if items else None
             if first is not None:
                 with contextlib.suppress(Exception):  # the text as the model reads it: names, no ids
