@@ -44,11 +44,14 @@ from app.intake.personal_blocks import CANCEL_FOLLOW_UP
 from app.intake.shortcuts import Shortcuts
 from app.intake.slash_command import SlashCommand
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
+from app.intake.stop_command import SUMMARY as STOP_SUMMARY
+from app.intake.stop_command import StopCommand
 from app.ops.check import auth_failure
 from app.ops.observe import ModelTiming, Observer, combine
 from app.ops.paas import ephemeral_disk_warning
 from app.ops.shutdown import CANCEL_WAIT, bounded
 from app.runs.ack_gate import AckGate
+from app.runs.agent_session import SessionStatuses
 from app.runs.compaction import Compactor
 from app.runs.feedback import Feedback
 from app.runs.file_expiry import FileExpiry, sweep_steps
@@ -407,7 +410,10 @@ class _Runs:
         settings, config, store, observer = parts.settings, parts.config, parts.store, parts.observer
         # Observer first: its log scope (task, run) then wraps progress and the caller's hooks.
         agent_view = AgentView(parts.adapter, config.agent_file.prompts)
-        run_hooks = combine(observer.hooks(), config.progress.hooks(), agent_view.hooks(), hooks)
+        sessions = SessionStatuses(store, settings.agent_sessions)  # Slack's agent sessions, where offered
+        run_hooks = combine(
+            observer.hooks(), config.progress.hooks(), agent_view.hooks(), sessions.hooks(), hooks
+        )
         approvals = Approvals.from_settings(store, parts.adapter, settings)
         tools = selections[DEFAULT]
         warn_unmatched_approval(config.agent_file.approval, tools, config.mcp.unavailable())
@@ -447,6 +453,7 @@ class _Runs:
             stream=config.stream_mode == "auto",
             feedback=True,
             policies=policies,
+            name_of=parts.adapter.user,  # who stopped a turn, as the model is told
         )
         runner = Scheduler(
             store=store,
@@ -596,4 +603,5 @@ class _WaysIn:
         shortcuts = Shortcuts(ingress, surfaces.respond, name_of)
         interactions.on_shortcut = shortcuts.handle
         command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
+        command.add("stop", StopCommand(parts.store, runs.runner), STOP_SUMMARY)  # a person's Stop
         return cls(shortcuts, command, home)

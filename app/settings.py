@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     progress_emoji: str = "eyes"
     #: ``auto``: answers stream into the thread as they are written; ``off``: posted whole.
     stream: str = "auto"
+    #: Slack's agent sessions (status, title, Stop): ``auto`` where the install grants ``assistant:write``
+    #: (the app is declared an agent), ``on`` tried on every install, ``off`` never.
+    agent_sessions: Literal["auto", "on", "off"] = "auto"
     #: Include a short preview of message text in the delivery's log line (off: no text in any line).
     log_previews: bool = False
     #: When set, GET /metrics requires ``Authorization: Bearer <token>``.

@@ -86,6 +86,9 @@ class ChannelFeatures:
     stream: bool = False
     #: Post cards with buttons and take clicks: ``channel_ask``, ``channel_request_approval``.
     ask: bool = False
+    #: Show the conversation's agent session — a status, a title and a Stop button people press
+    #: while a run works (``set_session``; a runtime effect, not a tool).
+    sessions: bool = False
 
     def enabled(self) -> frozenset[str]:
         return frozenset(f.name for f in fields(self) if getattr(self, f.name))
@@ -171,6 +174,10 @@ class Posted:
 
 
 StepStatus = Literal["in_progress", "complete", "error"]
+
+#: An agent session's status: a run works (people may stop it), the conversation is idle, the task
+#: waits on a person (an ask, an approval), or it is over.
+SessionStatus = Literal["processing", "active", "suspended", "closed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +348,16 @@ class ChannelAdapter(Protocol):
         """Show progress text ("is thinking…"); an empty string clears it. ``loading_messages``, when
         given, are shown in turn instead of the text while it lasts (Slack takes up to 10)."""
 
+    async def set_session(
+        self, origin: Origin, status: SessionStatus, *, title: str = "", initiator: str = ""
+    ) -> None:
+        """Set the status of the origin's agent session, creating it when needed (with ``title`` and
+        ``initiator``, the person whose message started it). While ``processing`` people see a Stop
+        button; a Stop reaches the host as an event of its own (``app.runs.stop``)."""
+
+    async def rename_session(self, origin: Origin, title: str) -> None:
+        """Change the title the origin's agent session shows."""
+
     # -- cards (feature ``ask``): ``channel.cards`` says what a card holds; the adapter draws it --
     async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
         """Post ``card`` into the origin, carrying ``effect_id`` as :meth:`post` does (found by
@@ -378,6 +395,7 @@ FEATURE_METHODS: dict[str, str] = {
     "status": "set_status",
     "stream": "open_stream",
     "ask": "post_card",
+    "sessions": "set_session",
 }
 
 
@@ -432,6 +450,14 @@ class AdapterBase:
 
     async def open_stream(self, origin: Origin, start: StreamStart) -> LiveMessage:
         raise _unsupported("streaming")
+
+    async def set_session(
+        self, origin: Origin, status: SessionStatus, *, title: str = "", initiator: str = ""
+    ) -> None:
+        raise _unsupported("agent sessions")
+
+    async def rename_session(self, origin: Origin, title: str) -> None:
+        raise _unsupported("agent sessions")
 
     async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:
         raise _unsupported("cards")

@@ -44,15 +44,16 @@ from .contract import (
     Origin,
     OriginInfo,
     Posted,
+    SessionStatus,
     StreamStart,
     Uploaded,
 )
 from .errors import ChannelError, MessageGone
 from .fake_messages import FakeDocument, FakeLive, FakeMessage
 
-#: Every capability the fake implements, all but cards (``ask``), which a test turns on when it
-#: wants the ask tools: what a test gets unless it asks for more or less.
-ALL_FEATURES = ChannelFeatures(**{name: name != "ask" for name in FEATURE_METHODS})
+#: Every capability the fake implements, all but cards (``ask``) and agent sessions (``sessions``),
+#: which a test turns on when it wants them: what a test gets unless it asks for more or less.
+ALL_FEATURES = ChannelFeatures(**{name: name not in ("ask", "sessions") for name in FEATURE_METHODS})
 _EPOCH = 1_700_000_000
 
 
@@ -86,6 +87,8 @@ class FakeAdapter(AdapterBase):
         self.files: dict[str, FileMeta] = {}
         self.documents: dict[str, FakeDocument] = {}
         self.statuses: list[tuple[Origin, str]] = []
+        #: ``(origin, status, title)`` of every agent-session change, in order (a rename: status ``""``).
+        self.sessions: list[tuple[Origin, str, str]] = []
         #: message ref → the card it shows, as posted or last updated (neutral: no provider markup).
         self.cards: dict[str, Card] = {}
         #: ``(channel, user, text)`` of every private note.
@@ -352,6 +355,20 @@ class FakeAdapter(AdapterBase):
     async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         self._enter("set_status", status, "status")
         self.statuses.append((origin, status))
+
+    async def set_session(
+        self, origin: Origin, status: SessionStatus, *, title: str = "", initiator: str = ""
+    ) -> None:
+        self._enter("set_session", status, "sessions")
+        self.sessions.append((origin, status, title))
+
+    async def rename_session(self, origin: Origin, title: str) -> None:
+        self._enter("rename_session", title, "sessions")
+        self.sessions.append((origin, "", title))
+
+    def session_status(self, origin: Origin) -> str:
+        """The status the origin's session shows now (``""``: none set)."""
+        return next((s for o, s, _ in reversed(self.sessions) if o == origin and s), "")
 
     # -- cards: kept as the neutral model, so a test reads what any provider would draw ----------
     async def post_card(self, origin: Origin, card: Card, *, effect_id: str) -> Posted:

@@ -30,3 +30,8 @@ class ReplyHost(Protocol):
     def forget_post(self, handle: str) -> None:
         """A message posted in this run was removed again."""
         ...
+
+    async def stream_closed(self) -> None:
+        """The provider closed a message of the answer early: before the answer goes on in a new one,
+        the host may end the run here (a person stopped it, and the provider ended its streams)."""
+        ...

@@ -185,6 +185,15 @@ class AnswerStream:
             result["parts"] = handles
         return result
 
+    async def halt(self) -> None:
+        """A person stopped the run: end every message still streaming as it stands (its text stays,
+        nothing more is sent) and journal it as posted."""
+        await self._stop_flusher()
+        self._done = True
+        for message in self._messages:
+            if message.open:
+                await self._stop(message, "")
+
     async def abandon(self) -> None:
         """The text shown was not an answer (the run ended without one): remove every message."""
         await self._stop_flusher()
@@ -256,6 +265,7 @@ class AnswerStream:
                     ]
                     current.cut = True
                     await self._stop(current, "")
+                    await self._session.stream_closed()  # a person's Stop ends the run here
                     continue  # the rest goes into a new message
                 except ChannelError as exc:
                     await self._break(current, exc)

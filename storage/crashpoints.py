@@ -50,6 +50,8 @@ POINTS: Final = frozenset(
     {f"slack.{kind}.{when}" for kind in SLACK_WRITES for when in ("before", "after")}
     | {f"store.{kind}.{when}" for kind in STORE_COMMITS for when in ("before", "after")}
     | {"model.request", "tool.call"}
+    # A person's Stop: recorded, then settled by the halted run (or the next one).
+    | {"store.stop.after", "store.settle_stop.before", "store.settle_stop.after"}
 )
 
 #: The start of the line the armed seam writes to stderr before the kill; the points passed follow.

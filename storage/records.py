@@ -26,6 +26,7 @@ __all__ = [
     "LeaseMoved",
     "LeaseRecord",
     "PersonTask",
+    "StopRecord",
     "StoreError",
     "StoreStats",
     "TaskRecord",
@@ -55,6 +56,18 @@ class TaskRecord:
     summary: str = ""
     #: A run checkpointed its transcript and has not finished (it is resumed from there).
     run_open: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StopRecord:
+    """A person's Stop on the task's run, waiting to be settled (``storage/stop_statements.py``)."""
+
+    task_id: str
+    #: Who pressed Stop (the provider's person id; the model is told their name).
+    by_user: str
+    requested_at: float
+    #: The newest inbox item when the stop was asked: the stopped turn's items are those up to it.
+    upto: int
 
 
 @dataclass(frozen=True, slots=True)

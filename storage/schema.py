@@ -27,6 +27,7 @@ Tables (same shape on both dialects):
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once: "Approvals show everything").
 - ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people.
+- ``stops``, ``agent_sessions`` (v12): a person's Stop waiting to be settled; a session's title.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .ask_statements import ASKS_POSTGRES, ASKS_SQLITE
 from .follow_up_statements import FOLLOW_UPS_DDL
 from .sql import Dialect, DialectName, Script, Statement
 from .statements import PROCEDURES, RECORD_VERSION, SCHEMA_VERSION
+from .stop_statements import STOPS_POSTGRES, STOPS_SQLITE
 
 SCHEMA_VERSION_DDL: Final[dict[DialectName, str]] = {
     "sqlite": (
@@ -325,6 +327,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (9, {"sqlite": _V9, "postgres": _V9}),
     (10, {"sqlite": FOLLOW_UPS_DDL, "postgres": FOLLOW_UPS_DDL}),
     (11, {"sqlite": ASKS_SQLITE, "postgres": ASKS_POSTGRES}),
+    (12, {"sqlite": STOPS_SQLITE, "postgres": STOPS_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]  # MIGRATIONS: ``(version, {dialect: statements})``

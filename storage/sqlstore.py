@@ -31,6 +31,7 @@ from .records import (
     InstanceLook,
     LeaseRecord,
     PersonTask,
+    StopRecord,
     StoreStats,
     TaskRecord,
     UsageRecord,
@@ -43,6 +44,7 @@ from .sqlstore_follow_ups import DEFAULT_PER_PERSON, FollowUps
 from .sqlstore_leases import Leases
 from .sqlstore_people import People
 from .sqlstore_session import Sessions
+from .sqlstore_stops import Stops
 from .sqlstore_tasks import Tasks
 
 
@@ -62,6 +64,7 @@ class SqlStore:
         self._people = People(database)
         self._follow_ups = FollowUps(database)
         self._asks = Asks(database)
+        self._stops = Stops(database)
 
     @classmethod
     def over(cls, database: Database) -> Self:
@@ -236,8 +239,8 @@ class SqlStore:
         """What a run of the task starts from, read together (one trip where the backend can):
         its pending inbox (:meth:`pending_inbox`), its open journal entries (``open_effects``), its
         record (:meth:`get_task`; None for an unknown task), whether an approval of it waits for a
-        decision (``has_open_approval``), its undecided asks (``open_asks``) and its feedback not
-        shown yet (``pending_feedback``)."""
+        decision (``has_open_approval``), its undecided asks (``open_asks``), its feedback not
+        shown yet (``pending_feedback``) and a person's Stop waiting to be settled (:meth:`stop_of`)."""
         return await self._tasks.run_state(task_id)
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:
@@ -591,3 +594,42 @@ class SqlStore:
     async def expired_asks(self, *, before: float, limit: int = 100) -> list[AskRecord]:
         """Open asks created before ``before``, oldest first."""
         return await self._asks.expired_asks(before=before, limit=limit)
+
+    # -- stops and agent sessions (``sqlstore_stops.Stops``) -------------------------------------
+    async def request_stop(self, channel: str, thread_ts: str, *, by_user: str, now: float) -> str | None:
+        """Record a person's Stop on the run in progress in conversation ``(channel, thread_ts)``:
+        only while its task's lease is live and it has work (pending inbox items, or a run checkpointed
+        and not finished): a run is in progress; and no stop of it waits already. Returns
+        the task's id when recorded, None otherwise (no such conversation, no run: a Stop between runs
+        does nothing). The stop's ``upto`` is the task's newest inbox item at this moment."""
+        return await self._stops.request_stop(channel, thread_ts, by_user=by_user, now=now)
+
+    async def stop_of(self, task_id: str) -> StopRecord | None:
+        """The task's stop waiting to be settled, if any."""
+        return await self._stops.stop_of(task_id)
+
+    async def stops_of(self, task_ids: Sequence[str]) -> list[StopRecord]:
+        """The waiting stops of the given tasks (what a running instance polls for)."""
+        return await self._stops.stops_of(task_ids)
+
+    async def settle_stop(
+        self, task_id: str, *, transcript: bytes | None, consumed: Sequence[int] = (), fence: Fence | None
+    ) -> bool:
+        """Settle the task's waiting stop, in one fenced transaction: ``transcript`` saved (None keeps
+        it) with the run closed, the inbox items up to the stop's ``upto`` (and ``consumed``, what the
+        stopped run was shown) consumed, the task's open
+        journal entries closed as they stand, the stop removed. True when no stop waits any more;
+        :class:`LeaseMoved` when ``fence`` is no longer the task's lease (nothing changed)."""
+        return await self._stops.settle_stop(task_id, transcript=transcript, consumed=consumed, fence=fence)
+
+    async def session_title(self, task_id: str) -> str:
+        """The title the task's agent session shows (``""``: none recorded)."""
+        return await self._stops.session_title(task_id)
+
+    async def set_session_title(self, task_id: str, title: str, *, now: float) -> None:
+        await self._stops.set_session_title(task_id, title, now=now)
+
+    async def rename_session(self, channel: str, thread_ts: str, title: str, *, now: float) -> str | None:
+        """Record the title a person gave the session of conversation ``(channel, thread_ts)``; its
+        task's id, None when the conversation is no task's."""
+        return await self._stops.rename_session(channel, thread_ts, title, now=now)

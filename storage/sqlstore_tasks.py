@@ -9,6 +9,7 @@ from typing import Any
 
 from . import ask_statements as ask_sql
 from . import statements as sql
+from . import stop_statements as stop_sql
 from ._rows import from_row
 from .ask_records import AskRecord
 from .crashpoints import crash_point
@@ -19,6 +20,7 @@ from .records import (
     Fence,
     InboxItem,
     LeaseMoved,
+    StopRecord,
     StoreError,
     TaskRecord,
 )
@@ -33,7 +35,7 @@ _PRUNE_BATCH = 10_000
 
 def _state_of(rows: Sequence[Sequence[Row]]) -> RunState:
     """The :class:`RunState` of the rows of ``Tasks._state_reads``, in order."""
-    items, effects, tasks, waiting, asks, feedback = rows
+    items, effects, tasks, waiting, asks, feedback, stops = rows
     return RunState(
         [from_row(InboxItem, r) for r in items],
         [from_row(EffectRecord, r) for r in effects],
@@ -41,6 +43,7 @@ def _state_of(rows: Sequence[Sequence[Row]]) -> RunState:
         open_approval=bool(waiting and waiting[0]["waiting"]),
         asks=tuple(from_row(AskRecord, r) for r in asks),
         feedback=tuple(from_row(FeedbackRecord, r) for r in feedback),
+        stop=from_row(StopRecord, stops[0]) if stops else None,
     )
 
 
@@ -202,6 +205,7 @@ class Tasks:
             (sql.HAS_OPEN_APPROVAL, params),
             (ask_sql.OPEN_TASK_ASKS, params),
             (sql.PENDING_FEEDBACK, params),
+            (stop_sql.GET_STOP, params),
         ]
 
     async def tasks_needing_a_run(self, *, now: float) -> list[str]:

@@ -40,6 +40,7 @@ from .lease_statements import (  # noqa: F401
     fenced,
 )
 from .sql import Procedure, Statement, typed
+from .stop_statements import SETTLE_STOP
 from .usage_statements import (  # noqa: F401
     FEEDBACK_COLUMNS,
     MARK_FEEDBACK_SHOWN,
@@ -324,4 +325,6 @@ STATS: Final = Statement(
 )
 
 #: Every procedure; ``migrate()`` creates their Postgres functions.
-PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS, DECIDE_ASK)
+PROCEDURES: Final = (
+    CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS, DECIDE_ASK, SETTLE_STOP
+)

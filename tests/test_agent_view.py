@@ -23,7 +23,8 @@ def test_agent_view_manifest_subscribes_to_its_events_and_the_plain_one_does_not
     plain = build_manifest(URL)["settings"]["event_subscriptions"]["bot_events"]
     agent = build_manifest(URL, agent_view=True)["settings"]["event_subscriptions"]["bot_events"]
     assert set(AGENT_VIEW_EVENTS) & set(plain) == {"app_home_opened"}
-    assert agent == [*plain, "assistant_thread_started"]
+    sessions = ["agent_session_stopped", "agent_session_title_changed"]  # declared an agent: Stop, renames
+    assert agent == [*plain, "assistant_thread_started", *sessions]
 
 
 def test_prompts_are_read_and_checked(tmp_path: Path) -> None:

@@ -63,7 +63,8 @@ async def test_good_configuration_passes(llm: FakeOpenAI, tmp_path: Path) -> Non
         code, lines = await check(slack, llm, tmp_path)
     assert code == 0, lines
     checks = [line.split()[0] for line in lines if not line.startswith("INFO") and "  posture  " not in line]
-    assert checks == ["PASS"] * 5 + ["SKIP", "SKIP", "PASS"], lines
+    # PASS but a SKIP for agent sessions (not granted here), the SKIPs of what was not asked for.
+    assert checks == ["PASS", "PASS", "SKIP"] + ["PASS"] * 3 + ["SKIP", "SKIP", "PASS"], lines
     assert lines_of(lines, "PASS", "token") and "@threadbound" in lines[0]
     assert llm.count == 1
     assert llm.requests[0]["max_completion_tokens"] <= 16
@@ -112,6 +113,27 @@ async def test_missing_optional_scopes_warn_naming_tools(llm: FakeOpenAI, tmp_pa
     warned = lines_of(lines, "WARN", "scopes")
     assert any("files:write" in w and "channel_attach" in w for w in warned), lines
     assert any("canvases:write" in w and "channel_post_document" in w for w in warned), lines
+
+
+@pytest.mark.parametrize(
+    ("agent", "mode", "status", "says"),
+    [
+        (False, "auto", "SKIP", "manifest --agent-view"),
+        (True, "auto", "PASS", "assistant:write granted"),
+        (True, "off", "SKIP", "AGENT_SESSIONS=off"),
+    ],
+)
+async def test_agent_sessions_are_reported_with_what_turns_them_on(
+    llm: FakeOpenAI, tmp_path: Path, agent: bool, mode: str, status: str, says: str
+) -> None:
+    """One line says whether agent sessions (Slack's Stop) are on: declared an agent
+    (``assistant:write``) and not turned off, else what to do."""
+    scopes = [*DEFAULT_SCOPES, *(["assistant:write"] if agent else [])]
+    async with FakeSlack(token=TOKEN, scopes=scopes) as slack:
+        code, lines = await check(slack, llm, tmp_path, run_model=False, agent_sessions=mode)
+    assert code == 0
+    (line,) = lines_of(lines, status, "agent sessions")
+    assert says in line, lines
 
 
 async def test_missing_chat_write_fails(llm: FakeOpenAI, tmp_path: Path) -> None:
@@ -332,5 +354,5 @@ async def test_check_prints_each_profile_and_the_production_posture(llm: FakeOpe
         "approvals": "PASS",
         "budgets": "WARN",
         "/metrics": "PASS",
-        "previews": "WARN",
+        "previews": "PASS",  # LOG_PREVIEWS is off by default
     }, lines

@@ -40,8 +40,9 @@ from tests.support.harness import SIGNING_SECRET
 from tests.support.postgres import fresh_schema
 from tests.support.process import ServerProcess, server_env
 from tests.support.settled import settled
-from tests.support.waiting import eventually
-from threadbound_emulator import FakeSlack
+from tests.support.waiting import eventually, polls
+from threadbound_emulator import DEFAULT_SCOPES, FakeSlack
+from threadbound_emulator.events import session_stopped
 
 pytestmark = pytest.mark.process
 ROOT = Path(__file__).resolve().parents[1]
@@ -640,7 +641,7 @@ def test_the_matrix_covers_every_crash_point() -> None:
     passed = crash_points_in(ROOT, ("app", "channel", "storage"))
     unknown = {name: where for name, where in passed.items() if name not in POINTS}
     assert not unknown, f"crash points the registry (storage/crashpoints.py) does not know: {unknown}"
-    rows = {point.split(":")[0] for point, _ in ROWS}
+    rows = {point.split(":")[0] for point, _ in [*ROWS, *STOP_ROWS]}
     uncovered = {name: where for name, where in passed.items() if name not in rows}
     assert not uncovered, f"crash points no row of the matrix covers: {uncovered}"
     assert set(POINTS) <= set(passed), f"points the code never passes: {set(POINTS) - set(passed)}"
@@ -686,3 +687,127 @@ def test_the_coverage_check_reads_points_from_the_source(tmp_path: Path) -> None
     (package / "mod.py").write_text("from storage.crashpoints import crash_point\ncrash_point(f'x.{y()}')\n")
     with pytest.raises(Unresolved):
         crash_points_in(tmp_path, ["pkg_chaos_points"])
+
+
+# -- the Stop ("A stop is final"): killed while a person's Stop is recorded or settled --------------
+#: The Stop's crash points: recorded (in the process that took the event), about to be settled by the
+#: halted run, settled. Each row runs a run stopped mid-answer; the process is killed at the point.
+STOP_ROWS: list[tuple[str, str]] = [
+    ("store.stop.after", "stop"),
+    ("store.settle_stop.before", "stop"),
+    ("store.settle_stop.after", "stop"),
+]
+
+
+class _Stoppable:
+    """The model of a run stopped mid-answer: it reads the thread (the streamed message opens with the
+    step), then writes its answer so slowly that a Stop always comes first; a follow-up is answered."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.answering = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, request: dict[str, Any]) -> Reply:
+        self.requests.append(request)
+        if FOLLOW_UP in last_user_text(request):
+            return FakeOpenAI.text(SECOND)
+        if not any(m.get("role") == "tool" for m in _since_ask(request["messages"])):
+            return Reply(tool_calls=(FakeOpenAI.tool_call("channel_read").tool_calls[0],))
+        self.answering.set()
+        await self.release.wait()  # held until the row ends: the Stop comes first
+        return FakeOpenAI.text(ANSWER)
+
+    def stopped_turn_requests(self) -> int:
+        return sum(1 for r in self.requests if _asks(r) and FOLLOW_UP not in last_user_text(r))
+
+
+async def _stop_row(tmp_path: Path, point: str, url: str | None) -> None:
+    data_dir = tmp_path / "data"
+    model = _Stoppable()
+    async with (
+        FakeSlack(scopes=[*DEFAULT_SCOPES, "assistant:write"]) as slack,
+        FakeOpenAI(model) as llm,
+        aiohttp.ClientSession() as http,
+        contextlib.AsyncExitStack() as processes,
+    ):
+        processes.callback(model.release.set)
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        env = _env(slack, llm, data_dir, STREAM, url)
+        doomed = ServerProcess(
+            {**env, "THREADBOUND_CRASH_AT": point}, cwd=tmp_path, log_path=tmp_path / "doomed.log"
+        )
+        survivor = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "survivor.log")
+        processes.push_async_callback(doomed.stop)
+        processes.push_async_callback(survivor.stop)
+        await doomed.start()
+        if url:
+            await survivor.start()
+        root = slack.add_message("C1", f"<@UBOT> {ASK}", user="U1")
+        mention = events.app_mention("C1", "U1", f"<@UBOT> {ASK}", root)
+        assert (
+            await events.deliver(http, f"{doomed.url}/slack/events", mention, SIGNING_SECRET)
+        ).status == 200
+        async with asyncio.timeout(WITHIN_S):
+            await model.answering.wait()
+        await eventually(lambda: len(slack.streams) == 1, within=WITHIN_S)
+        stop = session_stopped(slack, "C1", root, "U1")
+        try:
+            await events.deliver(http, f"{doomed.url}/slack/events", stop, SIGNING_SECRET)
+        except aiohttp.ClientError:
+            pass  # killed before its 200: Slack delivers the event again (below)
+        await eventually(
+            lambda: doomed.proc is not None and doomed.proc.returncode is not None, within=WITHIN_S
+        )
+        if not survivor.proc:
+            await survivor.start()
+        # Slack retries a Stop it got no 200 for; one already recorded (or settled) changes nothing.
+        retry = await events.deliver(http, f"{survivor.url}/slack/events", stop, SIGNING_SECRET, retry_num=1)
+        assert retry.status == 200
+        store_url = url or f"sqlite:///{data_dir / 'threadbound.db'}"
+        await settled(store_url, "C1", root, within=WITHIN_S)
+        store = open_store(store_url)
+        try:
+            task_id = await store.find_task("C1", root)
+            assert task_id is not None
+            async for _ in polls(WITHIN_S):
+                if await store.stop_of(task_id) is None:
+                    break
+            assert await store.stop_of(task_id) is None, "the stop was never settled"
+        finally:
+            await store.close()
+        follow = slack.add_message("C1", FOLLOW_UP, user="U1", thread_ts=root)
+        envelope = events.message("C1", "U1", FOLLOW_UP, follow, thread_ts=root)
+        assert (
+            await events.deliver(http, f"{survivor.url}/slack/events", envelope, SIGNING_SECRET)
+        ).status == 200
+        await eventually(
+            lambda: any(SECOND in m.get("text", "") for m in slack.bot_messages("C1")), within=WITHIN_S
+        )
+        await survivor.stop()
+        texts = [_shown(m) for m in slack.bot_messages("C1")]
+        assert not [t for t in texts if ANSWER in t], texts  # the stopped turn wrote nothing more
+        assert sum(SECOND in t for t in texts) == 1, texts
+        assert model.stopped_turn_requests() == 2  # never asked again for the stopped turn
+        assert all(s.state != "streaming" for s in slack.streams.values())
+        follow_up = next(r for r in model.requests if FOLLOW_UP in last_user_text(r))
+        assert "stopped by Alice" in json.dumps(follow_up["messages"])  # the model learns it
+
+
+@pytest.mark.parametrize(("point", "scenario"), STOP_ROWS, ids=[p for p, _ in STOP_ROWS])
+async def test_a_crash_around_a_stop_never_takes_the_stopped_turn_up_again_on_sqlite(
+    tmp_path: Path, point: str, scenario: str
+) -> None:
+    """SQLite: killed while a Stop is recorded or settled and restarted, the stopped turn writes nothing
+    more and is never taken up again, the model learns who stopped it, and the next message is answered."""
+    await _stop_row(tmp_path, point, None)
+
+
+@pytest.mark.parametrize(("point", "scenario"), STOP_ROWS, ids=[p for p, _ in STOP_ROWS])
+async def test_a_crash_around_a_stop_never_takes_the_stopped_turn_up_again_on_postgres(
+    tmp_path: Path, point: str, scenario: str
+) -> None:
+    """Postgres: the same, taken over by a second instance running beside the killed one."""
+    async with fresh_schema("tb_matrix") as schema:
+        await _stop_row(tmp_path, point, schema.url)

@@ -9,6 +9,8 @@ import pytest
 
 from app.__main__ import main
 from app.ops.manifest import (
+    AGENT_MANIFEST_FILE,
+    AGENT_SESSION_EVENTS,
     BOT_EVENTS,
     MANIFEST_FILE,
     PLACEHOLDER_URL,
@@ -17,7 +19,7 @@ from app.ops.manifest import (
     build_manifest,
 )
 from channel.slack import features_from_scopes
-from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes, purpose
+from channel.slack.scopes import AGENT_SCOPES, BASE_SCOPES, FEATURE_SCOPES, missing_scopes, purpose
 from channel.tools import CATALOG
 from threadbound_emulator import DEFAULT_SCOPES
 
@@ -86,7 +88,8 @@ def test_every_subscribed_event_and_every_tool_has_its_scopes() -> None:
         if spec.feature is not None:
             assert set(FEATURE_SCOPES[spec.feature]) <= bot, spec.name
     assert missing_scopes(sorted(bot)) == {}
-    assert features_from_scopes(sorted(bot)).enabled() == set(FEATURE_SCOPES)
+    # Agent sessions come with the agent setting (--agent-view), not with a default install.
+    assert features_from_scopes(sorted(bot)).enabled() == set(FEATURE_SCOPES) - {"sessions"}
     assert bot == set(DEFAULT_SCOPES)
 
 
@@ -108,7 +111,8 @@ def test_agent_view_adds_features_agent_view_and_never_assistant_view(
     manifest = json.loads(capsys.readouterr().out)
     assert manifest["features"]["agent_view"]["agent_description"]
     assert "assistant_view" not in manifest["features"]
-    assert manifest["oauth_config"]["scopes"]["bot"] == build_manifest(URL)["oauth_config"]["scopes"]["bot"]
+    plain = build_manifest(URL)["oauth_config"]["scopes"]["bot"]
+    assert manifest["oauth_config"]["scopes"]["bot"] == sorted({*plain, *AGENT_SCOPES})
 
 
 def test_features_follow_the_scopes() -> None:
@@ -161,6 +165,20 @@ def test_cli_bad_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["manifest", "--url", "http://bot.example.com/events"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "/slack/events" in captured.err
+
+
+def test_checked_in_agent_manifest_is_current_and_declares_sessions() -> None:
+    """slack-manifest.agent.json is `manifest --agent-view`'s output: declared an agent, it asks for
+    ``assistant:write`` and subscribes to the agent-session events (Stop, rename); the default
+    manifest asks for neither (it installs on any plan)."""
+    agent = build_manifest(PLACEHOLDER_URL, agent_view=True)
+    assert (ROOT / AGENT_MANIFEST_FILE).read_text(encoding="utf-8") == json.dumps(agent, indent=2) + "\n"
+    assert "assistant:write" in agent["oauth_config"]["scopes"]["bot"]
+    for event in AGENT_SESSION_EVENTS:
+        assert event in agent["settings"]["event_subscriptions"]["bot_events"]
+    plain = build_manifest(PLACEHOLDER_URL)
+    assert "assistant:write" not in plain["oauth_config"]["scopes"]["bot"]
+    assert not set(AGENT_SESSION_EVENTS) & set(plain["settings"]["event_subscriptions"]["bot_events"])
 
 
 def test_the_manifest_declares_the_ways_in(capsys: pytest.CaptureFixture[str]) -> None:

@@ -275,6 +275,21 @@ def app_home_opened(ws: Workspace, user: str, *, tab: str = "home") -> JSON:
     return envelope(ws, event)
 
 
+def session_stopped(ws: Workspace, channel: str, thread_ts: str, user: str) -> JSON:
+    """The envelope Slack sends when ``user`` presses Stop on the thread's agent session: Slack ends the
+    thread's open streams itself (listed in ``streaming_message_ts``) and leaves the status as it is."""
+    streams = ws.stop_streams(channel, thread_ts)
+    event: JSON = {
+        "type": "agent_session_stopped",
+        "channel": channel,
+        "thread_ts": thread_ts,
+        "user": user,
+        "streaming_message_ts": streams,
+        "event_ts": f"{time.time():.6f}",
+    }
+    return envelope(ws, event)
+
+
 __all__ = [
     "app_home_opened",
     "block_actions",
@@ -286,6 +301,7 @@ __all__ = [
     "message_action",
     "message_events",
     "over_socket",
+    "session_stopped",
     "sign",
     "slash_command",
 ]

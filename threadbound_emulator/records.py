@@ -73,6 +73,23 @@ class Stream:
     task_updates: list[tuple[str, str]] = field(default_factory=list)
     #: Blocks ``stopStream`` added under the text (feedback buttons).
     blocks: list[JSON] = field(default_factory=list)
+    #: ``task_display_mode`` at start: ``timeline`` (Slack's default) or ``plan``.
+    display_mode: str = "timeline"
+    #: The titles of ``plan_update`` chunks, in arrival order.
+    plan_titles: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AgentSession:
+    """One thread's agent session (``agents.sessions.*``): its status, title, and what it went through."""
+
+    channel: str
+    thread_ts: str
+    status: str
+    title: str = ""
+    initiator: str = ""
+    #: Every status it was set to, in order.
+    history: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from .records import (
     DEFAULT_SCOPES,
     FAKE_HOST,
     HUGE_DECLARED_SIZE,
+    AgentSession,
     Canvas,
     Channel,
     ChunkSource,
@@ -70,6 +71,10 @@ class Workspace(MessageRules):
         self.streams: dict[tuple[str, str], Stream] = {}
         #: Seconds a stream stays open (Slack: about five minutes); ``expire_streams`` ends them now.
         self.stream_ttl = 300.0
+        #: Whether ``chat.startStream`` offers ``task_display_mode: plan``.
+        self.plans_offered = True
+        #: Agent sessions by ``(channel, thread_ts)`` (``threadbound_emulator.api.agents``).
+        self.sessions: dict[tuple[str, str], AgentSession] = {}
         #: ``assistant.threads.setTitle`` calls: ``(channel, thread_ts, title)``.
         self.titles: list[tuple[str, str, str]] = []
         #: ``assistant.threads.setSuggestedPrompts`` calls: ``(channel, thread_ts, prompts)``.
@@ -307,6 +312,23 @@ class Workspace(MessageRules):
         for stream in open_streams:
             stream.state = "expired"
         return len(open_streams)
+
+    def stop_streams(self, channel: str, thread_ts: str) -> list[str]:
+        """End the thread's open streams as Slack does when a person presses an agent session's Stop;
+        returns their ts (the ``streaming_message_ts`` of ``agent_session_stopped``)."""
+        stopped = []
+        for stream in self.streams.values():
+            message = self.find(stream.channel, stream.ts)
+            in_thread = message is not None and message.get("thread_ts") == thread_ts
+            if stream.channel == channel and stream.state == "streaming" and in_thread:
+                stream.state = "stopped"
+                stopped.append(stream.ts)
+        return stopped
+
+    def session_status(self, channel: str, thread_ts: str) -> str:
+        """The status the thread's agent session shows (``""``: none)."""
+        session = self.sessions.get((channel, thread_ts))
+        return session.status if session is not None else ""
 
     # ------------------------------------------------------------------ inspection
 

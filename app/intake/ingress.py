@@ -29,6 +29,7 @@ from channel.slack.inbound import edited_message, inbound_message
 from storage.base import Store, StoreError, retry_if_session_ended
 
 from .router import Decision, classify
+from .session_events import SESSION_EVENTS, session_event
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +141,26 @@ class Ingress:
         level = logging.INFO if result.status == 200 else logging.WARNING
         logs.event(log, "delivery", level=level, **{k: v for k, v in fields.items() if v is not None})
 
+    async def _session_event(self, event: dict[str, Any]) -> IngressResult:
+        try:
+            outcome, reason = await session_event(self.store, event, clock=self.clock)
+        except StoreError as exc:
+            log.error("could not record %s: %s", event.get("type"), exc)
+            return IngressResult(503, "unavailable", "store unavailable")
+        if outcome == "stopped":
+            look_now = getattr(self.scheduler, "stop_recorded", None)  # the scheduler here: it looks now
+            if look_now is not None:
+                self._soon(look_now)
+            return IngressResult(200, "claimed", reason)
+        return IngressResult(200, outcome, reason)  # acknowledged: a retry would be no better
+
     async def _handle(self, body: dict[str, Any]) -> IngressResult:
         event = body.get("event")
         event_id = body.get("event_id")
         if not isinstance(event, dict) or not isinstance(event_id, str) or not event_id:
             return IngressResult(400, "invalid", "event_callback without event or event_id")
+        if event.get("type") in SESSION_EVENTS:  # a Stop, a rename: one store write, no inbox item
+            return await self._session_event(event)
         decision = classify(event, self.bot, self.settings)
         if decision.action == "ignore":
             if decision.external and self.on_external is not None:

@@ -116,7 +116,24 @@ async def _check_token(settings: Settings, report: _Report) -> SlackIdentity | N
     return identity
 
 
-def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
+def _check_agent_sessions(identity: SlackIdentity, report: _Report, mode: str) -> None:
+    """One line on Slack's agent sessions (status, title, Stop): on where the install granted
+    ``assistant:write`` (declared an agent: ``manifest --agent-view``), else what turns them on."""
+    if mode == "off":
+        report.line("SKIP", "agent sessions", "off (AGENT_SESSIONS=off): no status or Stop button")
+        return
+    if features_from_scopes(identity.scopes).sessions:
+        detail = "on (assistant:write granted): a status and a Stop button while a run works"
+        report.line("PASS", "agent sessions", detail)
+        return
+    detail = (
+        "off (no assistant:write): no status or Stop button on conversations; declare the app an agent "
+        "(manifest --agent-view) and reinstall to have them"
+    )
+    report.line("SKIP", "agent sessions", detail)
+
+
+def _check_scopes(identity: SlackIdentity | None, report: _Report, sessions: str = "auto") -> None:
     if identity is None:
         report.line("SKIP", "scopes", "needs a valid token")
         return
@@ -126,6 +143,7 @@ def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
     missing = missing_scopes(identity.scopes)
     if not missing:
         report.line("PASS", "scopes", f"all {len(identity.scopes)} granted scopes cover every tool")
+        _check_agent_sessions(identity, report, sessions)
         return
     for scope, tools in missing.items():
         disables = f" (disables {', '.join(tools)})" if tools else ""
@@ -136,6 +154,7 @@ def _check_scopes(identity: SlackIdentity | None, report: _Report) -> None:
             report.line("WARN", "scopes", f"{scope} is missing: disables {', '.join(tools)}; {_REINSTALL}")
         else:
             report.line("WARN", "scopes", f"{scope} is missing: cannot {purpose(scope)}; {_REINSTALL}")
+    _check_agent_sessions(identity, report, sessions)
 
 
 async def _check_app_token(settings: Settings, report: _Report) -> None:
@@ -407,7 +426,7 @@ async def run_checks(settings: Settings, *, model: bool = True, out: TextIO | No
     """Run every check, print one line per finding to ``out`` (stdout); 0 when nothing FAILed, else 1."""
     report = _Report(out or sys.stdout, _secrets(settings))
     identity = await _check_token(settings, report)
-    _check_scopes(identity, report)
+    _check_scopes(identity, report, settings.agent_sessions)
     await _check_app_token(settings, report)
     _check_signing_secret(settings, report)
     _check_file_origins(settings, report)

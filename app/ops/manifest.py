@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.intake.shortcuts import ASK
-from channel.slack.scopes import wanted_scopes
+from channel.slack.scopes import AGENT_SCOPES, wanted_scopes
 
 #: The URL path the server answers Slack events on (see app/server.py).
 EVENTS_PATH = "/slack/events"
@@ -23,6 +23,8 @@ PLACEHOLDER_URL = "https://YOUR-APP-HOST/slack/events"
 #: The checked-in manifests: Events API (with the placeholder URL) and Socket Mode.
 MANIFEST_FILE = "slack-manifest.json"
 SOCKET_MODE_MANIFEST_FILE = "slack-manifest.socket-mode.json"
+#: The checked-in manifest of an install declared an agent (``--agent-view``): sessions, Stop.
+AGENT_MANIFEST_FILE = "slack-manifest.agent.json"
 
 #: Bot events → the scope Slack requires to deliver each.
 BOT_EVENTS: dict[str, str] = {
@@ -43,6 +45,10 @@ _MAX_SHORTCUT_NAME = 24
 
 #: Bot events the agent messaging experience adds (``--agent-view``); answered by ``app.intake.agent_view``.
 AGENT_VIEW_EVENTS: tuple[str, ...] = ("app_home_opened", "assistant_thread_started")
+#: Bot events of agent sessions (``--agent-view`` declares the app an agent): a person's Stop and a
+#: rename, answered by ``app.intake.session_events``. Without ``agent_session_stopped`` Slack shows
+#: a spinner with no Stop button.
+AGENT_SESSION_EVENTS: tuple[str, ...] = ("agent_session_stopped", "agent_session_title_changed")
 
 _DEV_HOSTS = ("localhost", "127.0.0.1", "::1")
 # Slack's limits: display_information.name ≤ 35 characters.
@@ -72,6 +78,17 @@ def check_request_url(url: str) -> str:
     return url
 
 
+def _as_agent(features: dict[str, Any], events: list[str], scopes: list[str]) -> list[str]:
+    """The agent setting (``--agent-view``) added to ``features`` and ``events``; returns the scopes."""
+    features["agent_view"] = {"agent_description": _AGENT_DESCRIPTION}
+    # A new conversation in the agent view gets the agent file's suggested prompts
+    # (assistant_thread_started); the Messages tab reports being opened (app_home_opened).
+    events += [e for e in AGENT_VIEW_EVENTS if e not in events]
+    # Declared an agent: agent sessions (status, title, Stop) need assistant:write and their events.
+    events += list(AGENT_SESSION_EVENTS)
+    return sorted({*scopes, *AGENT_SCOPES})
+
+
 def build_manifest(
     url: str | None,
     *,
@@ -83,7 +100,8 @@ def build_manifest(
     """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name.
 
     It installs on any Slack plan: nothing in it needs a paid one. ``agent_view`` adds Slack's agent
-    messaging experience (``features.agent_view``), which Slack documents for paid plans only. The
+    messaging experience (``features.agent_view``), which Slack documents for paid plans only, and
+    declares the app an agent: agent sessions (``assistant:write`` and the session events). The
     older ``assistant_view`` is never written: new apps can no longer use it. ``socket_mode`` (with
     ``url`` None) turns Socket Mode on and names no request URL: events and clicks arrive over the
     WebSocket the app opens with its app-level token. ``slash_command`` (``SLASH_COMMAND``) names the
@@ -123,7 +141,7 @@ def build_manifest(
             {
                 "command": slash_command,
                 "description": "Your usage and follow-ups with this app",
-                "usage_hint": "help | usage | follow-ups",
+                "usage_hint": "help | usage | follow-ups | stop",
                 "should_escape": False,
                 **({} if url is None else {"url": url}),
             }
@@ -131,10 +149,7 @@ def build_manifest(
     }
     events = list(BOT_EVENTS) + list(SCOPELESS_EVENTS)
     if agent_view:
-        features["agent_view"] = {"agent_description": _AGENT_DESCRIPTION}
-        # A new conversation in the agent view gets the agent file's suggested prompts
-        # (assistant_thread_started); the Messages tab reports being opened (app_home_opened).
-        events += [e for e in AGENT_VIEW_EVENTS if e not in events]
+        scopes = _as_agent(features, events, scopes)
     # Clicks (feedback, approval and Cancel buttons), shortcuts and the slash command are signed
     # posts to the same URL, or sent over the socket in Socket Mode.
     where = {} if url is None else {"request_url": url}
@@ -153,6 +168,8 @@ def build_manifest(
 
 
 __all__ = [
+    "AGENT_MANIFEST_FILE",
+    "AGENT_SESSION_EVENTS",
     "BOT_EVENTS",
     "DEFAULT_SLASH_COMMAND",
     "EVENTS_PATH",

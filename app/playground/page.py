@@ -56,6 +56,8 @@ class Driver(Protocol):
         self, person: str, channel: str, ts: str, action: dict[str, str], values: dict[str, str] | None = None
     ) -> Delivery: ...
 
+    async def stop_session(self, person: str, channel: str, thread_ts: str) -> Delivery: ...
+
     async def fast_forward(self) -> dict[str, Any]: ...
 
     #: The shortcut, the slash command and the Home tab (``app.playground.ways_in``).
@@ -79,6 +81,7 @@ class Page:
         page.router.add_get("/api/events", self._events)
         page.router.add_post("/api/messages", self._post_message)
         page.router.add_post("/api/click", self._click)
+        page.router.add_post("/api/stop", self._stop)
         page.router.add_post("/api/fast-forward", self._fast_forward)
         page.router.add_post("/api/shortcut", self._ways_in)
         page.router.add_post("/api/command", self._ways_in)
@@ -179,6 +182,21 @@ class Page:
                 body,
                 {str(k): str(v) for k, v in values.items()},
             )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": delivery.status})
+
+    async def _stop(self, request: web.Request) -> web.Response:
+        """Stop on a thread's agent session: ``{as, channel, thread_ts}``."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        who, channel, thread = (str(body.get(k) or "") for k in ("as", "channel", "thread_ts"))
+        try:
+            delivery = await self.driver.stop_session(who, channel, thread)
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
         return web.json_response({"status": delivery.status})

@@ -31,7 +31,7 @@ from pydantic_ai.models import Model
 from app.intake.http import listen_error
 from app.runs.run import RunHooks
 from app.service import Service, StartupError
-from threadbound_emulator import Call, FakeSlack
+from threadbound_emulator import DEFAULT_SCOPES, Call, FakeSlack
 from threadbound_emulator import events as slack_events
 
 from ..settings import Settings
@@ -86,7 +86,9 @@ class Playground:
         self.host = host
         self.port = port
         # Random per start, like the signing secret: a web page cannot call the emulator's Web API.
-        self.slack = FakeSlack(token=f"xoxb-playground-{secrets.token_hex(12)}")
+        # Declared an agent (assistant:write): threads show their agent session, with a Stop button.
+        scopes = [*DEFAULT_SCOPES, "assistant:write"]
+        self.slack = FakeSlack(token=f"xoxb-playground-{secrets.token_hex(12)}", scopes=scopes)
         self.secret = secrets.token_hex(16)
         #: What the page carries on every API call (``guard.TOKEN_HEADER``); embedded in its HTML.
         self.page_token = secrets.token_urlsafe(24)
@@ -320,6 +322,17 @@ class Playground:
         payload = slack_events.block_actions(self.slack, channel, ts, person, wanted, values)
         return await self._post_to_app(*slack_events.interaction_body(payload, self.secret))
 
+
+    async def stop_session(self, person: str, channel: str, thread_ts: str) -> Delivery:
+        """``person`` presses Stop on the thread's agent session: Slack ends the thread's streams and
+        sends ``agent_session_stopped``. Raises ``ValueError`` for an unknown person or thread."""
+        if person not in self.view.people:
+            raise ValueError(f"unknown person {person!r}")
+        if (channel, thread_ts) not in self.slack.sessions:
+            raise ValueError("that thread has no agent session")
+        envelope = slack_events.session_stopped(self.slack, channel, thread_ts, person)
+        self._notify()
+        return await self._post_to_app(*slack_events.event_body(envelope, self.secret))
 
 async def run_playground(settings: Settings, *, model: Model | None = None) -> None:
     """``python -m app playground``: serve until SIGTERM/SIGINT (StartupError for what cannot work)."""

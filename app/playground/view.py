@@ -456,6 +456,12 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
                 "statuses": _statuses(ws, state, chan.id),
                 # assistant.threads.setTitle (the agent view titles a DM thread): the latest per thread.
                 "titles": {ts: title for channel, ts, title in ws.titles if channel == chan.id},
+                # agents.sessions.*: each thread's agent session (its status; Stop while processing).
+                "sessions": {
+                    ts: {"status": s.status, "title": s.title}
+                    for (channel, ts), s in ws.sessions.items()
+                    if channel == chan.id
+                },
                 "canvases": canvases,
                 "profile": state.profiles.get(chan.id, ""),
             }

@@ -24,10 +24,12 @@ steering, budgets, streaming, the turn's end), ``checkpoint.py``, ``refusal.py``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ from storage.base import (
     InboxItem,
     LeaseMoved,
     RunState,
+    StopRecord,
     Store,
     StoreError,
     TaskRecord,
@@ -89,10 +92,14 @@ from .prompt import answer_recipient, render_prompt
 from .refusal import refuse
 from .resume import requester_of, resume_open_run
 from .steps import AgentSteps, Turn
+from .stop import STOPPED_NOTICE, stopped_note
 
 __all__ = ["APOLOGY", "RunExecutor", "RunHooks", "RunOutcome", "RunStopped", "trim_history"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds each write of a stopped run's end (its streams finished, the note to the person) may take.
+HALT_WRITE_S = 10.0
 
 
 @dataclass
@@ -142,10 +149,12 @@ class RunExecutor:
         stream_interval: float = FLUSH_INTERVAL,
         feedback: bool = False,
         policies: Policies | None = None,
+        name_of: Callable[[str], Awaitable[tuple[str, bool]]] | None = None,
     ) -> None:
         """``stream``: answers stream as written (``STREAM``); ``feedback``: answers end with buttons;
         ``policies``: each conversation's profile (``app.runs.policies``; None: ``agent``, ``tools``,
-        ``agent_file`` and ``budgets`` everywhere, nobody screened)."""
+        ``agent_file`` and ``budgets`` everywhere, nobody screened); ``name_of``: a person's display
+        name (and whether a bot), to tell the model who stopped a turn."""
         self.store = store
         self.approvals = approvals
         self.asks = asks  # the agent's own asks (app.agent.asks): session tools that hold nothing
@@ -169,6 +178,10 @@ class RunExecutor:
         self.follow_up_clock: Callable[[], float] | None = None  # the sweep's, if not clock (playground)
         self.recheck = Recheck()  # who a fired follow-up may still run for (service: from settings)
         self.active_runs: set[str] = set()  # runs in progress now, by task id (tests, benchmarks)
+        self.name_of = name_of
+        #: The runs a person's Stop can halt now (in their model's steps), and who stopped each.
+        self._answering: dict[str, asyncio.Task[Any]] = {}
+        self._halted: dict[str, str] = {}
 
     async def policy(self, channel: str) -> Policy:
         """What a run in ``channel`` works with: its profile's agent, tools, budgets, instructions."""
@@ -179,6 +192,17 @@ class RunExecutor:
     async def waiting(self, task_id: str) -> bool:
         """The task waits for a decision on an approval (its inbox waits with it)."""
         return self.approvals is not None and await self.approvals.waiting(task_id)
+
+    def halt(self, task_id: str, by_user: str) -> bool:
+        """A person stopped the task's run (``app.runs.stop``): cancel its steps now, if it is in them.
+        The run then settles the stop itself (:meth:`_halt`). False when no run of it is in its steps
+        here (it has not begun them, or has ended them: the stop is settled by its next run)."""
+        running = self._answering.get(task_id)
+        if running is None or task_id in self._halted:
+            return False
+        self._halted[task_id] = by_user
+        running.cancel("stopped by a person")
+        return True
 
     def session(
         self,
@@ -273,6 +297,12 @@ class RunExecutor:
         session = self.session(task, origin, guard=guard, fence=fence, tools=policy.tools)
         session.handles.seed(minted)
         session.look_ahead()  # the instructions' channel lookup overlaps the store trips below
+        stop = start.stop if start is not None else await self.store.stop_of(task_id)
+        if stop is not None:  # A stop is final: the stopped turn's run ended before it settled it
+            try:
+                return await self._settle_left_stop(session, stop, items)
+            except LeaseMoved:
+                return RunOutcome(task_id, "stopped", False)
         cards = [e for e in effects if e.tool == CARD_EFFECT]
         effects = [e for e in effects if e.tool != CARD_EFFECT]  # settled apart
         try:
@@ -434,6 +464,7 @@ class RunExecutor:
         status = "failed"
         if self.feedback:
             session.feedback = task.task_id
+        session.on_stream_closed = partial(self._stop_if_asked, task.task_id)
         if self.stream:
             recipient = await answer_recipient(turn.items, self.approvals)
             session.stream_answers(recipient, interval=self.stream_interval)
@@ -441,10 +472,14 @@ class RunExecutor:
             if self.hooks.on_start:
                 await self.hooks.on_start(session, turn.items)
             try:
-                run_status = await self._answer(steps, checkpoints, exchange, results, policy)
+                run_status = await self._answer_stoppably(steps, checkpoints, exchange, results, policy)
             except asyncio.CancelledError:
-                status = "cancelled"
-                raise  # shutdown: leave the inbox pending for the next owner
+                by = self._halted.pop(task.task_id, None)
+                if by is None:
+                    status = "cancelled"
+                    raise  # shutdown: leave the inbox pending for the next owner
+                status = await self._halt(session, turn, exchange, by)
+                return RunOutcome(task.task_id, status, session.replied_in_run, "", turn.consumed)
             except Exception as exc:
                 if store_failed(exc):  # our own bookkeeping: stop, and be taken up again
                     raise StoreFailed(f"{type(exc).__name__}: {exc}") from exc
@@ -465,6 +500,97 @@ class RunExecutor:
         finally:
             await self._ended(session, turn, status)
         return RunOutcome(task.task_id, status, session.replied_in_run, exchange.output, turn.consumed)
+
+    async def _answer_stoppably(
+        self,
+        steps: AgentSteps,
+        checkpoints: Checkpoints,
+        exchange: _Exchange,
+        results: DeferredToolResults | None,
+        policy: Policy,
+    ) -> str:
+        """:meth:`_answer`, which a person's Stop may cancel (:meth:`halt`); a Stop that came just as it
+        ended raises ``CancelledError`` here all the same, so the stop is settled by this run."""
+        task_id = steps.session.task.task_id
+        running = asyncio.current_task()
+        assert running is not None
+        self._answering[task_id] = running
+        try:
+            return await self._answer(steps, checkpoints, exchange, results, policy)
+        finally:
+            del self._answering[task_id]
+            if task_id in self._halted:
+                running.uncancel()  # our own cancel: the caller settles the stop
+                raise asyncio.CancelledError("stopped by a person")
+
+    async def _stop_if_asked(self, task_id: str) -> None:
+        """A stream the provider closed may be a person's Stop (Slack ends the thread's streams
+        itself): look at once, before the answer goes on in a new message, and halt here if so."""
+        stop = await self.store.stop_of(task_id)
+        if stop is not None and self.halt(task_id, stop.by_user):
+            await asyncio.sleep(0)  # the cancellation lands here
+
+    async def _halt(self, session: ChannelSession, turn: Turn, exchange: _Exchange, by_user: str) -> str:
+        """A person stopped the run (called while handling the cancellation :meth:`halt` made): open
+        streams finished as they stand, the stop settled with the turn's transcript ending in a note of
+        who stopped it (``app.runs.stop``), the person told privately. Returns the run's status."""
+        task = session.task
+        session.stop_streaming()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(HALT_WRITE_S):
+                await session.finish_streams()  # nothing more is written: the text stays as it stands
+        name = ""
+        if self.name_of is not None and by_user:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(HALT_WRITE_S):
+                    name = (await self.name_of(by_user))[0]
+        exchange.messages = [
+            *repair_messages(exchange.history or [*exchange.prefix, *exchange.transcript]),
+            ModelRequest(parts=[UserPromptPart(p) for p in (turn.prompt, *turn.steered)]),
+            ModelResponse(parts=[TextPart(stopped_note(name))]),
+        ]
+        await self.store.settle_stop(
+            task.task_id,
+            transcript=ModelMessagesTypeAdapter.dump_json(exchange.messages[len(exchange.prefix) :]),
+            consumed=turn.consumed,
+            fence=session.journal.fence,
+        )
+        log.info("run of task %s stopped by a person", task.task_id)
+        if by_user:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(HALT_WRITE_S):
+                    origin = session.origin
+                    await self.adapter.tell_privately(
+                        origin.channel, by_user, STOPPED_NOTICE, thread_ts=origin.thread
+                    )
+        return "halted"
+
+    async def _settle_left_stop(
+        self, session: ChannelSession, stop: StopRecord, items: Sequence[InboxItem]
+    ) -> RunOutcome:
+        """A stop its run did not settle (it crashed, or lost its lease, first): settled now, before
+        anything else — its open journal entries closed as they stand (nothing reconciled, nothing
+        posted), its messages consumed, the transcript ending in a note of who stopped the turn. A
+        stop that came as its run was ending well (nothing of it left to run) only goes."""
+        task = session.task
+        if not task.run_open and not any(i.item_id <= stop.upto for i in items):
+            await self.store.settle_stop(task.task_id, transcript=None, fence=session.journal.fence)
+            return RunOutcome(task.task_id, "ok", False)
+        name = ""
+        if self.name_of is not None and stop.by_user:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(HALT_WRITE_S):
+                    name = (await self.name_of(stop.by_user))[0]
+        history = repair_messages(load_history(task.transcript))
+        history += [
+            ModelRequest(parts=[UserPromptPart("(The messages of this turn are in the thread.)")]),
+            ModelResponse(parts=[TextPart(stopped_note(name))]),
+        ]
+        await self.store.settle_stop(
+            task.task_id, transcript=ModelMessagesTypeAdapter.dump_json(history), fence=session.journal.fence
+        )
+        log.info("task %s: a stop left by an earlier run was settled", task.task_id)
+        return RunOutcome(task.task_id, "halted", False)
 
     async def _answer(
         self,

@@ -46,6 +46,7 @@ from .lease import Lease
 from .person_slots import PersonSlots, first_author
 from .run import RunExecutor, RunOutcome
 from .start import steering_inbox, take_task
+from .stop import StopWatch
 from .takeover import FIRST_LOOK_S, TAKEOVER_INTERVAL, Takeover
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,12 @@ class Scheduler:
         #: The looks at the other instances, and the takeover of a dead one's conversations (its
         #: clock is this scheduler's, which tests may replace).
         self.takeover = Takeover(store, self.owner, lambda: self.clock(), self.sweep)
+        #: A person's Stop on a run here: looked for in the store while runs work (``app.runs.stop``).
+        self.stops = StopWatch(store, executor, lambda: self._drivers)
+
+    def stop_recorded(self) -> None:
+        """A Stop was recorded in this process (``app.runs.stop.request_stop``): look for it now."""
+        self.stops.look_now()
 
     def nothing_else_to_do(self) -> bool:
         """At most one driver at work and no delivery waiting for its 200 (``Store.inline_when``)."""
@@ -176,6 +183,7 @@ class Scheduler:
             return
         driver = asyncio.create_task(self._drive(task_id), name=f"drive:{task_id}")
         self._drivers[task_id] = driver
+        self.stops.watch()
         driver.add_done_callback(self._driver_done)
 
     def _driver_done(self, driver: asyncio.Task[None]) -> None:
@@ -280,6 +288,7 @@ class Scheduler:
         (None: as long as they take); one stuck on Slack or the store leaves its lease to expire."""
         self._accepting = False
         self.takeover.stop()
+        await self.stops.close()
         # Woken tasks not started yet keep their inbox: the next start's sweep resumes them.
         self._wakeups.clear()
         self._authors.clear()

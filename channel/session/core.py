@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,8 @@ class ChannelSession:
         self.asking: Asking = Asking(asks)
         self.offer: Offer = Offer(self.state, tools)
         self._streaming = False
+        #: Awaited when the provider closed a message of the answer early (the host may stop the run).
+        self.on_stream_closed: Callable[[], Awaitable[None]] | None = None
         self._recipient: InboundMessage | None = None
         self._interval = FLUSH_INTERVAL
 
@@ -303,6 +305,16 @@ class ChannelSession:
         self._streaming = False
         if self.answer is not None:
             self.answer.cancel()
+
+    async def stream_closed(self) -> None:
+        """The provider closed a message of the answer early (see ``ReplyHost.stream_closed``)."""
+        if self.on_stream_closed is not None:
+            await self.on_stream_closed()
+
+    async def finish_streams(self) -> None:
+        """A person stopped the run: the answer being streamed ends as it stands (``AnswerStream.halt``)."""
+        if self.answer is not None:
+            await self.answer.halt()
 
     async def drop_answer(self) -> None:
         """The run ended without the streamed text becoming an answer: remove what was shown."""

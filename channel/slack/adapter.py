@@ -35,6 +35,7 @@ from channel.contract import (
     Origin,
     OriginInfo,
     Posted,
+    SessionStatus,
     Standing,
     StreamStart,
     Uploaded,
@@ -42,6 +43,7 @@ from channel.contract import (
 from channel.errors import ChannelError, bounded
 
 from . import cards
+from .agent_sessions import AgentSessions
 from .canvases import create_canvas
 from .directory import SlackDirectory
 from .downloads import download
@@ -113,6 +115,7 @@ class SlackAdapter(AdapterBase):
         self.writes = Writes(self.link, self.reads, self.lookback)
         #: Guests, groups and conversation kinds for the host's access rules (``channel.directory``).
         self.directory = SlackDirectory(self.link, self.lookups)
+        self.agent_sessions = AgentSessions(self.link)
         self.features = features if features is not None else features_from_scopes(identity.scopes)
         self.file_origins = tuple(o.rstrip("/") for o in file_origins)
 
@@ -231,6 +234,14 @@ class SlackAdapter(AdapterBase):
 
     async def set_status(self, origin: Origin, status: str, loading_messages: Sequence[str] = ()) -> None:
         await self.writes.set_status(origin, status, loading_messages)
+
+    async def set_session(
+        self, origin: Origin, status: SessionStatus, *, title: str = "", initiator: str = ""
+    ) -> None:
+        await self.agent_sessions.set_status(origin, status, title=title, initiator=initiator)
+
+    async def rename_session(self, origin: Origin, title: str) -> None:
+        await self.agent_sessions.rename(origin, title)
 
     # -- files and documents --------------------------------------------------------------------
     # Cards are drawn as Block Kit by :mod:`.cards` and posted like any host message.

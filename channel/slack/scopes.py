@@ -40,12 +40,19 @@ FEATURE_SCOPES: dict[str, tuple[str, ...]] = {
     "status": ("chat:write",),
     "stream": ("chat:write",),
     "ask": ("chat:write",),
+    # Declaring the app an agent (the manifest's agent setting) grants assistant:write: agent sessions.
+    "sessions": ("assistant:write",),
 }
 
 #: Scopes no feature flag stands for, with what they are for.
 EXTRA_SCOPES: dict[str, str] = {
     "reactions:read": "see the reactions on messages channel_read returns",
     "commands": "take the slash command (SLASH_COMMAND) and the message shortcut",
+}
+
+#: Scopes only the agent setting (``manifest --agent-view``) asks for, with what they are for.
+AGENT_SCOPES: dict[str, str] = {
+    "assistant:write": "agent sessions: a status, a title and Slack's Stop button while a run works",
 }
 
 #: Features used outside the tool catalog, with what they do.
@@ -97,12 +104,15 @@ def purpose(scope: str) -> str:
         return BASE_SCOPES[scope]
     if scope in EXTRA_SCOPES:
         return EXTRA_SCOPES[scope]
+    if scope in AGENT_SCOPES:
+        return AGENT_SCOPES[scope]
     flags = [f for f, needs in FEATURE_SCOPES.items() if scope in needs]
     parts = [*_tools_for(flags), *(RUNTIME_FEATURES[f] for f in flags if f in RUNTIME_FEATURES)]
     return ", ".join(parts)
 
 
 __all__ = [
+    "AGENT_SCOPES",
     "BASE_SCOPES",
     "EXTRA_SCOPES",
     "FEATURE_SCOPES",

@@ -33,6 +33,10 @@ from .render import NO_UNFURL, fallback_text, strip_mass_mentions
 
 #: Slack errors meaning the stream is over: the message keeps what it had.
 _CLOSED = frozenset({"message_not_in_streaming_state", "msg_too_long"})
+#: The title of the plan a streamed answer's steps show in (``task_display_mode: plan``).
+PLAN_TITLE = "Working on it"
+#: Slack's answers to a ``startStream`` that asked for the plan display it does not offer here.
+_PLAN_REFUSED = frozenset({"invalid_arguments", "invalid_task_display_mode", "invalid_chunks"})
 
 
 def feedback_blocks(key: str) -> list[dict[str, Any]]:
@@ -60,6 +64,10 @@ def feedback_blocks(key: str) -> list[dict[str, Any]]:
     ]
 
 
+def _plan() -> dict[str, Any]:
+    return {"type": "plan_update", "title": PLAN_TITLE}
+
+
 def _chunk(step: Step) -> dict[str, Any]:
     return {"type": "task_update", "id": step.id, "title": step.title[:256], "status": step.status}
 
@@ -73,7 +81,14 @@ def _held(text: str) -> int:
 
 
 class SlackLiveMessage:
-    """One streamed message (see :class:`channel.contract.LiveMessage`)."""
+    """One streamed message (see :class:`channel.contract.LiveMessage`).
+
+    Its steps show in Slack's plan display (``task_display_mode: plan``, the steps gathered under a
+    ``plan_update`` title) where Slack offers it; the first refusal turns plans off for the process
+    and the steps show as today's timeline of task cards."""
+
+    #: Whether streams ask for the plan display (off after Slack refused it once).
+    plans = True
 
     def __init__(self, link: SlackLink, lookback: Lookback, origin: Origin, ts: str) -> None:
         self._link = link
@@ -89,6 +104,8 @@ class SlackLiveMessage:
         self._pending = ""
         #: Markdown the message holds (as sent, mentions neutralised).
         self.sent = ""
+        #: The plan's title was sent (steps in plan display), or plans are not used for it.
+        self._planned = not SlackLiveMessage.plans
 
     @classmethod
     async def start(
@@ -111,11 +128,14 @@ class SlackLiveMessage:
         elif not origin.channel.startswith("D"):
             raise ChannelError("unsupported", "Slack streams in channels only to a named person.")
         text = cls._split(markdown)
-        chunks: list[dict[str, Any]] = [_chunk(s) for s in steps]
+        plan = cls.plans
+        chunks: list[dict[str, Any]] = ([_plan()] if plan and steps else []) + [_chunk(s) for s in steps]
         if text[0]:
             chunks.append({"type": "markdown_text", "text": text[0]})
         if chunks:
             kwargs["chunks"] = chunks
+        if plan:
+            kwargs["task_display_mode"] = "plan"
 
         async def send() -> str:
             response = await link.write_client.chat_startStream(**kwargs)
@@ -132,8 +152,20 @@ class SlackLiveMessage:
                 raise ChannelError("slack_error", "the stream's message cannot be told apart")
             return None
 
-        ts = await lookback.once("chat.startStream", send, check, channel=origin.channel, post=True)
+        try:
+            ts = await lookback.once("chat.startStream", send, check, channel=origin.channel, post=True)
+        except ChannelError as exc:
+            if not plan or exc.ambiguous or exc.provider_code not in _PLAN_REFUSED:
+                raise
+            cls.plans = plan = False  # no plan display here: today's timeline of task cards instead
+            kwargs.pop("task_display_mode", None)
+            rest = [c for c in kwargs.get("chunks", []) if c["type"] != "plan_update"]
+            kwargs.pop("chunks", None)
+            if rest:
+                kwargs["chunks"] = rest
+            ts = await lookback.once("chat.startStream", send, check, channel=origin.channel, post=True)
         live = cls(link, lookback, origin, ts)
+        live._planned = not plan or bool(steps)
         live.sent, live._pending = text
         return live
 
@@ -146,6 +178,9 @@ class SlackLiveMessage:
     async def append(self, markdown: str, steps: tuple[Step, ...] = ()) -> None:
         sendable, pending = self._split(self._pending + markdown)
         chunks: list[dict[str, Any]] = [_chunk(s) for s in steps]
+        if steps and not self._planned:  # the first steps of a plan: its title first
+            chunks.insert(0, _plan())
+            self._planned = True
         if sendable:
             chunks.append({"type": "markdown_text", "text": sendable})
         if not chunks:

@@ -7,7 +7,7 @@ answer's fields (``ok`` is added by the server) or raises ``SlackError``.
 
 from __future__ import annotations
 
-from . import assistant, canvases, chat, conversations, files, reactions, streams, users, views
+from . import agents, assistant, canvases, chat, conversations, files, reactions, streams, users, views
 from .method import Method
 
 METHODS: dict[str, Method] = {
@@ -20,6 +20,7 @@ METHODS: dict[str, Method] = {
     **canvases.METHODS,
     **assistant.METHODS,
     **views.METHODS,
+    **agents.METHODS,
 }
 
 __all__ = ["METHODS", "Method"]

@@ -11,6 +11,9 @@ The rules Slack enforces, as far as they are known (SLACK-FACTS "AI-app surface"
 - chunks are typed: ``markdown_text``, ``task_update`` (an ``id``, a ``title`` and a
   status of pending / in_progress / complete / error), ``plan_update``, ``blocks``
   (``invalid_chunks`` otherwise);
+- ``task_display_mode`` is ``timeline`` (the default) or ``plan``; a ``plan_update`` chunk carries
+  the plan's ``title``. ``Workspace.plans_offered = False`` answers ``invalid_arguments`` to a plan,
+  as a Slack without the plan display would;
 - after ``stopStream``, or once the stream is older than ``Workspace.stream_ttl``
   (Slack: about five minutes), appends and stops fail ``message_not_in_streaming_state``.
 
@@ -34,6 +37,8 @@ from .method import Method
 
 TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
 CHUNK_TYPES = frozenset({"markdown_text", "task_update", "plan_update", "blocks"})
+#: ``task_display_mode``: task cards between the text (Slack's default), or gathered in a plan.
+DISPLAY_MODES = frozenset({"timeline", "plan"})
 
 
 def _chunks(params: Params) -> list[JSON]:
@@ -52,6 +57,8 @@ def _chunks(params: Params) -> list[JSON]:
         if kind == "task_update" and (
             not chunk.get("id") or not chunk.get("title") or chunk.get("status") not in TASK_STATUSES
         ):
+            raise SlackError("invalid_chunks")
+        if kind == "plan_update" and not isinstance(chunk.get("title"), str):
             raise SlackError("invalid_chunks")
         if kind == "blocks":
             validate_blocks(chunk.get("blocks"))
@@ -74,6 +81,8 @@ def _apply(ws: Workspace, stream: Stream, added: str, chunks: list[JSON]) -> Non
     stream.text += added
     stream.appends.append(added)
     for chunk in chunks:
+        if chunk["type"] == "plan_update":
+            stream.plan_titles.append(str(chunk["title"]))
         if chunk["type"] == "task_update":
             stream.tasks[str(chunk["id"])] = (str(chunk["title"]), str(chunk["status"]))
             stream.task_updates.append((str(chunk["id"]), str(chunk["status"])))
@@ -93,6 +102,9 @@ def start_stream(ws: Workspace, params: Params) -> JSON:
             raise SlackError("missing_recipient_team_id")
     elif thread_ts in (None, ""):
         raise SlackError("invalid_thread_ts")
+    mode = str(params.get("task_display_mode") or "timeline")
+    if mode not in DISPLAY_MODES or (mode == "plan" and not ws.plans_offered):
+        raise SlackError("invalid_arguments")
     chunks = _chunks(params)
     added = _text_of(params, chunks)
     root_ts = ws.thread_root(chan.id, thread_ts)
@@ -108,6 +120,7 @@ def start_stream(ws: Workspace, params: Params) -> JSON:
         recipient_user_id=str(params.get("recipient_user_id") or ""),
         recipient_team_id=str(params.get("recipient_team_id") or ""),
         started=time.monotonic(),
+        display_mode=mode,
     )
     ws.streams[(chan.id, message["ts"])] = stream
     _apply(ws, stream, added, chunks)

@@ -188,6 +188,8 @@ function renderMessages(conv) {
     for (const f of (conv.follow_ups || []).filter((x) => x.thread_ts === root.ts)) thread.append(followUpNode(f));
     const status = conv.statuses[root.ts];
     if (status) thread.append(el("div", { class: "status" }, `${ui.data.bot.name} ${status}`));
+    const session = (conv.sessions || {})[root.ts];
+    if (session) thread.append(sessionNode(conv, root, session));
     if (!root.retracted && !root.deleted) {
       thread.append(el("button", { type: "button", class: "reply-link", onclick: () => replyTo(root) },
         root.replies.length ? `${root.replies.length} repl${root.replies.length === 1 ? "y" : "ies"} · Reply in thread` : "Reply in thread"));
@@ -381,6 +383,32 @@ async function post(conv, text, file, thread) {
     return false;
   } finally {
     $("send").disabled = false;
+  }
+}
+
+// The thread's agent session (agents.sessions.*): its status, and Slack's Stop while it works.
+function sessionNode(conv, root, session) {
+  const row = el("div", { class: "session", "data-session": session.status }, `Session: ${session.status}`);
+  if (session.status === "processing") {
+    row.append(el("button", { type: "button", class: "stop", onclick: (e) => stopSession(conv, root, e.target) }, "■ Stop"));
+  }
+  return row;
+}
+
+async function stopSession(conv, root, node) {
+  node.disabled = true;
+  try {
+    const response = await fetch("/api/stop", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN },
+      body: JSON.stringify({ as: ui.person, channel: conv.id, thread_ts: root.ts }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    $("error").textContent = answer.status === 200 ? "" : `The app answered the Stop with HTTP ${answer.status}`;
+  } catch (err) {
+    $("error").textContent = `Stop not delivered: ${err.message}`;
+    node.disabled = false;
   }
 }
 
