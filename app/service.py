@@ -21,6 +21,7 @@ from app.agent.agent_file import AgentFile
 from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
+from app.agent.mcp import personal_wiring
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import RunDeps, build_agent, build_model
@@ -190,6 +191,7 @@ class Service:
             socket_connected=(lambda: socket.connected) if socket is not None else None,
             events=event_acker(self.ingress, self.agent_view),
             main=self.main,
+            oauth_callback=personal_wiring.callback_route(self.mcp.access) if self.mcp.access else None,
         )
         return self.http.app
 
@@ -256,6 +258,9 @@ class _Config:
             mcp = McpServers(agent_file.mcp)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
+        personal = personal_wiring.startup_problem(mcp, settings)  # MCP_TOKEN_KEY, PUBLIC_URL
+        if personal:
+            raise StartupError(personal)
         ephemeral = ephemeral_disk_warning(settings)
         if ephemeral:
             log.warning(ephemeral)
@@ -322,16 +327,16 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
         if missing:
             raise StartupError(f"adapter claims features it does not implement: {missing}")
         skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
+        mcp.access = personal_wiring.attach(mcp, parts.settings, parts.store, adapter.tell_privately)
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
         try:
-            return select_tools(
-                adapter.features.enabled(),
-                parts.config.agent_file.tools,
-                skills,
-                mcp.tools,
-                mcp.unavailable(),
+            requested = parts.config.agent_file.tools
+            selection = select_tools(
+                adapter.features.enabled(), requested, skills, mcp.tools, mcp.unavailable()
             )
+            personal_wiring.follow_tools(mcp, selection, requested)  # tools listed once someone connects
+            return selection
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
     except StartupError:
@@ -358,6 +363,7 @@ class _Runs:
         agent_view = AgentView(parts.adapter, config.agent_file.prompts)
         run_hooks = combine(observer.hooks(), config.progress.hooks(), agent_view.hooks(), hooks)
         approvals = Approvals.from_settings(store, parts.adapter, settings)
+        mcp_sweep = [config.mcp.access.sweep] if config.mcp.access is not None else []  # expired links
         warn_unmatched_approval(config.agent_file.approval, tools, config.mcp.unavailable())
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
         timing = ModelTiming(observer, ack_gate)
@@ -387,10 +393,12 @@ class _Runs:
             user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep, *mcp_sweep),
             ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
+        if config.mcp.access is not None:
+            config.mcp.access.wake = runner.notify  # an authorization decided resumes its task
         store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
         follow_ups = FollowUpSweep(
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired

@@ -27,6 +27,8 @@ Tables (same shape on both dialects):
   NULL while open; ``decision_id`` names the one decide call that set it (``statements.DECIDE``);
   ``executed_at`` is set once, before an approved call runs (at most once: "Approvals show everything").
 - ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people.
+- ``mcp_tokens``, ``mcp_authorizations`` (v12): per-person MCP credentials, encrypted by the caller,
+  and the authorizations people were asked for (``mcp_token_statements.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, Final
 
 from .ask_statements import ASKS_POSTGRES, ASKS_SQLITE
 from .follow_up_statements import FOLLOW_UPS_DDL
+from .mcp_token_statements import MCP_TOKENS_POSTGRES, MCP_TOKENS_SQLITE
 from .sql import Dialect, DialectName, Script, Statement
 from .statements import PROCEDURES, RECORD_VERSION, SCHEMA_VERSION
 
@@ -325,6 +328,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (9, {"sqlite": _V9, "postgres": _V9}),
     (10, {"sqlite": FOLLOW_UPS_DDL, "postgres": FOLLOW_UPS_DDL}),
     (11, {"sqlite": ASKS_SQLITE, "postgres": ASKS_POSTGRES}),
+    (12, {"sqlite": MCP_TOKENS_SQLITE, "postgres": MCP_TOKENS_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]  # MIGRATIONS: ``(version, {dialect: statements})``

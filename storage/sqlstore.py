@@ -40,6 +40,7 @@ from .sqlcore import Database
 from .sqlstore_asks import Asks
 from .sqlstore_follow_ups import FollowUps
 from .sqlstore_leases import Leases
+from .sqlstore_mcp_tokens import McpTokens
 from .sqlstore_people import People
 from .sqlstore_session import Sessions
 from .sqlstore_tasks import Tasks
@@ -61,6 +62,8 @@ class SqlStore:
         self._people = People(database)
         self._follow_ups = FollowUps(database)
         self._asks = Asks(database)
+        #: Per-person MCP credentials and authorizations (ciphertext only; ``sqlstore_mcp_tokens``).
+        self.mcp_tokens = McpTokens(database)
 
     @classmethod
     def over(cls, database: Database) -> Self:

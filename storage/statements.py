@@ -39,6 +39,7 @@ from .lease_statements import (  # noqa: F401
     RENEW_LEASE,
     fenced,
 )
+from .mcp_token_statements import DECIDE_MCP_AUTHORIZATION
 from .sql import Procedure, Statement, typed
 from .usage_statements import (  # noqa: F401
     FEEDBACK_COLUMNS,
@@ -322,4 +323,13 @@ STATS: Final = Statement(
 )
 
 #: Every procedure; ``migrate()`` creates their Postgres functions.
-PROCEDURES: Final = (CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS, DECIDE_ASK)
+PROCEDURES: Final = (
+    CLAIM,
+    CREATE_TASK,
+    SAVE_RUN,
+    OPEN_APPROVAL,
+    DECIDE,
+    FIRE_FOLLOW_UPS,
+    DECIDE_ASK,
+    DECIDE_MCP_AUTHORIZATION,
+)

@@ -26,6 +26,8 @@ RESERVED_NAMES = frozenset({"channel", "tool", "skills"})
 # ${VAR} or ${VAR:-default}; nothing else is special, so a literal "$" needs no escaping.
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _KEYS = ("command", "env", "url", "headers", "include", "exclude", "eager", "timeout", "startup_timeout")
+# A url server acting as each person (``auth = "per_person"``): its OAuth client, when not registered.
+_AUTH_KEYS = ("auth", "client_id", "client_secret", "scopes")
 #: Seconds a tool call may take before it fails with ``tool_failed``.
 DEFAULT_TIMEOUT = 60.0
 #: Seconds a server has to start (or connect) and list its tools.
@@ -56,6 +58,14 @@ class McpServerConfig:
     cwd: Path | None = None
     #: How messages name this server: ``[mcp.NAME]``, or ``MCP_CONFIG "NAME"`` for the JSON file's.
     where: str = ""
+    #: ``auth = "per_person"``: calls carry the token of the person who asked (``app.agent.mcp.oauth``).
+    per_person: bool = False
+    #: A client the operator registered with the server's authorization server (``${VAR}`` allowed);
+    #: empty: the app registers itself (dynamic client registration).
+    client_id: str = ""
+    client_secret: str = ""
+    #: Scopes to ask for; empty: what the server's metadata names.
+    scopes: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:
@@ -85,8 +95,13 @@ class McpServerConfig:
             secrets |= {v for v in (parts.password, parts.query, parts.fragment) if v}
         # Header values are credentials as written, too (a literal key in the file).
         secrets |= set(headers.values())
+        client_id = _expand(self.client_id, environ, f"{where} client_id", set())
+        client_secret = _expand(self.client_secret, environ, f"{where} client_secret", secrets)
+        secrets |= {client_secret} if client_secret else set()
         shown = frozenset(s for s in secrets if len(s) >= 6)
-        return Resolved(env=env, headers=headers, url=url, secrets=shown)
+        return Resolved(
+            env=env, headers=headers, url=url, secrets=shown, client_id=client_id, client_secret=client_secret
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +113,9 @@ class Resolved:
     url: str
     #: Expanded values, the URL's password, query and fragment, and header values.
     secrets: frozenset[str]
+    #: A per-person server's configured OAuth client (empty: registered dynamically).
+    client_id: str = ""
+    client_secret: str = ""
 
     @property
     def shown_url(self) -> str:
@@ -143,9 +161,9 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         )
     if not isinstance(table, dict):
         raise McpConfigError(f'{where}: must be a table with command = [...] or url = "..."')
-    unknown = sorted(set(table) - set(_KEYS))
+    unknown = sorted(set(table) - set(_KEYS) - set(_AUTH_KEYS))
     if unknown:
-        raise McpConfigError(f"{where}: unknown keys {unknown}; allowed: {', '.join(_KEYS)}")
+        raise McpConfigError(f"{where}: unknown keys {unknown}; allowed: {', '.join(_KEYS + _AUTH_KEYS)}")
     command = table.get("command")
     url = table.get("url")
     if (command is None) == (url is None):
@@ -165,8 +183,13 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         raise McpConfigError(f"{where}: headers are for url servers; a command server takes env")
     if url is not None and "env" in table:
         raise McpConfigError(f"{where}: env is for command servers; a url server takes headers")
+    per_person = _per_person(table, where, url is not None)
     return McpServerConfig(
         name=name,
+        per_person=per_person,
+        client_id=_string(table.get("client_id", ""), f"{where} client_id"),
+        client_secret=_string(table.get("client_secret", ""), f"{where} client_secret"),
+        scopes=_globs(table.get("scopes", []), f"{where} scopes") if "scopes" in table else (),
         command=tuple(command or ()),
         env=_string_table(table.get("env"), f"{where} env"),
         url=url or "",
@@ -180,6 +203,25 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         ),
         cwd=source.resolve().parent,
     )
+
+
+def _per_person(table: dict[str, Any], where: str, is_url: bool) -> bool:
+    auth = table.get("auth", "")
+    if auth not in ("", "per_person"):
+        raise McpConfigError(f'{where} auth must be "per_person" (or left out for a shared server)')
+    if auth and not is_url:
+        raise McpConfigError(f'{where}: auth = "per_person" is for url servers')
+    if auth and "headers" in table:
+        raise McpConfigError(f"{where}: a per-person server takes no headers; each person's token is sent")
+    if not auth and any(k in table for k in _AUTH_KEYS[1:]):
+        raise McpConfigError(f'{where}: client_id, client_secret and scopes need auth = "per_person"')
+    return bool(auth)
+
+
+def _string(raw: Any, where: str) -> str:
+    if not isinstance(raw, str):
+        raise McpConfigError(f"{where} must be a string")
+    return raw
 
 
 def _string_table(raw: Any, where: str) -> tuple[tuple[str, str], ...]:

@@ -24,7 +24,7 @@ from app.agent.mcp.config import McpConfigError, McpServerConfig, parse_servers
 
 _OWN_KEYS = ("include", "exclude", "eager", "timeout", "startup_timeout")
 _STDIO_KEYS = ("command", "args", "env", "type")
-_HTTP_KEYS = ("url", "headers", "type")
+_HTTP_KEYS = ("url", "headers", "type", "auth", "client_id", "client_secret", "scopes")
 #: Keys other clients write that mean nothing here but do no harm (Claude Desktop, Cursor, VS Code).
 _IGNORED_KEYS = ("description", "disabled", "autoApprove", "alwaysAllow", "envFile")
 _SEPARATORS = re.compile(r"[-. ]+")

@@ -31,7 +31,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from fastmcp.client.transports import ClientTransport
     from fastmcp.exceptions import McpError
     from pydantic_ai.mcp import MCPToolset
+
+    from app.agent.mcp.oauth import PersonalAccess
+    from app.agent.mcp.personal import PersonalServer
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +140,7 @@ class McpServer:
                 listed = await toolset.list_tools()
         except Exception as exc:
             await self._close()
-            reason = _reason(exc, self.config.startup_timeout, "start")
+            reason = reason_of(exc, self.config.startup_timeout, "start")
             self.error = self.redact(reason + await self._stderr_said())
             log.warning("MCP server %s is unavailable, its tools are absent: %s", self.name, self.error)
             return
@@ -172,29 +175,35 @@ class McpServer:
         return self._resolved.redact(text)
 
     def _offered(self, listed: Sequence[Any]) -> list[McpTool]:
+        return self.offered(self.config, listed)
+
+    @staticmethod
+    def offered(config: McpServerConfig, listed: Sequence[Any]) -> list[McpTool]:
+        """The tools of ``listed`` (as the server listed them) that ``config`` offers, bounded."""
         tools = []
+        server = config.name
         for tool in listed:
-            if not self.config.selects(tool.name):
+            if not config.selects(tool.name):
                 continue
-            name = f"{self.name}_{tool.name}"
+            name = f"{server}_{tool.name}"
             if not _TOOL_NAME.match(name):
                 log.warning(
-                    "MCP server %s: tool %r left out, %r is not a valid tool name", self.name, tool.name, name
+                    "MCP server %s: tool %r left out, %r is not a valid tool name", server, tool.name, name
                 )
                 continue
             raw_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
-            schema = bounded_schema(self.name, tool.name, raw_schema)
+            schema = bounded_schema(server, tool.name, raw_schema)
             if schema is None:
                 continue
             description = (tool.description or tool.title or tool.name).strip()
             tools.append(
                 McpTool(
                     name=name,
-                    server=self.name,
+                    server=server,
                     remote_name=tool.name,
-                    description=bounded_description(self.name, tool.name, description),
+                    description=bounded_description(server, tool.name, description),
                     schema=schema,
-                    starts="active" if self.config.is_eager(tool.name) else "deferred",
+                    starts="active" if config.is_eager(tool.name) else "deferred",
                 )
             )
         return tools
@@ -253,12 +262,13 @@ class McpServer:
                 await toolset.__aexit__(None, None, None)
         except Exception as exc:
             # Usual for a session that already broke (the HTTP server is gone); nothing is left open.
-            reason = self.redact(_reason(exc, _CLOSE_TIMEOUT, "close"))
+            reason = self.redact(reason_of(exc, _CLOSE_TIMEOUT, "close"))
             log.info("closing MCP server %s: %s", self.name, reason)
 
     # -- calls --------------------------------------------------------------------------
-    async def call(self, tool: McpTool, args: dict[str, Any]) -> Any:
-        """Call ``tool``; its result as pydantic-ai maps it (text, JSON, BinaryContent or a list)."""
+    async def call(self, tool: McpTool, args: dict[str, Any], person: Any = None) -> Any:
+        """Call ``tool``; its result as pydantic-ai maps it (text, JSON, BinaryContent or a list).
+        ``person`` (whom the call is for) matters only to a per-person server."""
         from fastmcp.exceptions import McpError, ToolError
 
         toolset = await self._ready()
@@ -283,7 +293,7 @@ class McpServer:
             # Transport and protocol failures: the session may be unusable, so reopen it next time.
             self._broken = True
             log.warning("MCP call %s failed", tool.name, exc_info=True)
-            raise McpCallFailed(self.redact(_reason(exc, self.config.timeout, "call"))) from exc
+            raise McpCallFailed(self.redact(reason_of(exc, self.config.timeout, "call"))) from exc
 
     async def _ready(self) -> MCPToolset[Any]:
         """The open toolset, reopened first when the last call broke it or a stdio server died."""
@@ -313,7 +323,7 @@ class McpServer:
             except Exception as exc:
                 await self._close()
                 self._broken = True
-                reason = _reason(exc, self.config.startup_timeout, "restart") + await self._stderr_said()
+                reason = reason_of(exc, self.config.startup_timeout, "restart") + await self._stderr_said()
                 reason = self.redact(reason)
                 log.warning("MCP server %s could not be restarted: %s", self.name, reason)
                 raise McpCallFailed(f"the {self.name} server is unavailable: {reason}") from exc
@@ -324,8 +334,31 @@ class McpServers:
 
     def __init__(self, configs: Sequence[McpServerConfig], environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
-        self.servers = [McpServer(c, env) for c in configs]
-        self._by_tool: dict[str, tuple[McpServer, McpTool]] = {}
+        self.servers: list[McpServer | PersonalServer] = [self._server(c, env) for c in configs]
+        self._by_tool: dict[str, tuple[McpServer | PersonalServer, McpTool]] = {}
+        #: Told when a per-person server's tools changed (someone connected), after :attr:`tools` did.
+        self.on_tools: Callable[[], None] | None = None
+        #: What per-person servers share (``app.agent.mcp.personal_wiring.attach``); None without them.
+        self.access: PersonalAccess | None = None
+
+    def _server(self, config: McpServerConfig, environ: Mapping[str, str]) -> McpServer | PersonalServer:
+        if not config.per_person:
+            return McpServer(config, environ)
+        from app.agent.mcp.personal import PersonalServer  # its vault's cipher only when one is used
+
+        server = PersonalServer(config, environ)
+        server.on_tools = self._tools_changed
+        return server
+
+    @property
+    def personal(self) -> list[PersonalServer]:
+        """The servers that act as each person (``auth = "per_person"``)."""
+        return [s for s in self.servers if s.config.per_person]  # type: ignore[misc]
+
+    def _tools_changed(self) -> None:
+        self._by_tool = {t.name: (s, t) for s in self.servers for t in s.tools}
+        if self.on_tools is not None:
+            self.on_tools()
 
     def __bool__(self) -> bool:
         return bool(self.servers)
@@ -342,7 +375,7 @@ class McpServers:
         """The tools of every server that started, in file order."""
         return tuple(t for _, t in self._by_tool.values())
 
-    def lookup(self, name: str) -> tuple[McpServer, McpTool] | None:
+    def lookup(self, name: str) -> tuple[McpServer | PersonalServer, McpTool] | None:
         return self._by_tool.get(name)
 
     def unavailable(self) -> dict[str, str]:
@@ -357,7 +390,7 @@ def _connection_lost(exc: McpError) -> bool:
     return code == -32000 or "connection closed" in str(exc).lower()
 
 
-def _reason(exc: BaseException, timeout: float, what: str) -> str:
+def reason_of(exc: BaseException, timeout: float, what: str) -> str:
     """A short, single-line reason for logs, `check` and the model."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -372,4 +405,4 @@ def _reason(exc: BaseException, timeout: float, what: str) -> str:
     return bounded(f"{type(exc).__name__}: {text}", _REASON_BYTES)
 
 
-__all__ = ["McpCallFailed", "McpServer", "McpServers", "McpTool"]
+__all__ = ["McpCallFailed", "McpServer", "McpServers", "McpTool", "reason_of"]

@@ -25,10 +25,13 @@ from pydantic_ai import RunContext
 from pydantic_ai.messages import BinaryContent
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
+from app.agent.mcp.oauth import AuthorizationRequested, Person
+from app.agent.mcp.personal import requested_result
 from app.agent.mcp.servers import McpCallFailed, McpServers
 from app.agent.runtime import ObservedToolset, RunDeps, ToolFinished, ToolStarted
 from channel import task_files
 from channel.errors import ChannelError, bounded
+from channel.session import ChannelSession
 
 #: Characters of a result the model reads; longer results are cut with a note saying so.
 MAX_RESULT_CHARS = 50_000
@@ -71,10 +74,19 @@ class McpToolset(ObservedToolset):
             return tool_failed(f"There is no MCP tool {name!r}."), "tool_failed"
         server, mcp_tool = found
         try:
-            value = await server.call(mcp_tool, tool_args)
+            value = await server.call(mcp_tool, tool_args, asker(session))
         except McpCallFailed as exc:
             return tool_failed(str(exc)), "tool_failed"
+        except AuthorizationRequested:
+            # The person got a private link; the turn waits for them as for an ask (app.agent.mcp.personal).
+            session.turn_end = session.turn_end or "waiting"
+            return requested_result(mcp_tool.server), "authorization_requested"
         return await readable(value, session.task_dir, name, max_bytes=session.files_max_bytes), "ok"
+
+
+def asker(session: ChannelSession) -> Person:
+    """Whom a call made in ``session`` acts for: the person whose message led to it."""
+    return Person(session.requester, session.task.task_id, session.origin.channel, session.origin.thread)
 
 
 async def readable(
