@@ -1,0 +1,226 @@
+"""Per-person MCP servers end to end: the real app over HTTP, the Slack emulator, and an MCP server
+that requires OAuth (``tests/support/mcp_oauth.py``) in a process of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from app.agent.mcp.vault import TokenVault, new_key
+from tests.support import events
+from tests.support.harness import AppHarness, free_port
+from tests.support.models import Turn, call, scripted
+from threadbound_emulator import FakeSlack
+from threadbound_emulator.browser import links_for, open_link
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = [sys.executable, str(ROOT / "tests" / "support" / "mcp_oauth.py")]
+
+
+@contextlib.asynccontextmanager
+async def oauth_server() -> AsyncIterator[str]:
+    """The OAuth-protected MCP server on its own port; yields its origin."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER, "--port", str(port), cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        for _ in range(300):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                if proc.returncode is not None:
+                    raise RuntimeError("the OAuth MCP server exited") from None
+                await asyncio.sleep(0.1)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            break
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def control(origin: str, path: str) -> Any:
+    async with aiohttp.ClientSession() as http, http.get(f"{origin}{path}") as response:
+        return await response.json()
+
+
+def whoami_script(models_saw: list[str]) -> Any:
+    """The model: asked "whoami", it calls tickets_whoami (or tickets_connect before anyone connected)
+    and replies with what the server answered; resumed by a connection, it tries again."""
+
+    def script(turn: Turn) -> list[Any]:
+        models_saw.append(repr(turn.messages))
+        if turn.results:
+            name, result = turn.results[-1]
+            if name == "tickets_whoami" and isinstance(result, str):
+                return [call("channel_reply", text=f"The service sees {result}")]
+            return [""]
+        if "tickets_whoami" in turn.tools:
+            return [call("tickets_whoami")]
+        return [call("tickets_connect")]
+
+    return script
+
+
+def agent_file(tmp_path: Path, origin: str) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f'[mcp.tickets]\nurl = "{origin}/mcp"\nauth = "per_person"\neager = ["*"]\ntimeout = 10\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.process
+async def test_each_person_connects_privately_and_calls_as_themselves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Alice is asked privately, connects, and the task resumes with the server seeing Alice; Bob in
+    the same thread is asked and seen as Bob; an expired token is refreshed, a revoked one asks
+    again; no token reaches a log line, the model, Slack or the database file in the clear."""
+    caplog.set_level(logging.DEBUG)
+    models_saw: list[str] = []
+    key = new_key()
+    async with oauth_server() as origin, FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        port = free_port()
+        async with AppHarness(
+            slack,
+            model=scripted(whoami_script(models_saw)),
+            data_dir=tmp_path / "data",
+            agent_file=agent_file(tmp_path, origin),
+            mcp_token_key=key,
+            public_url=f"http://127.0.0.1:{port}",
+            bind_port=port,
+        ) as app:
+
+            async def say(user: str, thread: str | None = None) -> str:
+                ts = slack.add_message("C1", "<@UBOT> whoami", user=user, thread_ts=thread)
+                await app.deliver(events.app_mention("C1", user, "<@UBOT> whoami", ts, thread_ts=thread))
+                await app.idle()
+                return ts
+
+            async def connect(user: str, name: str) -> None:
+                [link] = links_for(slack, user)[-1:]
+                status, page = await open_link(link, name)
+                assert status == 200 and "Connected tickets" in page, page
+                await app.idle()
+
+            root = await say("U1")
+            assert slack.bot_messages("C1") == []  # nothing public: Alice was asked privately
+            [(_, shown_to, thread, text)] = slack.ephemerals
+            assert (shown_to, thread) == ("U1", root) and "connect" in text
+            await connect("U1", "alice")
+            assert [m["text"] for m in slack.bot_messages("C1")] == ["The service sees alice"]
+
+            await say("U2", root)  # Bob, same thread: his own link, his own identity
+            assert [e[1] for e in slack.ephemerals] == ["U1", "U2"]
+            await connect("U2", "bob")
+            assert slack.bot_messages("C1")[-1]["text"] == "The service sees bob"
+
+            await say("U1", root)  # Alice again: her stored token, no new link
+            assert len(slack.ephemerals) == 2
+            assert slack.bot_messages("C1")[-1]["text"] == "The service sees alice"
+
+            # Alice's token expired (as the store remembers it): refreshed before the call, no link.
+            tokens, vault = app.service.store.mcp_tokens, TokenVault(key)  # type: ignore[union-attr]
+            kept = vault.open(await tokens.get("tickets", "U1"))
+            assert kept is not None
+            kept["expires_at"] = 1.0
+            await tokens.put("tickets", "U1", vault.seal(kept), now=1.0)
+            issued_before = len((await control(origin, "/test/tokens"))["issued"])
+            await say("U1", root)
+            assert len(slack.ephemerals) == 2
+            assert slack.bot_messages("C1")[-1]["text"] == "The service sees alice"
+            assert len((await control(origin, "/test/tokens"))["issued"]) == issued_before + 2
+
+            # Revoked at the server: the stored token is removed and Alice is asked again.
+            await control(origin, "/test/revoke?user=alice")
+            replies = len(slack.bot_messages("C1"))
+            await say("U1", root)
+            assert [e[1] for e in slack.ephemerals] == ["U1", "U2", "U1"]
+            assert len(slack.bot_messages("C1")) == replies
+            assert await tokens.get("tickets", "U1") is None
+            await connect("U1", "alice")
+            assert slack.bot_messages("C1")[-1]["text"] == "The service sees alice"
+
+        seen = (await control(origin, "/test/seen"))["seen"]
+        assert seen == ["alice", "bob", "alice", "alice", "alice"]
+        canaries = (await control(origin, "/test/tokens"))["issued"]
+    assert len(canaries) >= 8
+    logged = "\n".join(r.getMessage() + str(r.exc_info or "") for r in caplog.records)
+    posted = repr(slack.ephemerals) + repr([m["text"] for m in slack.bot_messages()])
+    stored = b"".join(p.read_bytes() for p in (tmp_path / "data").glob("threadbound.db*") if p.is_file())
+    for canary in canaries:
+        assert canary not in logged
+        assert all(canary not in seen_by_model for seen_by_model in models_saw)
+        assert canary not in posted
+        assert canary.encode() not in stored
+
+
+@pytest.mark.process
+async def test_a_declined_or_reused_link_resumes_the_task_saying_so(tmp_path: Path) -> None:
+    """Declining resumes the task with "declined" (the model reads it); the same link twice is refused."""
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        prompts.append(turn.prompt)
+        if turn.results or "declined" in turn.prompt:
+            return ["OK, not connected."] if not turn.results else [""]
+        return [call("tickets_connect")]
+
+    async with oauth_server() as origin, FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        port = free_port()
+        async with AppHarness(
+            slack,
+            model=scripted(script),
+            data_dir=tmp_path / "data",
+            agent_file=agent_file(tmp_path, origin),
+            mcp_token_key=new_key(),
+            public_url=f"http://127.0.0.1:{port}",
+            bind_port=port,
+        ) as app:
+            ts = slack.add_message("C1", "<@UBOT> connect me", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> connect me", ts))
+            await app.idle()
+            [link] = links_for(slack, "U1")
+            status, page = await open_link(link, "nobody")
+            assert status == 200 and "did not connect" in page
+            await app.idle()
+            assert any("Alice declined to connect the tickets service" in p for p in prompts)
+            assert [m["text"] for m in slack.bot_messages("C1")] == ["OK, not connected."]
+            # The callback URL the person was sent to cannot be used again, nor a forged state.
+            response = await app.get("/oauth/callback?code=x&state=forged")
+            assert response.status == 400
+
+
+async def test_start_up_refuses_per_person_servers_without_a_key(tmp_path: Path) -> None:
+    """No MCP_TOKEN_KEY (or no PUBLIC_URL): start-up stops, naming the setting."""
+    from app.service import StartupError
+
+    async with FakeSlack() as slack:
+        for overrides, named in (({}, "MCP_TOKEN_KEY"), ({"mcp_token_key": new_key()}, "PUBLIC_URL")):
+            with pytest.raises(StartupError, match=named):
+                async with AppHarness(
+                    slack,
+                    model=scripted(lambda turn: [""]),
+                    data_dir=tmp_path / "data",
+                    agent_file=agent_file(tmp_path, "http://127.0.0.1:9"),
+                    **overrides,
+                ):
+                    pass
