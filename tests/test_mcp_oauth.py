@@ -30,7 +30,12 @@ async def oauth_server() -> AsyncIterator[str]:
     """The OAuth-protected MCP server on its own port; yields its origin."""
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        *SERVER, "--port", str(port), cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        *SERVER,
+        "--port",
+        str(port),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         for _ in range(300):

@@ -23,7 +23,9 @@ USER_HEADER = "X-Emulated-User"
 
 def links_for(workspace: Workspace, user: str) -> list[str]:
     """Every link in the ephemeral notes ``user`` was shown, oldest first."""
-    return [url for _, shown_to, _, text in workspace.ephemerals if shown_to == user for url in _URL.findall(text)]
+    return [
+        url for _, shown_to, _, text in workspace.ephemerals if shown_to == user for url in _URL.findall(text)
+    ]
 
 
 async def open_link(url: str, as_user: str, *, max_hops: int = 10) -> tuple[int, str]:

@@ -3,11 +3,13 @@
 Run ``python tests/support/mcp_oauth.py --port PORT``: the MCP endpoint is ``/mcp`` on 127.0.0.1,
 protected with the MCP SDK's server-side auth (``mcp.server.auth``: protected-resource metadata,
 bearer checks), and the same origin is the authorization server (metadata, dynamic client
-registration, ``/authorize`` with PKCE, ``/token`` with refresh). A person "logs in" at
-``/login?pending=…`` (signed in as the ``X-Emulated-User`` header says) (where ``/authorize`` sends the browser), which redirects back to
-the client with a code. Test controls: ``/test/revoke?user=NAME`` drops that person's tokens,
-``/test/expire?user=NAME`` makes their access token expired (their refresh token still works),
-``/test/tokens`` lists every token issued (for canaries), ``/test/seen`` whom each tool call was for.
+registration, ``/authorize`` with PKCE, ``/token`` with refresh). ``/authorize`` sends the browser to
+``/login?pending=…``, where the person is signed in as the ``X-Emulated-User`` header says (the
+emulator's browser, ``threadbound_emulator.browser``); it redirects back to the client with a code.
+
+Test controls: ``/test/revoke?user=NAME`` drops that person's tokens, ``/test/expire?user=NAME``
+makes their access token expired (their refresh token still works), ``/test/tokens`` lists every
+token issued (for canaries), ``/test/seen`` whom each tool call was for.
 """
 
 from __future__ import annotations
@@ -115,6 +117,9 @@ class Provider:
         if found is None or (found.expires_at is not None and found.expires_at < time.time()):
             return None
         return found
+
+    async def exchange_identity_assertion(self, *args: Any) -> OAuthToken:
+        raise TokenError("unsupported_grant_type", "not offered here")
 
     async def revoke_token(self, token: Any) -> None:
         self.access.pop(getattr(token, "token", ""), None)
