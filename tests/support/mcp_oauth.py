@@ -133,8 +133,8 @@ class Provider:
                 else:
                     del self.access[key]
         if not keep_refresh:
-            for key, value in list(self.refresh.items()):
-                if value.subject == user:
+            for key, refresh in list(self.refresh.items()):
+                if refresh.subject == user:
                     del self.refresh[key]
 
 
