@@ -229,3 +229,25 @@ async def test_start_up_refuses_per_person_servers_without_a_key(tmp_path: Path)
                     **overrides,
                 ):
                     pass
+
+
+def test_per_person_is_for_url_servers_and_its_client_comes_from_the_environment(tmp_path: Path) -> None:
+    """auth = "per_person" parses with client_id/secret (${VAR} expanded, the secret redacted); it is
+    refused on a command server, with headers, or misspelt; client keys need it."""
+    from app.agent.mcp.config import McpConfigError, parse_servers
+
+    source = tmp_path / "agent.toml"
+    source.write_text("", encoding="utf-8")
+    table = {"url": "https://t.example/mcp", "auth": "per_person", "client_id": "tb", "client_secret": "${S}"}
+    [server] = parse_servers({"tickets": table}, source=source)
+    resolved = server.resolve({"S": "client-secret-value"})
+    assert server.per_person and (resolved.client_id, resolved.client_secret) == ("tb", "client-secret-value")
+    assert resolved.redact("x client-secret-value") == "x [redacted]"
+    for bad, said in (
+        ({"command": ["x"], "auth": "per_person"}, "for url servers"),
+        ({**table, "headers": {"A": "b"}}, "takes no headers"),
+        ({"url": "https://t.example/mcp", "auth": "oauth"}, 'must be "per_person"'),
+        ({"url": "https://t.example/mcp", "client_id": "tb"}, "need auth"),
+    ):
+        with pytest.raises(McpConfigError, match=said):
+            parse_servers({"tickets": bad}, source=source)
