@@ -22,6 +22,7 @@ from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
 from app.agent.mcp import personal_wiring
+from app.agent.mcp.personal import PersonalServer
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
 from app.agent.runtime import RunDeps, build_agent, build_model
@@ -255,7 +256,7 @@ class _Config:
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
-            mcp = McpServers(agent_file.mcp)
+            mcp = McpServers(agent_file.mcp, per_person=PersonalServer)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
         personal = personal_wiring.startup_problem(mcp, settings)  # MCP_TOKEN_KEY, PUBLIC_URL

@@ -18,6 +18,7 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from app.agent.agent_file import AgentFile
+from app.agent.mcp.personal import PersonalServer
 from app.agent.mcp.servers import McpServers
 from app.intake.socket_mode import SocketModeError, check_transport, open_connection_url
 from app.settings import Settings, bot_token_problem, describe_database, signing_secret_problem
@@ -289,7 +290,7 @@ async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[str],
     if not agent_file.mcp:
         return [], {}
     try:
-        servers = McpServers(agent_file.mcp)
+        servers = McpServers(agent_file.mcp, per_person=PersonalServer)
     except ValueError as exc:  # a ${VAR} that is not set: `serve` would refuse to start
         report.line("FAIL", "mcp", _short(exc))
         return [], {s.name: "not checked" for s in agent_file.mcp}

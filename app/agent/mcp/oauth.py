@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from app.agent.mcp.authorizations import Outcome, payload
-from app.agent.mcp.vault import TokenVault
 from storage.sqlstore_mcp_tokens import McpAuthorization, McpTokens
 
 if TYPE_CHECKING:
+    from app.agent.mcp.vault import TokenVault
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 

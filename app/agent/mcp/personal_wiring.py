@@ -13,7 +13,6 @@ from aiohttp import web
 
 from app.agent.mcp.oauth import PersonalAccess
 from app.agent.mcp.servers import McpServers
-from app.agent.mcp.vault import TokenVault, VaultKeyError
 from app.settings import Settings
 from channel.selection import ToolSelection
 from storage.base import Store
@@ -27,6 +26,8 @@ def startup_problem(servers: McpServers, settings: Settings) -> str | None:
     personal = [s.name for s in servers.personal]
     if not personal:
         return None
+    from app.agent.mcp.vault import TokenVault, VaultKeyError  # its cipher only when a server needs it
+
     named = ", ".join(personal)
     key = settings.mcp_token_key.get_secret_value()
     if not key:
@@ -52,6 +53,7 @@ def attach(servers: McpServers, settings: Settings, store: Store, tell: Tell) ->
     personal = servers.personal
     if not personal:
         return None
+    from app.agent.mcp.vault import TokenVault
 
     async def offer(channel: str, user: str, text: str, thread_ts: str) -> None:
         await tell(channel, user, text, thread_ts=thread_ts)

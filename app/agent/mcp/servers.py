@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.agent.mcp.bounds import bounded_description, bounded_schema
-from app.agent.mcp.config import McpServerConfig
+from app.agent.mcp.config import McpConfigError, McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
 from app.agent.mcp.stderr import StderrTail
 from app.agent.mcp.stdio_cap import install as cap_stdio_answers
@@ -332,23 +332,30 @@ class McpServer:
 class McpServers:
     """Every server of the agent file; started together, each on its own."""
 
-    def __init__(self, configs: Sequence[McpServerConfig], environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        configs: Sequence[McpServerConfig],
+        environ: Mapping[str, str] | None = None,
+        per_person: Callable[[McpServerConfig, Mapping[str, str]], PersonalServer] | None = None,
+    ) -> None:
+        """``per_person`` builds the servers with ``auth = "per_person"`` (``PersonalServer``; the
+        composition root passes it); without it such a server is a :class:`McpConfigError`."""
         env = os.environ if environ is None else environ
-        self.servers: list[McpServer | PersonalServer] = [self._server(c, env) for c in configs]
+        self.servers: list[McpServer | PersonalServer] = []
+        for config in configs:
+            if not config.per_person:
+                self.servers.append(McpServer(config, env))
+                continue
+            if per_person is None:
+                raise McpConfigError(f"{config.where or config.name}: per-person servers are not served here")
+            server = per_person(config, env)
+            server.on_tools = self._tools_changed
+            self.servers.append(server)
         self._by_tool: dict[str, tuple[McpServer | PersonalServer, McpTool]] = {}
         #: Told when a per-person server's tools changed (someone connected), after :attr:`tools` did.
         self.on_tools: Callable[[], None] | None = None
         #: What per-person servers share (``app.agent.mcp.personal_wiring.attach``); None without them.
         self.access: PersonalAccess | None = None
-
-    def _server(self, config: McpServerConfig, environ: Mapping[str, str]) -> McpServer | PersonalServer:
-        if not config.per_person:
-            return McpServer(config, environ)
-        from app.agent.mcp.personal import PersonalServer  # its vault's cipher only when one is used
-
-        server = PersonalServer(config, environ)
-        server.on_tools = self._tools_changed
-        return server
 
     @property
     def personal(self) -> list[PersonalServer]:
