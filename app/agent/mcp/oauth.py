@@ -37,9 +37,10 @@ from app.agent.mcp.authorizations import Outcome, payload
 from storage.sqlstore_mcp_tokens import McpAuthorization, McpTokens
 
 if TYPE_CHECKING:
-    from app.agent.mcp.vault import TokenVault
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+    from app.agent.mcp.vault import TokenVault
 
 log = logging.getLogger(__name__)
 
