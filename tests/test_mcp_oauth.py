@@ -251,3 +251,42 @@ def test_per_person_is_for_url_servers_and_its_client_comes_from_the_environment
     ):
         with pytest.raises(McpConfigError, match=said):
             parse_servers({"tickets": bad}, source=source)
+
+
+@pytest.mark.process
+async def test_the_playground_connects_a_per_person_server(tmp_path: Path) -> None:
+    """In the playground, Alice's private note carries the connect link; the page opens it as her (the
+    emulator's browser), the task resumes, and the page's state never holds a token."""
+    from app.playground import GENERAL, Playground
+    from app.playground.guard import TOKEN_HEADER
+    from app.settings import Settings
+
+    async with oauth_server() as origin:
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None,
+            data_dir=tmp_path,
+            agent_file=agent_file(tmp_path, origin),
+            skills_dir=None,
+            sweep_interval=3600.0,
+            shutdown_grace=5.0,
+        )
+        async with Playground(settings, model=scripted(whoami_script([]))) as pg:
+            assert pg.service is not None
+            await pg.post("U0ALICE", GENERAL, "@threadbound whoami")
+            await pg.service.runner.idle()
+            [conversation] = [c for c in pg.snapshot()["conversations"] if c["id"] == GENERAL]
+            [note] = conversation["ephemerals"]
+            assert note["user"] == "U0ALICE" and len(note["links"]) == 1
+            async with aiohttp.ClientSession(headers={TOKEN_HEADER: pg.page_token}) as http:
+                body = {"as": "U0BOB", "url": note["links"][0]}
+                async with http.post(f"{pg.url}api/open-link", json=body) as response:
+                    assert response.status == 400  # not Bob's link
+                body["as"] = "U0ALICE"
+                async with http.post(f"{pg.url}api/open-link", json=body) as response:
+                    opened = await response.json()
+            assert opened["status"] == 200 and "Connected tickets" in opened["page"]
+            await pg.service.runner.idle()
+            state = repr(pg.snapshot())
+            assert "The service sees alice" in state
+        canaries = (await control(origin, "/test/tokens"))["issued"]
+    assert canaries and not any(c in state for c in canaries)

@@ -55,6 +55,8 @@ class Driver(Protocol):
 
     async def fast_forward(self) -> dict[str, Any]: ...
 
+    async def open_link(self, person: str, url: str) -> tuple[int, str]: ...
+
 
 class Page:
     """The page's routes over ``driver``; ``app()`` builds the aiohttp application."""
@@ -74,6 +76,7 @@ class Page:
         page.router.add_post("/api/messages", self._post_message)
         page.router.add_post("/api/click", self._click)
         page.router.add_post("/api/fast-forward", self._fast_forward)
+        page.router.add_post("/api/open-link", self._open_link)
         page.router.add_get("/files/{fid}/{name}", self._file)
         page.on_shutdown.append(self._end_streams)
         return page
@@ -165,6 +168,21 @@ class Page:
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
         return web.json_response({"status": delivery.status})
+
+    async def _open_link(self, request: web.Request) -> web.Response:
+        """The person opens a link of a private note they were shown (a per-person MCP server's
+        "connect" link): the emulator's browser follows it as them; the last page's text comes back."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        try:
+            status, text = await self.driver.open_link(str(body.get("as") or ""), str(body.get("url") or ""))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": status, "page": text})
 
     async def _fast_forward(self, _: web.Request) -> web.Response:
         """Move the demo clock to the next scheduled follow-up, so it fires now."""
