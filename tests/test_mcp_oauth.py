@@ -7,14 +7,20 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent
 
 from app.agent.mcp.vault import TokenVault, new_key
+from app.traces import instrument_agents
 from tests.support import events
 from tests.support.harness import AppHarness, free_port
 from tests.support.models import Turn, call, scripted
@@ -22,6 +28,41 @@ from threadbound_emulator import FakeSlack
 from threadbound_emulator.browser import links_for, open_link
 
 ROOT = Path(__file__).resolve().parents[1]
+EXPORTER = InMemorySpanExporter()
+
+
+class _WhileTesting(SimpleSpanProcessor):
+    """Exports only while a test here runs: the global provider cannot be unset afterwards."""
+
+    active = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.active:
+            super().on_end(span)
+
+
+PROCESSOR = _WhileTesting(EXPORTER)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Every span of the test (with content: prompts, tool arguments and results) in memory."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    if PROCESSOR not in provider._active_span_processor._span_processors:  # tests/test_traces.py's set it
+        provider.add_span_processor(PROCESSOR)
+    EXPORTER.clear()
+    PROCESSOR.active = True
+    instrument_agents(include_content=True)
+    try:
+        yield EXPORTER
+    finally:
+        Agent.instrument_all(False)
+        PROCESSOR.active = False
+
+
 SERVER = [sys.executable, str(ROOT / "tests" / "support" / "mcp_oauth.py")]
 
 
@@ -89,11 +130,11 @@ def agent_file(tmp_path: Path, origin: str) -> Path:
 
 @pytest.mark.process
 async def test_each_person_connects_privately_and_calls_as_themselves(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, spans: InMemorySpanExporter
 ) -> None:
     """Alice is asked privately, connects, and the task resumes with the server seeing Alice; Bob in
     the same thread is asked and seen as Bob; an expired token is refreshed, a revoked one asks
-    again; no token reaches a log line, the model, Slack or the database file in the clear."""
+    again; no token reaches a log line, a trace (content on), the model, Slack or the database file."""
     caplog.set_level(logging.DEBUG)
     models_saw: list[str] = []
     key = new_key()
@@ -169,10 +210,16 @@ async def test_each_person_connects_privately_and_calls_as_themselves(
     logged = "\n".join(r.getMessage() + str(r.exc_info or "") for r in caplog.records)
     posted = repr(slack.ephemerals) + repr([m["text"] for m in slack.bot_messages()])
     stored = b"".join(p.read_bytes() for p in (tmp_path / "data").glob("threadbound.db*") if p.is_file())
+    finished = spans.get_finished_spans()
+    assert any("tickets_whoami" in repr(s.attributes) for s in finished)  # content is traced
+    traced = repr(
+        [[s.name, dict(s.attributes or {}), [dict(e.attributes or {}) for e in s.events]] for s in finished]
+    )
     for canary in canaries:
         assert canary not in logged
         assert all(canary not in seen_by_model for seen_by_model in models_saw)
         assert canary not in posted
+        assert canary not in traced
         assert canary.encode() not in stored
 
 
