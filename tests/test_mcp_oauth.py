@@ -337,3 +337,51 @@ async def test_the_playground_connects_a_per_person_server(tmp_path: Path) -> No
             assert "The service sees alice" in state
         canaries = (await control(origin, "/test/tokens"))["issued"]
     assert canaries and not any(c in state for c in canaries)
+
+
+@pytest.mark.process
+async def test_a_follow_up_acts_with_the_token_of_whoever_scheduled_it(tmp_path: Path) -> None:
+    """Alice schedules a follow-up; Bob (not connected) writes in the thread after her; when it fires
+    the call goes out with Alice's token, and nobody is asked to connect."""
+    base = whoami_script([])
+
+    def script(turn: Turn) -> list[Any]:
+        if "remind" in turn.prompt and not turn.results:
+            return [call("tool_search", query="follow up later", limit=1)]
+        if turn.results and turn.results[-1][0] == "tool_search":
+            return [call("channel_follow_up", after="20m", note="whoami for Alice")]
+        if turn.results and turn.results[-1][0] == "channel_follow_up":
+            return ["Scheduled."]
+        return base(turn)
+
+    async with oauth_server() as origin, FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        slack.add_user("U2", "bob", display_name="Bob")
+        port = free_port()
+        async with AppHarness(
+            slack,
+            model=scripted(script),
+            data_dir=tmp_path / "data",
+            agent_file=agent_file(tmp_path, origin),
+            mcp_token_key=new_key(),
+            public_url=f"http://127.0.0.1:{port}",
+            bind_port=port,
+        ) as app:
+            assert app.service is not None and app.service.follow_ups is not None
+            root = slack.add_message("C1", "<@UBOT> whoami", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> whoami", root))
+            await app.idle()
+            await open_link(links_for(slack, "U1")[0], "alice")
+            await app.idle()
+            for user, text in (("U1", "<@UBOT> remind me"), ("U2", "<@UBOT> whoami")):
+                ts = slack.add_message("C1", text, user=user, thread_ts=root)
+                await app.deliver(events.app_mention("C1", user, text, ts, thread_ts=root))
+                await app.idle()
+            assert [e[1] for e in slack.ephemerals] == ["U1", "U2"]  # Bob was asked for his own
+            [scheduled] = await app.service.store.pending_follow_ups(limit=10)
+            assert len(await app.service.follow_ups.fire(now=scheduled.due_at + 1)) == 1
+            await app.idle()
+            assert [e[1] for e in slack.ephemerals] == ["U1", "U2"]
+            assert slack.bot_messages("C1")[-1]["text"] == "The service sees alice"
+        assert (await control(origin, "/test/seen"))["seen"] == ["alice", "alice"]
