@@ -385,3 +385,23 @@ async def test_a_follow_up_acts_with_the_token_of_whoever_scheduled_it(tmp_path:
             assert [e[1] for e in slack.ephemerals] == ["U1", "U2"]
             assert slack.bot_messages("C1")[-1]["text"] == "The service sees alice"
         assert (await control(origin, "/test/seen"))["seen"] == ["alice", "alice"]
+
+
+async def test_check_names_a_per_person_server_without_anyones_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`check` says the server acts per person and shows no token (it holds none)."""
+    import io
+
+    from app.ops.check import run_checks
+    from tests.support.harness import settings_for
+
+    monkeypatch.chdir(tmp_path)
+    async with FakeSlack() as slack:
+        settings = settings_for(
+            slack, tmp_path / "data", agent_file=agent_file(tmp_path, "http://127.0.0.1:9")
+        )
+        out = io.StringIO()
+        await run_checks(settings, model=False, out=out)
+    [line] = [line for line in out.getvalue().splitlines() if "  mcp tickets  " in line]
+    assert line.startswith("PASS") and "acts per person" in line

@@ -298,7 +298,9 @@ async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[str],
     try:
         for server in servers.servers:
             name = f"mcp {server.name}"
-            if server.error is not None:
+            if server.config.per_person:  # no one's token here: nothing of a person is shown
+                report.line("PASS", name, "acts per person: its tools are listed once someone connects")
+            elif server.error is not None:
                 report.line("WARN", name, f"{server.error}; its tools are absent until it starts")
             else:
                 eager = sum(t.starts == "active" for t in server.tools)
