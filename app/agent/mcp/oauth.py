@@ -76,6 +76,14 @@ class AuthorizationRequested(Exception):
     """The person has no usable token: they were sent a private link, and nothing was called."""
 
 
+class _AskingIsNoError(logging.Filter):
+    """The SDK logs any exception of its flow at ERROR with a traceback; asking a person is not one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        raised = record.exc_info[1] if record.exc_info else None
+        return not isinstance(raised, AuthorizationRequested)
+
+
 def state_hash(state: str) -> str:
     return hashlib.sha256(state.encode()).hexdigest()
 
@@ -134,6 +142,10 @@ def provider(
     asking (listing tools at start-up with someone's stored token)."""
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientMetadata
+
+    flow_log = logging.getLogger("mcp.client.auth.oauth2")
+    if not any(isinstance(f, _AskingIsNoError) for f in flow_log.filters):
+        flow_log.addFilter(_AskingIsNoError())
 
     class PersonProvider(OAuthClientProvider):
         async def _initialize(self) -> None:

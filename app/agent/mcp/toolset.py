@@ -80,7 +80,7 @@ class McpToolset(ObservedToolset):
         except AuthorizationRequested:
             # The person got a private link; the turn waits for them as for an ask (app.agent.mcp.personal).
             session.turn_end = session.turn_end or "waiting"
-            return requested_result(mcp_tool.server), "authorization_requested"
+            return requested_result(mcp_tool.server), "ok"  # asking someone is no failure, as channel_ask
         return await readable(value, session.task_dir, name, max_bytes=session.files_max_bytes), "ok"
 
 
