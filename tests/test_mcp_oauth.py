@@ -405,3 +405,24 @@ async def test_check_names_a_per_person_server_without_anyones_token(
         await run_checks(settings, model=False, out=out)
     [line] = [line for line in out.getvalue().splitlines() if "  mcp tickets  " in line]
     assert line.startswith("PASS") and "acts per person" in line
+
+
+@pytest.mark.process
+async def test_serve_hands_the_callback_from_its_edge_process_to_the_service(tmp_path: Path) -> None:
+    """Under ``serve`` the edge's own process forwards ``GET /oauth/callback`` to the service, which
+    answers it: a forged state is refused with the service's page."""
+    from tests.support.fake_model import FakeOpenAI
+    from tests.support.process import ServerProcess, server_env
+
+    async with FakeSlack() as slack, FakeOpenAI() as llm, aiohttp.ClientSession() as http:
+        env = server_env(
+            slack,
+            llm,
+            DATA_DIR=str(tmp_path / "data"),
+            AGENT_FILE=str(agent_file(tmp_path, "http://127.0.0.1:9")),
+            MCP_TOKEN_KEY=new_key(),
+            PUBLIC_URL="http://127.0.0.1:1",
+        )
+        async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
+            async with http.get(f"{server.url}/oauth/callback?code=x&state=forged") as answer:
+                assert answer.status == 400 and "not known here" in await answer.text()
