@@ -30,7 +30,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from app.agent.mcp.authorizations import Outcome, payload
@@ -211,7 +211,8 @@ class PersonalAccess:
         # A token that got here was refused or could not be refreshed: it is removed, not kept.
         await self.tokens.delete(server.name, person.user)
         if context.client_info is None or context.oauth_metadata is None:
-            raise AuthorizationRequested(f"{server.name}: the authorization server could not be discovered")
+            # Nobody was asked: the call fails (tool_failed), saying why.
+            raise RuntimeError(f"{server.name}: its authorization server's metadata could not be discovered")
         pkce = PKCEParameters.generate()
         state = secrets.token_urlsafe(32)
         query = {
@@ -340,11 +341,6 @@ class PersonalAccess:
             if record is not None and await self._decide(record, "expired", now):
                 expired += 1
         return expired
-
-
-def connect_query(values: Mapping[str, Any]) -> dict[str, str]:
-    """The callback's query with one value per name (a repeated name keeps its first)."""
-    return {k: str(v) for k, v in values.items()}
 
 
 __all__ = [
