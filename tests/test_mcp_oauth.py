@@ -203,6 +203,16 @@ async def test_each_person_connects_privately_and_calls_as_themselves(
             await connect("U1", "alice")
             assert slack.bot_messages("C1")[-1]["text"] == "The service sees alice"
 
+            # Expired and its refresh refused: removed, and Alice is asked again.
+            kept = vault.open(await tokens.get("tickets", "U1"))
+            assert kept is not None
+            kept["expires_at"] = 1.0
+            await tokens.put("tickets", "U1", vault.seal(kept), now=1.0)
+            await control(origin, "/test/revoke?user=alice")
+            await say("U1", root)
+            assert [e[1] for e in slack.ephemerals] == ["U1", "U2", "U1", "U1"]
+            assert await tokens.get("tickets", "U1") is None
+
         seen = (await control(origin, "/test/seen"))["seen"]
         assert seen == ["alice", "bob", "alice", "alice", "alice"]
         canaries = (await control(origin, "/test/tokens"))["issued"]
