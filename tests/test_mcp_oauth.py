@@ -436,3 +436,48 @@ async def test_serve_hands_the_callback_from_its_edge_process_to_the_service(tmp
         async with ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "serve.log") as server:
             async with http.get(f"{server.url}/oauth/callback?code=x&state=forged") as answer:
                 assert answer.status == 400 and "not known here" in await answer.text()
+
+
+@pytest.mark.process
+async def test_an_unused_link_expires_and_the_task_hears_so(tmp_path: Path) -> None:
+    """Past APPROVAL_TTL the sweep decides the link expired and the task resumes saying so; the link
+    then opens on a page saying so, and changes nothing."""
+    import time
+
+    prompts: list[str] = []
+
+    def script(turn: Turn) -> list[Any]:
+        prompts.append(turn.prompt)
+        if "expired" in turn.prompt:
+            return ["The link expired; ask me again to connect."]
+        return [call("tickets_connect")] if not turn.results else [""]
+
+    async with oauth_server() as origin, FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        port = free_port()
+        async with AppHarness(
+            slack,
+            model=scripted(script),
+            data_dir=tmp_path / "data",
+            agent_file=agent_file(tmp_path, origin),
+            mcp_token_key=new_key(),
+            public_url=f"http://127.0.0.1:{port}",
+            bind_port=port,
+            approval_ttl=600.0,
+        ) as app:
+            assert app.service is not None and app.service.mcp.access is not None
+            ts = slack.add_message("C1", "<@UBOT> connect me", user="U1")
+            await app.deliver(events.app_mention("C1", "U1", "<@UBOT> connect me", ts))
+            await app.idle()
+            access = app.service.mcp.access
+            access.clock = lambda: time.time() + 601
+            assert await access.sweep() == 1
+            await app.idle()
+            assert any("The link to connect the tickets service expired" in p for p in prompts)
+            assert [m["text"] for m in slack.bot_messages("C1")] == [
+                "The link expired; ask me again to connect."
+            ]
+            status, page = await open_link(links_for(slack, "U1")[0], "alice")
+            assert status == 410 and "expired" in page
+            assert await access.tokens.get("tickets", "U1") is None

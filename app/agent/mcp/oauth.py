@@ -260,6 +260,8 @@ class PersonalAccess:
         record = await self.tokens.get_authorization(state_hash(state)) if state else None
         if record is None:
             return 400, "This link is not known here. Ask again in Slack for a new one."
+        if record.decision == "expired":
+            return 410, "This link expired. Ask again in Slack for a new one."
         if record.decision is not None:
             return 410, "This link was already used. Ask again in Slack if you still need to connect."
         now = self.clock()
