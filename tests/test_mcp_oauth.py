@@ -235,7 +235,7 @@ async def test_each_person_connects_privately_and_calls_as_themselves(
 
 @pytest.mark.process
 async def test_a_declined_or_reused_link_resumes_the_task_saying_so(tmp_path: Path) -> None:
-    """Declining resumes the task with "declined" (the model reads it); the same link twice is refused."""
+    """Declining resumes the task with "declined" (the model reads it); a forged state is refused."""
     prompts: list[str] = []
 
     def script(turn: Turn) -> list[Any]:
@@ -266,7 +266,7 @@ async def test_a_declined_or_reused_link_resumes_the_task_saying_so(tmp_path: Pa
             await app.idle()
             assert any("Alice declined to connect the tickets service" in p for p in prompts)
             assert [m["text"] for m in slack.bot_messages("C1")] == ["OK, not connected."]
-            # The callback URL the person was sent to cannot be used again, nor a forged state.
+            # A state the app never made changes nothing.
             response = await app.get("/oauth/callback?code=x&state=forged")
             assert response.status == 400
 
