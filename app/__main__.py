@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -205,6 +206,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     manifest.add_argument("--name", default="threadbound", help="the app's display name")
     manifest.add_argument(
+        "--slash-command",
+        default=os.environ.get("SLASH_COMMAND") or "/threadbound",
+        help="the slash command's name (default: $SLASH_COMMAND, else /threadbound)",
+    )
+    manifest.add_argument(
         "--agent-view",
         action="store_true",
         help="add features.agent_view (Slack's agent messaging experience, documented for paid plans)",
@@ -254,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             manifest = build_manifest(
-                args.url, name=args.name, agent_view=args.agent_view, socket_mode=args.socket_mode
+                args.url,
+                name=args.name,
+                agent_view=args.agent_view,
+                socket_mode=args.socket_mode,
+                slash_command=args.slash_command,
             )
         except ValueError as exc:
             print(f"threadbound: {exc}", file=sys.stderr)

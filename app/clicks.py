@@ -34,6 +34,8 @@ class Action:
     block_id: str = ""
     #: Where Slack accepts a reply to this click (ephemeral), may be empty.
     response_url: str = ""
+    #: What the card's inputs held when it was clicked, by input name (``channel.cards.Input``).
+    values: Mapping[str, str] = field(default_factory=dict)
     #: The whole payload, for a handler that needs more.
     payload: Mapping[str, Any] = field(default_factory=dict, repr=False)
 

@@ -22,6 +22,7 @@ from app.agent.approval_gate import warn_unmatched_approval
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.asks import Asks
 from app.agent.mcp import personal_wiring
+from app.agent.mcp.elicitation import Elicitor
 from app.agent.mcp.personal import PersonalServer
 from app.agent.mcp.servers import McpServers
 from app.agent.mcp.toolset import McpToolset
@@ -30,9 +31,14 @@ from app.agent.usage import Budgets
 from app.intake.agent_view import AgentView
 from app.intake.edge_thread import MainLoop
 from app.intake.external import ExternalNotice
+from app.intake.home import AppHome
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
+from app.intake.personal import Personal
+from app.intake.personal_blocks import CANCEL_FOLLOW_UP
+from app.intake.shortcuts import Shortcuts
+from app.intake.slash_command import SlashCommand
 from app.intake.socket_mode import SocketModeError, SocketModeIntake, first_socket_url
 from app.ops.check import auth_failure
 from app.ops.observe import ModelTiming, Observer, combine
@@ -50,9 +56,10 @@ from app.runs.scheduler import Scheduler
 from app.runs.streaming import check_mode as check_stream_mode
 from channel.contract import missing_implementations
 from channel.errors import ChannelError
-from channel.selection import ToolSelection, select_tools
+from channel.selection import ToolSelection, host_tools_of, select_tools
 from channel.skills import SkillLibrary
 from channel.slack import SlackAdapter
+from channel.slack.surfaces import Surfaces
 from storage import Store, StoreError, open_store
 
 from .settings import (
@@ -122,6 +129,11 @@ class Service:
     progress: Progress | None = None
     #: The first Socket Mode URL, got by ``create`` (which thereby checked the app token).
     socket_url: str | None = None
+    #: The ways in beside messages (``app.intake.shortcuts``, ``app.intake.slash_command``,
+    #: ``app.intake.home``): the message shortcut, the slash command and its subcommands, App Home.
+    shortcuts: Shortcuts | None = None
+    slash_command: SlashCommand | None = None
+    home: AppHome | None = None
     #: The HTTP edge (``app.intake.http``) and its aiohttp app.
     http: HttpEdge = field(init=False)
     web_app: web.Application = field(init=False)
@@ -174,6 +186,9 @@ class Service:
             socket=intake.socket,
             progress=config.progress,
             socket_url=config.socket_url,
+            shortcuts=intake.ways.shortcuts,
+            slash_command=intake.ways.command,
+            home=intake.ways.home,
         )
 
     def _web_app(self) -> web.Application:
@@ -224,8 +239,12 @@ class Service:
         await self.runner.shutdown(grace, cancel_wait=CANCEL_WAIT)
         if self.approvals is not None:
             await bounded(self.approvals.idle(), CANCEL_WAIT, "approval card updates")
+        if self.mcp.elicitor is not None:
+            await bounded(self.mcp.elicitor.cards.idle(), CANCEL_WAIT, "MCP form card updates")
         if self.agent_view is not None:
             await bounded(self.agent_view.close(), 1.0, "agent view titles")  # of runs that just ended
+        if self.home is not None:
+            await bounded(self.home.close(), 1.0, "Home tabs being drawn")
 
     async def close(self) -> None:
         await self.drain(0)
@@ -328,18 +347,32 @@ async def _select_tools(parts: _Parts) -> ToolSelection:
         if missing:
             raise StartupError(f"adapter claims features it does not implement: {missing}")
         skills = SkillLibrary.load(parts.settings.resolved_skills_dir)
+        settings = parts.settings
+        budgets = Budgets(parts.store, settings.user_daily_token_budget, settings.daily_token_budget)
+        elicitor = Elicitor(parts.store, adapter, settings.mcp_elicitation_timeout_s)
+        mcp.attach(parts.config.model, budgets, elicitor)
+        mcp.elicitor = elicitor
         mcp.access = personal_wiring.attach(mcp, parts.settings, parts.store, adapter.tell_privately)
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
         try:
-            requested = parts.config.agent_file.tools
             selection = select_tools(
-                adapter.features.enabled(), requested, skills, mcp.tools, mcp.unavailable()
+                adapter.features.enabled(),
+                parts.config.agent_file.tools,
+                skills,
+                mcp.tools,
+                mcp.unavailable(),
             )
-            personal_wiring.follow_tools(mcp, selection, requested)  # tools listed once someone connects
-            return selection
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
+        requested = parts.config.agent_file.tools
+
+        def tools_changed() -> None:
+            # Every session offers from this one selection: tool_search finds the new list next step.
+            selection.host_tools = host_tools_of(requested, mcp.tools)
+
+        mcp.on_change = tools_changed
+        return selection
     except StartupError:
         await mcp.stop()
         await adapter.close()
@@ -417,7 +450,11 @@ def _build_agent(parts: _Parts, run_hooks: RunHooks, timing: ModelTiming) -> Age
         config.model,
         on_tool=run_hooks.on_tool,
         on_tool_end=observer.tool_end,
-        toolsets=[McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end)] if config.mcp else [],
+        toolsets=(
+            [McpToolset(config.mcp, run_hooks.on_tool, observer.tool_end, config.progress.tool_progress)]
+            if config.mcp
+            else []
+        ),
         gate=(lambda every: ApprovalGate(every, approval, parts.store)) if approval else None,
         capabilities=[timing],
     )
@@ -441,6 +478,7 @@ class _Intake:
     interactions: Interactions
     bolt: AsyncApp
     socket: SocketModeIntake | None
+    ways: _WaysIn
 
     @classmethod
     def build(cls, parts: _Parts, runs: _Runs) -> _Intake:
@@ -456,13 +494,56 @@ class _Intake:
         interactions = Interactions(tell=runs.approvals.tell)
         runs.approvals.register(interactions.on)
         runs.asks.register(interactions.on)
+        if parts.config.mcp.elicitor is not None:
+            parts.config.mcp.elicitor.register(interactions.on)
         feedback = Feedback(
             parts.store, ref_of=adapter.clicked_ref, name_of=adapter.known_user, on_feedback=observer.feedback
         )
         interactions.on(feedback.action_id, feedback.click)
-        bolt = build_bolt(settings, ingress, interactions, runs.agent_view)
+        ways = _WaysIn.build(parts, runs, ingress, interactions)
+        bolt = build_bolt(settings, ingress, interactions, runs.agent_view, ways.command.handle)
         socket = None
         if parts.config.socket_url is not None:
             handle = event_handler(ingress, runs.agent_view)
-            socket = SocketModeIntake(settings, handle, interactions.handle, ack_gate=runs.runner.ack_gate)
-        return cls(ingress, interactions, bolt, socket)
+            socket = SocketModeIntake(
+                settings,
+                handle,
+                interactions.handle,
+                ack_gate=runs.runner.ack_gate,
+                on_command=ways.command.handle,
+            )
+        return cls(ingress, interactions, bolt, socket, ways)
+
+
+@dataclass(frozen=True)
+class _WaysIn:
+    """The message shortcut, the slash command and the App Home tab, wired to the intake."""
+
+    shortcuts: Shortcuts
+    command: SlashCommand
+    home: AppHome
+
+    @classmethod
+    def build(cls, parts: _Parts, runs: _Runs, ingress: Ingress, interactions: Interactions) -> _WaysIn:
+        settings, adapter = parts.settings, parts.adapter
+        surfaces = Surfaces(adapter.link)
+        personal = Personal(parts.store, budget=settings.user_daily_token_budget)
+        links = surfaces.thread_link
+        home = AppHome(
+            settings,
+            personal,
+            links,
+            publish=surfaces.publish_home,
+            respond=surfaces.respond,
+            tell=interactions.tell,
+        )
+        interactions.on(CANCEL_FOLLOW_UP, home.cancel_click)
+        runs.agent_view.home = home.opened
+
+        async def name_of(user: str) -> str:
+            return (await adapter.lookups.user(user))[0]
+
+        shortcuts = Shortcuts(ingress, surfaces.respond, name_of)
+        interactions.on_shortcut = shortcuts.handle
+        command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
+        return cls(shortcuts, command, home)

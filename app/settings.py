@@ -114,6 +114,8 @@ class Settings(BaseSettings):
     approvers: CSV = ()
     #: Seconds an approval card stays open; after that the call counts as ``expired``.
     approval_ttl: float = Field(default=86_400.0, gt=0)
+    #: Seconds an MCP server's question (a form card) waits for its answer before the call hears ``cancel``.
+    mcp_elicitation_timeout_s: float = Field(default=300.0, gt=0, le=3600)
     #: Who decides approvals: ``requester`` (the person whose message led to the call, or anyone in
     #: ``APPROVERS``) or ``approvers`` (only people in ``APPROVERS``).
     approval_by: Literal["requester", "approvers"] = "requester"
@@ -127,6 +129,8 @@ class Settings(BaseSettings):
     task_files_max_bytes: int = Field(default=524_288_000, ge=1)
     #: A task's files are removed after this many days without activity (the task and handles stay).
     files_ttl_days: float = Field(default=7.0, gt=0)
+    #: The slash command's name in the manifest (``/threadbound``) and in its own help.
+    slash_command: str = Field(default="/threadbound", pattern=r"^/[a-z0-9_-]{1,31}$")
 
     #: Progress while a run works: "auto" (status, else a reaction), "status", "reaction", "off".
     progress: str = "auto"

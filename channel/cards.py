@@ -28,6 +28,7 @@ __all__ = [
     "Emphasis",
     "Field",
     "Icon",
+    "Input",
     "Line",
     "Mention",
     "Span",
@@ -107,6 +108,30 @@ class Choice:
     style: Style = ""
 
 
+#: What an input takes: one line of text, a number (``integer``: a whole one), yes/no, one of
+#: ``options``, or any of them (``choices``: a click reports them one per line).
+InputKind = Literal["text", "number", "integer", "boolean", "choice", "choices"]
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A field people fill in on the card; a click on one of its choices reports every input's
+    value by ``name`` (``app.clicks.Action.values``)."""
+
+    name: str
+    label: str
+    kind: InputKind = "text"
+    #: For ``choice`` and ``choices``: the values offered, in order, and what people read for each
+    #: (``labels``, the values themselves when empty).
+    options: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    required: bool = False
+    #: A line under the field (its description), plain text.
+    hint: str = ""
+    #: The value shown to start with, "" for none.
+    initial: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     """One card, open (with choices) or decided (who decided what is in ``note``; no choices)."""
@@ -123,6 +148,8 @@ class Card:
     notice: Line = ()
     #: Small print under the card: who may answer and until when, or who decided and when.
     note: Line = ()
+    #: Fields to fill in, above the buttons; empty once decided.
+    inputs: tuple[Input, ...] = ()
     #: The buttons, in order; empty once decided (or for a question answered by a reply).
     choices: tuple[Choice, ...] = ()
     #: Names the choices as one group (the provider may report it with a click).

@@ -40,6 +40,9 @@ class InboundAuthor:
     bot: str = ""
     #: The author's organisation (workspace), when the provider said; ``""`` when it did not.
     organisation: str = ""
+    #: The author's name as the delivery gave it, when the message itself does not show them (a
+    #: person asking about someone else's message, :attr:`InboundMessage.asked_about`); else ``""``.
+    name: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +75,10 @@ class InboundMessage:
     edited: bool = False
     #: It forwards (shares) another message.
     forwarded: bool = False
+    #: The author pointed the bot at this message and asked about it (Slack: a message shortcut):
+    #: ``ref``, ``id``, ``text``, ``files`` and ``data`` are that message's, which someone else
+    #: may have written; ``author`` is the person asking.
+    asked_about: bool = False
     #: The provider's own form of the message, for its adapter to render; opaque to neutral code.
     data: Mapping[str, Any] = field(default_factory=dict)
 
@@ -122,6 +129,7 @@ def _marked(raw: Mapping[str, Any]) -> InboundMessage:
             id=_text(author.get("id")),
             bot=_text(author.get("bot")),
             organisation=_text(author.get("organisation")),
+            name=_text(author.get("name")),
         ),
         text=_text(raw.get("text")),
         files=_files(raw.get("files")),
@@ -132,6 +140,7 @@ def _marked(raw: Mapping[str, Any]) -> InboundMessage:
         direct=raw.get("direct") is True,
         edited=raw.get("edited") is True,
         forwarded=raw.get("forwarded") is True,
+        asked_about=raw.get("asked_about") is True,
         data=_mapping(raw.get("data")),
     )
 

@@ -61,6 +61,14 @@ class ToolSelection:
         return names
 
 
+def host_tools_of(requested: Sequence[str] | None, host_tools: Sequence[HostTool]) -> tuple[HostTool, ...]:
+    """``host_tools`` narrowed to ``requested`` as :func:`select_tools` narrows them, in their order;
+    for a server whose tool list changed after start-up (nothing is refused: the file was checked)."""
+    if requested is None:
+        return tuple(host_tools)
+    return tuple(t for t in host_tools if any(fnmatch.fnmatchcase(t.name, entry) for entry in requested))
+
+
 def select_tools(
     features: frozenset[str],
     requested: Sequence[str] | None,

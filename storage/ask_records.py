@@ -1,4 +1,5 @@
-"""The record of a question (``q_…``) or approval (``ap_…``) the agent asked in a thread."""
+"""The record of a question (``q_…``) or approval (``ap_…``) the agent asked in a thread, or of an
+MCP server's form (``el_…``: its answer is the form's JSON, or ``decline``/``cancel`` when denied)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from .records import CardRecord
 
 __all__ = ["AskDecision", "AskKind", "AskRecord"]
 
-AskKind = Literal["question", "approval"]
+AskKind = Literal["question", "approval", "form"]
 #: ``answered`` (a question), ``approved``/``denied`` (an approval), ``expired`` (either).
 AskDecision = Literal["answered", "approved", "denied", "expired"]
 
@@ -24,7 +25,8 @@ class AskRecord(CardRecord[AskDecision]):
     text: str
     #: An approval's details (Markdown), ``""`` when none.
     details: str
-    #: A question's option labels; empty for a free-text question (and an approval).
+    #: A question's option labels; empty for a free-text question (and an approval). A form's fields,
+    #: one JSON object each (``app.agent.mcp.elicitation``).
     options: tuple[str, ...]
     #: Only the requester (and ``APPROVERS``) may answer; else anyone in the conversation.
     only_requester: bool

@@ -25,6 +25,7 @@ __all__ = [
     "InstanceLook",
     "LeaseMoved",
     "LeaseRecord",
+    "PersonTask",
     "StoreError",
     "StoreStats",
     "TaskRecord",
@@ -223,6 +224,17 @@ class UsageRecord:
     def tokens(self) -> int:
         """What budgets count: input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class PersonTask:
+    """A task one person's requests ran in (``person_tasks``), newest first."""
+
+    task_id: str
+    channel: str
+    thread_ts: str
+    #: When the person's latest model request in it was made.
+    last_at: float
 
 
 @dataclass(slots=True)

@@ -30,6 +30,7 @@ from .records import (
     InboxItem,
     InstanceLook,
     LeaseRecord,
+    PersonTask,
     StoreStats,
     TaskRecord,
     UsageRecord,
@@ -396,6 +397,11 @@ class SqlStore:
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
         """Usage summed by day, person and channel from UTC day ``since`` on, oldest first."""
         return await self._people.usage_by_day(since)
+
+    async def person_tasks(self, person: str, *, since: str, limit: int = 10) -> list[PersonTask]:
+        """The tasks ``person``'s model requests ran in from UTC day ``since`` on, the latest first
+        (at most ``limit``)."""
+        return await self._people.person_tasks(person, since=since, limit=limit)
 
     async def open_approval(
         self,

@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 from . import statements as sql
 from ._rows import from_row
-from .records import ApprovalDecision, ApprovalRecord, FeedbackRecord, StoreError, UsageRecord
+from .records import ApprovalDecision, ApprovalRecord, FeedbackRecord, PersonTask, StoreError, UsageRecord
 from .sqlcore import Database, decide
 
 
@@ -29,6 +29,10 @@ class People:
 
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
         return [from_row(UsageRecord, r) for r in await self._db.fetch(sql.USAGE_BY_DAY, {"since": since})]
+
+    async def person_tasks(self, person: str, *, since: str, limit: int) -> list[PersonTask]:
+        params = {"person": person, "since": since, "limit": limit}
+        return [from_row(PersonTask, r) for r in await self._db.fetch(sql.PERSON_TASKS, params)]
 
     # -- approvals -------------------------------------------------------------------------
     async def open_approval(

@@ -45,6 +45,7 @@ from .usage_statements import (  # noqa: F401
     FEEDBACK_COLUMNS,
     MARK_FEEDBACK_SHOWN,
     PENDING_FEEDBACK,
+    PERSON_TASKS,
     RECORD_FEEDBACK,
     RECORD_USAGE,
     TOKENS_SPENT,

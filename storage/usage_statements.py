@@ -29,6 +29,14 @@ USAGE_BY_DAY: Final = Statement(
     " GROUP BY day, person, channel ORDER BY day, person, channel"
 )
 
+#: The tasks one person's model requests ran in since a UTC day, the latest first.
+PERSON_TASKS: Final = Statement(
+    "SELECT u.task_id AS task_id, t.channel AS channel, t.thread_ts AS thread_ts, MAX(u.at) AS last_at"
+    " FROM model_usage u JOIN tasks t ON t.task_id = u.task_id"
+    " WHERE u.person = :person AND u.day >= :since"
+    " GROUP BY u.task_id, t.channel, t.thread_ts ORDER BY last_at DESC LIMIT :limit"
+)
+
 # -- feedback --------------------------------------------------------------------------------
 
 FEEDBACK_COLUMNS = "task_id, message, user_id, user_name, kind, clicked_at"

@@ -18,11 +18,12 @@ URL = "https://bot.example.com/slack/events"
 
 
 def test_agent_view_manifest_subscribes_to_its_events_and_the_plain_one_does_not() -> None:
-    """--agent-view adds app_home_opened and assistant_thread_started; a plain install asks for neither."""
+    """--agent-view adds assistant_thread_started; app_home_opened (the Home tab) is in every install,
+    once."""
     plain = build_manifest(URL)["settings"]["event_subscriptions"]["bot_events"]
     agent = build_manifest(URL, agent_view=True)["settings"]["event_subscriptions"]["bot_events"]
-    assert not set(AGENT_VIEW_EVENTS) & set(plain)
-    assert agent == [*plain, "app_home_opened", "assistant_thread_started"]
+    assert set(AGENT_VIEW_EVENTS) & set(plain) == {"app_home_opened"}
+    assert agent == [*plain, "assistant_thread_started"]
 
 
 def test_prompts_are_read_and_checked(tmp_path: Path) -> None:

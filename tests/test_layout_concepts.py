@@ -27,8 +27,22 @@ NEUTRAL_PREFIXES = ("app.runs", "app.agent", "channel")
 SLACK_MODULES = ("slack_sdk", "slack_bolt", "channel.slack")
 #: Block Kit element types: a ``{"type": …}`` literal with one of these is Block Kit drawn by hand.
 BLOCK_KIT_TYPES = frozenset(
-    {"section", "actions", "button", "mrkdwn", "plain_text", "context", "header", "divider",
-     "rich_text", "rich_text_section", "input", "static_select", "overflow", "markdown"}
+    {
+        "section",
+        "actions",
+        "button",
+        "mrkdwn",
+        "plain_text",
+        "context",
+        "header",
+        "divider",
+        "rich_text",
+        "rich_text_section",
+        "input",
+        "static_select",
+        "overflow",
+        "markdown",
+    }
 )
 MAX_FUNCTION_LINES = 80
 #: A reference to a numbered item of a document the repository does not hold.
@@ -161,8 +175,10 @@ def test_no_slack_outside_its_adapter() -> None:
             if isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values, strict=True):
                     if (
-                        isinstance(key, ast.Constant) and key.value == "type"
-                        and isinstance(value, ast.Constant) and value.value in BLOCK_KIT_TYPES
+                        isinstance(key, ast.Constant)
+                        and key.value == "type"
+                        and isinstance(value, ast.Constant)
+                        and value.value in BLOCK_KIT_TYPES
                     ):
                         wrong.append(f"{module}:{node.lineno} draws Block Kit ({value.value!r})")
     assert not wrong, wrong

@@ -12,11 +12,12 @@ from app.ops.manifest import (
     BOT_EVENTS,
     MANIFEST_FILE,
     PLACEHOLDER_URL,
+    SCOPELESS_EVENTS,
     SOCKET_MODE_MANIFEST_FILE,
     build_manifest,
 )
 from channel.slack import features_from_scopes
-from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes
+from channel.slack.scopes import BASE_SCOPES, FEATURE_SCOPES, missing_scopes, purpose
 from channel.tools import CATALOG
 from threadbound_emulator import DEFAULT_SCOPES
 
@@ -79,7 +80,7 @@ def test_every_subscribed_event_and_every_tool_has_its_scopes() -> None:
     manifest = build_manifest(URL)
     bot = set(manifest["oauth_config"]["scopes"]["bot"])
     for event in manifest["settings"]["event_subscriptions"]["bot_events"]:
-        assert BOT_EVENTS[event] in bot, event
+        assert event in SCOPELESS_EVENTS or BOT_EVENTS[event] in bot, event
     assert set(BASE_SCOPES) <= bot
     for spec in CATALOG.values():
         if spec.feature is not None:
@@ -160,3 +161,30 @@ def test_cli_bad_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["manifest", "--url", "http://bot.example.com/events"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "/slack/events" in captured.err
+
+
+def test_the_manifest_declares_the_ways_in(capsys: pytest.CaptureFixture[str]) -> None:
+    """The App Home tab is on and app_home_opened delivered; the message shortcut threadbound_ask
+    and the slash command (its name from --slash-command, else $SLASH_COMMAND, else /threadbound)
+    are declared with the commands scope, the command posting to the events URL over HTTP and
+    naming no URL in Socket Mode; a bad command name exits 2."""
+    manifest = build_manifest(URL)
+    features = manifest["features"]
+    assert features["app_home"]["home_tab_enabled"] is True
+    assert "app_home_opened" in manifest["settings"]["event_subscriptions"]["bot_events"]
+    assert "commands" in manifest["oauth_config"]["scopes"]["bot"]
+    [shortcut] = features["shortcuts"]
+    assert shortcut["type"] == "message" and shortcut["callback_id"] == "threadbound_ask"
+    assert shortcut["name"] == "Ask threadbound"
+    [command] = features["slash_commands"]
+    assert command["command"] == "/threadbound" and command["url"] == URL
+    [socket_command] = build_manifest(None, socket_mode=True)["features"]["slash_commands"]
+    assert "url" not in socket_command
+    assert main(["manifest", "--url", URL, "--slash-command", "/helper"]) == 0
+    assert json.loads(capsys.readouterr().out)["features"]["slash_commands"][0]["command"] == "/helper"
+    assert main(["manifest", "--url", URL, "--slash-command", "helper"]) == 2
+    events = build_manifest(URL, agent_view=True)["settings"]["event_subscriptions"]["bot_events"]
+    assert len(events) == len(set(events))
+    # `check` warns when the install lacks it, naming what it is for.
+    without = [s for s in DEFAULT_SCOPES if s != "commands"]
+    assert missing_scopes(without) == {"commands": []} and "slash command" in purpose("commands")

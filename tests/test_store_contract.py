@@ -603,6 +603,34 @@ async def test_usage_recorded_and_summed_by_day_person_and_channel(store: Store)
     ]
 
 
+async def test_person_tasks_are_the_tasks_one_persons_requests_ran_in(store: Store) -> None:
+    """person_tasks lists the tasks a person's model requests ran in since a day, latest first, each
+    once with its conversation, bounded by limit; another person's are not theirs."""
+    first = await claim(store)
+    second = await claim(store, event_id="Ev2", ts="200.000001", thread_ts="200.000001")
+    assert first.task_id and second.task_id
+
+    def used(task_id: str, person: str, day: str, at: float) -> UsageRecord:
+        return UsageRecord(day=day, person=person, channel="C1", input_tokens=1, output_tokens=1,
+                           requests=1, task_id=task_id, model="m", at=at)  # fmt: skip
+
+    for record in (
+        used(first.task_id, "U1", "2026-01-01", T0),
+        used(first.task_id, "U1", "2026-01-03", T0 + 30),
+        used(second.task_id, "U1", "2026-01-02", T0 + 20),
+        used(second.task_id, "U2", "2026-01-03", T0 + 40),
+    ):
+        await store.record_usage(record)
+    mine = await store.person_tasks("U1", since="2026-01-02")
+    assert [(t.task_id, t.channel, t.thread_ts, t.last_at) for t in mine] == [
+        (first.task_id, "C1", "100.000001", T0 + 30),
+        (second.task_id, "C1", "200.000001", T0 + 20),
+    ]
+    assert [t.task_id for t in await store.person_tasks("U1", since="2026-01-02", limit=1)] == [first.task_id]
+    assert [t.task_id for t in await store.person_tasks("U2", since="2026-01-01")] == [second.task_id]
+    assert await store.person_tasks("U3", since="2026-01-01") == []
+
+
 async def test_save_run_ignores_other_tasks_items(store: Store) -> None:
     """Item ids of another task are not consumed by this task's save_run."""
     mine = await claim(store)

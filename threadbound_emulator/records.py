@@ -32,6 +32,7 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "files:write",
     "users:read",
     "canvases:write",
+    "commands",
 )
 
 FAKE_HOST = "https://fake.slack.com"

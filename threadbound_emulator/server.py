@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ from .workspace import Workspace
 
 #: The Web API method that opens a Socket Mode connection (``threadbound_emulator.socket_mode``).
 SOCKET_OPEN = "apps.connections.open"
+#: Where the emulator's response URLs point (``FakeSlack.response_url``).
+RESPONSE_PATH = "/response/"
 
 
 @dataclass
@@ -86,6 +89,7 @@ class FakeSlack(Workspace):
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get(LINK_PATH, self.socket.handle)
+        app.router.add_post(f"{RESPONSE_PATH}{{key}}", self._response)
         self._host.add_routes(app.router)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
@@ -130,6 +134,28 @@ class FakeSlack(Workspace):
         from slack_sdk.web.async_client import AsyncWebClient
 
         return AsyncWebClient(token=token or self.token, base_url=self.api_url, **kwargs)
+
+    def response_url(self) -> str:
+        """A fresh ``response_url`` for an interaction or slash command: what the app posts to it
+        lands in ``responses``, in order (Slack shows it to that person only)."""
+        return f"http://127.0.0.1:{self.port}{RESPONSE_PATH}{uuid.uuid4().hex}"
+
+    async def _response(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.Response(status=400, text="invalid_payload")
+        said = isinstance(body, dict) and any(body.get(k) for k in ("text", "blocks", "delete_original"))
+        if not said:
+            return web.Response(status=400, text="no_text")
+        self.responses.append((str(request.url), body))
+        for callback in self._after:
+            callback(Call("response_url", {"url": str(request.url)}, body, True))
+        return web.Response(text="ok")
+
+    def responses_to(self, url: str) -> list[JSON]:
+        """What the app posted to one ``response_url``, in order."""
+        return [body for to, body in self.responses if to == url]
 
     # ------------------------------------------------------------------ inspection
 

@@ -73,6 +73,10 @@ class Workspace(MessageRules):
         self.titles: list[tuple[str, str, str]] = []
         #: ``assistant.threads.setSuggestedPrompts`` calls: ``(channel, thread_ts, prompts)``.
         self.suggested_prompts: list[tuple[str, str, list[JSON]]] = []
+        #: Each person's App Home tab as last published (``views.publish``), by user id.
+        self.home_views: dict[str, JSON] = {}
+        #: What the app posted to response URLs (``FakeSlack.response_url``): ``(url, body)``, in order.
+        self.responses: list[tuple[str, JSON]] = []
         self.canvases: dict[str, Canvas] = {}
         self.users: dict[str, User] = {}
         self.channels: dict[str, Channel] = {}

@@ -316,8 +316,9 @@ class Asks:
         decided = 0
         before = self.approvals.clock() - self.approvals.ttl
         for ask in await self.store.expired_asks(before=before):
-            # An ask whose card was never posted expires silently: nobody was waiting for it.
-            payload = self._payload(ask, "expired", "", "") if ask.card_ts else ""
+            # An ask whose card was never posted expires silently: nobody was waiting for it. Nor is a
+            # form (an MCP server's question) that outlived its call: no run waits on the inbox for it.
+            payload = self._payload(ask, "expired", "", "") if ask.card_ts and ask.kind != "form" else ""
             now = self.approvals.clock()
             won = await self.store.decide_ask(
                 ask.ask_id, decision="expired", answer="", user_id="", payload=payload, now=now

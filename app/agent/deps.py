@@ -7,8 +7,12 @@ imports it from below rather than from one another.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from channel.session import ChannelSession
+
+if TYPE_CHECKING:
+    from .usage import UsageMeter
 
 
 @dataclass(slots=True)
@@ -16,3 +20,5 @@ class RunDeps:
     """The run's channel session, handed to every tool call and per-request setting."""
 
     session: ChannelSession
+    #: The run's usage meter: what an MCP server samples for the run counts against its person.
+    usage: UsageMeter | None = None

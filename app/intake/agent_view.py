@@ -3,7 +3,8 @@
 - ``assistant_thread_started`` (someone opens a new conversation with the bot in its agent view):
   the prompts of ``agent.toml`` (``prompts = [...]``) are offered with
   ``assistant.threads.setSuggestedPrompts``. Nothing is offered when the file has none.
-- ``app_home_opened`` on the Messages tab needs nothing: a DM is answered when someone writes.
+- ``app_home_opened`` on the Messages tab needs nothing: a DM is answered when someone writes; on
+  the Home tab it draws that person's Home (``app.intake.home``).
 - The first run of a DM thread titles it (``assistant.threads.setTitle``) after its first message.
 
 Everything here is best effort: an install without the agent view never receives these events,
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.runs.run import RunHooks
@@ -38,6 +39,8 @@ class AgentView:
     def __init__(self, adapter: SlackAdapter, prompts: Sequence[str]) -> None:
         self.adapter = adapter
         self.prompts = tuple(prompts)
+        #: Draws the App Home tab when someone opens it (``app.intake.home.AppHome.opened``).
+        self.home: Callable[[Mapping[str, Any]], None] | None = None
         # Titles are set in the background (the first model request must not wait); kept until done.
         self._titling: set[asyncio.Task[None]] = set()
 
@@ -52,6 +55,10 @@ class AgentView:
 
     async def event(self, event: Mapping[str, Any]) -> None:
         """Handle one agent-view event (acknowledged by the caller whatever happens here)."""
+        if event.get("type") == "app_home_opened":
+            if self.home is not None:
+                self.home(event)  # drawn in the background
+            return
         if event.get("type") != "assistant_thread_started" or not self.prompts:
             return
         thread = event.get("assistant_thread")

@@ -54,17 +54,24 @@ HTTP_EVENTS_OFF = (
 )
 
 
+#: A slash command's payload → ``(status, the private answer)`` (``app.intake.slash_command``).
+Command = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+
+
 class _Ingest(AsyncMiddleware):
-    """Every event_callback becomes an inbox item and every click goes to ``app.intake.interactions``;
-    nothing reaches Bolt's listeners."""
+    """Every event_callback becomes an inbox item, every click and message shortcut goes to
+    ``app.intake.interactions``, a slash command to ``app.intake.slash_command``; nothing reaches
+    Bolt's listeners."""
 
     def __init__(
         self,
         handle: Callable[[dict[str, Any]], Awaitable[tuple[int, str]]],
         interactions: Interactions | None = None,
+        command: Command | None = None,
     ) -> None:
         self._handle = handle
         self._interactions = interactions
+        self._command = command
 
     async def async_process(
         self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Callable[[], Awaitable[BoltResponse]]
@@ -77,10 +84,13 @@ class _Ingest(AsyncMiddleware):
             return BoltResponse(status=status, body=text)
         if body.get("type") in ("url_verification", "ssl_check") or "ssl_check" in body:
             return await next()
-        if body.get("type") == "block_actions" and self._interactions is not None:
+        if body.get("type") in ("block_actions", "message_action") and self._interactions is not None:
             status, text = await self._interactions.handle(body)
             return BoltResponse(status=status, body=text)
-        # Other interactivity, slash commands, unknown envelope types: acknowledge, do nothing.
+        if "command" in body and self._command is not None:  # a slash command: answered in the body
+            status, answer = await self._command(body)
+            return BoltResponse(status=status, body=json.dumps(answer))  # JSON: Bolt says so
+        # Other interactivity (view submissions, global shortcuts), unknown envelope types: acknowledge.
         return BoltResponse(status=200, body="")
 
 
@@ -172,6 +182,7 @@ def build_bolt(
     ingress: Ingress,
     interactions: Interactions | None = None,
     agent_view: AgentView | None = None,
+    command: Command | None = None,
 ) -> AsyncApp:
     handle = event_handler(ingress, agent_view)
     # The token is passed as is, not through an `authorize` function: Bolt then warns that "`token`
@@ -184,7 +195,7 @@ def build_bolt(
         name="threadbound",
         token=settings.slack_bot_token.get_secret_value(),
         signing_secret=settings.slack_signing_secret.get_secret_value(),
-        before_authorize=_Ingest(handle, interactions),
+        before_authorize=_Ingest(handle, interactions, command),
         process_before_response=True,
         ignoring_self_events_enabled=False,
         raise_error_for_unhandled_request=False,

@@ -151,7 +151,15 @@ class Ingress:
                 self._soon(self.on_external, decision)
             return IngressResult(200, "ignored", decision.reason)
         # An edit that adds the bot's mention is answered as the message now reads.
-        message = inbound_message(event)
+        return await self.claim(event_id, decision, inbound_message(event))
+
+    async def claim(
+        self, event_id: str, decision: Decision, message: inbound.InboundMessage, *, key: str = ""
+    ) -> IngressResult:
+        """Claim ``message`` for the conversation ``decision`` names (once, by ``event_id`` and by
+        ``(channel, key or its ts)``), append it to the task's inbox and wake the task with the
+        message's own ``(channel, id)``. A message shortcut claims by its own ``key``: the message it
+        points at may have been claimed already, as a mention."""
         payload = inbound.dump(message)
         try:
             # Made again once when the store failed it: a claim of the same event twice is one claim
@@ -161,7 +169,7 @@ class Ingress:
                 self.store.claim_message,
                 event_id=event_id,
                 channel=decision.channel,
-                ts=decision.ts,
+                ts=key or decision.ts,
                 thread_ts=decision.thread_ts,
                 create=decision.create,
                 payload=payload,
@@ -181,13 +189,14 @@ class Ingress:
                 self._soon(self.scheduler.notify, outcome.task_id)
             return IngressResult(200, "duplicate", "already claimed", outcome.task_id)
         assert outcome.task_id is not None
+        # The message's own (channel, ts): for a shortcut, the message it points at.
+        where = (decision.channel, message.id or decision.ts)
         if outcome.created:
             # The task's inbox holds this message alone: its author is the one the run is charged to
             # (USER_MAX_RUNS), told with the wake-up instead of read back from the store.
             if self.on_created is not None:
                 self.on_created(outcome.task_id, decision)
-            where = (decision.channel, decision.ts)
             self._soon(self.scheduler.notify, outcome.task_id, message.author.id, where)
         else:
-            self._soon(self.scheduler.notify, outcome.task_id, None, (decision.channel, decision.ts))
+            self._soon(self.scheduler.notify, outcome.task_id, None, where)
         return IngressResult(200, "claimed", decision.reason, outcome.task_id)

@@ -19,11 +19,12 @@ clicker told to try again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from app import traces
 from app.clicks import Action, Handler
+from channel.slack.cards import input_values
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class Interactions:
     def __init__(self, tell: Tell | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
         self.tell = tell
+        #: Message shortcuts (``message_action`` payloads): ``app.intake.shortcuts.Shortcuts.handle``.
+        self.on_shortcut: Callable[[Mapping[str, Any]], Awaitable[tuple[int, str]]] | None = None
 
     def on(self, action_id: str, handler: Handler) -> None:
         """Route clicks on elements with ``action_id`` to ``handler`` (one handler per id)."""
@@ -51,9 +54,12 @@ class Interactions:
         return frozenset(self._handlers)
 
     async def handle(self, payload: Mapping[str, Any]) -> tuple[int, str]:
-        """Dispatch every action of one ``block_actions`` payload; ``(status, body)`` for Slack."""
+        """Dispatch every action of one ``block_actions`` payload, or a message shortcut to
+        :attr:`on_shortcut`; ``(status, body)`` for Slack."""
+        if payload.get("type") == "message_action" and self.on_shortcut is not None:
+            return await self.on_shortcut(payload)
         if payload.get("type") != "block_actions":
-            return 200, ""  # view submissions, shortcuts: nothing here uses them yet
+            return 200, ""  # view submissions, global shortcuts: nothing here uses them yet
         actions = payload.get("actions")
         if not isinstance(actions, list):
             return 400, "block_actions without actions"
@@ -117,6 +123,7 @@ def parse_action(payload: Mapping[str, Any], raw: Mapping[str, Any]) -> Action:
         thread_ts=thread_ts,
         block_id=str(raw.get("block_id") or ""),
         response_url=str(payload.get("response_url") or ""),
+        values=input_values(payload.get("state")),
         payload=payload,
     )
 

@@ -5,7 +5,8 @@ the app calls ``apps.connections.open`` and keeps a WebSocket open with slack-sd
 aiohttp ``SocketModeClient``. Each envelope's ``payload`` is exactly the body Slack
 would POST over HTTP: an ``events_api`` payload goes to the same handler as a POSTed
 ``event_callback`` (agent view, then the ingress: classified, claimed durably, inbox),
-an ``interactive`` one to the same click handlers.
+an ``interactive`` one to the same click handlers (and message shortcuts), a ``slash_commands``
+one to the slash command, whose private answer goes back as the ack's ``payload``.
 
 The envelope is acknowledged only after that handler answered below 500, i.e. after
 the claim committed. A process that dies before its ack leaves the envelope
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: A delivery handler: the payload Slack would POST over HTTP → ``(status, reason)``.
 Handler = Callable[[dict[str, Any]], Awaitable[tuple[int, str]]]
+#: A slash command's payload → ``(status, its private answer)`` (``app.intake.slash_command``).
+Command = Callable[[dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 
 #: Seconds between pings on the socket; a socket silent for about two of them is replaced.
 PING_INTERVAL = 5.0
@@ -129,11 +132,14 @@ class SocketModeIntake:
         *,
         ack_gate: AckGate | None = None,
         ping_interval: float = PING_INTERVAL,
+        on_command: Command | None = None,
     ) -> None:
         self.app_token = settings.slack_app_token.get_secret_value()
         self.api_url = settings.slack_api_url
         self.on_event = on_event
         self.on_interaction = on_interaction
+        #: Slash commands (``slash_commands`` envelopes), answered in the ack's payload.
+        self.on_command = on_command
         self.ack_gate = ack_gate
         self.ping_interval = ping_interval
         self._client: _Client | None = None
@@ -193,26 +199,31 @@ class SocketModeIntake:
         gate = self.ack_gate if self.ack_gate is not None else AckGate()
         with logs.bind(envelope_id=request.envelope_id, retry_attempt=request.retry_attempt or None):
             with gate.acking():
-                status, reason = await self._handle(request)
+                status, reason, answer = await self._handle(request)
                 if status >= 500:
                     log.warning("not acknowledged (%s %s): Slack will send it again", status, reason)
                     return
-                ack = SocketModeResponse(envelope_id=request.envelope_id)
+                ack = SocketModeResponse(envelope_id=request.envelope_id, payload=answer)
                 try:
                     await client.send_socket_mode_response(ack)
                 except Exception as exc:  # the socket went away: Slack redelivers, the claim dedupes
                     log.warning("an ack was lost (%s); Slack will send the envelope again", exc)
 
-    async def _handle(self, request: SocketModeRequest) -> tuple[int, str]:
-        handler = {"events_api": self.on_event, "interactive": self.on_interaction}.get(request.type)
-        if handler is None:
-            log.info("Socket Mode envelope of type %s acknowledged and ignored", request.type)
-            return 200, ""
+    async def _handle(self, request: SocketModeRequest) -> tuple[int, str, dict[str, Any] | None]:
+        """``(status, reason, the ack's payload)``: only a slash command's ack carries one (its answer)."""
         try:
-            return await handler(request.payload)
+            if request.type == "slash_commands" and self.on_command is not None:
+                status, answer = await self.on_command(request.payload)
+                return status, "", answer
+            handler = {"events_api": self.on_event, "interactive": self.on_interaction}.get(request.type)
+            if handler is None:
+                log.info("Socket Mode envelope of type %s acknowledged and ignored", request.type)
+                return 200, "", None
+            status, reason = await handler(request.payload)
+            return status, reason, None
         except Exception:
             log.exception("a Socket Mode delivery failed; Slack will send it again")
-            return 500, "handler failed"
+            return 500, "handler failed", None
 
 
 __all__ = [

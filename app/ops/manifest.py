@@ -9,9 +9,11 @@ routing and progress use.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.intake.shortcuts import ASK
 from channel.slack.scopes import wanted_scopes
 
 #: The URL path the server answers Slack events on (see app/server.py).
@@ -30,6 +32,14 @@ BOT_EVENTS: dict[str, str] = {
     "message.im": "im:history",
     "message.mpim": "mpim:history",
 }
+
+#: Bot events that need no scope of their own: the App Home tab opened (``app.intake.home``).
+SCOPELESS_EVENTS: tuple[str, ...] = ("app_home_opened",)
+#: The slash command's name when ``SLASH_COMMAND`` is not set.
+DEFAULT_SLASH_COMMAND = "/threadbound"
+_SLASH_COMMAND = re.compile(r"^/[a-z0-9_-]{1,31}$")
+# Slack's limit on a shortcut's name.
+_MAX_SHORTCUT_NAME = 24
 
 #: Bot events the agent messaging experience adds (``--agent-view``); answered by ``app.intake.agent_view``.
 AGENT_VIEW_EVENTS: tuple[str, ...] = ("app_home_opened", "assistant_thread_started")
@@ -63,7 +73,12 @@ def check_request_url(url: str) -> str:
 
 
 def build_manifest(
-    url: str | None, *, name: str = "threadbound", agent_view: bool = False, socket_mode: bool = False
+    url: str | None,
+    *,
+    name: str = "threadbound",
+    agent_view: bool = False,
+    socket_mode: bool = False,
+    slash_command: str = DEFAULT_SLASH_COMMAND,
 ) -> dict[str, Any]:
     """The manifest for an install whose events endpoint is ``url``; ``ValueError`` on a bad url or name.
 
@@ -71,7 +86,8 @@ def build_manifest(
     messaging experience (``features.agent_view``), which Slack documents for paid plans only. The
     older ``assistant_view`` is never written: new apps can no longer use it. ``socket_mode`` (with
     ``url`` None) turns Socket Mode on and names no request URL: events and clicks arrive over the
-    WebSocket the app opens with its app-level token."""
+    WebSocket the app opens with its app-level token. ``slash_command`` (``SLASH_COMMAND``) names the
+    slash command; the App Home tab and the message shortcut "Ask <name>" are always declared."""
     if socket_mode and url is not None:
         raise ValueError("--url is not used with --socket-mode: Slack delivers over the app's WebSocket")
     if not socket_mode:
@@ -81,24 +97,46 @@ def build_manifest(
     name = name.strip()
     if not name or len(name) > _MAX_NAME:
         raise ValueError(f"--name must be 1 to {_MAX_NAME} characters")
+    if not _SLASH_COMMAND.match(slash_command):
+        raise ValueError("--slash-command must be / and 1 to 31 lowercase letters, digits, - or _")
     scopes = wanted_scopes()
     features: dict[str, Any] = {
         "app_home": {
-            "home_tab_enabled": False,
+            # Each person's tasks, follow-ups and budget (app_home_opened, app.intake.home).
+            "home_tab_enabled": True,
             # The messages tab is how people DM the bot.
             "messages_tab_enabled": True,
             "messages_tab_read_only_enabled": False,
         },
         "bot_user": {"display_name": name, "always_online": True},
+        # On any message's menu: ask the app about it, in its thread (app.intake.shortcuts).
+        "shortcuts": [
+            {
+                "name": f"Ask {name}"[:_MAX_SHORTCUT_NAME].strip(),
+                "type": "message",
+                "callback_id": ASK,
+                "description": "Ask about this message; the answer comes in its thread",
+            }
+        ],
+        # help, usage, follow-ups: answered privately (app.intake.slash_command).
+        "slash_commands": [
+            {
+                "command": slash_command,
+                "description": "Your usage and follow-ups with this app",
+                "usage_hint": "help | usage | follow-ups",
+                "should_escape": False,
+                **({} if url is None else {"url": url}),
+            }
+        ],
     }
-    events = list(BOT_EVENTS)
+    events = list(BOT_EVENTS) + list(SCOPELESS_EVENTS)
     if agent_view:
         features["agent_view"] = {"agent_description": _AGENT_DESCRIPTION}
         # A new conversation in the agent view gets the agent file's suggested prompts
         # (assistant_thread_started); the Messages tab reports being opened (app_home_opened).
-        events += list(AGENT_VIEW_EVENTS)
-    # Clicks (feedback and approval buttons) are signed block_actions posted to the same URL, or
-    # sent over the socket in Socket Mode.
+        events += [e for e in AGENT_VIEW_EVENTS if e not in events]
+    # Clicks (feedback, approval and Cancel buttons), shortcuts and the slash command are signed
+    # posts to the same URL, or sent over the socket in Socket Mode.
     where = {} if url is None else {"request_url": url}
     return {
         "display_information": {"name": name, "description": _DESCRIPTION},
@@ -116,9 +154,11 @@ def build_manifest(
 
 __all__ = [
     "BOT_EVENTS",
+    "DEFAULT_SLASH_COMMAND",
     "EVENTS_PATH",
     "MANIFEST_FILE",
     "PLACEHOLDER_URL",
+    "SCOPELESS_EVENTS",
     "SOCKET_MODE_MANIFEST_FILE",
     "build_manifest",
     "check_request_url",

@@ -20,6 +20,7 @@ from aiohttp import web
 from threadbound_emulator import FakeSlack
 
 from .guard import Guard
+from .ways_in import WaysIn
 from .workspace import Delivery
 
 #: Largest file a person may attach from the page.
@@ -51,11 +52,16 @@ class Driver(Protocol):
         self, person: str, channel: str, text: str, thread_ts: str = "", file: tuple[str, bytes] | None = None
     ) -> tuple[str, list[Delivery]]: ...
 
-    async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery: ...
+    async def click(
+        self, person: str, channel: str, ts: str, action: dict[str, str], values: dict[str, str] | None = None
+    ) -> Delivery: ...
 
     async def fast_forward(self) -> dict[str, Any]: ...
 
     async def open_link(self, person: str, url: str) -> tuple[int, str]: ...
+
+    #: The shortcut, the slash command and the Home tab (``app.playground.ways_in``).
+    ways: WaysIn
 
 
 class Page:
@@ -77,6 +83,10 @@ class Page:
         page.router.add_post("/api/click", self._click)
         page.router.add_post("/api/fast-forward", self._fast_forward)
         page.router.add_post("/api/open-link", self._open_link)
+        page.router.add_post("/api/shortcut", self._ways_in)
+        page.router.add_post("/api/command", self._ways_in)
+        page.router.add_post("/api/home", self._ways_in)
+        page.router.add_post("/api/home-click", self._ways_in)
         page.router.add_get("/files/{fid}/{name}", self._file)
         page.on_shutdown.append(self._end_streams)
         return page
@@ -162,9 +172,39 @@ class Page:
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         try:
+            values = body.get("values") or {}
+            if not isinstance(values, dict):
+                raise ValueError("values must be an object of the card's inputs")
             delivery = await self.driver.click(
-                str(body.get("as") or ""), str(body.get("channel") or ""), str(body.get("ts") or ""), body
+                str(body.get("as") or ""),
+                str(body.get("channel") or ""),
+                str(body.get("ts") or ""),
+                body,
+                {str(k): str(v) for k, v in values.items()},
             )
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": delivery.status})
+
+    async def _ways_in(self, request: web.Request) -> web.Response:
+        """The shortcut on a message, a slash command, opening the Home tab, a click on it."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        field = {k: str(body.get(k) or "") for k in ("as", "channel", "ts", "text", "action_id", "value")}
+        ways, person = self.driver.ways, field["as"]
+        try:
+            if request.path == "/api/shortcut":
+                delivery = await ways.shortcut(person, field["channel"], field["ts"])
+            elif request.path == "/api/command":
+                delivery = await ways.command(person, field["channel"], field["text"])
+            elif request.path == "/api/home":
+                delivery = await ways.open_home(person)
+            else:
+                delivery = await ways.home_click(person, field["action_id"], field["value"])
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
         return web.json_response({"status": delivery.status})

@@ -42,6 +42,7 @@ from .follow_ups import FollowUpBoard, cancel_earlier
 from .guard import Guard
 from .page import Page
 from .view import Retraction, ViewState, message_view, snapshot
+from .ways_in import WaysIn
 from .workspace import (
     GENERAL,
     PEOPLE,
@@ -105,6 +106,8 @@ class Playground:
         self._runners: list[web.AppRunner] = []
         self._http: aiohttp.ClientSession | None = None
         self._watch: asyncio.Task[None] | None = None
+        #: The shortcut, the slash command and the Home tab (``ways_in``).
+        self.ways = WaysIn(self.slack, self._post_to_app, self.secret, settings.slash_command, self._notify)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -201,6 +204,8 @@ class Playground:
             self._deleting[id(call)] = Retraction(channel, ts, thread, str(message.get("text") or ""))
 
     def _after_call(self, call: Call) -> None:
+        if call.method == "response_url" and call.response is not None:
+            self.ways.responded(str(call.params.get("url") or ""), call.response)
         gone = self._deleting.pop(id(call), None)
         ok = call.response is not None and call.response.get("ok")
         if gone is not None and ok and self.slack.find(gone.channel, gone.ts) is None:
@@ -218,6 +223,8 @@ class Playground:
     def snapshot(self) -> dict[str, Any]:
         state = self.board.attach(snapshot(self.slack, self.view, self._version))
         state["examples"] = EXAMPLE_PROMPTS
+        state["home"] = {person: self.ways.home(person) for person in self.view.people}
+        state["slash_command"] = self.ways.command_name
         return state
 
     async def _watch_follow_ups(self) -> None:
@@ -290,11 +297,14 @@ class Playground:
             deliveries.append(await self._post_to_app(*slack_events.event_body(envelope, self.secret)))
         return ts, deliveries
 
-    async def click(self, person: str, channel: str, ts: str, action: dict[str, str]) -> Delivery:
+    async def click(
+        self, person: str, channel: str, ts: str, action: dict[str, str], values: dict[str, str] | None = None
+    ) -> Delivery:
         """``person`` clicks a button of message ``ts``: the signed ``block_actions`` Slack would post.
 
         ``action`` names the element (``action_id``, ``block_id``, ``type``, ``value``); it must be
-        one of the message's buttons. Raises ``ValueError`` otherwise."""
+        one of the message's buttons; ``values`` are what the message's inputs hold, by block id.
+        Raises ``ValueError`` otherwise (an element, or a value a select does not offer)."""
         if person not in self.view.people:
             raise ValueError(f"unknown person {person!r}")
         message = self.slack.find(channel, ts)
@@ -306,7 +316,7 @@ class Playground:
         wanted = {k: str(action.get(k) or "") for k in keys}
         if not any({k: b[k] for k in keys} == wanted for b in buttons):
             raise ValueError("that message has no such button")
-        payload = slack_events.block_actions(self.slack, channel, ts, person, wanted)
+        payload = slack_events.block_actions(self.slack, channel, ts, person, wanted, values)
         return await self._post_to_app(*slack_events.interaction_body(payload, self.secret))
 
     async def open_link(self, person: str, url: str) -> tuple[int, str]:

@@ -262,6 +262,46 @@ def _buttons(block: Mapping[str, Any]) -> list[JSON]:
     return out
 
 
+def _input(block: Mapping[str, Any]) -> JSON | None:
+    """One ``input`` block as the page draws a field of a card (an MCP server's form)."""
+    element = block.get("element")
+    if not isinstance(element, Mapping):
+        return None
+    kind = {
+        "plain_text_input": "text",
+        "number_input": "number",
+        "static_select": "select",
+        "multi_static_select": "multiselect",
+    }.get(str(element.get("type") or ""))
+    if kind is None:
+        return None
+    options = [
+        {"value": str(o.get("value") or ""), "label": _text_of(o.get("text"))}
+        for o in element.get("options") or []
+        if isinstance(o, Mapping)
+    ]
+    initial = element.get("initial_value")
+    if isinstance(element.get("initial_option"), Mapping):
+        initial = element["initial_option"].get("value")
+    if isinstance(element.get("initial_options"), list):
+        initial = "\n".join(str(o.get("value")) for o in element["initial_options"] if isinstance(o, Mapping))
+    return {
+        "block_id": str(block.get("block_id") or ""),
+        "label": _text_of(block.get("label")),
+        "hint": _text_of(block.get("hint")),
+        "kind": kind,
+        "options": options,
+        "initial": str(initial or ""),
+        "optional": bool(block.get("optional")),
+    }
+
+
+def _inputs(message: Mapping[str, Any]) -> list[JSON]:
+    """The fields of the message's ``input`` blocks, in order (a click sends what they hold)."""
+    blocks = [b for b in message.get("blocks") or [] if isinstance(b, Mapping) and b.get("type") == "input"]
+    return [field for b in blocks if (field := _input(b)) is not None]
+
+
 def _body(message: Mapping[str, Any], names: Mapping[str, str]) -> tuple[str, list[JSON]]:
     """The message's HTML and its buttons, from its blocks when it has renderable ones."""
     parts: list[str] = []
@@ -329,6 +369,7 @@ def message_view(ws: Workspace, channel: str, message: Mapping[str, Any], names:
         "bot": bot,
         "html": html,
         "buttons": buttons,
+        "inputs": _inputs(message),
         "files": files,
         "reactions": reactions,
         "edited": "edited" in message,

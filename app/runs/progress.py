@@ -193,6 +193,16 @@ class Progress:
         else:
             indicator.broken = True  # one failure is enough: stop calling for the rest of the run
 
+    async def tool_progress(self, session: ChannelSession, text: str) -> None:
+        """A host tool's own word on how far it is (an MCP server's progress): shown as the status."""
+        indicator = self._runs.get(session)
+        if indicator is None or indicator.kind != "status" or indicator.broken:
+            return
+        if await self._status(session.adapter, indicator.origin, f"is using {text}…"):
+            indicator.text, indicator.loading, indicator.posts = f"is using {text}…", (), session.posts_begun
+        else:
+            indicator.broken = True
+
     async def on_end(self, session: ChannelSession, items: Sequence[InboxItem], status: str) -> None:
         await self._settled(session)
         indicator = self._runs.pop(session, None)

@@ -77,6 +77,10 @@ async def render_prompt(
             lines.append(_line({"unavailable": f"a message that could not be shown: {exc.message}"}))
             continue
         shown = prompt_row(row)
+        if message.asked_about:
+            # A person pointed at this message (a shortcut): the asker, and the message by its handle.
+            lines.append(_line({"author": message.author.name or "someone", "asked_about": shown}))
+            continue
         if session.asks is not None and message.author.id:
             # The next message from an allowed person answers an open free-text question.
             who = message.author.id

@@ -169,7 +169,7 @@ class AgentSteps:
         async with self.agent.iter(
             self.turn.prompt or None,  # a run resumed only by decisions brings no new prompt
             message_history=history,
-            deps=RunDeps(self.session),
+            deps=RunDeps(self.session, self.meter),
             instructions=instructions,
             usage_limits=UsageLimits(request_limit=limit),
             deferred_tool_results=results,

@@ -15,16 +15,31 @@ from __future__ import annotations
 from typing import Any
 
 from channel.card_fields import ArgumentsUnshowable, argument_fields, code_block, escape
-from channel.cards import Card, Choice, Code, Emphasis, Icon, Line, Mention, Span, Strong, Text, Time
+from channel.cards import Card, Choice, Code, Emphasis, Icon, Input, Line, Mention, Span, Strong, Text, Time
 from channel.markdown import strip_mass_mentions
 
 from .link import split_ref
 
-__all__ = ["ArgumentsUnshowable", "arg_sections", "blocks", "click_key", "clicked_ref"]
+__all__ = [
+    "INPUT_ACTION",
+    "ArgumentsUnshowable",
+    "arg_sections",
+    "blocks",
+    "click_key",
+    "clicked_ref",
+    "input_block_id",
+    "input_values",
+]
 
 Block = dict[str, Any]
 #: Characters of a button's label Slack shows.
 _MAX_LABEL = 75
+#: Characters of an input's label and hint Slack accepts.
+_MAX_INPUT_LABEL = 2000
+_MAX_HINT = 2000
+#: The action id of every input element, and the prefix of an input's block id.
+INPUT_ACTION = "threadbound_input"
+_INPUT_PREFIX = "in:"
 
 
 def blocks(card: Card) -> tuple[str, list[Block]]:
@@ -36,6 +51,7 @@ def blocks(card: Card) -> tuple[str, list[Block]]:
         drawn.append(_section(_mrkdwn(card.notice)))
     if card.note:
         drawn.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _mrkdwn(card.note)}]})
+    drawn += [_input(field) for field in card.inputs]
     if card.choices:
         drawn.append(
             {"type": "actions", "block_id": card.group, "elements": [_button(c) for c in card.choices]}
@@ -58,6 +74,68 @@ def click_key(ref: str) -> str:
 def clicked_ref(channel: str, key: str) -> str:
     """The ref of the message a click reports as ``key`` (its ts) in ``channel``."""
     return f"{channel}:{key}"
+
+
+def _input(field: Input) -> Block:
+    """An ``input`` block; its value comes back in the click's ``state`` under block ``input_block_id``."""
+    element: Block
+    if field.kind in ("number", "integer"):
+        element = {"type": "number_input", "is_decimal_allowed": field.kind == "number"}
+    elif field.kind in ("choice", "choices", "boolean"):
+        values = field.options if field.kind != "boolean" else ("true", "false")
+        labels = (field.labels or field.options) if field.kind != "boolean" else ("Yes", "No")
+        options = [_option(label, value) for label, value in zip(labels, values, strict=True)]
+        multiple = field.kind == "choices"
+        element = {"type": "multi_static_select" if multiple else "static_select", "options": options}
+        initial = field.initial.split("\n") if field.initial else []
+        chosen = [o for o in options if o["value"] in initial]
+        if chosen:
+            element["initial_options" if multiple else "initial_option"] = chosen if multiple else chosen[0]
+    else:
+        element = {"type": "plain_text_input"}
+    element["action_id"] = INPUT_ACTION
+    if field.initial and element["type"] in ("plain_text_input", "number_input"):
+        element["initial_value"] = field.initial
+    block: Block = {
+        "type": "input",
+        "block_id": input_block_id(field.name),
+        "label": {"type": "plain_text", "text": field.label[:_MAX_INPUT_LABEL] or field.name},
+        "element": element,
+        "optional": not field.required,
+    }
+    if field.hint:
+        block["hint"] = {"type": "plain_text", "text": field.hint[:_MAX_HINT]}
+    return block
+
+
+def _option(label: str, value: str) -> Block:
+    return {"text": {"type": "plain_text", "text": label[:_MAX_LABEL] or value}, "value": value[:150]}
+
+
+def input_block_id(name: str) -> str:
+    """The block id of input ``name``: what :func:`input_values` reads back."""
+    return _INPUT_PREFIX + name
+
+
+def input_values(state: Any) -> dict[str, str]:
+    """The inputs' values of a click's ``state`` (``{"values": {block_id: {action_id: …}}}``), by
+    input name; an input left empty is absent."""
+    values = state.get("values") if isinstance(state, dict) else None
+    found: dict[str, str] = {}
+    for block_id, elements in (values or {}).items():
+        if not str(block_id).startswith(_INPUT_PREFIX) or not isinstance(elements, dict):
+            continue
+        element = elements.get(INPUT_ACTION)
+        if not isinstance(element, dict):
+            continue
+        value = element.get("value")
+        if value is None and isinstance(element.get("selected_option"), dict):
+            value = element["selected_option"].get("value")
+        if value is None and isinstance(element.get("selected_options"), list):
+            value = "\n".join(str(o.get("value")) for o in element["selected_options"] if isinstance(o, dict))
+        if value is not None and str(value) != "":
+            found[str(block_id)[len(_INPUT_PREFIX) :]] = str(value)
+    return found
 
 
 def _section(text: str) -> Block:

@@ -15,7 +15,7 @@ from channel.inbound import InboundAuthor, InboundFile, InboundMessage
 
 from .link import SlackLink
 
-__all__ = ["KEPT", "edited_message", "inbound_message"]
+__all__ = ["KEPT", "edited_message", "inbound_message", "shortcut_message"]
 
 #: The event's fields kept for the adapter's :meth:`view` (``SlackAdapter.view`` reads them).
 KEPT = (
@@ -81,6 +81,36 @@ def inbound_message(event: Mapping[str, Any]) -> InboundMessage:
         edited=changed is not None or bool(message.get("edited")),
         forwarded=any(a.get("is_share") for a in shares),
         data={k: message[k] for k in KEPT if k in message},
+    )
+
+
+def shortcut_message(payload: Mapping[str, Any]) -> InboundMessage | None:
+    """The neutral message of a ``message_action`` payload (a message shortcut): the message it was
+    used on, asked about (``asked_about``) by the person who used it; None when the payload names
+    no message, channel or person. The message's channel is always the payload's own."""
+    message, channel, user = payload.get("message"), payload.get("channel"), payload.get("user")
+    if not isinstance(message, Mapping) or not isinstance(channel, Mapping) or not isinstance(user, Mapping):
+        return None
+    channel_id, user_id = _text(channel.get("id")), _text(user.get("id"))
+    if not channel_id or not user_id or not _text(message.get("ts")):
+        return None
+    pointed = inbound_message({**message, "channel": channel_id, "type": "message"})
+    team = payload.get("team")
+    organisation = _text(user.get("team_id")) or (_text(team.get("id")) if isinstance(team, Mapping) else "")
+    name = _text(user.get("name") or user.get("username"))
+    return InboundMessage(
+        author=InboundAuthor(id=user_id, organisation=organisation, name=name),
+        text=pointed.text,
+        files=pointed.files,
+        ref=pointed.ref,
+        conversation=channel_id,
+        id=pointed.id,
+        thread=pointed.thread,
+        direct=channel_id[:1] == "D",
+        edited=pointed.edited,
+        forwarded=pointed.forwarded,
+        asked_about=True,
+        data=pointed.data,
     )
 
 

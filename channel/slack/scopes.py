@@ -45,6 +45,7 @@ FEATURE_SCOPES: dict[str, tuple[str, ...]] = {
 #: Scopes no feature flag stands for, with what they are for.
 EXTRA_SCOPES: dict[str, str] = {
     "reactions:read": "see the reactions on messages channel_read returns",
+    "commands": "take the slash command (SLASH_COMMAND) and the message shortcut",
 }
 
 #: Features used outside the tool catalog, with what they do.

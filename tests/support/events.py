@@ -233,6 +233,7 @@ def block_actions(
     user_name: str = "",
     block_id: str = "actions",
     team_id: str = TEAM_ID,
+    state: JSON | None = None,
 ) -> JSON:
     """A ``block_actions`` interaction payload: ``user`` clicked ``action_id`` (value ``value``)
     on the bot's message ``message_ts`` in ``channel``, as Slack posts it."""
@@ -246,7 +247,7 @@ def block_actions(
     if thread_ts:
         container["thread_ts"] = thread_ts
         message["thread_ts"] = thread_ts
-    return {
+    payload: JSON = {
         "type": "block_actions",
         "token": VERIFICATION_TOKEN,
         "api_app_id": API_APP_ID,
@@ -272,6 +273,9 @@ def block_actions(
             }
         ],
     }
+    if state is not None:
+        payload["state"] = state  # a message with input blocks: their values at the click
+    return payload
 
 
 def over_socket(slack: FakeSlack, body: JSON) -> Envelope:

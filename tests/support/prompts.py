@@ -48,6 +48,10 @@ def readable(prompt: str) -> str:
         if "unavailable" in row and "message" not in row:
             lines.append(f"({row['unavailable']})")
             continue
+        if isinstance(about := row.get("asked_about"), dict):  # a message shortcut
+            lines.append(f"{row.get('author')} asks about {about.get('author')} ({about.get('message')}): ")
+            lines[-1] += str(about.get("text", ""))
+            continue
         text = str(row.get("text", ""))
         sep = "\n" if "\n" in text or text.startswith((">", "-", "```")) else " "
         lines.append(f"{row.get('author')} ({row.get('message')}):{sep}{text}")

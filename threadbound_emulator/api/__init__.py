@@ -7,7 +7,7 @@ answer's fields (``ok`` is added by the server) or raises ``SlackError``.
 
 from __future__ import annotations
 
-from . import assistant, canvases, chat, conversations, files, reactions, streams, users
+from . import assistant, canvases, chat, conversations, files, reactions, streams, users, views
 from .method import Method
 
 METHODS: dict[str, Method] = {
@@ -19,6 +19,7 @@ METHODS: dict[str, Method] = {
     **files.METHODS,
     **canvases.METHODS,
     **assistant.METHODS,
+    **views.METHODS,
 }
 
 __all__ = ["METHODS", "Method"]

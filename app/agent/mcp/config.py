@@ -25,13 +25,27 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 RESERVED_NAMES = frozenset({"channel", "tool", "skills"})
 # ${VAR} or ${VAR:-default}; nothing else is special, so a literal "$" needs no escaping.
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_KEYS = ("command", "env", "url", "headers", "include", "exclude", "eager", "timeout", "startup_timeout")
+_KEYS = (
+    "command",
+    "env",
+    "url",
+    "headers",
+    "include",
+    "exclude",
+    "eager",
+    "timeout",
+    "startup_timeout",
+    "sampling",
+    "sampling_max_tokens",
+)
 # A url server acting as each person (``auth = "per_person"``): its OAuth client, when not registered.
 _AUTH_KEYS = ("auth", "client_id", "client_secret", "scopes")
 #: Seconds a tool call may take before it fails with ``tool_failed``.
 DEFAULT_TIMEOUT = 60.0
 #: Seconds a server has to start (or connect) and list its tools.
 DEFAULT_STARTUP_TIMEOUT = 30.0
+#: Output tokens one sampling request may use (``sampling_max_tokens``), when the server may sample.
+DEFAULT_SAMPLING_MAX_TOKENS = 1_000
 
 
 class McpConfigError(ValueError):
@@ -54,6 +68,9 @@ class McpServerConfig:
     eager: tuple[str, ...] = ()
     timeout: float = DEFAULT_TIMEOUT
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    #: Whether the server may ask the app's model for completions (``sampling/createMessage``).
+    sampling: bool = False
+    sampling_max_tokens: int = DEFAULT_SAMPLING_MAX_TOKENS
     #: Where a stdio server runs: the agent file's directory, so relative paths in ``command`` work.
     cwd: Path | None = None
     #: How messages name this server: ``[mcp.NAME]``, or ``MCP_CONFIG "NAME"`` for the JSON file's.
@@ -201,6 +218,10 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         startup_timeout=_seconds(
             table.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT), f"{where} startup_timeout"
         ),
+        sampling=_flag(table.get("sampling", False), f"{where} sampling"),
+        sampling_max_tokens=_tokens(
+            table.get("sampling_max_tokens", DEFAULT_SAMPLING_MAX_TOKENS), f"{where} sampling_max_tokens"
+        ),
         cwd=source.resolve().parent,
     )
 
@@ -221,6 +242,18 @@ def _per_person(table: dict[str, Any], where: str, is_url: bool) -> bool:
 def _string(raw: Any, where: str) -> str:
     if not isinstance(raw, str):
         raise McpConfigError(f"{where} must be a string")
+    return raw
+
+
+def _flag(raw: Any, where: str) -> bool:
+    if not isinstance(raw, bool):
+        raise McpConfigError(f"{where} must be true or false")
+    return raw
+
+
+def _tokens(raw: Any, where: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 < raw <= 100_000:
+        raise McpConfigError(f"{where} must be a whole number of tokens between 1 and 100000")
     return raw
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from app.agent.mcp.config import McpConfigError, McpServerConfig, parse_servers
 
-_OWN_KEYS = ("include", "exclude", "eager", "timeout", "startup_timeout")
+_OWN_KEYS = ("include", "exclude", "eager", "timeout", "startup_timeout", "sampling", "sampling_max_tokens")
 _STDIO_KEYS = ("command", "args", "env", "type")
 _HTTP_KEYS = ("url", "headers", "type", "auth", "client_id", "client_secret", "scopes")
 #: Keys other clients write that mean nothing here but do no harm (Claude Desktop, Cursor, VS Code).

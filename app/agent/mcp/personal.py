@@ -4,7 +4,7 @@ a session carrying the token of the person whose message led to it (``app.agent.
 - **Its tools** are those the server lists to a connected person: at start-up the most recently
   connected people are tried in turn. Until someone has connected, the server offers one tool,
   ``NAME_connect``, which asks the requester to connect; once someone has, the server's tools are
-  listed with their token and offered from the next step on (:attr:`on_tools`).
+  listed with their token and offered from the next step on (:attr:`on_change`).
 - **A call** for a person without a usable token (none yet, refused, or its refresh failed) does not
   reach the server: the person gets a private link, the model reads ``{"status":
   "authorization_requested", …}`` and the turn ends waiting (``AuthorizationRequested``).
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from app.agent.mcp.config import McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
 from app.agent.mcp.oauth import AuthorizationRequested, Person, PersonalAccess, ServerAuth, provider
+from app.agent.mcp.scope import CallScope
 from app.agent.mcp.servers import McpCallFailed, McpServer, McpTool, reason_of
 from app.logs import add_secrets
 from channel.errors import bounded
@@ -57,7 +58,7 @@ class PersonalServer:
         self.error: str | None = "not started"
         self.listed = 0
         #: Told when :attr:`tools` changed (someone connected and the server's tools were listed).
-        self.on_tools: Callable[[], None] | None = None
+        self.on_change: Callable[[], None] | None = None
         self._listing = asyncio.Lock()
 
     @property
@@ -99,8 +100,8 @@ class PersonalServer:
             self.listed = len(listed)
             self.tools = (*offered, self._connect_tool())
         log.info("MCP server %s (per person): %d tools, %d offered", self.name, self.listed, len(offered))
-        if self.on_tools is not None:
-            self.on_tools()
+        if self.on_change is not None:
+            self.on_change()
         return True
 
     def _connect_tool(self) -> McpTool:
@@ -134,11 +135,13 @@ class PersonalServer:
         client: Client[Any] = Client(transport, name="threadbound", init_timeout=self.config.startup_timeout)
         return MCPToolset(client, id=self.name, tool_error_behavior="error")
 
-    async def call(self, tool: McpTool, args: dict[str, Any], person: Person | None = None) -> Any:
-        """Call ``tool`` as ``person``; raises AuthorizationRequested when they were asked to connect."""
+    async def call(self, tool: McpTool, args: dict[str, Any], scope: CallScope | None = None) -> Any:
+        """Call ``tool`` as the person whose message led to ``scope``'s call; raises
+        AuthorizationRequested when they were asked to connect."""
         from fastmcp.exceptions import ToolError
 
-        if person is None or not person.user:
+        person = _person(scope)
+        if person is None:
             raise McpCallFailed(f"{tool.name} acts as the person who asked, and this call has none")
         if self.access is None:
             raise McpCallFailed(f"the {self.name} server is not set up for per-person calls")
@@ -168,10 +171,18 @@ class PersonalServer:
             raise McpCallFailed(self.redact(reason_of(exc, self.config.startup_timeout, "connect"))) from exc
         self.tools = (*McpServer.offered(self.config, listed), self._connect_tool())
         self.listed = len(listed)
-        if self.on_tools is not None:
-            self.on_tools()
+        if self.on_change is not None:
+            self.on_change()
         names = [t.name for t in self.tools if t.remote_name]
         return {"status": "connected", "tools": names, "note": "Find them with tool_search."}
+
+
+def _person(scope: CallScope | None) -> Person | None:
+    """Whom a call acts for: the requester of its run, with where their task waits."""
+    if scope is None or not scope.person:
+        return None
+    session = scope.session
+    return Person(scope.person, session.task.task_id, session.origin.channel, session.origin.thread)
 
 
 def _asked(exc: BaseException) -> bool:

@@ -1,12 +1,12 @@
 """How the composition root (``app/service.py``) sets up per-person MCP servers: the start-up check
 (``MCP_TOKEN_KEY``, ``PUBLIC_URL``), the :class:`~app.agent.mcp.oauth.PersonalAccess` the servers
-share, the tools offered once someone connected, and the ``GET /oauth/callback`` handler."""
+share, and the ``GET /oauth/callback`` handler. (The tools a server lists once someone connected
+reach the selection as any server's changed list does: ``McpServers.on_change``.)"""
 
 from __future__ import annotations
 
-import fnmatch
 import html
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -14,7 +14,6 @@ from aiohttp import web
 from app.agent.mcp.oauth import PersonalAccess
 from app.agent.mcp.servers import McpServers
 from app.settings import Settings
-from channel.selection import ToolSelection
 from storage.base import Store
 
 #: Shows a person a private note (``ChannelAdapter.tell_privately``).
@@ -75,19 +74,6 @@ def attach(servers: McpServers, settings: Settings, store: Store, tell: Tell) ->
     for server in personal:
         server.access = access
     return access
-
-
-def follow_tools(servers: McpServers, selection: ToolSelection, requested: Sequence[str] | None) -> None:
-    """Keep ``selection``'s MCP tools those the servers list now, narrowed by the agent file's
-    ``tools`` globs as at start-up: a per-person server's tools appear once someone connected."""
-
-    def changed() -> None:
-        tools = servers.tools
-        if requested is not None:
-            tools = tuple(t for t in tools if any(fnmatch.fnmatchcase(t.name, g) for g in requested))
-        selection.host_tools = tools
-
-    servers.on_tools = changed
 
 
 def callback_route(access: PersonalAccess) -> Callable[[web.Request], Awaitable[web.Response]]:

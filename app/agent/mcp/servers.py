@@ -33,13 +33,17 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.agent.mcp.bounds import bounded_description, bounded_schema
 from app.agent.mcp.config import McpConfigError, McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
+from app.agent.mcp.results import map_result
+from app.agent.mcp.scope import CallScope, InFlight
 from app.agent.mcp.stderr import StderrTail
 from app.agent.mcp.stdio_cap import install as cap_stdio_answers
+from app.agent.mcp.talkback import Sampler, message_handler, write_log
 from app.logs import add_secrets
 from channel.errors import bounded
 
@@ -47,9 +51,12 @@ if TYPE_CHECKING:
     from fastmcp.client.transports import ClientTransport
     from fastmcp.exceptions import McpError
     from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.models import Model
 
+    from app.agent.mcp.elicitation import Elicitor
     from app.agent.mcp.oauth import PersonalAccess
     from app.agent.mcp.personal import PersonalServer
+    from app.agent.usage import Budgets
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +133,16 @@ class McpServer:
         self.error: str | None = "not started"
         #: How many tools the server listed, before include/exclude.
         self.listed = 0
+        #: The calls in flight on the session: whose run a sampling request serves.
+        self.inflight = InFlight()
+        #: Answers sampling requests once :meth:`McpServers.attach` gave a model and ``sampling`` allows it.
+        self.sampler: Sampler | None = None
+        #: Asks the server's questions in the thread (``elicitation/create``), once attached.
+        self.elicit: Callable[..., Any] | None = None
+        #: Told when the server's tool list changed (``McpServers`` refreshes what is offered).
+        self.on_change: Callable[[], None] | None = None
+        # The re-listing a list_changed started: a call that caused it waits for it before returning.
+        self._relisting: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -240,7 +257,14 @@ class McpServer:
             self._stderr.close()
         self._stderr = await StderrTail.open() if self.config.command else None
         client: Client[Any] = Client(
-            self._transport(self._stderr), name="threadbound", init_timeout=self.config.startup_timeout
+            self._transport(self._stderr),
+            name="threadbound",
+            init_timeout=self.config.startup_timeout,
+            log_handler=partial(write_log, self.name),
+            message_handler=message_handler(self._tools_changed),
+            # Declared only where the agent file allows it: a server then may ask for a completion.
+            sampling_handler=self.sampler,
+            elicitation_handler=self.elicit,
         )
         toolset: MCPToolset[Any] = MCPToolset(client, id=self.name, tool_error_behavior="error")
         try:
@@ -265,17 +289,63 @@ class McpServer:
             reason = self.redact(reason_of(exc, _CLOSE_TIMEOUT, "close"))
             log.info("closing MCP server %s: %s", self.name, reason)
 
+    async def _tools_changed(self) -> None:
+        """``notifications/tools/list_changed``: list again, off the session's receive loop."""
+        task = self._relisting = asyncio.get_running_loop().create_task(self._relist())
+        _RELISTS.add(task)
+        task.add_done_callback(_RELISTS.discard)
+
+    async def _relist(self) -> None:
+        toolset = self._toolset
+        if toolset is None or not toolset.is_running:
+            return
+        try:
+            async with asyncio.timeout(self.config.startup_timeout):
+                listed = await toolset.client.list_tools()
+        except Exception as exc:
+            reason = self.redact(reason_of(exc, self.config.startup_timeout, "list tools"))
+            log.warning("MCP server %s: its changed tool list could not be read: %s", self.name, reason)
+            return
+        self.listed = len(listed)
+        self.tools = tuple(self._offered(listed))
+        log.info(
+            "MCP server %s changed its tools: %d listed, %d offered", self.name, self.listed, len(self.tools)
+        )
+        if self.on_change is not None:
+            self.on_change()
+
+    async def _relisted(self) -> None:
+        """Wait for a re-listing in progress, so the step after the call that changed the tools
+        already offers the new list."""
+        await asyncio.sleep(0)  # a notification sent just before the result is dispatched first
+        task = self._relisting
+        if task is not None and not task.done():
+            await asyncio.wait([task], timeout=self.config.startup_timeout)
+
+    async def _read(self, uri: str) -> list[Any]:
+        """A resource of this server (a result's resource link), bounded in time like a call."""
+        toolset = await self._ready()
+        async with asyncio.timeout(self.config.timeout):
+            return list(await toolset.client.read_resource(uri))
+
     # -- calls --------------------------------------------------------------------------
-    async def call(self, tool: McpTool, args: dict[str, Any], person: Any = None) -> Any:
-        """Call ``tool``; its result as pydantic-ai maps it (text, JSON, BinaryContent or a list).
-        ``person`` (whom the call is for) matters only to a per-person server."""
+    async def call(self, tool: McpTool, args: dict[str, Any], scope: CallScope | None = None) -> Any:
+        """Call ``tool`` for ``scope``'s run; its result mapped for the model (text, JSON,
+        ``BinaryContent``, :class:`~app.agent.mcp.results.ResourceFile` or a list of them)."""
         from fastmcp.exceptions import McpError, ToolError
 
         toolset = await self._ready()
         self._too_large = False
         try:
-            async with asyncio.timeout(self.config.timeout):
-                return await toolset.direct_call_tool(tool.remote_name, args)
+            with self.inflight.calling(scope):
+                async with asyncio.timeout(self.config.timeout):
+                    result = await toolset.client.call_tool_mcp(
+                        tool.remote_name, args, progress_handler=scope.progress if scope is not None else None
+                    )
+            if result.is_error:
+                raise ToolError(_error_text(result))
+            await self._relisted()
+            return await map_result(result, self._read)
         except ToolError as exc:
             raise McpCallFailed(bounded(self.redact(f"{tool.name} failed: {exc}"), _REASON_BYTES)) from exc
         except TimeoutError as exc:
@@ -348,24 +418,40 @@ class McpServers:
                 continue
             if per_person is None:
                 raise McpConfigError(f"{config.where or config.name}: per-person servers are not served here")
-            server = per_person(config, env)
-            server.on_tools = self._tools_changed
-            self.servers.append(server)
+            self.servers.append(per_person(config, env))
         self._by_tool: dict[str, tuple[McpServer | PersonalServer, McpTool]] = {}
-        #: Told when a per-person server's tools changed (someone connected), after :attr:`tools` did.
-        self.on_tools: Callable[[], None] | None = None
+        #: Told when a server's tools changed after start-up (the service narrows and offers them).
+        self.on_change: Callable[[], None] | None = None
+        #: Asks the servers' questions (the service routes the forms' clicks to it).
+        self.elicitor: Elicitor | None = None
         #: What per-person servers share (``app.agent.mcp.personal_wiring.attach``); None without them.
         self.access: PersonalAccess | None = None
+        for server in self.servers:
+            server.on_change = self._changed
 
     @property
     def personal(self) -> list[PersonalServer]:
         """The servers that act as each person (``auth = "per_person"``)."""
         return [s for s in self.servers if s.config.per_person]  # type: ignore[misc]
 
-    def _tools_changed(self) -> None:
+    def attach(self, model: Model, budgets: Budgets | None = None, elicitor: Elicitor | None = None) -> None:
+        """Before :meth:`start`: the model that answers the sampling requests of servers whose
+        ``sampling`` allows them, the budgets that bound them, and who asks the servers' questions.
+        (Per-person servers take neither yet: each call's session is their own.)"""
+        for server in self.servers:
+            if not isinstance(server, McpServer):
+                continue
+            if elicitor is not None:
+                server.elicit = elicitor.handler(server.name, server.inflight)
+            if server.config.sampling:
+                server.sampler = Sampler(
+                    server.name, server.inflight, model, server.config.sampling_max_tokens, budgets
+                )
+
+    def _changed(self) -> None:
         self._by_tool = {t.name: (s, t) for s in self.servers for t in s.tools}
-        if self.on_tools is not None:
-            self.on_tools()
+        if self.on_change is not None:
+            self.on_change()
 
     def __bool__(self) -> bool:
         return bool(self.servers)
@@ -388,6 +474,16 @@ class McpServers:
     def unavailable(self) -> dict[str, str]:
         """Servers whose tools are absent, with the reason."""
         return {s.name: s.error for s in self.servers if s.error is not None}
+
+
+# Re-listings in flight (a task is only weakly held by the loop).
+_RELISTS: set[asyncio.Task[None]] = set()
+
+
+def _error_text(result: Any) -> str:
+    """What a result marked ``isError`` says (its text parts), bounded."""
+    texts = [getattr(part, "text", "") for part in result.content]
+    return bounded(" ".join(t for t in texts if t) or "the tool reported an error", _REASON_BYTES)
 
 
 def _connection_lost(exc: McpError) -> bool:

@@ -14,6 +14,7 @@ example with ``approval_required``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import mimetypes
 import re
@@ -25,13 +26,14 @@ from pydantic_ai import RunContext
 from pydantic_ai.messages import BinaryContent
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from app.agent.mcp.oauth import AuthorizationRequested, Person
+from app.agent.mcp.oauth import AuthorizationRequested
 from app.agent.mcp.personal import requested_result
+from app.agent.mcp.results import ResourceFile
+from app.agent.mcp.scope import CallScope, ShowProgress
 from app.agent.mcp.servers import McpCallFailed, McpServers
 from app.agent.runtime import ObservedToolset, RunDeps, ToolFinished, ToolStarted
 from channel import task_files
 from channel.errors import ChannelError, bounded
-from channel.session import ChannelSession
 
 #: Characters of a result the model reads; longer results are cut with a note saying so.
 MAX_RESULT_CHARS = 50_000
@@ -49,10 +51,15 @@ class McpToolset(ObservedToolset):
     _crash_outcome = "tool_failed"
 
     def __init__(
-        self, servers: McpServers, on_start: ToolStarted | None = None, on_end: ToolFinished | None = None
+        self,
+        servers: McpServers,
+        on_start: ToolStarted | None = None,
+        on_end: ToolFinished | None = None,
+        on_progress: ShowProgress | None = None,
     ) -> None:
         super().__init__(on_start, on_end)
         self._servers = servers
+        self._on_progress = on_progress
 
     @property
     def id(self) -> str | None:
@@ -73,8 +80,16 @@ class McpToolset(ObservedToolset):
         if found is None:
             return tool_failed(f"There is no MCP tool {name!r}."), "tool_failed"
         server, mcp_tool = found
+        scope = CallScope(
+            session=session,
+            tool=name,
+            label=mcp_tool.label,
+            call_id=ctx.tool_call_id or "",
+            usage=ctx.deps.usage,
+            show=self._on_progress,
+        )
         try:
-            value = await server.call(mcp_tool, tool_args, asker(session))
+            value = await server.call(mcp_tool, tool_args, scope)
         except McpCallFailed as exc:
             return tool_failed(str(exc)), "tool_failed"
         except AuthorizationRequested:
@@ -82,11 +97,6 @@ class McpToolset(ObservedToolset):
             session.turn_end = session.turn_end or "waiting"
             return requested_result(mcp_tool.server), "ok"  # asking someone is no failure, as channel_ask
         return await readable(value, session.task_dir, name, max_bytes=session.files_max_bytes), "ok"
-
-
-def asker(session: ChannelSession) -> Person:
-    """Whom a call made in ``session`` acts for: the person whose message led to it."""
-    return Person(session.requester, session.task.task_id, session.origin.channel, session.origin.thread)
 
 
 async def readable(
@@ -97,7 +107,7 @@ async def readable(
     saved: list[str] = []
 
     async def convert(item: Any) -> Any:
-        if isinstance(item, BinaryContent):
+        if isinstance(item, BinaryContent | ResourceFile):
             try:
                 what = f"a {item.media_type} result"
                 await task_files.check_room(task_dir, len(item.data), max_bytes, what)
@@ -105,7 +115,8 @@ async def readable(
                 return exc.as_result()
             path = await _save(item, task_dir, tool_name)
             saved.append(path)
-            return {"file": path, "media_type": item.media_type, "size": len(item.data)}
+            shown = {"file": path, "media_type": item.media_type, "size": len(item.data)}
+            return {**shown, "uri": item.uri} if isinstance(item, ResourceFile) else shown
         if isinstance(item, list):
             return [await convert(x) for x in item]
         return item
@@ -122,11 +133,17 @@ async def readable(
     return result
 
 
-async def _save(content: BinaryContent, task_dir: Path, tool_name: str) -> str:
+async def _save(content: BinaryContent | ResourceFile, task_dir: Path, tool_name: str) -> str:
     """Write ``content`` under ``task_dir/files/``; returns its path relative to ``task_dir``."""
     extension = mimetypes.guess_extension(content.media_type.split(";")[0].strip()) or ".bin"
-    # Named by the content's hash: the same image twice is one file, two different ones never collide.
-    name = _SAFE.sub("_", f"{tool_name}-{content.identifier}")[:120] + extension
+    # Named by the content's hash: the same content twice is one file, two different ones never collide.
+    digest = hashlib.sha256(content.data).hexdigest()[:10]
+    if isinstance(content, ResourceFile):
+        stem, dot, ext = content.name.rpartition(".")
+        base, extension = (stem, dot + ext) if dot and stem else (content.name, extension)
+        name = _SAFE.sub("_", f"{tool_name}-{digest}-{base}")[:120] + _SAFE.sub("_", extension)[:12]
+    else:
+        name = _SAFE.sub("_", f"{tool_name}-{content.identifier}")[:120] + extension
     relative = Path("files") / name
 
     def write() -> None:

@@ -8,7 +8,9 @@ const ui = {
   person: localStorage.getItem("person") || "",
   conversation: localStorage.getItem("conversation") || "",
   thread: "",
-  clicked: new Set(),  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
+  clicked: new Set(),
+  inputs: new Map(),  // what the fields of cards hold, by message and block: kept across redraws
+  home: false,  // the Home tab is open instead of a conversation  // buttons this page clicked, shown pressed (as Slack shows a chosen button)
 };
 const $ = (id) => document.getElementById(id);
 // The per-start token the server put in this page: every API call carries it (other pages cannot read it).
@@ -48,10 +50,14 @@ function renderPeople() {
 function renderSidebar(conv) {
   const nav = $("conversations");
   nav.replaceChildren();
+  nav.append(el("a", {
+    href: "#", class: ui.home ? "active" : "", "data-conversation": "home",
+    onclick: (e) => { e.preventDefault(); openHome(); },
+  }, "🏠 Home"));
   for (const c of conversations()) {
     const label = c.dm ? `✉ ${ui.data.bot.name}` : `# ${c.name}`;
     nav.append(el("a", {
-      href: "#", class: c.id === conv.id ? "active" : "", "data-conversation": c.id,
+      href: "#", class: !ui.home && c.id === conv.id ? "active" : "", "data-conversation": c.id,
       onclick: (e) => { e.preventDefault(); choose(c.id); },
     }, label));
   }
@@ -72,7 +78,12 @@ function messageNode(conv, m) {
     timeNode(m.shown_at || parseFloat(m.ts)),
     m.edited ? el("span", { class: "edited" }, " (edited)") : null,
     m.retracted ? el("span", { class: "edited" }, " (retracted by the bot)") : null,
-    m.streaming ? el("span", { class: "edited" }, " (streaming…)") : null);
+    m.streaming ? el("span", { class: "edited" }, " (streaming…)") : null,
+    m.retracted || m.deleted ? null : el("button", {
+      type: "button", class: "shortcut", "data-shortcut": m.ts,
+      title: "Ask the app about this message, in its thread (Slack: the message's ⋮ menu → Ask threadbound)",
+      onclick: () => shortcut(conv, m),
+    }, "Ask threadbound"));
   const body = el("div", { class: "body" }, meta, stepsNode(m), el("div", { class: "text", html: m.html }));
   if (m.files.length) {
     const files = el("div", { class: "files" });
@@ -83,6 +94,7 @@ function messageNode(conv, m) {
     }
     body.append(files);
   }
+  if (m.inputs && m.inputs.length) body.append(formNode(m));
   if (m.buttons.length) {
     const row = el("div", { class: "buttons" });
     for (const b of m.buttons) {
@@ -246,6 +258,17 @@ function renderCanvases(conv) {
 }
 
 function render() {
+  // A card's field being typed in keeps the focus across the redraw.
+  const typing = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.blockId : null;
+  const typingIn = typing ? document.activeElement.closest("[data-ts]") : null;
+  drawAll();
+  if (typing && typingIn) {
+    const again = document.querySelector(`[data-ts="${typingIn.dataset.ts}"] [data-block-id="${typing}"]`);
+    if (again) again.focus();
+  }
+}
+
+function drawAll() {
   if (!ui.data) return;
   renderPeople();
   renderClock();
@@ -253,6 +276,8 @@ function render() {
   if (!conv) return;
   ui.conversation = conv.id;
   renderSidebar(conv);
+  $("composer").hidden = ui.home;
+  if (ui.home) { renderHome(); return; }
   $("title").replaceChildren(conv.dm ? `✉ ${ui.data.bot.name}` : `# ${conv.name}`,
     el("small", {}, conv.dm ? "a direct message with the bot" : "a channel: mention the bot to start a task"));
   renderCanvases(conv);
@@ -276,7 +301,58 @@ function renderComposer(conv) {
     : `Message #${conv.name} — type @${bot} to mention the bot (Enter sends, Shift+Enter for a new line)`;
 }
 
+// The app's Home tab for the person chosen: what the app last published for them (views.publish).
+function renderHome() {
+  $("title").replaceChildren("🏠 Home", el("small", {}, `the app's Home tab, as ${ui.data.people.find((p) => p.id === ui.person).name} sees it`));
+  $("canvases").replaceChildren();
+  const box = $("messages");
+  box.replaceChildren();
+  const items = (ui.data.home || {})[ui.person] || [];
+  if (!items.length) box.append(el("p", { class: "empty" }, "Opening…"));
+  for (const item of items) {
+    if (item.kind === "divider") box.append(el("hr", {}));
+    else if (item.kind === "header") box.append(el("h3", {}, item.text));
+    else {
+      const row = el("div", { class: "home-item" }, el("div", { class: "text", html: item.html }));
+      if (item.button) {
+        row.append(el("button", { type: "button", class: "bk danger", "data-value": item.button.value,
+          onclick: (e) => { e.currentTarget.disabled = true; ways("/api/home-click", { action_id: item.button.action_id, value: item.button.value }); },
+        }, item.button.label));
+      }
+      box.append(row);
+    }
+  }
+}
+
+// Opening the Home tab asks the app to draw it (app_home_opened), as Slack does on every opening.
+function openHome() {
+  ui.home = true;
+  render();
+  ways("/api/home", {});
+}
+
+async function shortcut(conv, m) {
+  await ways("/api/shortcut", { channel: conv.id, ts: m.ts });
+}
+
+// The shortcut, the slash command, the Home tab: JSON to the page's endpoint, as the person chosen.
+async function ways(path, body) {
+  try {
+    const response = await fetch(path, { method: "POST",
+      headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN },
+      body: JSON.stringify({ as: ui.person, ...body }) });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    $("error").textContent = answer.status === 200 ? "" : `The app answered with HTTP ${answer.status}`;
+    return true;
+  } catch (err) {
+    $("error").textContent = `Not delivered: ${err.message}`;
+    return false;
+  }
+}
+
 function choose(id) {
+  ui.home = false;
   ui.conversation = id;
   ui.thread = "";
   localStorage.setItem("conversation", id);
@@ -295,6 +371,12 @@ async function send(event) {
   const text = $("text").value;
   const file = $("file").files[0];
   if (!conv || (!text.trim() && !file)) return;
+  const command = ui.data.slash_command || "/threadbound";
+  if (!file && (text.trim() === command || text.trim().startsWith(`${command} `))) {
+    // The slash command: its answer comes back as a note only you see.
+    if (await ways("/api/command", { channel: conv.id, text: text.trim().slice(command.length) })) $("text").value = "";
+    return;
+  }
   if (await post(conv, text, file, ui.thread)) {
     $("text").value = "";
     $("file").value = "";
@@ -325,6 +407,38 @@ async function post(conv, text, file, thread) {
   }
 }
 
+// A card's fields (an MCP server's form): what they hold is kept in ui.inputs and sent with a click.
+function formNode(m) {
+  const form = el("div", { class: "form" });
+  for (const f of m.inputs) {
+    const key = `${m.ts}|${f.block_id}`;
+    const value = ui.inputs.has(key) ? ui.inputs.get(key) : f.initial;
+    let field;
+    if (f.kind === "select" || f.kind === "multiselect") {
+      field = el("select", { multiple: f.kind === "multiselect" ? "" : null, "data-block-id": f.block_id });
+      if (f.kind === "select") field.append(el("option", { value: "" }, "—"));
+      const chosen = value.split("\n");
+      for (const o of f.options) field.append(el("option", { value: o.value, selected: chosen.includes(o.value) ? "" : null }, o.label || o.value));
+      field.addEventListener("change", () => ui.inputs.set(key, [...field.selectedOptions].map((o) => o.value).join("\n")));
+    } else {
+      field = el("input", { type: f.kind === "number" ? "number" : "text", value, "data-block-id": f.block_id });
+      field.addEventListener("input", () => ui.inputs.set(key, field.value));
+    }
+    form.append(el("label", { class: "field" }, `${f.label}${f.optional ? "" : " *"}`, field, f.hint ? el("small", {}, f.hint) : null));
+  }
+  return form;
+}
+
+function formValues(m) {
+  const values = {};
+  for (const f of m.inputs || []) {
+    const key = `${m.ts}|${f.block_id}`;
+    const value = ui.inputs.has(key) ? ui.inputs.get(key) : f.initial;
+    if (value) values[f.block_id] = value;
+  }
+  return values;
+}
+
 function clickKey(m, b) {
   return `${ui.person}|${m.ts}|${b.action_id}|${b.value}`;
 }
@@ -342,7 +456,7 @@ async function click(conv, m, button, node) {
       method: "POST",
       headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN },
       body: JSON.stringify({ as: ui.person, channel: conv.id, ts: m.ts, action_id: button.action_id,
-        block_id: button.block_id, type: button.type, value: button.value }),
+        block_id: button.block_id, type: button.type, value: button.value, values: formValues(m) }),
     });
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
@@ -375,6 +489,7 @@ $("person").addEventListener("change", (e) => {
   const after = current();
   if (!before || !after || before.id !== after.id) ui.thread = "";
   render();
+  if (ui.home) ways("/api/home", {});
 });
 $("composer").addEventListener("submit", send);
 $("fast-forward").addEventListener("click", fastForward);
