@@ -35,6 +35,8 @@ from app.intake.home import AppHome
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions
+from app.intake.mcp_disconnect import SUMMARY as DISCONNECT_SUMMARY
+from app.intake.mcp_disconnect import disconnect_subcommand
 from app.intake.personal import Personal
 from app.intake.personal_blocks import CANCEL_FOLLOW_UP
 from app.intake.shortcuts import Shortcuts
@@ -546,4 +548,7 @@ class _WaysIn:
         shortcuts = Shortcuts(ingress, surfaces.respond, name_of)
         interactions.on_shortcut = shortcuts.handle
         command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
+        if parts.config.mcp.personal:  # per-person MCP servers: a person can forget their own tokens
+            names = [s.name for s in parts.config.mcp.personal]
+            command.add("disconnect", disconnect_subcommand(parts.store, names), DISCONNECT_SUMMARY)
         return cls(shortcuts, command, home)

@@ -481,3 +481,38 @@ async def test_an_unused_link_expires_and_the_task_hears_so(tmp_path: Path) -> N
             status, page = await open_link(links_for(slack, "U1")[0], "alice")
             assert status == 410 and "expired" in page
             assert await access.tokens.get("tickets", "U1") is None
+
+
+async def test_a_person_disconnects_themselves_with_the_slash_command(tmp_path: Path) -> None:
+    """``/threadbound disconnect tickets`` forgets the typing person's tokens only, and says so privately."""
+    from tests.support.harness import SIGNING_SECRET
+    from threadbound_emulator import events as emulated
+
+    async with FakeSlack() as slack:
+        slack.add_channel("C1", "general")
+        slack.add_user("U1", "alice", display_name="Alice")
+        async with AppHarness(
+            slack,
+            model=scripted(lambda turn: [""]),
+            data_dir=tmp_path / "data",
+            agent_file=agent_file(tmp_path, "http://127.0.0.1:9"),
+            mcp_token_key=new_key(),
+            public_url="http://127.0.0.1:1",
+        ) as app:
+            assert app.service is not None
+            tokens = app.service.store.mcp_tokens
+            await tokens.put("tickets", "U1", "sealed-alice", now=1.0)
+            await tokens.put("tickets", "U2", "sealed-bob", now=1.0)
+            said = []
+            for text in ("disconnect tickets", "disconnect tickets", "disconnect", "help"):
+                payload = emulated.slash_command(slack, "C1", "U1", text, response_url=slack.response_url())
+                raw, headers = emulated.command_body(payload, SIGNING_SECRET)
+                response = await app.post_raw(raw, headers)
+                assert response.status == 200
+                said.append((await response.json())["text"])
+            assert (
+                said[0].startswith("Disconnected tickets") and said[1] == "You were not connected to tickets."
+            )
+            assert "`tickets`" in said[2] and "disconnect" in said[3]
+            assert await tokens.get("tickets", "U1") is None
+            assert await tokens.get("tickets", "U2") == "sealed-bob"
