@@ -1,4 +1,4 @@
-"""``python -m app``: serve, playground, run, check, manifest, usage, follow-ups."""
+"""``python -m app``: serve, playground, run, check, manifest, usage, follow-ups, mcp-disconnect."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ _EXAMPLES = """examples:
   threadbound manifest --url https://bot.example.com/slack/events
   threadbound usage --days 30        model tokens by day, person and channel
   threadbound follow-ups             pending follow-ups across the install
+  threadbound mcp-disconnect tickets U0123ABCD   forget one person's tokens for a per-person MCP server
 
 `threadbound COMMAND --help` describes each command. `python -m app` is the same program:
 `python -m app COMMAND` works wherever `threadbound COMMAND` does."""
@@ -168,6 +169,13 @@ _HELP: dict[str, tuple[str, str, tuple[str, ...]]] = {
             "threadbound follow-ups --json | jq '.follow_ups[].permalink'",
         ),
     ),
+    "mcp-disconnect": (
+        "forget one person's tokens for a per-person MCP server",
+        'Delete the tokens a person connected for an MCP server with auth = "per_person" (see\n'
+        "docs/mcp.md). The app can no longer act as them there; their next call asks them to connect\n"
+        "again. USER is their Slack user ID (U…).",
+        ("threadbound mcp-disconnect tickets U0123ABCD",),
+    ),
 }
 
 
@@ -211,6 +219,8 @@ def _parser() -> argparse.ArgumentParser:
     usage.add_argument("--days", type=_positive, default=7, help="UTC days to show, today included (7)")
     usage.add_argument("--json", action="store_true", help="print JSON with IDs and names")
     commands["follow-ups"].add_argument("--json", action="store_true", help="print JSON with every field")
+    commands["mcp-disconnect"].add_argument("server", help="the server's name, as in [mcp.NAME]")
+    commands["mcp-disconnect"].add_argument("user", help="the person's Slack user ID (U…)")
     return parser
 
 
@@ -343,6 +353,10 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         from app.ops.follow_ups_report import follow_ups_command
 
         return asyncio.run(follow_ups_command(settings, as_json=args.json))
+    if args.command == "mcp-disconnect":
+        from app.ops.mcp_disconnect import mcp_disconnect_command
+
+        return asyncio.run(mcp_disconnect_command(settings, args.server, args.user))
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -26,7 +26,9 @@ from app.agent.approval_policy import ApprovalPolicy
 from app.agent.approvals import ApprovalGate, Approvals
 from app.agent.ask_cards import ASK_APPROVE, ASK_DENY
 from app.agent.asks import Asks
+from app.agent.mcp import personal_wiring
 from app.agent.mcp.elicitation import Elicitor
+from app.agent.mcp.personal import PersonalServer
 from app.agent.mcp.servers import McpServers, McpTool
 from app.agent.mcp.toolset import McpToolset
 from app.agent.profiles import DEFAULT, Profile
@@ -39,6 +41,8 @@ from app.intake.home import AppHome
 from app.intake.http import HttpEdge, build_bolt, event_acker, event_handler
 from app.intake.ingress import Ingress
 from app.intake.interactions import Interactions, admit_by
+from app.intake.mcp_disconnect import SUMMARY as DISCONNECT_SUMMARY
+from app.intake.mcp_disconnect import disconnect_subcommand
 from app.intake.personal import Personal
 from app.intake.personal_blocks import CANCEL_FOLLOW_UP
 from app.intake.shortcuts import Shortcuts
@@ -215,6 +219,7 @@ class Service:
             socket_connected=(lambda: socket.connected) if socket is not None else None,
             events=event_acker(self.ingress, self.agent_view),
             main=self.main,
+            oauth_callback=personal_wiring.callback_route(self.mcp.access) if self.mcp.access else None,
         )
         return self.http.app
 
@@ -285,9 +290,12 @@ class _Config:
         try:
             agent_file = AgentFile.load(settings.resolved_agent_file, settings.mcp_config)
             # ${VAR} in MCP env and headers is expanded here: a missing variable stops the start, named.
-            mcp = McpServers(agent_file.mcp)
+            mcp = McpServers(agent_file.mcp, per_person=PersonalServer)
         except ValueError as exc:
             raise StartupError(str(exc)) from exc
+        personal = personal_wiring.startup_problem(mcp, settings)  # MCP_TOKEN_KEY, PUBLIC_URL
+        if personal:
+            raise StartupError(personal)
         ephemeral = ephemeral_disk_warning(settings)
         if ephemeral:
             log.warning(ephemeral)
@@ -364,6 +372,7 @@ async def _select_tools(parts: _Parts) -> dict[str, ToolSelection]:
         elicitor = Elicitor(parts.store, adapter, settings.mcp_elicitation_timeout_s)
         mcp.attach(parts.config.model, budgets, elicitor)
         mcp.elicitor = elicitor
+        mcp.access = personal_wiring.attach(mcp, parts.settings, parts.store, adapter.tell_privately)
         # A server that does not start only makes its own tools absent (logged); the app serves.
         await mcp.start()
         selections: dict[str, ToolSelection] = {}
@@ -416,6 +425,7 @@ class _Runs:
         )
         approvals = Approvals.from_settings(store, parts.adapter, settings)
         tools = selections[DEFAULT]
+        mcp_sweep = [config.mcp.access.sweep] if config.mcp.access is not None else []  # expired links
         warn_unmatched_approval(config.agent_file.approval, tools, config.mcp.unavailable())
         ack_gate = AckGate()  # the ack path's right of way over run starts and model requests
         timing = ModelTiming(observer, ack_gate)
@@ -463,11 +473,13 @@ class _Runs:
             user_max_runs=settings.user_max_runs,
             owner=owner,
             claim_retention=settings.claim_retention_days * 86_400,
-            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep),  # the TTLs
+            on_sweep=sweep_steps(approvals.sweep, asks.sweep, FileExpiry.of(settings).sweep, *mcp_sweep),
             ack_gate=ack_gate,
         )
         approvals.wake = runner.notify
         executor.recheck = Recheck.of(settings)  # a fired follow-up's person, checked again
+        if config.mcp.access is not None:
+            config.mcp.access.wake = runner.notify  # an authorization decided resumes its task
         store.inline_when(runner.nothing_else_to_do)  # SQLite: a job on the loop's thread while one run works
         follow_ups = FollowUpSweep(
             store, wake=runner.notify, access=Access.of(settings), on_fired=observer.follow_ups_fired
@@ -604,4 +616,7 @@ class _WaysIn:
         interactions.on_shortcut = shortcuts.handle
         command = SlashCommand(settings, personal, links, team_id=adapter.identity.team_id)
         command.add("stop", StopCommand(parts.store, runs.runner), STOP_SUMMARY)  # a person's Stop
+        if parts.config.mcp.personal:  # per-person MCP servers: a person can forget their own tokens
+            names = [s.name for s in parts.config.mcp.personal]
+            command.add("disconnect", disconnect_subcommand(parts.store, names), DISCONNECT_SUMMARY)
         return cls(shortcuts, command, home)

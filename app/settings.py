@@ -169,6 +169,12 @@ class Settings(BaseSettings):
     otel_service_name: str = "threadbound"
     #: Put prompts, answers, tool arguments and results in spans (off: ids and outcomes only).
     trace_content: bool = False
+    #: Fernet key(s), comma-separated (the first encrypts), for per-person MCP tokens at rest
+    #: (``app/agent/mcp/vault.py``); required when an MCP server has ``auth = "per_person"``.
+    mcp_token_key: SecretStr = SecretStr("")
+    #: The app's public base URL (``https://threadbound.example.com``): per-person MCP servers send
+    #: people back to ``$PUBLIC_URL/oauth/callback``.
+    public_url: str = ""
 
     @field_validator("slack_file_origins", "allowed_channels", "allowed_users", "approvers", mode="before")
     @classmethod

@@ -28,6 +28,8 @@ Tables (same shape on both dialects):
   ``executed_at`` is set once, before an approved call runs (at most once: "Approvals show everything").
 - ``follow_ups`` (v10), ``asks`` (v11): what tasks scheduled, what the agent asked people.
 - ``stops``, ``agent_sessions`` (v12): a person's Stop waiting to be settled; a session's title.
+- ``mcp_tokens``, ``mcp_authorizations`` (v13): per-person MCP credentials, encrypted by the caller,
+  and the authorizations people were asked for (``mcp_token_statements.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any, Final
 
 from .ask_statements import ASKS_POSTGRES, ASKS_SQLITE
 from .follow_up_statements import FOLLOW_UPS_DDL
+from .mcp_token_statements import MCP_TOKENS_POSTGRES, MCP_TOKENS_SQLITE
 from .sql import Dialect, DialectName, Script, Statement
 from .statements import PROCEDURES, RECORD_VERSION, SCHEMA_VERSION
 from .stop_statements import STOPS_POSTGRES, STOPS_SQLITE
@@ -328,6 +331,7 @@ MIGRATIONS: Final[tuple[tuple[int, dict[DialectName, tuple[str, ...]]], ...]] = 
     (10, {"sqlite": FOLLOW_UPS_DDL, "postgres": FOLLOW_UPS_DDL}),
     (11, {"sqlite": ASKS_SQLITE, "postgres": ASKS_POSTGRES}),
     (12, {"sqlite": STOPS_SQLITE, "postgres": STOPS_POSTGRES}),
+    (13, {"sqlite": MCP_TOKENS_SQLITE, "postgres": MCP_TOKENS_POSTGRES}),
 )
 
 LATEST_VERSION: Final[int] = MIGRATIONS[-1][0]  # MIGRATIONS: ``(version, {dialect: statements})``

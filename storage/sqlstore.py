@@ -42,6 +42,7 @@ from .sqlcore import Database
 from .sqlstore_asks import Asks
 from .sqlstore_follow_ups import DEFAULT_PER_PERSON, FollowUps
 from .sqlstore_leases import Leases
+from .sqlstore_mcp_tokens import McpTokens
 from .sqlstore_people import People
 from .sqlstore_session import Sessions
 from .sqlstore_stops import Stops
@@ -65,6 +66,8 @@ class SqlStore:
         self._follow_ups = FollowUps(database)
         self._asks = Asks(database)
         self._stops = Stops(database)
+        #: Per-person MCP credentials and authorizations (ciphertext only; ``sqlstore_mcp_tokens``).
+        self.mcp_tokens = McpTokens(database)
 
     @classmethod
     def over(cls, database: Database) -> Self:

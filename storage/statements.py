@@ -39,6 +39,7 @@ from .lease_statements import (  # noqa: F401
     RENEW_LEASE,
     fenced,
 )
+from .mcp_token_statements import DECIDE_MCP_AUTHORIZATION
 from .sql import Procedure, Statement, typed
 from .stop_statements import SETTLE_STOP
 from .usage_statements import (  # noqa: F401
@@ -326,5 +327,13 @@ STATS: Final = Statement(
 
 #: Every procedure; ``migrate()`` creates their Postgres functions.
 PROCEDURES: Final = (
-    CLAIM, CREATE_TASK, SAVE_RUN, OPEN_APPROVAL, DECIDE, FIRE_FOLLOW_UPS, DECIDE_ASK, SETTLE_STOP
+    CLAIM,
+    CREATE_TASK,
+    SAVE_RUN,
+    OPEN_APPROVAL,
+    DECIDE,
+    FIRE_FOLLOW_UPS,
+    DECIDE_ASK,
+    SETTLE_STOP,
+    DECIDE_MCP_AUTHORIZATION,
 )

@@ -16,7 +16,7 @@ from app.__main__ import _parser, main, version
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-COMMANDS = ["serve", "playground", "run", "check", "manifest", "usage", "follow-ups"]
+COMMANDS = ["serve", "playground", "run", "check", "manifest", "usage", "follow-ups", "mcp-disconnect"]
 #: What the console script does (pip writes it): call main() with argv[0] being `threadbound`.
 AS_SCRIPT = "import sys; sys.argv[0] = 'threadbound'; from app.__main__ import main; sys.exit(main())"
 

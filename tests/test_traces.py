@@ -52,6 +52,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
     if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
         trace.set_tracer_provider(provider)
+    if PROCESSOR not in provider._active_span_processor._span_processors:  # another module's set it
         provider.add_span_processor(PROCESSOR)
     EXPORTER.clear()
     PROCESSOR.active = True

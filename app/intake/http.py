@@ -222,6 +222,7 @@ class HttpEdge:
         events: EventAcker | None = None,
         main: OnMain | None = None,
         forward: Forward | None = None,
+        oauth_callback: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None,
     ) -> None:
         """``ping`` raises StoreError when the store is unreachable; ``metrics`` renders the registry.
         ``slack_events=False`` (Socket Mode only) refuses POST /slack/events with 404 and
@@ -230,7 +231,8 @@ class HttpEdge:
         served from another thread (``app.intake.edge_thread``), Bolt, ``ping`` and the start-up and
         shutdown hooks run on the main loop through it. ``forward``: when the app is served from a
         process of its own (``app.intake.edge_child``), every request but a signed ``event_callback``
-        (and ``/healthz``) is handed to the service's process through it, which answers it."""
+        (and ``/healthz``) is handed to the service's process through it, which answers it.
+        ``oauth_callback`` answers ``GET /oauth/callback`` (per-person MCP servers)."""
         #: Replaced while served from the edge's thread by one claiming on that thread's loop.
         self.events = events
         self._main = main
@@ -256,6 +258,11 @@ class HttpEdge:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz if forward is None else self._forwarded)
         app.router.add_get("/metrics", self._metrics if forward is None else self._forwarded)
+        # Per-person MCP servers send people back here (app.agent.mcp.oauth); the service answers.
+        if forward is not None:
+            app.router.add_get("/oauth/callback", self._forwarded)
+        elif oauth_callback is not None:
+            app.router.add_get("/oauth/callback", oauth_callback)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         self.app = app

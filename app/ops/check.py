@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from app.agent.agent_file import AgentFile
 from app.agent.approval_policy import approver_warnings
+from app.agent.mcp.personal import PersonalServer
 from app.agent.mcp.servers import McpServers, McpTool
 from app.intake.socket_mode import SocketModeError, check_transport, open_connection_url
 from app.settings import Settings, bot_token_problem, describe_database, signing_secret_problem
@@ -314,7 +315,7 @@ async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[McpTo
     if not agent_file.mcp:
         return [], {}
     try:
-        servers = McpServers(agent_file.mcp)
+        servers = McpServers(agent_file.mcp, per_person=PersonalServer)
     except ValueError as exc:  # a ${VAR} that is not set: `serve` would refuse to start
         report.line("FAIL", "mcp", _short(exc))
         return [], {s.name: "not checked" for s in agent_file.mcp}
@@ -322,7 +323,9 @@ async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[McpTo
     try:
         for server in servers.servers:
             name = f"mcp {server.name}"
-            if server.error is not None:
+            if server.config.per_person:  # no one's token here: nothing of a person is shown
+                report.line("PASS", name, "acts per person: its tools are listed once someone connects")
+            elif server.error is not None:
                 report.line("WARN", name, f"{server.error}; its tools are absent until it starts")
             else:
                 eager = sum(t.starts == "active" for t in server.tools)

@@ -60,6 +60,8 @@ class Driver(Protocol):
 
     async def fast_forward(self) -> dict[str, Any]: ...
 
+    async def open_link(self, person: str, url: str) -> tuple[int, str]: ...
+
     #: The shortcut, the slash command and the Home tab (``app.playground.ways_in``).
     ways: WaysIn
 
@@ -83,6 +85,7 @@ class Page:
         page.router.add_post("/api/click", self._click)
         page.router.add_post("/api/stop", self._stop)
         page.router.add_post("/api/fast-forward", self._fast_forward)
+        page.router.add_post("/api/open-link", self._open_link)
         page.router.add_post("/api/shortcut", self._ways_in)
         page.router.add_post("/api/command", self._ways_in)
         page.router.add_post("/api/home", self._ways_in)
@@ -223,6 +226,21 @@ class Page:
         except ValueError as exc:
             raise BadRequest(str(exc)) from exc
         return web.json_response({"status": delivery.status})
+
+    async def _open_link(self, request: web.Request) -> web.Response:
+        """The person opens a link of a private note they were shown (a per-person MCP server's
+        "connect" link): the emulator's browser follows it as them; the last page's text comes back."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise BadRequest("the body must be JSON") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        try:
+            status, text = await self.driver.open_link(str(body.get("as") or ""), str(body.get("url") or ""))
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        return web.json_response({"status": status, "page": text})
 
     async def _fast_forward(self, _: web.Request) -> web.Response:
         """Move the demo clock to the next scheduled follow-up, so it fires now."""

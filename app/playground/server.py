@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import mimetypes
+import re
 import secrets
 import signal
 import time
@@ -33,6 +34,7 @@ from app.runs.run import RunHooks
 from app.service import Service, StartupError
 from threadbound_emulator import DEFAULT_SCOPES, Call, FakeSlack
 from threadbound_emulator import events as slack_events
+from threadbound_emulator.browser import links_for, open_link
 
 from ..settings import Settings
 from .demo import EXAMPLES
@@ -45,7 +47,9 @@ from .workspace import (
     GENERAL,
     PEOPLE,
     Delivery,
+    free_local_port,
     ignored_settings,
+    personal_settings,
     playground_settings,
     seed,
     slack_text,
@@ -125,6 +129,9 @@ class Playground:
         slack.observe(self._before_call)
         slack.on_handled(self._after_call)
         settings = playground_settings(self.settings, slack, self.secret)
+        # Per-person MCP servers send people back to the app's own port: known before it starts.
+        app_port = free_local_port()
+        settings = settings.model_copy(update=personal_settings(settings, app_port))
         self.service = await Service.create(settings, model=self.model, hooks=self.hooks)
         # Before the sweep starts (it starts with the page's app): the workspace is new, the store is not.
         if forgotten := await cancel_earlier(self.service.store, time.time()):
@@ -139,7 +146,7 @@ class Playground:
             self.service.runner.executor.follow_up_clock = self.board.clock.now
         await self._profiles()
         self._watch = asyncio.create_task(self._watch_follow_ups(), name="playground-follow-ups")
-        self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', 0)}"
+        self.app_url = f"http://127.0.0.1:{await self._serve(self.service.web_app, '127.0.0.1', app_port)}"
         self._http = aiohttp.ClientSession()
         page = Page(self, Guard(self.page_token, self.host)).app()
         try:
@@ -321,6 +328,17 @@ class Playground:
             raise ValueError("that message has no such button")
         payload = slack_events.block_actions(self.slack, channel, ts, person, wanted, values)
         return await self._post_to_app(*slack_events.interaction_body(payload, self.secret))
+
+    async def open_link(self, person: str, url: str) -> tuple[int, str]:
+        """``person`` opens ``url``, a link of a private note they were shown, in the emulator's browser
+        (signed in as them at every site: ``threadbound_emulator.browser``); the last page, as text.
+        Raises ``ValueError`` for a link they were not shown."""
+        if person not in self.view.people:
+            raise ValueError(f"unknown person {person!r}")
+        if url not in links_for(self.slack, person):
+            raise ValueError("that link was not shown to this person")
+        status, page = await open_link(url, self.slack.users[person].name)
+        return status, re.sub(r"<[^>]+>", " ", page).strip()
 
 
     async def stop_session(self, person: str, channel: str, thread_ts: str) -> Delivery:

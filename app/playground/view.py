@@ -441,7 +441,7 @@ def snapshot(ws: Workspace, state: ViewState, version: int) -> JSON:
         ]
         # Notes only one person sees (chat.postEphemeral): the page shows each to its person only.
         ephemerals = [
-            {"user": user, "thread_ts": thread_ts, "html": markdown_html(text, names)}
+            {"user": user, "thread_ts": thread_ts, "html": markdown_html(text, names)} | _links(text)
             for channel, user, thread_ts, text in ws.ephemerals
             if channel == chan.id
         ]
@@ -483,3 +483,10 @@ __all__ = [
     "slack_to_markdown",
     "snapshot",
 ]
+
+
+def _links(text: str) -> dict[str, list[str]]:
+    """``{"links": […]}``: the links in a private note, which the page offers to open as its person
+    (the emulator's browser); empty when it has none."""
+    links = re.findall(r"https?://[^\s<>|]+", text)
+    return {"links": links} if links else {}

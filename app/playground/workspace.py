@@ -8,7 +8,9 @@ playground replaces; ``slack_text`` turns what a person typed into what Slack wo
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -60,6 +62,25 @@ def playground_settings(settings: Settings, slack: FakeSlack, secret: str) -> Se
             "allowed_users": (),
         }
     )
+
+
+def free_local_port() -> int:
+    """A port on 127.0.0.1 nobody listens on now (the app's, so ``PUBLIC_URL`` can name it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def personal_settings(settings: Settings, app_port: int) -> dict[str, Any]:
+    """``PUBLIC_URL`` pointing at the app's local port, and ``MCP_TOKEN_KEY`` when none is set: a
+    key for this session only (tokens stored under an earlier session's key are then not read, and
+    the person is asked to connect again)."""
+    from app.agent.mcp.vault import new_key
+
+    update: dict[str, Any] = {"public_url": f"http://127.0.0.1:{app_port}"}
+    if not settings.mcp_token_key.get_secret_value():
+        update["mcp_token_key"] = SecretStr(new_key())
+    return update
 
 
 def ignored_settings(settings: Settings) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.agent.approvals import Approvals, is_decision
 from app.agent.asks import answer_row, is_answer
+from app.agent.mcp.authorizations import authorization_row, is_authorization
 from channel import inbound
 from channel.errors import ChannelError
 from channel.inbound import InboundAuthor, InboundMessage
@@ -55,6 +56,10 @@ async def render_prompt(
             raw = json.loads(item.payload)
         except ValueError:
             raw = None
+        if is_authorization(raw):  # "Alice connected the tickets service" (app.agent.mcp.authorizations)
+            assert isinstance(raw, dict)
+            lines.append(_line(authorization_row(raw, await _name(session, str(raw.get("user") or "")))))
+            continue
         if is_answer(raw):  # "Alice answered q_…: staging" (app.agent.asks)
             assert isinstance(raw, dict)
             lines.append(_line(await session.asks.row(session, raw) if session.asks else answer_row(raw, "")))
@@ -84,6 +89,18 @@ async def render_prompt(
     if notes:
         lines += ["", "Your previous run was interrupted before it finished:", *notes]
     return "\n".join(lines)
+
+
+async def _name(session: ChannelSession, user: str) -> str:
+    """``user``'s display name as the asks' host finds it ("" when it cannot)."""
+    name_of = getattr(session.asks, "name_of", None)
+    if not user or name_of is None:
+        return ""
+    try:
+        name, _ = await name_of(user)
+    except ChannelError:
+        return ""
+    return str(name)
 
 
 def prompt_row(row: dict[str, Any]) -> dict[str, Any]:

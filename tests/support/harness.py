@@ -117,13 +117,16 @@ class AppHarness:
         model_name: str | None = None,
         socket_mode: bool = False,
         edge_thread: bool = False,
+        bind_port: int = 0,
         **overrides: Any,
     ) -> None:
         """``model`` drives the agent in-process; with ``model=None`` the service builds the model
         from ``model_name`` (a MODEL value such as ``openai-chat:NAME``) as production does.
         ``socket_mode`` sets SLACK_APP_TOKEN to the emulator's app token (no signing secret).
         ``edge_thread`` serves HTTP from a thread of its own as ``serve`` does
-        (``app.intake.edge_thread``); otherwise on the test's loop."""
+        (``app.intake.edge_thread``); otherwise on the test's loop. ``bind_port``: serve on this port
+        (0: one the OS picks), for a URL the app must know before it starts (``PUBLIC_URL``)."""
+        self.bind_port = bind_port
         self.edge_thread = edge_thread
         self._edge: EdgeThread | None = None
         self.slack = slack
@@ -163,7 +166,7 @@ class AppHarness:
         else:
             self._runner = web.AppRunner(self.service.web_app, handle_signals=False, access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", self.bind_port)
             await site.start()
             # aiohttp exposes the OS-chosen port only through the runner's bound addresses.
             self.port = int(self._runner.addresses[0][1])

@@ -43,6 +43,8 @@ _KEYS = (
     "sampling_max_tokens",
     "read_only",
 )
+# A url server acting as each person (``auth = "per_person"``): its OAuth client, when not registered.
+_AUTH_KEYS = ("auth", "client_id", "client_secret", "scopes")
 #: Seconds a tool call may take before it fails with ``tool_failed``.
 DEFAULT_TIMEOUT = 60.0
 #: Seconds a server has to start (or connect) and list its tools.
@@ -80,6 +82,14 @@ class McpServerConfig:
     where: str = ""
     #: Globs of the server's tools the agent file declares read-only (no approval by default).
     read_only: tuple[str, ...] = ()
+    #: ``auth = "per_person"``: calls carry the token of the person who asked (``app.agent.mcp.oauth``).
+    per_person: bool = False
+    #: A client the operator registered with the server's authorization server (``${VAR}`` allowed);
+    #: empty: the app registers itself (dynamic client registration).
+    client_id: str = ""
+    client_secret: str = ""
+    #: Scopes to ask for; empty: what the server's metadata names.
+    scopes: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:
@@ -114,8 +124,13 @@ class McpServerConfig:
         # values named like one.
         secrets |= set(headers.values())
         secrets |= {v for k, v in env.items() if _CREDENTIAL_NAME.search(k)}
+        client_id = _expand(self.client_id, environ, f"{where} client_id", set())
+        client_secret = _expand(self.client_secret, environ, f"{where} client_secret", secrets)
+        secrets |= {client_secret} if client_secret else set()
         shown = frozenset(s for s in secrets if len(s) >= 6)
-        return Resolved(env=env, headers=headers, url=url, secrets=shown)
+        return Resolved(
+            env=env, headers=headers, url=url, secrets=shown, client_id=client_id, client_secret=client_secret
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +142,9 @@ class Resolved:
     url: str
     #: Expanded values, the URL's password, query and fragment, header values, credential-named env values.
     secrets: frozenset[str]
+    #: A per-person server's configured OAuth client (empty: registered dynamically).
+    client_id: str = ""
+    client_secret: str = ""
 
     @property
     def shown_url(self) -> str:
@@ -172,9 +190,9 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         )
     if not isinstance(table, dict):
         raise McpConfigError(f'{where}: must be a table with command = [...] or url = "..."')
-    unknown = sorted(set(table) - set(_KEYS))
+    unknown = sorted(set(table) - set(_KEYS) - set(_AUTH_KEYS))
     if unknown:
-        raise McpConfigError(f"{where}: unknown keys {unknown}; allowed: {', '.join(_KEYS)}")
+        raise McpConfigError(f"{where}: unknown keys {unknown}; allowed: {', '.join(_KEYS + _AUTH_KEYS)}")
     command = table.get("command")
     url = table.get("url")
     if (command is None) == (url is None):
@@ -194,8 +212,13 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         raise McpConfigError(f"{where}: headers are for url servers; a command server takes env")
     if url is not None and "env" in table:
         raise McpConfigError(f"{where}: env is for command servers; a url server takes headers")
+    per_person = _per_person(table, where, url is not None)
     return McpServerConfig(
         name=name,
+        per_person=per_person,
+        client_id=_string(table.get("client_id", ""), f"{where} client_id"),
+        client_secret=_string(table.get("client_secret", ""), f"{where} client_secret"),
+        scopes=_globs(table.get("scopes", []), f"{where} scopes") if "scopes" in table else (),
         command=tuple(command or ()),
         env=_string_table(table.get("env"), f"{where} env"),
         url=url or "",
@@ -214,6 +237,25 @@ def _parse_server(name: str, table: Any, source: Path, label: str = "") -> McpSe
         cwd=source.resolve().parent,
         read_only=_globs(table.get("read_only", []), f"{where} read_only"),
     )
+
+
+def _per_person(table: dict[str, Any], where: str, is_url: bool) -> bool:
+    auth = table.get("auth", "")
+    if auth not in ("", "per_person"):
+        raise McpConfigError(f'{where} auth must be "per_person" (or left out for a shared server)')
+    if auth and not is_url:
+        raise McpConfigError(f'{where}: auth = "per_person" is for url servers')
+    if auth and "headers" in table:
+        raise McpConfigError(f"{where}: a per-person server takes no headers; each person's token is sent")
+    if not auth and any(k in table for k in _AUTH_KEYS[1:]):
+        raise McpConfigError(f'{where}: client_id, client_secret and scopes need auth = "per_person"')
+    return bool(auth)
+
+
+def _string(raw: Any, where: str) -> str:
+    if not isinstance(raw, str):
+        raise McpConfigError(f"{where} must be a string")
+    return raw
 
 
 def _flag(raw: Any, where: str) -> bool:

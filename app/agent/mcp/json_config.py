@@ -34,7 +34,7 @@ _OWN_KEYS = (
     "read_only",
 )
 _STDIO_KEYS = ("command", "args", "env", "type")
-_HTTP_KEYS = ("url", "headers", "type")
+_HTTP_KEYS = ("url", "headers", "type", "auth", "client_id", "client_secret", "scopes")
 #: Keys other clients write that mean nothing here but do no harm (Claude Desktop, Cursor, VS Code).
 _IGNORED_KEYS = ("description", "disabled", "autoApprove", "alwaysAllow", "envFile")
 _SEPARATORS = re.compile(r"[-. ]+")

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.agent.approval_policy import read_only_hint
 from app.agent.mcp.bounds import bounded_description, bounded_schema
-from app.agent.mcp.config import McpServerConfig
+from app.agent.mcp.config import McpConfigError, McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
 from app.agent.mcp.results import map_result
 from app.agent.mcp.scope import CallScope, InFlight
@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from app.agent.mcp.elicitation import Elicitor
+    from app.agent.mcp.oauth import PersonalAccess
+    from app.agent.mcp.personal import PersonalServer
     from app.agent.usage import Budgets
 
 log = logging.getLogger(__name__)
@@ -159,7 +161,7 @@ class McpServer:
                 listed = await toolset.list_tools()
         except Exception as exc:
             await self._close()
-            reason = _reason(exc, self.config.startup_timeout, "start")
+            reason = reason_of(exc, self.config.startup_timeout, "start")
             self.error = self.redact(reason + await self._stderr_said())
             log.warning("MCP server %s is unavailable, its tools are absent: %s", self.name, self.error)
             return
@@ -194,30 +196,36 @@ class McpServer:
         return self._resolved.redact(text)
 
     def _offered(self, listed: Sequence[Any]) -> list[McpTool]:
+        return self.offered(self.config, listed)
+
+    @staticmethod
+    def offered(config: McpServerConfig, listed: Sequence[Any]) -> list[McpTool]:
+        """The tools of ``listed`` (as the server listed them) that ``config`` offers, bounded."""
         tools = []
+        server = config.name
         for tool in listed:
-            if not self.config.selects(tool.name):
+            if not config.selects(tool.name):
                 continue
-            name = f"{self.name}_{tool.name}"
+            name = f"{server}_{tool.name}"
             if not _TOOL_NAME.match(name):
                 log.warning(
-                    "MCP server %s: tool %r left out, %r is not a valid tool name", self.name, tool.name, name
+                    "MCP server %s: tool %r left out, %r is not a valid tool name", server, tool.name, name
                 )
                 continue
             raw_schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
-            schema = bounded_schema(self.name, tool.name, raw_schema)
+            schema = bounded_schema(server, tool.name, raw_schema)
             if schema is None:
                 continue
             description = (tool.description or tool.title or tool.name).strip()
             tools.append(
                 McpTool(
                     name=name,
-                    server=self.name,
+                    server=server,
                     remote_name=tool.name,
-                    description=bounded_description(self.name, tool.name, description),
+                    description=bounded_description(server, tool.name, description),
                     schema=schema,
-                    starts="active" if self.config.is_eager(tool.name) else "deferred",
-                    read_only=read_only_hint(tool) or self.config.declares_read_only(tool.name),
+                    starts="active" if config.is_eager(tool.name) else "deferred",
+                    read_only=read_only_hint(tool) or config.declares_read_only(tool.name),
                 )
             )
         return tools
@@ -283,7 +291,7 @@ class McpServer:
                 await toolset.__aexit__(None, None, None)
         except Exception as exc:
             # Usual for a session that already broke (the HTTP server is gone); nothing is left open.
-            reason = self.redact(_reason(exc, _CLOSE_TIMEOUT, "close"))
+            reason = self.redact(reason_of(exc, _CLOSE_TIMEOUT, "close"))
             log.info("closing MCP server %s: %s", self.name, reason)
 
     async def _tools_changed(self) -> None:
@@ -300,7 +308,7 @@ class McpServer:
             async with asyncio.timeout(self.config.startup_timeout):
                 listed = await toolset.client.list_tools()
         except Exception as exc:
-            reason = self.redact(_reason(exc, self.config.startup_timeout, "list tools"))
+            reason = self.redact(reason_of(exc, self.config.startup_timeout, "list tools"))
             log.warning("MCP server %s: its changed tool list could not be read: %s", self.name, reason)
             return
         self.listed = len(listed)
@@ -360,7 +368,7 @@ class McpServer:
             # Transport and protocol failures: the session may be unusable, so reopen it next time.
             self._broken = True
             log.warning("MCP call %s failed", tool.name, exc_info=True)
-            raise McpCallFailed(self.redact(_reason(exc, self.config.timeout, "call"))) from exc
+            raise McpCallFailed(self.redact(reason_of(exc, self.config.timeout, "call"))) from exc
 
     async def _ready(self) -> MCPToolset[Any]:
         """The open toolset, reopened first when the last call broke it or a stdio server died."""
@@ -390,7 +398,7 @@ class McpServer:
             except Exception as exc:
                 await self._close()
                 self._broken = True
-                reason = _reason(exc, self.config.startup_timeout, "restart") + await self._stderr_said()
+                reason = reason_of(exc, self.config.startup_timeout, "restart") + await self._stderr_said()
                 reason = self.redact(reason)
                 log.warning("MCP server %s could not be restarted: %s", self.name, reason)
                 raise McpCallFailed(f"the {self.name} server is unavailable: {reason}") from exc
@@ -399,21 +407,45 @@ class McpServer:
 class McpServers:
     """Every server of the agent file; started together, each on its own."""
 
-    def __init__(self, configs: Sequence[McpServerConfig], environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        configs: Sequence[McpServerConfig],
+        environ: Mapping[str, str] | None = None,
+        per_person: Callable[[McpServerConfig, Mapping[str, str]], PersonalServer] | None = None,
+    ) -> None:
+        """``per_person`` builds the servers with ``auth = "per_person"`` (``PersonalServer``; the
+        composition root passes it); without it such a server is a :class:`McpConfigError`."""
         env = os.environ if environ is None else environ
-        self.servers = [McpServer(c, env) for c in configs]
-        self._by_tool: dict[str, tuple[McpServer, McpTool]] = {}
+        self.servers: list[McpServer | PersonalServer] = []
+        for config in configs:
+            if not config.per_person:
+                self.servers.append(McpServer(config, env))
+                continue
+            if per_person is None:
+                raise McpConfigError(f"{config.where or config.name}: per-person servers are not served here")
+            self.servers.append(per_person(config, env))
+        self._by_tool: dict[str, tuple[McpServer | PersonalServer, McpTool]] = {}
         #: Told when a server's tools changed after start-up (the service narrows and offers them).
         self.on_change: Callable[[], None] | None = None
         #: Asks the servers' questions (the service routes the forms' clicks to it).
         self.elicitor: Elicitor | None = None
+        #: What per-person servers share (``app.agent.mcp.personal_wiring.attach``); None without them.
+        self.access: PersonalAccess | None = None
         for server in self.servers:
             server.on_change = self._changed
 
+    @property
+    def personal(self) -> list[PersonalServer]:
+        """The servers that act as each person (``auth = "per_person"``)."""
+        return [s for s in self.servers if s.config.per_person]  # type: ignore[misc]
+
     def attach(self, model: Model, budgets: Budgets | None = None, elicitor: Elicitor | None = None) -> None:
         """Before :meth:`start`: the model that answers the sampling requests of servers whose
-        ``sampling`` allows them, the budgets that bound them, and who asks the servers' questions."""
+        ``sampling`` allows them, the budgets that bound them, and who asks the servers' questions.
+        (Per-person servers take neither yet: each call's session is their own.)"""
         for server in self.servers:
+            if not isinstance(server, McpServer):
+                continue
             if elicitor is not None:
                 server.elicit = elicitor.handler(server.name, server.inflight)
             if server.config.sampling:
@@ -441,7 +473,7 @@ class McpServers:
         """The tools of every server that started, in file order."""
         return tuple(t for _, t in self._by_tool.values())
 
-    def lookup(self, name: str) -> tuple[McpServer, McpTool] | None:
+    def lookup(self, name: str) -> tuple[McpServer | PersonalServer, McpTool] | None:
         return self._by_tool.get(name)
 
     def unavailable(self) -> dict[str, str]:
@@ -466,7 +498,7 @@ def _connection_lost(exc: McpError) -> bool:
     return code == -32000 or "connection closed" in str(exc).lower()
 
 
-def _reason(exc: BaseException, timeout: float, what: str) -> str:
+def reason_of(exc: BaseException, timeout: float, what: str) -> str:
     """A short, single-line reason for logs, `check` and the model."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -481,4 +513,4 @@ def _reason(exc: BaseException, timeout: float, what: str) -> str:
     return bounded(f"{type(exc).__name__}: {text}", _REASON_BYTES)
 
 
-__all__ = ["McpCallFailed", "McpServer", "McpServers", "McpTool"]
+__all__ = ["McpCallFailed", "McpServer", "McpServers", "McpTool", "reason_of"]

@@ -26,6 +26,8 @@ from pydantic_ai import RunContext
 from pydantic_ai.messages import BinaryContent
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
+from app.agent.mcp.oauth import AuthorizationRequested
+from app.agent.mcp.personal import requested_result
 from app.agent.mcp.results import ResourceFile
 from app.agent.mcp.scope import CallScope, ShowProgress
 from app.agent.mcp.servers import McpCallFailed, McpServers
@@ -96,6 +98,10 @@ class McpToolset(ObservedToolset):
             value = await server.call(mcp_tool, tool_args, scope)
         except McpCallFailed as exc:
             return tool_failed(str(exc)), "tool_failed"
+        except AuthorizationRequested:
+            # The person got a private link; the turn waits for them as for an ask (app.agent.mcp.personal).
+            session.turn_end = session.turn_end or "waiting"
+            return requested_result(mcp_tool.server), "ok"  # asking someone is no failure, as channel_ask
         shown = await readable(
             value,
             session.task_dir,

@@ -129,9 +129,33 @@ function stepsNode(m) {
 }
 
 function ephemeralNode(note) {
-  return el("div", { class: "msg bot ephemeral" }, el("div", { class: "avatar" }, "T"),
-    el("div", { class: "body" }, el("div", { class: "meta" }, el("b", {}, ui.data.bot.name),
-      el("span", { class: "edited" }, "Only visible to you")), el("div", { class: "text", html: note.html })));
+  const body = el("div", { class: "body" }, el("div", { class: "meta" }, el("b", {}, ui.data.bot.name),
+    el("span", { class: "edited" }, "Only visible to you")), el("div", { class: "text", html: note.html }));
+  // A link in a private note (a per-person MCP server's "connect" link): the emulator's browser opens
+  // it as the person viewing, signed in as them, and the page it ends on is shown here.
+  for (const url of note.links || []) {
+    const result = el("div", { class: "link-result" });
+    const open = el("button", { class: "open-link", type: "button" }, "Open link as you");
+    open.addEventListener("click", () => openLink(url, result));
+    body.append(el("div", { class: "actions" }, open), result);
+  }
+  return el("div", { class: "msg bot ephemeral" }, el("div", { class: "avatar" }, "T"), body);
+}
+
+async function openLink(url, result) {
+  result.textContent = "Opening…";
+  try {
+    const response = await fetch("/api/open-link", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Playground-Token": TOKEN },
+      body: JSON.stringify({ as: ui.person, url }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    result.textContent = `${answer.status}: ${answer.page}`;
+  } catch (err) {
+    result.textContent = `Could not open the link: ${err.message}`;
+  }
 }
 
 // A follow-up the bot scheduled for itself in this thread (channel_follow_up), not fired yet.
