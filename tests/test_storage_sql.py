@@ -78,6 +78,7 @@ def test_the_procedures_keep_their_postgres_functions() -> None:
         "tb_decide_approval_72be5a226afb",
         "tb_fire_follow_ups_f503ed40e71d",
         "tb_decide_ask_d483a464acad",
+        "tb_settle_stop_2f52bda18217",
         "tb_decide_mcp_authorization_0d7fcde4502e",
     ]
 
@@ -281,7 +282,8 @@ _APPLIED = {
     9: ("25a491ec751beb22", "25a491ec751beb22"),
     10: ("555eb563ade26142", "555eb563ade26142"),
     11: ("a95ddabf33adcc67", "cc80d49d121ef46d"),
-    12: ("ed68dc85e85e1544", "de9834039f299948"),
+    12: ("0d7f291d4682d355", "9e76245d0b30bce4"),
+    13: ("ed68dc85e85e1544", "de9834039f299948"),
 }
 
 

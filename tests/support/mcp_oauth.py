@@ -31,6 +31,7 @@ from mcp.server.auth.provider import (
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp_types import ToolAnnotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
@@ -152,7 +153,7 @@ def build(port: int) -> Any:
         ),
     )
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))  # reads only: no approval
     def whoami() -> str:
         """Who the service sees calling: the person whose account the token is for."""
         token = get_access_token()
@@ -160,7 +161,7 @@ def build(port: int) -> Any:
         provider.seen.append(user)
         return user
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))  # reads only: no approval
     def my_tickets() -> list[str]:
         """The tickets assigned to the caller."""
         token = get_access_token()

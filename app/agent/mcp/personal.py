@@ -116,6 +116,8 @@ class PersonalServer:
             ),
             schema={"type": "object", "properties": {}, "additionalProperties": False},
             starts="active",
+            # It changes nothing at the service: it asks the person themselves, privately, to connect.
+            read_only=True,
         )
 
     def _session(self, person: Person, *, quiet: bool = False) -> MCPToolset[Any]:
