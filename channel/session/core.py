@@ -353,11 +353,11 @@ class ChannelSession:
         except LeaseMoved:
             raise  # the host may no longer act for the task: its run stops (no result to report)
         except StoreError:
-            # Our storage, not Slack: say so, or the model would blame (and retry against) Slack.
-            log.exception("store failure in tool %s", name)
-            return ChannelError(
-                "tool_failed", "Internal storage error; the action may not have happened."
-            ).as_result()
+            # Our own bookkeeping failed, not the call: the run stops (the host takes the conversation
+            # up again from its last checkpoint, where the journal settles what this call began). A
+            # model told "it may not have happened" would do it again.
+            log.warning("store failure in tool %s: the run stops and is taken up again", name)
+            raise
 
 
 _HANDLE_FIELDS = {"message": "msg", "file": "file", "follow_up": "fu"}
