@@ -170,6 +170,12 @@ class NoReplyArgs(ToolArgs):
     pass
 
 
+class TitleArgs(ToolArgs):
+    title: str = Field(
+        min_length=1, max_length=60, description="A few words saying what this conversation is about."
+    )
+
+
 Starts = Literal["active", "deferred"]
 #: Runs one call of a tool in the session it was made in, with its validated arguments.
 Handler = Callable[["ChannelSession", Any], Awaitable[dict[str, Any]]]
@@ -354,6 +360,22 @@ CHANNEL_TOOLS: tuple[ToolSpec, ...] = (
         step_title="Writing a document",
         journal=journalled(settle_unknown),
         feature="documents",
+        starts="deferred",
+    ),
+    ToolSpec(
+        name="channel_set_title",
+        label="Rename the conversation",
+        description=(
+            "Give this conversation a short title people see on it in Slack (its agent session), when "
+            "what it is about has become clear or has changed."
+        ),
+        args=TitleArgs,
+        handler=lambda session, args: session.set_title(args),
+        status=None,
+        step_title="Naming the conversation",
+        # A title set twice is the same title: nothing to journal or settle.
+        journal=WRITES_OUTSIDE,
+        feature="sessions",
         starts="deferred",
     ),
     ToolSpec(

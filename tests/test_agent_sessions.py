@@ -300,3 +300,34 @@ def test_the_stop_subcommand_finds_its_thread_in_the_payload_or_a_link() -> None
     assert thread_of({}, reply, "C1") == "1700000000.123456"
     assert thread_of({}, "https://x.slack.com/archives/C9/p1700000000123456", "C1") is None
     assert thread_of({}, "please", "C1") is None
+
+
+async def test_the_model_renames_its_session_and_the_title_is_kept(
+    agent_slack: FakeSlack, tmp_path: Path
+) -> None:
+    """channel_set_title (found with tool_search where sessions are offered) renames the thread's
+    session in Slack and is the stored title a session created again takes."""
+    from tests.support.models import call
+
+    seen: list[Any] = []
+
+    def script(turn: Turn) -> list[Any]:
+        seen.extend(turn.results)
+        steps = [
+            [call("tool_search", query="rename the conversation title", limit=1)],
+            [call("channel_set_title", title="  Offsite   planning ")],
+        ]
+        return steps[turn.step] if turn.step < len(steps) else [""]
+
+    slack = agent_slack
+    async with AppHarness(slack, model=scripted(script), data_dir=tmp_path) as app:
+        assert app.service is not None
+        root = await _mention(app, "plan the offsite with me")
+        await app.idle()
+        task_id = await app.service.store.find_task("C1", root)
+        assert task_id is not None
+        assert ("channel_set_title", {"title": "Offsite planning"}) in seen
+        assert slack.sessions[("C1", root)].title == "Offsite planning"
+        assert await app.service.store.session_title(task_id) == "Offsite planning"
+        renames = [c.params for c in slack.calls_to("agents.sessions.rename")]
+        assert renames and renames[-1]["title"] == "Offsite planning"

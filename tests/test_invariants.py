@@ -209,6 +209,7 @@ async def test_schemas_sent_to_the_model_are_closed_and_unaddressed(tmp_path: Pa
                 call("tool_search", query="edit retract fetch attach document", limit=10),
                 call("tool_search", query="ask approval", limit=10),
                 call("tool_search", query="follow-up", limit=10),
+                call("tool_search", query="rename conversation title", limit=1),
             ]
         if requests == 2:
             return [call("channel_reply", text="all seen")]
@@ -218,6 +219,7 @@ async def test_schemas_sent_to_the_model_are_closed_and_unaddressed(tmp_path: Pa
     skills_dir.mkdir()
     (skills_dir / "triage.md").write_text("# Triage bugs\n\nSteps.\n")
     async with FakeSlack() as slack:
+        slack.scopes.append("assistant:write")  # an agent app: channel_set_title too
         slack.add_channel("C1", "general")
         slack.add_user("U1", "alice", display_name="Alice")
         async with AppHarness(
@@ -269,6 +271,7 @@ class Env:
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     async with FakeSlack() as fake:
+        fake.scopes.append("assistant:write")  # an agent app: channel_set_title is offered too
         fake.add_user("U1", "alice", display_name="Alice")
         fake.add_channel("C1", "general")
         fake.add_file("F1", "notes.txt", "text/plain", b"notes")
@@ -299,6 +302,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
                 "channel_follow_up": {"after": "2h", "note": "check the deploy"},
                 "channel_follow_ups": {},
                 "channel_cancel_follow_up": {"follow_up": "fu_AAAAAAAAAAAAAAAAAAAAAA"},
+                "channel_set_title": {"title": "Offsite"},
             }
             yield Env(fake, session, valid)
 

@@ -22,7 +22,7 @@ from ..inbound import InboundMessage
 from ..selection import HostTool, ToolSelection
 from ..store import SessionStore
 from ..streaming import FLUSH_INTERVAL, AnswerStream
-from ..tools import ToolSpec
+from ..tools import TitleArgs, ToolSpec
 from .asking import AskHost, Asking, TurnEnd
 from .files import Files
 from .follow_ups import FollowUpTools
@@ -321,6 +321,14 @@ class ChannelSession:
         answer, self.state.answer = self.state.answer, None
         if answer is not None:
             await answer.abandon()
+
+    async def set_title(self, args: TitleArgs) -> Result:
+        """``channel_set_title``: the conversation's agent session renamed, and the title kept for the
+        session's next creation (a person's rename in Slack replaces it the same way)."""
+        title = " ".join(args.title.split())
+        await self.adapter.rename_session(self.origin, title)
+        await self.store.set_session_title(self.task.task_id, title, now=self.clock())
+        return {"title": title}
 
     # -- calling ----------------------------------------------------------------------
     async def call(self, name: str, args: Any, *, call_id: str = "") -> Result:
