@@ -40,11 +40,20 @@ ANSWER = "FINAL ANSWER"
 SECOND = "SECOND ANSWER"
 WITHIN_S = 60.0
 
-#: Every store commit, both sides, and the reply's post: the points a turn passes (``STREAM=off``);
+#: Commits a plain turn never makes (an ask, a follow-up, an approval): the crash matrix passes them
+#: with turns of their own (``tests/test_crash_matrix.py``); a plain turn would wait here forever.
+NOT_ON_A_PLAIN_TURN = frozenset({"ask", "follow_up", "approval"})
+#: Every store commit a turn makes, both sides, and the reply's post: the points a turn passes
+#: (``STREAM=off``);
 #: then the reply streamed while the model writes it (``STREAM=auto``) around its Slack calls and
 #: its journal entries.
 ROWS: list[tuple[str, str]] = [
-    *((f"store.{kind}.{when}", "off") for kind in STORE_COMMITS for when in ("before", "after")),
+    *(
+        (f"store.{kind}.{when}", "off")
+        for kind in STORE_COMMITS
+        if kind not in NOT_ON_A_PLAIN_TURN
+        for when in ("before", "after")
+    ),
     *((f"slack.post.{when}", "off") for when in ("before", "after")),
     ("model.request", "off"),
     ("tool.call", "off"),

@@ -186,7 +186,7 @@ async def recheck_follow_ups(
     checked: list[InboxItem] = []
     for item in items:
         found = fu.parse(item.payload)
-        person = str(found.get("user") or "") if found is not None else ""
+        person = inbound.person(item.payload) if found is not None else ""
         if found is None or found.get("refused") or not person:
             checked.append(item)
             continue

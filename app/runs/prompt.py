@@ -58,7 +58,7 @@ async def render_prompt(
             raw = None
         if is_authorization(raw):  # "Alice connected the tickets service" (app.agent.mcp.authorizations)
             assert isinstance(raw, dict)
-            lines.append(_line(authorization_row(raw, await _name(session, str(raw.get("user") or "")))))
+            lines.append(_line(authorization_row(raw, await _name(session, inbound.person(item.payload)))))
             continue
         if is_answer(raw):  # "Alice answered q_…: staging" (app.agent.asks)
             assert isinstance(raw, dict)
