@@ -183,61 +183,12 @@ async def test_a_failed_save_after_the_answer_is_not_answered_again(
     assert asked == [1], log
 
 
-async def test_a_reply_whose_journal_entry_cannot_be_closed_is_not_posted_again(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """channel_reply posts, then closing its journal entry fails: the model is not told "it may not
-    have happened" (it would post again); the run stops, and the resumed run finds the post by its
-    effect id — one reply in the thread."""
-    from tests.support.models import call
-
-    monkeypatch.setattr(scheduler_module, "DRIVER_RETRY_S", 0.05)
-    adapter = FakeAdapter(files_dir=tmp_path / "provider")
-    root = adapter.add_message(Origin("general"), "please help")
-    claimed = await store.claim_message(
-        event_id="Ev1",
-        channel="general",
-        ts=root.ts,
-        thread_ts=root.ts,
-        create=True,
-        payload=json.dumps({"text": "please help", "author": "Alice", "user": "U1"}),
-        now=time.time(),
-    )
-    assert claimed.task_id is not None
-    log: list[str] = []
-    _failing(store, "close_effect", 2, log, lambda *_, **__: True)  # the close and its one retry
-
-    async def script(turn: Turn) -> list[Any]:
-        failed = any(isinstance(r, dict) and "error" in r for _, r in turn.results)
-        if turn.step == 0:
-            return [call("channel_reply", text=ANSWER)]
-        if failed:  # a model told it may not have happened tries again, in other words
-            return [call("channel_reply", text="Trying again: " + ANSWER)]
-        return [""]
-
-    executor = scripted_executor(store, adapter, script, tmp_path / "data")
-    scheduler = Scheduler(store=store, executor=executor, owner="A")
-    try:
-        scheduler.notify(claimed.task_id)
-        for _ in range(500):
-            task = await store.get_task(claimed.task_id)
-            idle = not scheduler._drivers and task is not None and not task.run_open
-            if idle and not await store.pending_inbox(claimed.task_id):
-                break
-            await asyncio.sleep(0.02)
-    finally:
-        await scheduler.shutdown(1.0)
-    assert "close_effect failed" in log
-    assert _replies(adapter) == [ANSWER], log
-
-
-async def test_a_store_error_in_a_tool_stops_the_run_instead_of_telling_the_model(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Opening channel_reply's journal entry fails (a statement that fails, not a session that ended):
-    the model is never told "internal storage error, it may not have happened"; the run stops like a
-    lost lease, the resumed run tells the model the call was interrupted before it wrote anything,
-    and one reply reaches the thread."""
+async def _replying(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: Callable[[Store, list[str]], None]
+) -> tuple[FakeAdapter, list[str], list[Any]]:
+    """One message answered with channel_reply through a scheduler on ``store``, failing as ``fail``
+    arranges, by a model that replies again in other words when a result says the reply failed. The
+    adapter, what failed, the error results the model read."""
     from tests.support.models import call
 
     monkeypatch.setattr(scheduler_module, "DRIVER_RETRY_S", 0.05)
@@ -255,21 +206,14 @@ async def test_a_store_error_in_a_tool_stops_the_run_instead_of_telling_the_mode
     assert claimed.task_id is not None
     log: list[str] = []
     told: list[Any] = []
-    _failing(
-        store,
-        "open_effect",
-        1,
-        log,
-        lambda *_, **__: True,
-        message="canceling statement due to statement timeout",
-    )
+    fail(store, log)
 
     async def script(turn: Turn) -> list[Any]:
-        failed = any(isinstance(r, dict) and "error" in r for _, r in turn.results)
-        told.extend(r for _, r in turn.results if isinstance(r, dict) and "error" in r)
+        errors = [r for _, r in turn.results if isinstance(r, dict) and "error" in r]
+        told.extend(errors)
         if turn.step == 0:
             return [call("channel_reply", text=ANSWER)]
-        if failed:  # a model told it may not have happened tries again, in other words
+        if errors:
             return [call("channel_reply", text="Trying again: " + ANSWER)]
         return [""]
 
@@ -285,7 +229,40 @@ async def test_a_store_error_in_a_tool_stops_the_run_instead_of_telling_the_mode
             await asyncio.sleep(0.02)
     finally:
         await scheduler.shutdown(1.0)
+    return adapter, log, told
+
+
+async def test_a_reply_whose_journal_entry_cannot_be_closed_is_not_posted_again(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """channel_reply posts, then closing its journal entry fails (and its one retry): the model reads
+    that it was posted, not "it may not have happened" — one reply in the thread."""
+    adapter, log, _ = await _replying(
+        store,
+        tmp_path,
+        monkeypatch,
+        lambda store, log: _failing(store, "close_effect", 2, log, lambda *_, **__: True),
+    )
+    assert "close_effect failed" in log
+    assert _replies(adapter) == [ANSWER], log
+
+
+async def test_a_store_error_in_a_tool_stops_the_run_instead_of_telling_the_model(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening channel_reply's journal entry fails (a statement that fails, not a session that ended):
+    the model is never told "internal storage error, it may not have happened"; the run stops like a
+    lost lease, the resumed run tells the model the call was interrupted before it wrote anything,
+    and one reply reaches the thread."""
+    timeout = "canceling statement due to statement timeout"
+    adapter, log, told = await _replying(
+        store,
+        tmp_path,
+        monkeypatch,
+        lambda store, log: _failing(store, "open_effect", 1, log, lambda *_, **__: True, message=timeout),
+    )
     assert "open_effect failed" in log
-    # The resumed run tells the model the truth: the call was cut off before it wrote anything.
-    assert [r["error"]["code"] for r in told] == ["interrupted"], told
+    # The resumed run asks the model again from its last checkpoint, or tells it the truth: the call
+    # was cut off before it wrote anything. Never "internal storage error" (tool_failed).
+    assert all(r["error"]["code"] == "interrupted" for r in told), told
     assert len(_replies(adapter)) == 1, _replies(adapter)

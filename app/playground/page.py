@@ -168,12 +168,7 @@ class Page:
         return web.json_response({"ts": ts, "deliveries": [d.status for d in deliveries]})
 
     async def _click(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise BadRequest("the body must be JSON") from exc
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
+        body = await _json_object(request)
         try:
             values = body.get("values") or {}
             if not isinstance(values, dict):
@@ -191,12 +186,7 @@ class Page:
 
     async def _stop(self, request: web.Request) -> web.Response:
         """Stop on a thread's agent session: ``{as, channel, thread_ts}``."""
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise BadRequest("the body must be JSON") from exc
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
+        body = await _json_object(request)
         who, channel, thread = (str(body.get(k) or "") for k in ("as", "channel", "thread_ts"))
         try:
             delivery = await self.driver.stop_session(who, channel, thread)
@@ -206,12 +196,7 @@ class Page:
 
     async def _ways_in(self, request: web.Request) -> web.Response:
         """The shortcut on a message, a slash command, opening the Home tab, a click on it."""
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise BadRequest("the body must be JSON") from exc
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
+        body = await _json_object(request)
         field = {k: str(body.get(k) or "") for k in ("as", "channel", "ts", "text", "action_id", "value")}
         ways, person = self.driver.ways, field["as"]
         try:
@@ -230,12 +215,7 @@ class Page:
     async def _open_link(self, request: web.Request) -> web.Response:
         """The person opens a link of a private note they were shown (a per-person MCP server's
         "connect" link): the emulator's browser follows it as them; the last page's text comes back."""
-        try:
-            body = await request.json()
-        except ValueError as exc:
-            raise BadRequest("the body must be JSON") from exc
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
+        body = await _json_object(request)
         try:
             status, text = await self.driver.open_link(str(body.get("as") or ""), str(body.get("url") or ""))
         except ValueError as exc:
@@ -256,6 +236,17 @@ class Page:
             "X-Content-Type-Options": "nosniff",
         }
         return web.Response(body=stored.content, content_type=stored.mimetype, headers=headers)
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The request's body, which must be a JSON object (else 400)."""
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest("the body must be JSON") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
 
 
 __all__ = ["MAX_UPLOAD_BYTES", "BadRequest", "Driver", "Page"]
