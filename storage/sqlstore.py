@@ -406,6 +406,10 @@ class SqlStore:
         """Usage summed by day, person and channel from UTC day ``since`` on, oldest first."""
         return await self._people.usage_by_day(since)
 
+    async def person_usage_by_model(self, person: str, day: str) -> list[UsageRecord]:
+        """``person``'s usage of UTC ``day`` summed by model (``model`` set, ``channel`` empty)."""
+        return await self._people.person_usage_by_model(person, day)
+
     async def person_tasks(self, person: str, *, since: str, limit: int = 10) -> list[PersonTask]:
         """The tasks ``person``'s model requests ran in from UTC day ``since`` on, the latest first
         (at most ``limit``)."""

@@ -35,6 +35,10 @@ class People:
     async def usage_by_day(self, since: str) -> list[UsageRecord]:
         return [from_row(UsageRecord, r) for r in await self._db.fetch(sql.USAGE_BY_DAY, {"since": since})]
 
+    async def person_usage_by_model(self, person: str, day: str) -> list[UsageRecord]:
+        params = {"person": person, "day": day}
+        return [from_row(UsageRecord, r) for r in await self._db.fetch(sql.PERSON_USAGE_BY_MODEL, params)]
+
     async def person_tasks(self, person: str, *, since: str, limit: int) -> list[PersonTask]:
         params = {"person": person, "since": since, "limit": limit}
         return [from_row(PersonTask, r) for r in await self._db.fetch(sql.PERSON_TASKS, params)]

@@ -47,6 +47,7 @@ from .usage_statements import (  # noqa: F401
     MARK_FEEDBACK_SHOWN,
     PENDING_FEEDBACK,
     PERSON_TASKS,
+    PERSON_USAGE_BY_MODEL,
     RECENT_REQUESTER,
     RECORD_FEEDBACK,
     RECORD_USAGE,

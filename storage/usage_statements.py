@@ -35,6 +35,14 @@ USAGE_BY_DAY: Final = Statement(
     " GROUP BY day, person, channel ORDER BY day, person, channel"
 )
 
+#: One person's usage of one UTC day summed by model (what ``/threadbound usage`` prices).
+PERSON_USAGE_BY_MODEL: Final = Statement(
+    "SELECT day, person, '' AS channel, model, SUM(input_tokens) AS input_tokens,"
+    " SUM(output_tokens) AS output_tokens, SUM(cache_read_tokens) AS cache_read_tokens,"
+    " SUM(cache_write_tokens) AS cache_write_tokens, SUM(requests) AS requests FROM model_usage"
+    " WHERE day = :day AND person = :person GROUP BY day, person, model ORDER BY model"
+)
+
 #: The tasks one person's model requests ran in since a UTC day, the latest first.
 PERSON_TASKS: Final = Statement(
     "SELECT u.task_id AS task_id, t.channel AS channel, t.thread_ts AS thread_ts, MAX(u.at) AS last_at"

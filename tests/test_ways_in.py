@@ -219,6 +219,8 @@ async def test_each_subcommand_answers_privately(tmp_path: Path, socket_mode: bo
             root = await _mention(app, "U1", "hello", socket_mode)
             usage = await _command(app, "U1", "usage", socket_mode)
             assert "240 tokens today" in usage["text"] and "of your 10,000; 9,760 left" in usage["text"]
+            # The test's model has no list price: its tokens are said unpriced, never guessed.
+            assert "plus 240 tokens of models with no known price" in usage["text"]
             assert "You have used 0 tokens today" in (await _command(app, "U2", "usage", socket_mode))["text"]
 
             mine = await _follow_up(app, root, "U1", "check the deploy again")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.agent.prices import Cost, total_cost
 from app.agent.usage import utc_day
 from storage.base import FollowUpRecord, PersonTask, Store
 
@@ -33,6 +34,8 @@ class Usage:
     requests: int
     #: ``USER_DAILY_TOKEN_BUDGET`` (0: none).
     budget: int
+    #: What those tokens cost at list prices (``app.agent.prices``); None: nothing used.
+    cost: Cost | None = None
 
     @property
     def spent(self) -> int:
@@ -43,6 +46,8 @@ class Usage:
         """One line of Markdown-free text: spent today, against the budget when there is one."""
         spent = f"{self.spent:,} tokens today ({self.input_tokens:,} in, {self.output_tokens:,} out, "
         spent += f"{self.requests:,} model request{'s' if self.requests != 1 else ''})"
+        if self.cost is not None:
+            spent += f", about {self.cost.text()} at list prices"
         if not self.budget:
             return f"You have used {spent}; there is no daily budget per person."
         left = max(self.budget - self.spent, 0)
@@ -68,13 +73,14 @@ class Personal:
 
     async def usage(self, person: str) -> Usage:
         day = utc_day(self.clock())
-        rows = [r for r in await self.store.usage_by_day(day) if r.person == person and r.day == day]
+        rows = await self.store.person_usage_by_model(person, day)
         return Usage(
             day=day,
             input_tokens=sum(r.input_tokens for r in rows),
             output_tokens=sum(r.output_tokens for r in rows),
             requests=sum(r.requests for r in rows),
             budget=self.budget,
+            cost=total_cost(rows) if rows else None,
         )
 
     async def follow_ups(self, person: str) -> list[FollowUpRecord]:
