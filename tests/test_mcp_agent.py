@@ -185,8 +185,10 @@ async def test_check_shows_one_line_per_mcp_server(tmp_path: Path, monkeypatch: 
         code = await run_checks(settings, model=False, out=out)
     lines = out.getvalue().splitlines()
     [tickets] = [line for line in lines if "  mcp tickets  " in line]
+    assert tickets.startswith("PASS") and "ok, 10 tools (1 eager, 11 listed by the server)" in tickets
+    # What the server says of its tools (MCP annotations): how many only read, which may destroy.
     assert (
-        tickets.startswith("PASS") and "ok, 10 tools (1 eager, 11 listed by the server) over stdio" in tickets
+        "destructive: tickets_close_ticket" in tickets and " read-only" in tickets and "over stdio" in tickets
     )
     [broken] = [line for line in lines if "  mcp broken  " in line]
     assert broken.startswith("WARN") and "no-such-mcp-command" in broken

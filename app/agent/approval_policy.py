@@ -57,6 +57,14 @@ def read_only_hint(listed: Any) -> bool:
     return getattr(annotations, field, None) is True
 
 
+def destructive_hint(listed: Any) -> bool:
+    """Whether an MCP ``tools/list`` entry says it may destroy something (``annotations.destructiveHint``
+    set true; the protocol's default for a tool that is not read-only, left unset, is not counted)."""
+    annotations = getattr(listed, "annotations", None)
+    field = "destructive_hint" if hasattr(annotations, "destructive_hint") else "destructiveHint"
+    return annotations is not None and getattr(annotations, field, None) is True
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalPolicy:
     """``approval`` globs and the ``approval_default`` rule of one agent file (or profile)."""

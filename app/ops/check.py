@@ -15,6 +15,7 @@ import fnmatch
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -330,7 +331,8 @@ async def _check_mcp(agent_file: AgentFile, report: _Report) -> tuple[list[McpTo
             else:
                 eager = sum(t.starts == "active" for t in server.tools)
                 counts = f"{len(server.tools)} tools ({eager} eager, {server.listed} listed by the server)"
-                report.line("PASS", name, f"ok, {counts} over {server.config.transport}")
+                said = _annotated(server.tools)
+                report.line("PASS", name, f"ok, {counts} over {server.config.transport}{said}")
     finally:
         await servers.stop()
     return list(servers.tools), servers.unavailable()
@@ -454,6 +456,15 @@ def _report_policy(
         *posture_lines(settings, loaded),
     ]:
         report.line(status, name, detail)
+
+
+
+def _annotated(tools: Sequence[McpTool]) -> str:
+    """What the server says of its tools: ``; 3 read-only, destructive: tickets_close_ticket``."""
+    read_only = sum(t.read_only for t in tools)
+    destructive = [t.name for t in tools if t.destructive]
+    said = f"; {read_only} read-only"
+    return said + (f", destructive: {', '.join(destructive)}" if destructive else "")
 
 
 __all__ = ["run_checks"]

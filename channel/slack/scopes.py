@@ -75,7 +75,10 @@ def _tools_for(flags: Iterable[str]) -> list[str]:
 
 def _used_features() -> list[str]:
     used = {spec.feature for spec in CATALOG.values()} | set(RUNTIME_FEATURES)
-    return [flag for flag in FEATURE_SCOPES if flag in used]
+    # The agent setting is opt-in (its scopes are AGENT_SCOPES): channel_set_title needs it, but the
+    # default manifest must install on every plan without it.
+    agent_only = {flag for flag, needs in FEATURE_SCOPES.items() if set(needs) <= set(AGENT_SCOPES)}
+    return [flag for flag in FEATURE_SCOPES if flag in used - agent_only]
 
 
 def wanted_scopes() -> list[str]:

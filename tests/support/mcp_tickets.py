@@ -53,7 +53,7 @@ def get_ticket(ticket_id: int) -> dict[str, object]:
     return ticket
 
 
-@server.tool
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))  # it may lose work: said so
 def close_ticket(ticket_id: int) -> str:
     """Close a ticket by its number."""
     if ticket_id not in TICKETS:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from app.agent.approval_policy import read_only_hint
+from app.agent.approval_policy import destructive_hint, read_only_hint
 from app.agent.mcp.bounds import bounded_description, bounded_schema
 from app.agent.mcp.config import McpConfigError, McpServerConfig
 from app.agent.mcp.http import MAX_ANSWER_BYTES, client_factory
@@ -93,6 +93,8 @@ class McpTool:
     #: Marked read-only by its server (``readOnlyHint``) or by the agent file's ``read_only``: such a
     #: call needs no approval unless ``approval`` names it (``app.agent.approval_policy``).
     read_only: bool = False
+    #: Marked by its server as one that may destroy something (``destructiveHint``); shown in ``check``.
+    destructive: bool = False
 
     @property
     def label(self) -> str:
@@ -226,6 +228,7 @@ class McpServer:
                     schema=schema,
                     starts="active" if config.is_eager(tool.name) else "deferred",
                     read_only=read_only_hint(tool) or config.declares_read_only(tool.name),
+                    destructive=destructive_hint(tool),
                 )
             )
         return tools
