@@ -230,3 +230,27 @@ async def test_a_person_writing_into_a_running_follow_up_lifts_the_ceiling(
     codes = [r.get("error", {}).get("code", "ok") for r in results]
     assert codes == ["ok", "denied", "ok"]
     assert [p.note for p in pending] == ["after Bob"]
+
+
+async def test_a_follow_up_whose_person_the_profile_no_longer_admits_posts_a_note(
+    slack: FakeSlack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#general's profile serves @oncall; Alice schedules a follow-up, then leaves the group: when it
+    fires it posts a short note instead of running (Scoped by profile, Nothing runs away)."""
+    from channel.slack import directory
+
+    monkeypatch.setattr(directory, "ACCESS_TTL", 0.001)  # the group as Slack has it now, not cached
+    slack.scopes.append("usergroups:read")
+    slack.add_usergroup("S1", "oncall", ["U1"])
+    agent_file = tmp_path / "agent.toml"
+    agent_file.write_text('[profiles.ops]\nchannels = ["C1"]\nusers = ["@oncall"]\n', encoding="utf-8")
+    agent = Chain()
+    async with AppHarness(
+        slack, model=scripted(agent), data_dir=tmp_path / "data", agent_file=agent_file
+    ) as app:
+        await _say(app, slack, "<@UBOT> remind me to check the deploy in 20 minutes")
+        slack.usergroups["S1"].users = ["U2"]
+        assert await _fire_all(app, 1) == 1
+    assert agent.fired == 0
+    notes = [m["text"] for m in slack.bot_messages("C1") if "did not run" in m.get("text", "")]
+    assert len(notes) == 1, slack.bot_messages("C1")

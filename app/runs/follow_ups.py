@@ -32,7 +32,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -160,14 +160,14 @@ class Recheck:
 
     @classmethod
     def of(cls, settings: Settings) -> Recheck:
-        # ALLOW_GUESTS arrives with profiles; until then guests are refused, as for messages.
-        return cls(bool(getattr(settings, "allow_guests", False)), settings.allow_external_users)
+        return cls(settings.allow_guests, settings.allow_external_users)
 
-    def refusal(self, standing: Standing) -> str | None:
-        """Why the follow-up may no longer run for its person (the note), or None when it may."""
+    def refusal(self, standing: Standing, *, guests: bool | None = None) -> str | None:
+        """Why the follow-up may no longer run for its person (the note), or None when it may.
+        ``guests``: whether the conversation's profile serves guests (None: as ``ALLOW_GUESTS``)."""
         if not standing.active:
             why = "the person it was for no longer has an active account"
-        elif standing.guest and not self.allow_guests:
+        elif standing.guest and not (self.allow_guests if guests is None else guests):
             why = "the person it was for is a guest, and this app does not serve guests"
         elif standing.external and not self.allow_external:
             why = "the person it was for is from another organisation, and this app does not serve them"
@@ -179,10 +179,15 @@ class Recheck:
 
 
 async def recheck_follow_ups(
-    session: ChannelSession, items: Sequence[InboxItem], recheck: Recheck
+    session: ChannelSession,
+    items: Sequence[InboxItem],
+    recheck: Recheck,
+    admitted: Callable[[str, str | None], Awaitable[str | None]] | None = None,
+    guests: bool | None = None,
 ) -> list[InboxItem]:
     """``items`` with each fired follow-up whose person no longer passes :class:`Recheck` (asked of
-    the provider now) turned into a refusal: :func:`follow_up_row` posts its note, no model call."""
+    the provider now), or whom the conversation's profile no longer admits (``admitted``: why not,
+    else None), turned into a refusal: :func:`follow_up_row` posts its note, no model call."""
     checked: list[InboxItem] = []
     for item in items:
         found = fu.parse(item.payload)
@@ -190,7 +195,10 @@ async def recheck_follow_ups(
         if found is None or found.get("refused") or not person:
             checked.append(item)
             continue
-        why = recheck.refusal(await session.adapter.standing(session.origin, person))
+        standing = await session.adapter.standing(session.origin, person)
+        why = recheck.refusal(standing, guests=guests)
+        if why is None and admitted is not None and (reason := await admitted(person, None)) is not None:
+            why = f"A follow-up scheduled here did not run: {reason}"
         if why is not None:
             log.info("a follow-up was refused when it fired: %s", why)
             refused = {

@@ -322,7 +322,7 @@ class RunExecutor:
         # Who may use the bot here (profile, guests), then each author's own budget, told once a run.
         refusal = self.policies.refusal(task.channel, policy.profile) if self.policies is not None else None
         # A fired follow-up's person, checked again as the provider sees them now (a note if refused).
-        items = await recheck_follow_ups(session, items, self.recheck)
+        items = await recheck_follow_ups(session, items, self.recheck, refusal, policy.profile.guests)
         screen = BudgetScreen(policy.budgets, session, refusal)
         shown = await screen.screen(items)
         if items and not shown and screen.refused_anyone:
