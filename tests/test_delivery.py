@@ -126,14 +126,16 @@ async def test_a_programming_error_in_a_slack_call_is_not_a_slack_error(env: Ses
 async def test_a_storage_failure_is_not_reported_as_a_slack_error(
     env: SessionEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the store fails during a tool, the model reads tool_failed, not a Slack error."""
+    """When the store fails during a tool, the model reads no Slack error — nor any result: the store
+    error stops the run, which is taken up again from its last checkpoint
+    (``tests/test_store_errors_at_answer.py``); nothing was posted."""
 
     async def failing(**_: Any) -> None:
         raise StoreError("disk I/O error")
 
     monkeypatch.setattr(env.store, "open_effect", failing)
-    result = await env.session.call("channel_reply", {"text": "hello"})
-    assert result["error"]["code"] == "tool_failed"
+    with pytest.raises(StoreError, match="disk I/O error"):
+        await env.session.call("channel_reply", {"text": "hello"})
     assert env.slack.bot_messages("C1") == []
 
 
