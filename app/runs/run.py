@@ -94,6 +94,11 @@ from .resume import requester_of, resume_open_run
 from .steps import AgentSteps, Turn
 from .stop import STOPPED_NOTICE, stopped_note
 
+#: Seconds a closed stream waits for a person's Stop to be recorded (by whichever instance Slack's
+#: event reached) before the answer goes on in a new message; looked for every STOP_LOOK_S.
+STOP_GRACE_S = 2.0
+STOP_LOOK_S = 0.2
+
 __all__ = ["APOLOGY", "RunExecutor", "RunHooks", "RunOutcome", "RunStopped", "trim_history"]
 
 log = logging.getLogger(__name__)
@@ -525,10 +530,18 @@ class RunExecutor:
 
     async def _stop_if_asked(self, task_id: str) -> None:
         """A stream the provider closed may be a person's Stop (Slack ends the thread's streams
-        itself): look at once, before the answer goes on in a new message, and halt here if so."""
-        stop = await self.store.stop_of(task_id)
-        if stop is not None and self.halt(task_id, stop.by_user):
-            await asyncio.sleep(0)  # the cancellation lands here
+        itself, and its event may reach another instance, which records the stop a moment later):
+        look for :data:`STOP_GRACE_S` before the answer goes on in a new message, and halt if so."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        while True:
+            stop = await self.store.stop_of(task_id)
+            if stop is not None:
+                if self.halt(task_id, stop.by_user):
+                    await asyncio.sleep(0)  # the cancellation lands here
+                return
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(STOP_LOOK_S)
 
     async def _halt(self, session: ChannelSession, turn: Turn, exchange: _Exchange, by_user: str) -> str:
         """A person stopped the run (called while handling the cancellation :meth:`halt` made): open
