@@ -583,9 +583,13 @@ async def test_a_card_whose_redraw_a_kill_cut_off_is_redrawn_by_the_run_its_answ
         [card] = _cards(slack)
         staging = next(b for b in _buttons(card) if "staging" in json.dumps(b))
         click = _click(card, "U1", staging, root)
-        assert (
-            await events.deliver_interaction(http, f"{first.url}/slack/events", click, SIGNING_SECRET)
-        ).status == 200
+        try:
+            answered = await events.deliver_interaction(
+                http, f"{first.url}/slack/events", click, SIGNING_SECRET
+            )
+            assert answered.status == 200
+        except aiohttp.ServerDisconnectedError:
+            pass  # the redraw runs beside the answer: the kill may come before the 200 is written
         assert await first.wait() == -9  # killed as it was about to redraw the card
         assert _buttons(_card(slack, card["ts"]))  # the card still offers its choices
         second = ServerProcess(env, cwd=tmp_path, log_path=tmp_path / "s2.log")
