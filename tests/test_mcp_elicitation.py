@@ -204,3 +204,6 @@ def test_form_content_is_typed_as_the_form_asks() -> None:
     }
     with pytest.raises(ValueError, match="must be one of a, b"):
         form_content({"pick": "c"}, inputs)
+    # A forged click's value longer than any text input holds is refused, not stored.
+    with pytest.raises(ValueError, match="longer than 3,000 characters"):
+        form_content({"pick": "a", "n": "1" * 3_001}, inputs)

@@ -49,6 +49,8 @@ GROUP = "threadbound_form"
 POLL_S = 0.5
 #: Fields a form card holds (Slack allows 50 blocks a message).
 MAX_FIELDS = 20
+#: Characters one field's answer may have (Slack's text input holds 3,000; a forged click more).
+MAX_VALUE_CHARS = 3_000
 _KINDS = {"string": "text", "number": "number", "integer": "integer", "boolean": "boolean"}
 
 
@@ -114,6 +116,8 @@ def form_content(values: Mapping[str, str], inputs: tuple[Input, ...]) -> dict[s
     content: dict[str, Any] = {}
     for field in inputs:
         raw = values.get(field.name, "").strip()
+        if len(raw) > MAX_VALUE_CHARS:
+            raise ValueError(f"{field.label} is longer than {MAX_VALUE_CHARS:,} characters")
         if not raw:
             if field.required:
                 raise ValueError(f"{field.label} is required")
